@@ -1,0 +1,70 @@
+"""What every backend offers, as typed values so the CLI and API never parse Slurm text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "PREEMPTED",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """A submitted job: its id and the cluster it went to."""
+
+    job_id: str
+    cluster: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's state as Slurm reports it (``scontrol show job`` or ``sacct``)."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    exit_code: str = ""
+    restarts: int = 0
+    stdout: str = ""
+    run_time: str = ""
+    name: str = ""
+    source: str = ""
+    raw: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.state.split()[0].rstrip("+") in TERMINAL_STATES if self.state else False
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "COMPLETED"
+
+
+class Backend(Protocol):
+    """The operations slurmfm needs from a Slurm cluster."""
+
+    name: str
+
+    def version(self) -> str: ...
+
+    def submit(self, script: str, *, env: dict[str, str] | None = None) -> SubmitResult: ...
+
+    def status(self, job_id: str) -> JobStatus: ...
+
+    def cancel(self, job_id: str) -> None: ...

@@ -1,0 +1,188 @@
+"""Backend over Slurm's own commands: ``sbatch --parsable``, ``scontrol``, ``squeue``, ``sacct``.
+
+Why the CLI and not a library: the commands are on every Slurm login node, match the
+controller's version by construction, and print messages users already know. Commands run
+without a shell (argument lists), the script goes through stdin so no temporary file is left,
+and Slurm's own error text is passed to the user unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+
+from slurmfm.backends.base import JobStatus, SubmitResult
+from slurmfm.errors import BackendError
+
+_JOB_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
+
+
+def _check_job_id(job_id: str) -> str:
+    if not _JOB_ID.match(job_id):
+        raise BackendError(f"{job_id!r} is not a Slurm job id")
+    return job_id
+
+
+def parse_scontrol_record(text: str) -> dict[str, str]:
+    """Parse one ``scontrol show -o`` record (``Key=Value`` pairs, values may hold spaces).
+
+    Keys are words followed by ``=``; a value runs until the next `` Key=``. This matters for
+    fields such as ``Reason=Node down (by admin)`` and ``Command=/path with space``.
+    """
+    out: dict[str, str] = {}
+    matches = list(re.finditer(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/]*)=", text))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        out[m.group(1)] = text[m.end() : end].strip()
+    return out
+
+
+class SlurmCLI:
+    """Talk to Slurm through its command-line tools."""
+
+    name = "slurm-cli"
+
+    def __init__(self, env: dict[str, str] | None = None, timeout: float = 60.0) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.timeout = timeout
+
+    def _run(
+        self, argv: Sequence[str], *, stdin: str | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        exe = shutil.which(argv[0], path=(env or self.env).get("PATH"))
+        if exe is None:
+            raise BackendError(
+                f"{argv[0]}: command not found; run slurmfm on a Slurm login node "
+                "(or set PATH/SLURM_CONF)",
+                command=list(argv),
+            )
+        try:
+            return subprocess.run(
+                [exe, *argv[1:]],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                env=env or self.env,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise BackendError(
+                f"{argv[0]} did not answer within {self.timeout:.0f} s", command=list(argv)
+            ) from None
+
+    @staticmethod
+    def _fail(proc: subprocess.CompletedProcess[str], argv: Sequence[str]) -> BackendError:
+        msg = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
+        return BackendError(f"{argv[0]}: {msg}", command=list(argv))
+
+    def version(self) -> str:
+        """The cluster's Slurm version, from ``sbatch --version`` (e.g. ``22.05.8``)."""
+        argv = ["sbatch", "--version"]
+        proc = self._run(argv)
+        if proc.returncode:
+            raise self._fail(proc, argv)
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", proc.stdout)
+        if not m:
+            raise BackendError(f"cannot read a version from {proc.stdout.strip()!r}")
+        return m.group(1)
+
+    def submit(
+        self,
+        script: str,
+        *,
+        env: dict[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+        cwd: str | None = None,
+    ) -> SubmitResult:
+        """Submit ``script`` through stdin; return the job id Slurm printed."""
+        argv = ["sbatch", "--parsable", *extra_args]
+        proc = self._run(argv, stdin=script, env=env)
+        if proc.returncode:
+            raise self._fail(proc, argv)
+        first = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        job_id, _, cluster = first.partition(";")
+        if not job_id.isdigit():
+            raise BackendError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
+        return SubmitResult(job_id=job_id, cluster=cluster or None, message=proc.stderr.strip())
+
+    def test_only(self, script: str, *, env: dict[str, str] | None = None) -> str:
+        """Ask the scheduler whether and where the job would start (``sbatch --test-only``)."""
+        argv = ["sbatch", "--test-only"]
+        proc = self._run(argv, stdin=script, env=env)
+        if proc.returncode:
+            raise self._fail(proc, argv)
+        return (proc.stderr or proc.stdout).strip()
+
+    def status(self, job_id: str) -> JobStatus:
+        """Current state: ``scontrol show job`` first (live and recently ended), then sacct."""
+        _check_job_id(job_id)
+        argv = ["scontrol", "show", "job", "-o", job_id]
+        proc = self._run(argv)
+        if proc.returncode == 0 and proc.stdout.strip():
+            rec = parse_scontrol_record(proc.stdout.strip().splitlines()[0])
+            return JobStatus(
+                job_id=rec.get("JobId", job_id),
+                state=rec.get("JobState", ""),
+                reason=rec.get("Reason", ""),
+                nodes=rec.get("NodeList", ""),
+                exit_code=rec.get("ExitCode", ""),
+                restarts=int(rec.get("Restarts", "0") or 0),
+                stdout=rec.get("StdOut", ""),
+                run_time=rec.get("RunTime", ""),
+                name=rec.get("JobName", ""),
+                source="scontrol",
+                raw=rec,
+            )
+        return self._sacct_status(job_id, proc)
+
+    def _sacct_status(
+        self, job_id: str, prior: subprocess.CompletedProcess[str]
+    ) -> JobStatus:
+        fields = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Reason"
+        argv = ["sacct", "-X", "-n", "-P", "-j", job_id, f"--format={fields}"]
+        try:
+            proc = self._run(argv)
+        except BackendError:
+            raise self._fail(prior, ["scontrol"]) from None
+        if proc.returncode or not proc.stdout.strip():
+            detail = (prior.stderr or "").strip() or "job not found"
+            raise BackendError(
+                f"job {job_id}: {detail} (and sacct has no record: accounting may be off)"
+            )
+        parts = proc.stdout.strip().splitlines()[0].split("|")
+        rec = dict(zip(fields.split(","), parts, strict=False))
+        return JobStatus(
+            job_id=rec.get("JobID", job_id),
+            state=rec.get("State", ""),
+            reason=rec.get("Reason", ""),
+            nodes=rec.get("NodeList", ""),
+            exit_code=rec.get("ExitCode", ""),
+            run_time=rec.get("Elapsed", ""),
+            name=rec.get("JobName", ""),
+            source="sacct",
+            raw=rec,
+        )
+
+    def cancel(self, job_id: str) -> None:
+        argv = ["scancel", _check_job_id(job_id)]
+        proc = self._run(argv)
+        if proc.returncode:
+            raise self._fail(proc, argv)
+
+    def wait(
+        self, job_id: str, *, timeout: float = 3600.0, interval: float = 0.5
+    ) -> JobStatus:
+        """Poll until the job reaches a terminal state (``sbatch --wait`` polls too slowly)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status(job_id)
+            if st.done:
+                return st
+            if time.monotonic() > deadline:
+                raise BackendError(f"job {job_id} still {st.state} after {timeout:.0f} s")
+            time.sleep(interval)

@@ -1,0 +1,237 @@
+"""``slurmfm`` command line. Only click is imported at start; everything else lazily.
+
+Why lazy: ``slurmfm --help`` and shell completion run often on login nodes; importing pydantic,
+jinja2 and rich up front would triple the start time. Every user-fixable error prints one line
+per problem (``FILE:LINE: field: message``) on stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from slurmfm.recipe.schema import Recipe
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _friendly(fn: F) -> F:
+    """Turn slurmfm's errors into clean messages and exit status 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from slurmfm.errors import SlurmfmError
+
+        try:
+            return fn(*args, **kwargs)
+        except SlurmfmError as exc:
+            for line in str(exc).splitlines() or [type(exc).__name__]:
+                click.echo(line, err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
+    from slurmfm.recipe.loader import load_recipe, parse_override
+
+    overrides = dict(parse_override(s) for s in sets)
+    return load_recipe(recipe, overrides)
+
+
+def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
+    """Write a whole file or nothing: temp file in the same directory, fsync, rename."""
+    import tempfile
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _warn(warnings: tuple[str, ...] | list[str]) -> None:
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+_set_option = click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="Override a recipe field by dotted path, e.g. --set resources.nodes=4 (repeatable).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="slurmfm")
+def main() -> None:
+    """Turn a training or inference recipe into a topology-aware Slurm batch job.
+
+    \b
+    slurmfm validate recipe.yaml         check a recipe
+    slurmfm render recipe.yaml           print the sbatch script
+    slurmfm submit recipe.yaml           submit it (add --dry-run to only show it)
+    slurmfm status JOBID | cancel JOBID
+    """
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@_set_option
+@click.option("--json", "as_json", is_flag=True, help="Print the validated recipe as JSON.")
+@_friendly
+def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
+    """Check RECIPE against the schema; problems are printed as FILE:LINE: field: message."""
+    r = _load(recipe, sets)
+    if as_json:
+        click.echo(r.model_dump_json(indent=2))
+        return
+    click.echo(
+        f"{recipe}: ok: {r.name}, {r.resources.nodes} x {r.cluster.instance_type}, "
+        f"world size {r.world_size} (tp={r.parallelism.tp} pp={r.parallelism.pp} "
+        f"cp={r.parallelism.cp} ep={r.parallelism.ep} dp={r.dp}), launcher {r.launcher.kind}"
+    )
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@_set_option
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write here.")
+@click.option("--slurm-version", help="Render for this Slurm version instead of the recipe's.")
+@_friendly
+def render(recipe: str, sets: tuple[str, ...], output: str | None, slurm_version: str | None) -> None:
+    """Print (or write with -o) the sbatch script for RECIPE, without asking any cluster."""
+    from slurmfm.api import render as do_render
+
+    r = _load(recipe, sets)
+    script = do_render(r, slurm_version=slurm_version)
+    _warn(script.warnings)
+    if output:
+        _write_atomic(output, script.text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(script.text, nl=False)
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@_set_option
+@click.option("--dry-run", is_flag=True, help="Render and show what would be submitted; submit nothing.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also save the script here.")
+@click.option(
+    "--backend",
+    type=click.Choice(["cli", "pyslurm", "auto"]),
+    default="cli",
+    show_default=True,
+    help="How to talk to Slurm.",
+)
+@click.option("--wait", is_flag=True, help="Wait for the job to end; exit 1 unless it COMPLETED.")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="For --wait, seconds.")
+@click.option("--slurm-version", help="With --dry-run: render for this Slurm version.")
+@_friendly
+def submit(
+    recipe: str,
+    sets: tuple[str, ...],
+    dry_run: bool,
+    output: str | None,
+    backend: str,
+    wait: bool,
+    timeout: float,
+    slurm_version: str | None,
+) -> None:
+    """Render RECIPE for the cluster's Slurm and submit it with sbatch."""
+    from slurmfm import api
+
+    r = _load(recipe, sets)
+    if dry_run:
+        info = api.dry_run(r, slurm_version=slurm_version)
+        _warn(info.script.warnings)
+        if output:
+            _write_atomic(output, info.text)
+        click.echo(f"# dry run: would run {' '.join(info.sbatch_argv)} with this script on stdin")
+        if info.needs_env:
+            missing = api.missing_secrets(r)
+            state = f"; missing now: {', '.join(missing)}" if missing else ""
+            click.echo(f"# needs from the environment: {', '.join(info.needs_env)}{state}")
+        click.echo(info.text, nl=False)
+        return
+    job = api.submit(r, backend=backend)  # type: ignore[arg-type]
+    assert job.script is not None
+    _warn(job.script.warnings)
+    if output:
+        _write_atomic(output, job.script.text)
+    click.echo(job.job_id)
+    if wait:
+        st = job.wait(timeout=timeout)
+        click.echo(f"{st.job_id} {st.state} exit={st.exit_code} nodes={st.nodes}", err=True)
+        if st.stdout:
+            click.echo(f"output: {st.stdout}", err=True)
+        sys.exit(0 if st.ok else 1)
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_friendly
+def status(job_id: str, as_json: bool) -> None:
+    """Show the state of JOB_ID (scontrol, or sacct for older jobs)."""
+    from slurmfm import api
+
+    st = api.status(job_id)
+    if as_json:
+        import json
+        from dataclasses import asdict
+
+        click.echo(json.dumps({**asdict(st), "done": st.done}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key, value in (
+        ("job", st.job_id),
+        ("name", st.name),
+        ("state", st.state),
+        ("reason", st.reason),
+        ("nodes", st.nodes),
+        ("exit code", st.exit_code),
+        ("restarts", str(st.restarts)),
+        ("run time", st.run_time),
+        ("output", st.stdout),
+        ("from", st.source),
+    ):
+        if value:
+            table.add_row(key, value)
+    Console().print(table)
+
+
+@main.command()
+@click.argument("job_id")
+@_friendly
+def cancel(job_id: str) -> None:
+    """Cancel JOB_ID."""
+    from slurmfm import api
+
+    api.cancel(job_id)
+    click.echo(f"cancelled {job_id}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,211 @@
+"""Load recipes from YAML files or dicts, with every error located as ``FILE:LINE: field: message``.
+
+Why ruamel.yaml: it keeps the line of every key and list item (PyYAML throws that away), so a
+schema error deep in ``launcher.model_args`` still points at the line the user must edit. Why
+overrides act on the raw data: an override is then validated exactly like a value in the file,
+and its errors name the override instead of a line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from slurmfm.errors import Problem, RecipeError
+from slurmfm.recipe.schema import Recipe
+
+Path_ = tuple[str | int, ...]
+LineMap = dict[Path_, int]
+
+_FIELD_PREFIX = re.compile(r"^(?P<field>[a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*): (?P<msg>.*)$", re.S)
+
+
+def _plain(node: Any, path: Path_, lines: LineMap) -> Any:
+    """Turn ruamel's round-trip containers into plain dicts/lists, recording lines (1-based)."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(node, CommentedMap):
+        out: dict[Any, Any] = {}
+        for key in node:
+            try:
+                line = node.lc.key(key)[0] + 1
+            except (KeyError, TypeError, AttributeError):
+                line = lines.get(path, 1)
+            lines[(*path, str(key))] = line
+            out[str(key) if not isinstance(key, str) else key] = _plain(
+                node[key], (*path, str(key)), lines
+            )
+        return out
+    if isinstance(node, CommentedSeq):
+        items: list[Any] = []
+        for i, item in enumerate(node):
+            try:
+                line = node.lc.item(i)[0] + 1
+            except (KeyError, TypeError, AttributeError):
+                line = lines.get(path, 1)
+            lines[(*path, i)] = line
+            items.append(_plain(item, (*path, i), lines))
+        return items
+    if node is not None and type(node).__module__.startswith("ruamel"):
+        # ScalarFloat, ScalarBoolean, LiteralScalarString...: make them builtins.
+        for typ in (bool, int, float, str):
+            if isinstance(node, typ):
+                return typ(node)
+    return node
+
+
+def parse_yaml(text: str, source: str) -> tuple[Any, LineMap]:
+    """Parse YAML text into plain data and a map of field path -> line."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        doc = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        msg = (exc.problem or str(exc)).strip()
+        if exc.context and "duplicate" in (exc.problem or ""):
+            msg = f"{msg} ({exc.context.strip()})"
+        raise RecipeError([Problem(source, line, "(yaml)", f"invalid YAML: {msg}")]) from None
+    except YAMLError as exc:
+        raise RecipeError([Problem(source, None, "(yaml)", f"invalid YAML: {exc}")]) from None
+    lines: LineMap = {(): 1}
+    data = _plain(doc, (), lines)
+    return data, lines
+
+
+def _locate(loc: Sequence[str | int], data: Any, lines: LineMap) -> tuple[str, int | None]:
+    """Map a pydantic error location onto the data path and the nearest known line.
+
+    Discriminated unions add their tag (``launcher.torchrun.script``) and function validators
+    add their own names; elements that are not keys of the data are skipped.
+    """
+    path: list[str | int] = []
+    cur = data
+    for part in loc:
+        if isinstance(cur, dict) and part in cur:
+            path.append(part)
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
+            path.append(part)
+            cur = cur[part]
+        elif isinstance(part, str) and (
+            part in {"torchrun", "megatron", "nemo"} or "[" in part or "function-" in part
+        ):
+            continue
+        else:
+            path.append(part)
+            cur = None
+    line = None
+    for n in range(len(path), -1, -1):
+        if tuple(path[:n]) in lines:
+            line = lines[tuple(path[:n])]
+            break
+    field = ".".join(str(p) for p in path)
+    return field, line
+
+
+def _problems(exc: ValidationError, data: Any, lines: LineMap, source: str) -> list[Problem]:
+    problems: list[Problem] = []
+    for err in exc.errors(include_url=False):
+        loc = list(err["loc"])
+        msg = str(err["msg"])
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        m = _FIELD_PREFIX.match(msg)
+        if m and not loc:
+            loc = m.group("field").split(".")
+            msg = m.group("msg")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; see the recipe reference in the README)"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "union_tag_invalid":
+            msg = f"unknown launcher kind; expected one of: torchrun, megatron, nemo ({msg})"
+        field, line = _locate(loc, data, lines)
+        problems.append(Problem(source, line, field or "(recipe)", msg))
+    problems.sort(key=lambda p: (p.line or 0, p.field))
+    return problems
+
+
+def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` in nested dicts, creating the intermediate dicts."""
+    parts = dotted.split(".")
+    cur = data
+    for part in parts[:-1]:
+        nxt = cur.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[part] = nxt
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def validate(
+    data: Any,
+    *,
+    source: str = "<dict>",
+    lines: LineMap | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Recipe:
+    """Validate plain data (already parsed) into a :class:`Recipe`, applying overrides first."""
+    import copy
+
+    lines = dict(lines or {(): 1})
+    if not isinstance(data, dict):
+        raise RecipeError([Problem(source, 1, "(recipe)", "a recipe is a YAML mapping")])
+    data = copy.deepcopy(data)
+    for key, value in (overrides or {}).items():
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*(\.[A-Za-z0-9_\-]+)*", key):
+            raise RecipeError([Problem("<override>", None, key, "not a dotted field path")])
+        set_path(data, key, value)
+        lines.pop(tuple(key.split(".")), None)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        problems = _problems(exc, data, lines, source)
+        for p in problems:
+            if p.field in (overrides or {}) or any(
+                p.field.startswith(k + ".") for k in (overrides or {})
+            ):
+                p.file, p.line = "<override>", None
+        raise RecipeError(problems) from None
+    except ValueError as exc:  # raised outside pydantic's wrapping (should not happen)
+        raise RecipeError([Problem(source, None, "(recipe)", str(exc))]) from None
+
+
+def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """Read and validate a recipe file; every problem is reported with its file and line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RecipeError([Problem(str(p), None, "(file)", "no such file")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecipeError([Problem(str(p), None, "(file)", f"cannot read: {exc}")]) from None
+    data, lines = parse_yaml(text, str(p))
+    if data is None:
+        raise RecipeError([Problem(str(p), 1, "(recipe)", "the file is empty")])
+    return validate(data, source=str(p), lines=lines, overrides=overrides)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``--set a.b=VALUE`` where VALUE is read as YAML (so ``4`` is an int)."""
+    if "=" not in text:
+        raise RecipeError([Problem("<override>", None, text, "expected FIELD=VALUE")])
+    key, raw = text.split("=", 1)
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        value = YAML(typ="safe").load(raw) if raw.strip() else ""
+    except YAMLError:
+        value = raw
+    return key.strip(), value

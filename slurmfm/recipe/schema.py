@@ -1,0 +1,384 @@
+"""The recipe schema: what a user may write in ``recipe.yaml``, validated by pydantic v2.
+
+Why strict: a typo such as ``tensor_paralel: 8`` silently ignored would launch a wrong job on
+hundreds of GPUs. Every model forbids unknown keys, numbers are checked against each other
+(``tp*pp*cp`` must divide the world size, ``ep`` must divide ``dp*cp``, as in Megatron-LM's
+``initialize_model_parallel``), and names that end up on ``#SBATCH`` lines are restricted to
+characters sbatch parses safely.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+Flavor = Literal["parallelcluster", "pcs", "hyperpod", "generic"]
+
+# Slurm job names, partitions, accounts, QOS, reservations: conservative identifiers.
+SlurmName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+_TIME_RE = re.compile(
+    r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+)(?::(?P<s>\d+))?$"
+)
+
+
+def parse_time_limit(text: str) -> int:
+    """Parse a Slurm time limit into minutes (rounded up), accepting Slurm's own formats.
+
+    Slurm accepts "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+    "days-hours:minutes" and "days-hours:minutes:seconds" (sbatch(1), ``--time``).
+    """
+    text = text.strip()
+    if text.upper() in {"UNLIMITED", "INFINITE"}:
+        return -1
+    m = re.fullmatch(r"(\d+)-(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if m:
+        d, h, mi, s = (int(x) if x else 0 for x in m.groups())
+        return d * 1440 + h * 60 + mi + (1 if s else 0)
+    parts = text.split(":")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        raise ValueError(
+            f"{text!r} is not a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM:SS)"
+        )
+    nums = [int(p) for p in parts]
+    if len(nums) == 1:
+        return nums[0]
+    if len(nums) == 2:
+        return nums[0] + (1 if nums[1] else 0)
+    return nums[0] * 60 + nums[1] + (1 if nums[2] else 0)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class Cluster(_Strict):
+    """Where the job runs. ``slurm_version: auto`` asks the cluster (``sbatch --version``)."""
+
+    flavor: Flavor = "generic"
+    slurm_version: str = "auto"
+    partition: SlurmName | None = None
+    account: SlurmName | None = None
+    qos: SlurmName | None = None
+    reservation: SlurmName | None = None
+    constraints: str | None = Field(
+        default=None, description="Slurm feature expression for --constraint, e.g. 'efa&p5'"
+    )
+    instance_type: str = "p5.48xlarge"
+
+    @field_validator("slurm_version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if v == "auto":
+            return v
+        from slurmfm.catalog.slurm_features import SlurmVersion
+
+        SlurmVersion.parse(v)
+        return v
+
+    @field_validator("instance_type")
+    @classmethod
+    def _itype(cls, v: str) -> str:
+        from slurmfm.catalog.instances import get_instance
+
+        return get_instance(v).name
+
+    @field_validator("constraints")
+    @classmethod
+    def _constraints(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.\-&|!*()\[\]:,]+", v):
+            raise ValueError("only feature names and the operators & | ! * ( ) [ ] are allowed")
+        return v
+
+
+class Resources(_Strict):
+    """How much of the cluster. GPUs per node come from the instance type."""
+
+    nodes: int = Field(default=1, ge=1, le=100_000)
+    time_limit: str = "01:00:00"
+    exclusive: bool = True
+    procs_per_node: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description=(
+            "processes per node; defaults to the instance's GPU count. Required for instance "
+            "types without GPUs (the local CPU lab)."
+        ),
+    )
+    mem: str | None = Field(default=None, pattern=r"^\d+[KMGT]?$")
+    exclude: str | None = Field(default=None, description="hostlist of nodes to avoid")
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        parse_time_limit(v)
+        return v
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9_.\-\[\],]+", v):
+            raise ValueError("must be a Slurm hostlist such as 'node[001-004],node010'")
+        return v
+
+    @property
+    def time_minutes(self) -> int:
+        return parse_time_limit(self.time_limit)
+
+
+class Parallelism(_Strict):
+    """Model-parallel layout; ``dp`` is derived as world / (tp * pp * cp)."""
+
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    cp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+
+
+class TorchrunLauncher(_Strict):
+    """Any torch.distributed script, one torchrun per node with a static rendezvous."""
+
+    kind: Literal["torchrun"]
+    script: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    python: str = Field(default="python3", min_length=1)
+    module: bool = Field(default=False, description="run `script` as a module (python -m)")
+    rdzv_port: int | None = Field(
+        default=None, ge=1024, le=65535, description="fixed port; default derives from job id"
+    )
+
+
+class MegatronLauncher(_Strict):
+    """Megatron-LM's pretrain entry point launched under torchrun."""
+
+    kind: Literal["megatron"]
+    megatron_path: str = "/workspace/Megatron-LM"
+    entrypoint: str = "pretrain_gpt.py"
+    model_args: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    extra_args: list[str] = Field(default_factory=list)
+    python: str = "python3"
+    rdzv_port: int | None = Field(default=None, ge=1024, le=65535)
+
+    @field_validator("model_args")
+    @classmethod
+    def _names(
+        cls, v: dict[str, str | int | float | bool | None]
+    ) -> dict[str, str | int | float | bool | None]:
+        reserved = {
+            "tensor-model-parallel-size",
+            "pipeline-model-parallel-size",
+            "context-parallel-size",
+            "expert-model-parallel-size",
+            "save",
+            "load",
+        }
+        for k in v:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", k):
+                raise ValueError(f"{k!r}: Megatron argument names look like 'num-layers'")
+            if k in reserved:
+                raise ValueError(
+                    f"{k!r} is set by slurmfm from parallelism/storage; set it there instead"
+                )
+        return v
+
+
+class NemoLauncher(_Strict):
+    """NeMo 2.0 ``nemo.collections.llm`` recipe run directly in each Slurm task."""
+
+    kind: Literal["nemo"]
+    recipe: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="e.g. llama3_8b")
+    task: Literal["pretrain", "finetune"] = "pretrain"
+    overrides: dict[str, str | int | float | bool | None] = Field(
+        default_factory=dict,
+        description="dotted recipe attributes, e.g. {'trainer.max_steps': 1000}",
+    )
+    python: str = "python3"
+
+    @field_validator("overrides")
+    @classmethod
+    def _dotted(
+        cls, v: dict[str, str | int | float | bool | None]
+    ) -> dict[str, str | int | float | bool | None]:
+        for k in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", k):
+                raise ValueError(f"{k!r}: override keys are dotted attribute paths")
+        return v
+
+
+Launcher = Annotated[
+    TorchrunLauncher | MegatronLauncher | NemoLauncher, Field(discriminator="kind")
+]
+
+
+class Container(_Strict):
+    """A Pyxis/enroot container for every launch step."""
+
+    image: str = Field(min_length=1)
+    mounts: list[str] = Field(default_factory=list)
+    workdir: str | None = None
+    mount_home: bool = False
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, v: list[str]) -> list[str]:
+        for m in v:
+            if "," in m:
+                raise ValueError(f"{m!r}: Pyxis separates mounts with ',', so a path cannot hold one")
+            if not m.startswith("/"):
+                raise ValueError(f"{m!r}: mounts are SRC[:DST[:FLAGS]] with absolute paths")
+        return v
+
+
+class PythonEnv(_Strict):
+    """A host Python environment to activate instead of a container."""
+
+    activate: str | None = Field(default=None, description="path to a venv's bin/activate")
+    conda_env: str | None = None
+    modules: list[str] = Field(default_factory=list, description="environment modules to load")
+
+    @model_validator(mode="after")
+    def _one(self) -> PythonEnv:
+        if self.activate and self.conda_env:
+            raise ValueError("give either activate or conda_env, not both")
+        return self
+
+
+class Storage(_Strict):
+    """Where checkpoints, data and logs live (FSx for Lustre at /fsx by default)."""
+
+    checkpoint_root: str = "/fsx/checkpoints"
+    data: dict[EnvName, str] = Field(
+        default_factory=dict, description="named data paths, exported as SLURMFM_DATA_<NAME>"
+    )
+    log_dir: str = "/fsx/logs"
+    run_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="stable id for resume across submissions; default: the job name",
+    )
+
+
+class Network(_Strict):
+    """Versions of the EFA/NCCL stack; ``auto`` assumes a current stack."""
+
+    efa_installer: str = "auto"
+    libfabric: str = "auto"
+    aws_ofi_nccl: str = "auto"
+    nccl: str = "auto"
+    nccl_debug: Literal["VERSION", "WARN", "INFO", "TRACE"] | None = None
+
+    @model_validator(mode="after")
+    def _versions(self) -> Network:
+        from slurmfm.catalog.nccl import StackVersions
+
+        StackVersions.parse(self.efa_installer, self.libfabric, self.aws_ofi_nccl, self.nccl)
+        return self
+
+
+class Recipe(_Strict):
+    """A whole job: the validated value every later stage consumes."""
+
+    name: SlurmName
+    cluster: Cluster = Field(default_factory=Cluster)
+    resources: Resources = Field(default_factory=Resources)
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    launcher: Launcher
+    container: Container | None = None
+    python_env: PythonEnv | None = None
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    secrets: list[EnvName] = Field(
+        default_factory=list,
+        description="names passed from the submitting environment, never written to the script",
+    )
+    storage: Storage = Field(default_factory=Storage)
+    network: Network = Field(default_factory=Network)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, v: object) -> object:
+        # YAML turns `1` and `true` into numbers/bools; environment values are strings.
+        if isinstance(v, dict):
+            out: dict[object, object] = {}
+            for k, val in v.items():
+                if isinstance(val, bool):
+                    out[k] = "1" if val else "0"
+                elif isinstance(val, int | float):
+                    out[k] = str(val)
+                else:
+                    out[k] = val
+            return out
+        return v
+
+    @model_validator(mode="after")
+    def _layout(self) -> Recipe:
+        from slurmfm.catalog.instances import get_instance
+
+        inst = get_instance(self.cluster.instance_type)
+        if self.container is not None and self.python_env is not None:
+            raise ValueError("python_env: container and python_env are exclusive: pick one")
+        if inst.gpus == 0 and self.resources.procs_per_node is None:
+            raise ValueError(
+                f"resources.procs_per_node: required, because {inst.name} has no GPUs to count"
+            )
+        if inst.gpus and self.resources.procs_per_node and self.resources.procs_per_node > inst.gpus:
+            raise ValueError(
+                f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
+                f"{inst.gpus} GPUs of {inst.name}"
+            )
+        clash = set(self.env) & set(self.secrets)
+        if clash:
+            raise ValueError(f"secrets: {sorted(clash)} are listed both in env and in secrets")
+        p = self.parallelism
+        world = self.world_size
+        mp = p.tp * p.pp * p.cp
+        if world % mp:
+            raise ValueError(
+                f"parallelism.tp: tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {mp} does not divide the world "
+                f"size {world} ({self.resources.nodes} nodes x {self.procs_per_node} per node)"
+            )
+        dp = world // mp
+        if (dp * p.cp) % p.ep:
+            raise ValueError(
+                f"parallelism.ep: ep={p.ep} must divide dp*cp = {dp}*{p.cp} (Megatron-LM's rule)"
+            )
+        # An NVLink domain bounds the tensor-parallel group: TP across EFA is never wanted.
+        domain = inst.nvlink.max_gpus if inst.gpus else self.procs_per_node
+        if p.tp * p.cp > max(domain, 1) and inst.gpus:
+            raise ValueError(
+                f"parallelism.tp: tp*cp = {p.tp * p.cp} exceeds the NVLink domain of {inst.name} "
+                f"({domain} GPUs)"
+            )
+        if isinstance(self.launcher, NemoLauncher | MegatronLauncher) and inst.gpus == 0:
+            raise ValueError(
+                f"launcher.kind: {self.launcher.kind} needs GPUs; {inst.name} has none"
+            )
+        return self
+
+    @property
+    def procs_per_node(self) -> int:
+        from slurmfm.catalog.instances import get_instance
+
+        inst = get_instance(self.cluster.instance_type)
+        return self.resources.procs_per_node or inst.gpus
+
+    @property
+    def world_size(self) -> int:
+        return self.resources.nodes * self.procs_per_node
+
+    @property
+    def dp(self) -> int:
+        p = self.parallelism
+        return self.world_size // (p.tp * p.pp * p.cp)

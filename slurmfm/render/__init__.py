@@ -1,0 +1,1 @@
+"""Turn a validated recipe (and optional placement plan) into an sbatch script, purely."""

@@ -1,0 +1,430 @@
+"""Build the sbatch script for a recipe: a pure function from typed values to text.
+
+The script is assembled as typed parts (directives, environment lines, launch command) and laid
+out by a jinja2 template with ``StrictUndefined``, so a missing value is a bug caught in tests,
+never an empty string in a job. User values enter bash only through
+:func:`slurmfm.render.quote.sh_quote` and enter ``#SBATCH`` lines only through
+:func:`slurmfm.render.quote.sbatch_value`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from slurmfm import __version__
+from slurmfm.errors import RenderError, UnsupportedError
+from slurmfm.plan.types import Placement
+from slurmfm.render.quote import env_name, sbatch_value, sh_join, sh_quote
+
+if TYPE_CHECKING:
+    import jinja2
+
+    from slurmfm.catalog.instances import InstanceType
+    from slurmfm.catalog.slurm_features import SlurmVersion
+    from slurmfm.recipe.schema import Recipe
+
+# Default Slurm version per flavor when the recipe says "auto" and no cluster was asked.
+# Conservative on purpose: an assumed version only ever removes options.
+# Sources: ParallelCluster 3.14 ships 24.11.6, 3.15 ships 25.11.4 (aws-parallelcluster-cookbook
+# CHANGELOG); PCS offers 23.11-25.11 (PCS doc-history); HyperPod partition topology needs 25.11;
+# Debian 12 ships 22.05. See ../shared/reference/aws-launch-facts.md section 4.
+ASSUMED_VERSION = {
+    "parallelcluster": "24.11",
+    "pcs": "24.11",
+    "hyperpod": "24.11",
+    "generic": "22.05",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the script is rendered for: the Slurm version and whether it was probed."""
+
+    slurm_version: SlurmVersion
+    assumed: bool = False
+
+    @classmethod
+    def for_recipe(cls, recipe: Recipe, probed: str | None = None) -> Target:
+        from slurmfm.catalog.slurm_features import SlurmVersion
+
+        if recipe.cluster.slurm_version != "auto":
+            return cls(SlurmVersion.parse(recipe.cluster.slurm_version))
+        if probed:
+            return cls(SlurmVersion.parse(probed))
+        return cls(SlurmVersion.parse(ASSUMED_VERSION[recipe.cluster.flavor]), assumed=True)
+
+
+@dataclass(frozen=True)
+class Directive:
+    """One ``#SBATCH`` line."""
+
+    option: str
+    value: str | None = None
+    why: str | None = None
+
+    @property
+    def text(self) -> str:
+        return f"--{self.option}" if self.value is None else f"--{self.option}={self.value}"
+
+
+@dataclass(frozen=True)
+class EnvLine:
+    """One ``export NAME=VALUE`` line with the reason it is there."""
+
+    name: str
+    shell_value: str
+    why: str
+    origin: str  # "profile", "user", "slurmfm"
+
+
+@dataclass(frozen=True)
+class RenderedScript:
+    """The result of rendering: the text plus its parts, for inspection and dry-runs."""
+
+    text: str
+    directives: tuple[Directive, ...]
+    env: tuple[EnvLine, ...]
+    launch: str
+    warnings: tuple[str, ...]
+    target: Target
+    secrets: tuple[str, ...] = ()
+    log_dir: str = ""
+    checkpoint_dir: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("slurmfm", "render/templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # noqa: S701 - shell text, not HTML; values are shell-quoted
+        keep_trailing_newline=True,
+        # bash uses "{#" in "${#array[@]}": move jinja comments out of its way.
+        comment_start_string="{##",
+        comment_end_string="##}",
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _directives(
+    recipe: Recipe, inst: InstanceType, target: Target, placement: Placement
+) -> tuple[list[Directive], list[str]]:
+    from slurmfm.catalog.slurm_features import supports
+
+    warnings: list[str] = []
+    v = target.slurm_version
+    r = recipe.resources
+    c = recipe.cluster
+    tasks_per_node = recipe.procs_per_node if recipe.launcher.kind == "nemo" else 1
+    d: list[Directive] = [
+        Directive("job-name", sbatch_value(recipe.name, what="name")),
+        Directive("nodes", str(r.nodes)),
+        Directive(
+            "ntasks-per-node",
+            str(tasks_per_node),
+            "one task per GPU (NeMo/Lightning reads Slurm ranks)"
+            if recipe.launcher.kind == "nemo"
+            else "one launcher per node; torchrun starts the per-GPU processes",
+        ),
+        Directive("time", sbatch_value(r.time_limit, what="resources.time_limit")),
+    ]
+    for opt, val, what in (
+        ("partition", c.partition, "cluster.partition"),
+        ("account", c.account, "cluster.account"),
+        ("qos", c.qos, "cluster.qos"),
+        ("reservation", c.reservation, "cluster.reservation"),
+        ("constraint", c.constraints, "cluster.constraints"),
+        ("exclude", r.exclude, "resources.exclude"),
+    ):
+        if val:
+            d.append(Directive(opt, sbatch_value(val, what=what)))
+    if c.flavor == "hyperpod" and not c.partition:
+        warnings.append(
+            "cluster.partition: HyperPod's default partition 'dev' also holds login nodes; "
+            "name a partition (aws-launch-facts.md section 4.3)"
+        )
+    if r.exclusive:
+        d.append(Directive("exclusive", None, "whole nodes: NCCL/EFA tuning assumes it"))
+    if inst.gpus:
+        if c.flavor == "hyperpod":
+            warnings.append(
+                "GPUs not requested through GRES on HyperPod: older HyperPod AMIs have no GPU "
+                "GRES and auto-resume needs --nodes with --exclusive (aws-launch-facts.md 4.3)"
+            )
+        elif supports("gpus_per_node", v):
+            d.append(Directive("gpus-per-node", str(inst.gpus)))
+        else:
+            d.append(Directive("gres", f"gpu:{inst.gpus}"))
+    if r.mem:
+        d.append(Directive("mem", r.mem))
+    elif r.exclusive and inst.gpus:
+        d.append(Directive("mem", "0", "all of each node's memory"))
+    d.append(Directive("wait-all-nodes", "1", "start only when every node has booted"))
+    out = f"{sbatch_value(recipe.storage.log_dir, what='storage.log_dir').rstrip('/')}/%x_%j.out"
+    d.append(Directive("output", out))
+    if c.flavor == "hyperpod":
+        d.append(
+            Directive("open-mode", "append", "HyperPod auto-resume requeues; keep earlier output")
+        )
+    if placement.switches:
+        d.append(Directive("switches", sbatch_value(placement.switches, what="switches")))
+    if placement.segment is not None:
+        if not supports("segment", v):
+            raise UnsupportedError(
+                f"--segment needs Slurm >= 24.05 (topology/block segments); target is {v}"
+            )
+        d.append(Directive("segment", str(placement.segment)))
+    if placement.mode == "pin" and placement.nodes:
+        import hostlist
+
+        d.append(
+            Directive(
+                "nodelist",
+                sbatch_value(hostlist.collect_hostlist(list(placement.nodes)), what="nodelist"),
+                "pinned by the planner",
+            )
+        )
+    return d, warnings
+
+
+def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[str]]:
+    from slurmfm.catalog.nccl import FORBIDDEN, StackVersions, check_minimums, merge_env, nccl_env
+
+    n = recipe.network
+    stack = StackVersions.parse(n.efa_installer, n.libfabric, n.aws_ofi_nccl, n.nccl)
+    runtime = "container" if recipe.container is not None else "host"
+    profile = nccl_env(inst, stack, runtime)
+    user_env = dict(recipe.env)
+    if n.nccl_debug and "NCCL_DEBUG" not in user_env:
+        user_env["NCCL_DEBUG"] = n.nccl_debug
+    kept, user = merge_env(profile, user_env)
+    warnings = [f"network: {w}" for w in check_minimums(inst, stack)]
+    lines: list[EnvLine] = []
+    for s in kept:
+        value = f'"{s.value}"' if s.raw_shell else sh_quote(s.value, what=f"env {s.name}")
+        lines.append(EnvLine(env_name(s.name), value, f"{s.reason} [{s.source}]", "profile"))
+    overridden = {s.name for s in profile} & set(user)
+    for name, value in user.items():
+        why = "set by the recipe"
+        if name in overridden:
+            why += " (overrides the slurmfm profile value)"
+        if name in FORBIDDEN:
+            warnings.append(f"env.{name}: {FORBIDDEN[name]}")
+        lines.append(
+            EnvLine(env_name(name, what=f"env.{name}"), sh_quote(value, what=f"env.{name}"), why,
+                    "user")
+        )
+    return lines, warnings
+
+
+def _launch(recipe: Recipe, checkpoint_dir_expr: str) -> tuple[list[str], int, str]:
+    """Return (per-node command as lines of shell words, prefix length, description).
+
+    Words are already shell-quoted (user values) or fixed tokens/variable expansions that
+    slurmfm controls; each line is a readable group. ``prefix`` counts the words (of the first
+    line) after which the per-node entry inserts ``--node-rank``; 0 inserts nothing.
+    """
+    from slurmfm.recipe.schema import MegatronLauncher, NemoLauncher, TorchrunLauncher
+
+    L = recipe.launcher
+    p = recipe.parallelism
+    g = recipe.procs_per_node
+    if isinstance(L, NemoLauncher):
+        return (
+            [f'{sh_quote(L.python, what="launcher.python")} -c "$SLURMFM_NEMO_DRIVER"'],
+            0,
+            "NeMo 2.0 recipe, one Slurm task per GPU",
+        )
+    torchrun = [
+        sh_quote(L.python, what="launcher.python"),
+        "-m",
+        "torch.distributed.run",
+    ]
+    common = [
+        f"--nnodes={recipe.resources.nodes}",
+        f"--nproc-per-node={g}",
+        '--master-addr="$SLURMFM_RDZV_HOST"',
+        '--master-port="$SLURMFM_RDZV_PORT"',
+    ]
+    if isinstance(L, TorchrunLauncher):
+        target = ["-m", sh_quote(L.script, what="launcher.script")] if L.module else [
+            sh_quote(L.script, what="launcher.script")
+        ]
+        user_args = " ".join(sh_quote(a, what="launcher.args") for a in L.args)
+        return (
+            [" ".join(torchrun), " ".join(common), " ".join(target), *([user_args] if user_args else [])],
+            len(torchrun),
+            "torchrun, static rendezvous, node rank from the job's host order",
+        )
+    assert isinstance(L, MegatronLauncher)
+    entry = L.megatron_path.rstrip("/") + "/" + L.entrypoint
+    args = [
+        f"--tensor-model-parallel-size={p.tp}",
+        f"--pipeline-model-parallel-size={p.pp}",
+        f"--context-parallel-size={p.cp}",
+        f"--expert-model-parallel-size={p.ep}",
+        f'--save="{checkpoint_dir_expr}"',
+        f'--load="{checkpoint_dir_expr}"',
+    ]
+    for k, val in L.model_args.items():
+        if val is None or val is True:
+            args.append(f"--{k}")
+        elif val is False:
+            continue
+        else:
+            args.append(f"--{k} {sh_quote(str(val), what=f'launcher.model_args.{k}')}")
+    args.extend(sh_quote(a, what="launcher.extra_args") for a in L.extra_args)
+    return (
+        [" ".join(torchrun), " ".join(common), sh_quote(entry, what="launcher.entrypoint"), *args],
+        len(torchrun),
+        "Megatron-LM under torchrun; --save/--load share the checkpoint directory",
+    )
+
+
+def _nemo_driver(recipe: Recipe, checkpoint_dir_expr: str) -> str | None:
+    """Python source run in every task for NeMo 2.0; user values enter as JSON literals."""
+    import json
+
+    from slurmfm.recipe.schema import NemoLauncher
+
+    L = recipe.launcher
+    if not isinstance(L, NemoLauncher):
+        return None
+    p = recipe.parallelism
+    settings = {
+        "trainer.strategy.tensor_model_parallel_size": p.tp,
+        "trainer.strategy.pipeline_model_parallel_size": p.pp,
+        "trainer.strategy.context_parallel_size": p.cp,
+        "trainer.strategy.expert_model_parallel_size": p.ep,
+        **L.overrides,
+    }
+    # json.dumps gives valid Python literals for str/int/float; true/false/null are mapped.
+    lit = json.dumps(settings, sort_keys=True)
+    return (
+        "import json, os\n"
+        "from nemo.collections import llm\n"
+        "import nemo_run as run\n"
+        f"factory = getattr(llm, {json.dumps(L.recipe)})\n"
+        f"recipe = getattr(factory, {json.dumps(L.task + '_recipe')})(\n"
+        f"    name={json.dumps(recipe.name)}, dir=os.environ['SLURMFM_CHECKPOINT_DIR'],\n"
+        f"    num_nodes={recipe.resources.nodes}, num_gpus_per_node={recipe.procs_per_node})\n"
+        f"for dotted, value in json.loads({json.dumps(lit)}).items():\n"
+        "    obj = recipe\n"
+        "    *parents, leaf = dotted.split('.')\n"
+        "    for part in parents:\n"
+        "        obj = getattr(obj, part)\n"
+        "    setattr(obj, leaf, value)\n"
+        "# resume from the newest checkpoint in the run directory when one exists\n"
+        "recipe.resume = run.Config(llm.AutoResume, resume_if_exists=True,\n"
+        "                           resume_ignore_no_checkpoint=True)\n"
+        "run.run(recipe, direct=True)\n"
+    )
+
+
+def _container_opts(recipe: Recipe) -> list[str]:
+    c = recipe.container
+    if c is None:
+        return []
+    opts = [f"--container-image={sh_quote(c.image, what='container.image')}"]
+    if c.mounts:
+        opts.append(f"--container-mounts={sh_quote(','.join(c.mounts), what='container.mounts')}")
+    if c.workdir:
+        opts.append(f"--container-workdir={sh_quote(c.workdir, what='container.workdir')}")
+    if not c.mount_home:
+        opts.append("--no-container-mount-home")
+    return opts
+
+
+def render_script(
+    recipe: Recipe, target: Target | None = None, placement: Placement | None = None
+) -> RenderedScript:
+    """Render ``recipe`` into an sbatch script for ``target``; pure, deterministic."""
+    from slurmfm.catalog.instances import get_instance
+
+    target = target or Target.for_recipe(recipe)
+    placement = placement or Placement()
+    inst = get_instance(recipe.cluster.instance_type)
+    directives, warnings = _directives(recipe, inst, target, placement)
+    env, env_warnings = _env_lines(recipe, inst)
+    warnings.extend(env_warnings)
+    for name in recipe.secrets:
+        env_name(name, what="secrets")
+    s = recipe.storage
+    run_id = s.run_id or recipe.name
+    ckpt = s.checkpoint_root.rstrip("/") or "/"
+    checkpoint_dir = f"{ckpt}/{recipe.name}/{run_id}" if ckpt != "/" else f"/{recipe.name}/{run_id}"
+    argv, prefix, how = _launch(recipe, "$SLURMFM_CHECKPOINT_DIR")
+    srun = ['--nodes="$SLURM_JOB_NUM_NODES"']
+    if recipe.launcher.kind == "nemo":
+        srun.append(f"--ntasks-per-node={recipe.procs_per_node}")
+    else:
+        srun.extend(['--ntasks="$SLURM_JOB_NUM_NODES"', "--ntasks-per-node=1"])
+    srun.append("--kill-on-bad-exit=1")
+    if recipe.cluster.flavor == "hyperpod":
+        # HyperPod's auto-resume is an srun option; sbatch rejects it (aws-launch-facts.md 4.3).
+        srun.append("--auto-resume=1")
+    srun.extend(_container_opts(recipe))
+    pe = recipe.python_env
+    setup: list[str] = []
+    if pe is not None:
+        for mod in pe.modules:
+            setup.append(f"module load {sh_quote(mod, what='python_env.modules')}")
+        if pe.activate:
+            setup.append(f"source {sh_quote(pe.activate, what='python_env.activate')}")
+        if pe.conda_env:
+            setup.append('eval "$(conda shell.bash hook)"')
+            setup.append(f"conda activate {sh_quote(pe.conda_env, what='python_env.conda_env')}")
+    data = [
+        (env_name(f"SLURMFM_DATA_{k.upper()}"), sh_quote(v, what=f"storage.data.{k}"))
+        for k, v in s.data.items()
+    ]
+    rank_map = " ".join(f"{h}={k}" for h, k in sorted(placement.rank_key.items()))
+    nemo_driver = _nemo_driver(recipe, "$SLURMFM_CHECKPOINT_DIR")
+    heredoc_tag = "SLURMFM_NEMO_DRIVER_EOF"
+    if nemo_driver and heredoc_tag in nemo_driver:
+        raise RenderError("launcher: the NeMo driver text contains its own heredoc delimiter")
+    ctx = {
+        "version": __version__,
+        "recipe": recipe,
+        "inst": inst,
+        "target": target,
+        "directives": directives,
+        "env": env,
+        "secrets": list(recipe.secrets),
+        "setup": setup,
+        "data": data,
+        "log_dir": sh_quote(s.log_dir, what="storage.log_dir"),
+        "checkpoint_dir": sh_quote(checkpoint_dir, what="storage.checkpoint_root"),
+        "run_id": sh_quote(run_id, what="storage.run_id"),
+        "host_order": sh_quote(" ".join(placement.nodes)) if placement.nodes else "''",
+        "rank_map": sh_quote(rank_map) if rank_map else "''",
+        "rdzv_port": getattr(recipe.launcher, "rdzv_port", None),
+        "srun_opts": srun,
+        "argv": argv,
+        "prefix": prefix,
+        "how": how,
+        "nemo_driver": nemo_driver,
+        "heredoc_tag": heredoc_tag,
+        "placement": placement,
+        "world": recipe.world_size,
+        "procs_per_node": recipe.procs_per_node,
+    }
+    text = _env().get_template("sbatch.sh.j2").render(**ctx)
+    return RenderedScript(
+        text=text,
+        directives=tuple(directives),
+        env=tuple(env),
+        launch=sh_join([]) + " ".join(argv),
+        warnings=tuple(warnings),
+        target=target,
+        secrets=tuple(recipe.secrets),
+        log_dir=s.log_dir,
+        checkpoint_dir=checkpoint_dir,
+        notes=(how,),
+    )
