@@ -1,0 +1,259 @@
+"""Slurm feature gates as data: which option or behaviour exists from which release.
+
+Why: the clusters slurmfm targets run very different Slurm releases (the local lab 22.05,
+ParallelCluster 3.11-3.15 ship 23.11-25.11, PCS offers 23.11-25.11, HyperPod needs 25.11 for
+partition topology, Debian gives 24.11 and 26.05). Emitting ``--segment`` to a 23.11 controller
+or relying on ``BlockAsNodeRank`` on 24.11 fails at submit time or, worse, silently changes
+placement. Each gate here cites the reference sheet it comes from; when a sheet gives no exact
+first release, ``description`` says so, ``verified`` is False and the *later* plausible release is
+used, so slurmfm never claims support it cannot back.
+
+Sources: ``/work/shared/reference/slurm-topology-and-placement.md`` section 1.1 (checked against
+Slurm CHANGELOGs and tags) and section 8; ``newer-slurm.md`` (real 24.11.5 and 26.05.5 runs);
+``slurm-on-one-host.md`` (real 22.05.8 runs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from slurmfm.errors import UnsupportedError
+
+__all__ = [
+    "FEATURES",
+    "Feature",
+    "SlurmVersion",
+    "UnsupportedBySlurm",
+    "require",
+    "supports",
+]
+
+_VERSION_RE = re.compile(
+    r"""^\s*(?:slurm(?:-wlm)?[\s-]+)?v?          # optional "slurm " / "slurm-" prefix
+        (?P<major>\d{1,3})(?P<sep>[.-])(?P<minor>\d{1,2})  # 24.11 (or tag style 24-11)
+        (?:(?P=sep)(?P<micro>\d{1,3}))?                   # .5 (same separator)
+        (?:-\d+[\w.+~-]*)?                        # Debian/tag revision: -1, -4+deb13u1, -2
+        \s*$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, order=True)
+class SlurmVersion:
+    """A Slurm release ``major.minor[.micro]`` (year.month.patch), totally ordered."""
+
+    major: int
+    minor: int
+    micro: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> SlurmVersion:
+        """Parse "22.05.8", "24.11", "slurm 24.11.5", "26.05.5-1", "24.11.5-4+deb13u1".
+
+        Why lenient about prefixes/suffixes: the text comes from ``sinfo --version`` ("slurm
+        24.11.5"), Debian package versions ("26.05.5-1") and tags ("slurm-24-11-5-1").
+        """
+        m = _VERSION_RE.match(text)
+        if m is None:
+            raise ValueError(f"not a Slurm version: {text!r} (expected e.g. '24.11' or '24.11.5')")
+        micro = m.group("micro")
+        return cls(int(m.group("major")), int(m.group("minor")), int(micro) if micro else 0)
+
+    def __str__(self) -> str:
+        # Year-based releases (14.03 on) are written with a two-digit month; 2.3 stays 2.3.
+        month = f"{self.minor:02d}" if self.major >= 14 else str(self.minor)
+        base = f"{self.major}.{month}"
+        return base if self.micro == 0 else f"{base}.{self.micro}"
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A Slurm option/behaviour and the release range that has it.
+
+    ``verified`` is False when ``introduced`` is a conservative floor or a CHANGELOG reading that
+    no reference run confirmed on that exact release.
+    """
+
+    name: str
+    introduced: SlurmVersion
+    removed: SlurmVersion | None
+    description: str
+    source: str
+    verified: bool = True
+
+
+class UnsupportedBySlurm(UnsupportedError, ValueError):
+    """The cluster's Slurm is too old (or too new) for a requested feature."""
+
+
+_V = SlurmVersion
+SRC_TIMELINE = "slurm-topology-and-placement.md#1.1 (SchedMD/slurm CHANGELOG + tags)"
+SRC_TREE_FIX = (
+    "slurm-topology-and-placement.md#8 (SchedMD/slurm commits 2ec1d02624, 64263118c3, "
+    "ticket 20547; checked on 22.05.8)"
+)
+SRC_NEWER = "newer-slurm.md"
+SRC_LAB = "slurm-on-one-host.md"
+SRC_AWS = "aws-launch-facts.md#1.1/#4.3"
+
+_FLOOR_NOTE = (
+    "The reference sheets do not record the first release; 22.05 (the oldest Slurm this "
+    "project runs and tests, the local lab) is used as a conservative floor."
+)
+
+_ALL: tuple[Feature, ...] = (
+    Feature(
+        "switches",
+        _V(2, 3),
+        None,
+        "sbatch --switches=count[@time] caps leaf switches under topology/tree "
+        "(SchedulerParameters=max_switch_wait, default 300 s). Works on 22.05, 24.11, 26.05.",
+        f"{SRC_TIMELINE} (commit 08e9f24); {SRC_LAB}; {SRC_NEWER}#4",
+    ),
+    Feature(
+        "topology_block",
+        _V(23, 11),
+        None,
+        "TopologyPlugin=topology/block (BlockName lines; BlockSizes from 24.05, BlockLevels in "
+        "23.11).",
+        f"{SRC_TIMELINE} (topology_block.c first in tag 23-11-0-1)",
+    ),
+    Feature(
+        "segment",
+        _V(24, 5),
+        None,
+        "sbatch --segment=S: node count must be a multiple of S; each segment placed in one "
+        "block. 24.11 checks divisibility in the controller, 26.05 in the client.",
+        f"{SRC_TIMELINE} (CHANGELOG 24.05); {SRC_NEWER}#4",
+    ),
+    Feature(
+        "topology_yaml",
+        _V(25, 5),
+        None,
+        "topology.yaml: several topologies, per-partition Topology=; topology.conf is ignored "
+        "when it exists. Verified working on 26.05.",
+        f"{SRC_TIMELINE} (CHANGELOG 25.05); {SRC_NEWER}#3.4",
+    ),
+    Feature(
+        "block_as_node_rank",
+        _V(25, 11),
+        None,
+        "TopologyParam=BlockAsNodeRank: node ranks follow block order. Absent from 24.11's "
+        "slurm.conf(5), works on 26.05 (newer-slurm.md); the 25.11 first release comes from the "
+        "CHANGELOG reading only -- no 25.11 cluster was run, so the exact release is unverified.",
+        f"{SRC_TIMELINE} (CHANGELOG 25.11); {SRC_NEWER}#3.3",
+        verified=False,
+    ),
+    Feature(
+        "exclusive_topo",
+        _V(24, 5),
+        None,
+        "sbatch --exclusive=topo: do not share the topology segment/block with other jobs. "
+        "Observed on 24.11 and 26.05.",
+        f"{SRC_TIMELINE} (CHANGELOG 24.05); {SRC_NEWER}#4",
+    ),
+    Feature(
+        "tree_selection_rules_2405_3",
+        _V(24, 5, 3),
+        None,
+        "topology/tree best-fit as changed in 24.05.3: a closer leaf replaces the best only if "
+        "it fits, and ancestor free counts are decremented. 21.08-24.05.2 use the older rules "
+        "(verified on 22.05.8); the placement simulator must pick the matching variant.",
+        SRC_TREE_FIX,
+    ),
+    Feature(
+        "segment_larger_than_base_block",
+        _V(25, 11),
+        None,
+        "--segment larger than the base block (fits a higher BlockSizes level): 24.11 rejects it "
+        "('segment > bblock_node_cnt is not supported'), 26.05 accepts it. 25.11 is the CHANGELOG "
+        "reading; not run on 25.11, so the exact release is unverified.",
+        f"{SRC_TIMELINE} (CHANGELOG 25.11); {SRC_NEWER}#4, #8 item 10",
+        verified=False,
+    ),
+    Feature(
+        "sbatch_test_only",
+        _V(22, 5),
+        None,
+        "sbatch --test-only: predicts start time and nodes without submitting (uses a job id). "
+        f"Works on 22.05.8, 24.11, 26.05. {_FLOOR_NOTE}",
+        f"{SRC_LAB}; {SRC_NEWER}",
+        verified=False,
+    ),
+    Feature(
+        "open_mode",
+        _V(22, 5),
+        None,
+        "sbatch --open-mode=append: keeps output across requeues / HyperPod auto-resume. "
+        f"{_FLOOR_NOTE}",
+        f"{SRC_AWS} (HyperPod auto-resume guidance)",
+        verified=False,
+    ),
+    Feature(
+        "signal_batch",
+        _V(22, 5),
+        None,
+        "sbatch --signal=B:SIG@secs: signal the batch shell before the time limit (checkpoint "
+        f"hook; submitit uses --signal=USR2@90). {_FLOOR_NOTE}",
+        "peer-launchers.md (submitit)",
+        verified=False,
+    ),
+    Feature(
+        "requeue",
+        _V(22, 5),
+        None,
+        "sbatch --requeue + scontrol requeue (torchx hard-codes --requeue). " + _FLOOR_NOTE,
+        f"peer-launchers.md (torchx); {SRC_AWS}",
+        verified=False,
+    ),
+    Feature(
+        "gpus_per_node",
+        _V(19, 5),
+        None,
+        "sbatch --gpus-per-node (select/cons_tres GPU options). 19.05 is the commonly cited first "
+        "release but is not in the reference sheets; they verify it works on 22.05.8 and 26.05.",
+        f"{SRC_LAB}; {SRC_NEWER}#3.4",
+        verified=False,
+    ),
+    Feature(
+        "wait_all_nodes",
+        _V(22, 5),
+        None,
+        "sbatch --wait-all-nodes=1: start the script only when every node is booted (AWS "
+        f"samples' launch skeleton; matters for dynamic cloud nodes). {_FLOOR_NOTE}",
+        "aws-launch-facts.md#1.1, #6 item 1",
+        verified=False,
+    ),
+)
+
+FEATURES: Mapping[str, Feature] = MappingProxyType({f.name: f for f in _ALL})
+"""All feature gates, keyed by name (read-only)."""
+
+
+def supports(feature: str, version: SlurmVersion) -> bool:
+    """True when ``version`` has ``feature``; an unknown feature name raises ``KeyError``."""
+    f = FEATURES[feature]
+    if version < f.introduced:
+        return False
+    return f.removed is None or version < f.removed
+
+
+def require(feature: str, version: SlurmVersion, what: str) -> None:
+    """Raise :class:`UnsupportedBySlurm` unless ``version`` supports ``feature``.
+
+    ``what`` names the user-facing request (e.g. "--segment=9"), so the message tells the user
+    what to drop or which Slurm to ask for.
+    """
+    if supports(feature, version):
+        return
+    f = FEATURES[feature]
+    if version < f.introduced:
+        raise UnsupportedBySlurm(
+            f"{what} needs Slurm >= {f.introduced} ({feature}); this cluster runs {version}"
+        )
+    raise UnsupportedBySlurm(
+        f"{what} was removed in Slurm {f.removed} ({feature}); this cluster runs {version}"
+    )

@@ -1,0 +1,505 @@
+"""NCCL/EFA profiles: every rule on and off, version gates at their boundaries, invariants."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from packaging.version import Version
+
+from slurmfm.catalog.instances import INSTANCES, InstanceType
+from slurmfm.catalog.nccl import (
+    FORBIDDEN,
+    LEGACY_ONLY,
+    RULES,
+    EnvSetting,
+    Rule,
+    Runtime,
+    StackVersions,
+    check_minimums,
+    is_forbidden,
+    merge_env,
+    nccl_env,
+    user_env_warnings,
+)
+
+RUNTIMES: tuple[Runtime, ...] = ("host", "container")
+AUTO = StackVersions()
+PREPEND = "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+
+def I(name: str) -> InstanceType:  # noqa: E743 - short name keeps the tables readable
+    return INSTANCES[name]
+
+
+def S(**versions: str) -> StackVersions:
+    return StackVersions.parse(**versions)
+
+
+def env_dict(instance: str, stack: StackVersions, runtime: Runtime) -> dict[str, str]:
+    return {s.name: s.value for s in nccl_env(I(instance), stack, runtime)}
+
+
+RULE_BY_ID = {r.id: r for r in RULES}
+
+# rule id, (instance, stack, runtime) where it applies, (...) where it does not,
+# and the settings it must contribute to nccl_env when it applies.
+RULE_CASES: list[
+    tuple[
+        str,
+        tuple[str, StackVersions, Runtime],
+        tuple[str, StackVersions, Runtime],
+        dict[str, str],
+    ]
+] = [
+    (
+        "efa-provider",
+        ("p5.48xlarge", AUTO, "host"),
+        ("lab-cpu", AUTO, "host"),
+        {"FI_PROVIDER": "efa"},
+    ),
+    (
+        "socket-ifname",
+        ("p6-b300.48xlarge", AUTO, "container"),
+        ("lab-cpu", AUTO, "container"),
+        {"NCCL_SOCKET_IFNAME": "^docker,lo,veth"},
+    ),
+    (
+        "nccl-debug-warn",
+        ("p4d.24xlarge", AUTO, "host"),
+        ("lab-cpu", AUTO, "host"),
+        {"NCCL_DEBUG": "WARN"},
+    ),
+    (
+        "plugin-path-host",
+        ("p5.48xlarge", AUTO, "host"),
+        ("p5.48xlarge", AUTO, "container"),
+        {"LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib" + PREPEND},
+    ),
+    (
+        "plugin-path-container",
+        ("p6e-gb200.36xlarge", AUTO, "container"),
+        ("p6e-gb200.36xlarge", AUTO, "host"),
+        {
+            "LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:/opt/amazon/efa/lib"
+            + PREPEND
+        },
+    ),
+    (
+        "plugin-path-legacy",
+        ("p4d.24xlarge", S(efa_installer="1.35.9"), "container"),
+        ("p4d.24xlarge", S(efa_installer="1.36.0"), "container"),
+        {"LD_LIBRARY_PATH": "/opt/aws-ofi-nccl/install/lib:/opt/amazon/efa/lib" + PREPEND},
+    ),
+    (
+        "ofi-le-1.5-provider",
+        ("p4d.24xlarge", S(aws_ofi_nccl="1.5.0"), "host"),
+        ("p4d.24xlarge", S(aws_ofi_nccl="1.6.0"), "host"),
+        {"FI_PROVIDER": "efa", "NCCL_PROTO": "simple"},
+    ),
+    (
+        "ofi-lt-1.7-device-rdma",
+        ("p5.48xlarge", S(aws_ofi_nccl="1.6.3"), "host"),
+        ("p5.48xlarge", S(aws_ofi_nccl="1.7.0"), "host"),
+        {"FI_EFA_USE_DEVICE_RDMA": "1"},
+    ),
+    (
+        "efa-lt-1.29.1-cuda-sync-memops",
+        ("p5.48xlarge", S(efa_installer="1.29.0", nccl="2.19.3-1"), "host"),
+        ("p5.48xlarge", S(efa_installer="1.29.1", nccl="2.19.3-1"), "host"),
+        {"FI_EFA_SET_CUDA_SYNC_MEMOPS": "0"},
+    ),
+    (
+        "p5en-nvls-disable",
+        ("p5en.48xlarge", AUTO, "host"),
+        ("p5e.48xlarge", AUTO, "host"),
+        {"NCCL_NVLS_ENABLE": "0"},
+    ),
+    (
+        "p5en-cumem-disable",
+        ("p5en.48xlarge", AUTO, "container"),
+        ("p5.48xlarge", AUTO, "container"),
+        {"NCCL_CUMEM_ENABLE": "0"},
+    ),
+    (
+        "gb200-mnnvl",
+        ("p6e-gb200.36xlarge", AUTO, "host"),
+        ("p6-b200.48xlarge", AUTO, "host"),
+        {"NCCL_MNNVL_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"},
+    ),
+]
+
+
+def test_every_rule_has_cases_and_unique_id() -> None:
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    assert {c[0] for c in RULE_CASES} == set(ids)
+
+
+@pytest.mark.parametrize(("rule_id", "on", "off", "expected"), RULE_CASES)
+def test_rule_applies_and_does_not(
+    rule_id: str,
+    on: tuple[str, StackVersions, Runtime],
+    off: tuple[str, StackVersions, Runtime],
+    expected: dict[str, str],
+) -> None:
+    rule = RULE_BY_ID[rule_id]
+    assert rule.applies(I(on[0]), on[1], on[2]) is True
+    assert rule.applies(I(off[0]), off[1], off[2]) is False
+    produced = {s.name: s.value for s in rule.settings(I(on[0]), on[1], on[2])}
+    assert produced == expected
+    env = env_dict(*on)
+    for name, value in expected.items():
+        assert env[name] == value
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
+def test_rule_metadata(rule: Rule) -> None:
+    assert rule.source.strip()
+    assert rule.description.strip()
+    if not rule.verified:
+        assert "unverified" in rule.description.lower()
+
+
+def test_modern_default_profile_is_minimal() -> None:
+    env = env_dict("p5.48xlarge", AUTO, "host")
+    assert list(env) == ["FI_PROVIDER", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "LD_LIBRARY_PATH"]
+
+
+def test_modern_explicit_versions_same_as_auto() -> None:
+    modern = S(efa_installer="1.47.0", libfabric="2.1", aws_ofi_nccl="1.16.3", nccl="2.27.7-1")
+    for name in INSTANCES:
+        for rt in RUNTIMES:
+            assert nccl_env(I(name), modern, rt) == nccl_env(I(name), AUTO, rt)
+
+
+# --- version gates: just below / at / above ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("ofi", "proto", "device_rdma"),
+    [
+        ("1.4.0", True, True),
+        ("1.5.0", True, True),  # <= 1.5.0: FI_PROVIDER + NCCL_PROTO
+        ("1.6.0", False, True),  # 1.6.x: FI_EFA_USE_DEVICE_RDMA only
+        ("1.6.9", False, True),
+        ("1.7.0", False, False),  # >= 1.7.0: neither
+        ("1.7.2", False, False),
+        ("1.16.3", False, False),
+        ("v1.6.1", False, True),
+        ("1.7.0rc1", False, False),  # compared on release numbers: 1.7.0rc1 counts as 1.7.0
+    ],
+)
+def test_ofi_gates_on_p4_p5(ofi: str, proto: bool, device_rdma: bool) -> None:
+    for name in ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"):
+        env = env_dict(name, S(aws_ofi_nccl=ofi), "host")
+        assert ("NCCL_PROTO" in env) is proto
+        assert ("FI_EFA_USE_DEVICE_RDMA" in env) is device_rdma
+        assert env["FI_PROVIDER"] == "efa"
+
+
+@pytest.mark.parametrize("name", ["p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge"])
+def test_ofi_legacy_flags_not_on_p6(name: str) -> None:
+    env = env_dict(name, S(aws_ofi_nccl="1.5.0"), "host")
+    assert "NCCL_PROTO" not in env
+    assert "FI_EFA_USE_DEVICE_RDMA" not in env
+
+
+@pytest.mark.parametrize(
+    ("efa", "nccl", "expected"),
+    [
+        ("1.28.0", "2.19.0", True),
+        ("1.29.0", "2.19.0", True),  # just below 1.29.1
+        ("1.29.1", "2.19.0", False),  # at
+        ("1.29.2", "2.19.0", False),  # above
+        ("1.29.0", "2.18.6", False),  # NCCL just below 2.19
+        ("1.29.0", "2.19.3-1", True),
+        ("1.29.0", "2.20.0", True),
+        ("1.29.0", "auto", True),  # unknown NCCL assumed current
+        ("auto", "2.19.0", False),  # unknown EFA assumed current
+    ],
+)
+def test_cuda_sync_memops_gate(efa: str, nccl: str, expected: bool) -> None:
+    env = env_dict("p5.48xlarge", S(efa_installer=efa, nccl=nccl), "host")
+    assert ("FI_EFA_SET_CUDA_SYNC_MEMOPS" in env) is expected
+
+
+@pytest.mark.parametrize(
+    ("efa", "runtime", "prefix"),
+    [
+        ("1.35.0", "host", "/opt/aws-ofi-nccl/install/lib:"),
+        ("1.35.0", "container", "/opt/aws-ofi-nccl/install/lib:"),
+        ("1.36.0", "host", "/opt/amazon/ofi-nccl/lib:"),
+        ("1.36.1", "container", "/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:"),
+        ("auto", "host", "/opt/amazon/ofi-nccl/lib:"),
+        ("auto", "container", "/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:"),
+    ],
+)
+def test_plugin_path_variants(efa: str, runtime: Runtime, prefix: str) -> None:
+    (ld,) = [s for s in nccl_env(I("p5.48xlarge"), S(efa_installer=efa), runtime)
+             if s.name == "LD_LIBRARY_PATH"]  # fmt: skip
+    assert ld.value.startswith(prefix)
+    assert ld.raw_shell is True
+    assert ld.value.endswith(":/opt/amazon/efa/lib" + PREPEND)
+
+
+# --- LD_LIBRARY_PATH really prepends ------------------------------------------------------------
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize(
+    ("existing", "suffix"),
+    [(None, ""), ("", ""), ("/usr/local/cuda/lib64", ":/usr/local/cuda/lib64")],
+)
+def test_ld_library_path_prepends_in_bash(
+    runtime: Runtime, existing: str | None, suffix: str
+) -> None:
+    (ld,) = [s for s in nccl_env(I("p5.48xlarge"), AUTO, runtime) if s.name == "LD_LIBRARY_PATH"]
+    setup = "unset LD_LIBRARY_PATH" if existing is None else f"LD_LIBRARY_PATH='{existing}'"
+    script = f'{setup}; export LD_LIBRARY_PATH="{ld.value}"; printf %s "$LD_LIBRARY_PATH"'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    arch = subprocess.run(["uname", "-m"], capture_output=True, text=True, check=True).stdout
+    plugin = (
+        "/opt/amazon/ofi-nccl/lib"
+        if runtime == "host"
+        else f"/opt/amazon/ofi-nccl/lib/{arch.strip()}-linux-gnu"
+    )
+    # No trailing empty entry (an empty entry would mean "current directory" to ld.so).
+    assert out == f"{plugin}:/opt/amazon/efa/lib{suffix}"
+
+
+# --- lab-cpu -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize(
+    "stack",
+    [AUTO, S(aws_ofi_nccl="1.4.0", efa_installer="1.20.0", nccl="2.19.0")],
+)
+def test_lab_cpu_gets_no_nccl_env(runtime: Runtime, stack: StackVersions) -> None:
+    assert nccl_env(I("lab-cpu"), stack, runtime) == ()
+    assert check_minimums(I("lab-cpu"), stack) == []
+
+
+# --- P5en / GB200 specifics ---------------------------------------------------------------------
+def test_p5en_workarounds() -> None:
+    env = env_dict("p5en.48xlarge", AUTO, "host")
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+    assert env["NCCL_CUMEM_ENABLE"] == "0"
+    reasons = {s.name: s.reason for s in nccl_env(I("p5en.48xlarge"), AUTO, "host")}
+    assert "#1906" in reasons["NCCL_NVLS_ENABLE"]
+    assert "#1749" in reasons["NCCL_CUMEM_ENABLE"]
+
+
+def test_gb200_mnnvl_is_marked_unverified() -> None:
+    settings_ = {s.name: s for s in nccl_env(I("p6e-gb200.36xlarge"), AUTO, "container")}
+    assert settings_["NCCL_MNNVL_ENABLE"].value == "1"
+    assert settings_["NCCL_NVLS_ENABLE"].value == "1"
+    assert "unverified" in settings_["NCCL_MNNVL_ENABLE"].reason
+    assert "EKS" in settings_["NCCL_MNNVL_ENABLE"].source
+    assert RULE_BY_ID["gb200-mnnvl"].verified is False
+
+
+# --- ordering / duplicates ----------------------------------------------------------------------
+def test_later_rule_wins_at_first_position() -> None:
+    out = nccl_env(I("p4d.24xlarge"), S(aws_ofi_nccl="1.5.0"), "host")
+    names = [s.name for s in out]
+    assert len(names) == len(set(names))
+    assert names[0] == "FI_PROVIDER"
+    assert "aws-ofi-nccl <= 1.5" in out[0].reason  # the legacy rule's reason replaced the default
+
+
+def test_deterministic() -> None:
+    stack = S(aws_ofi_nccl="1.6.0", efa_installer="1.28.0")
+    assert nccl_env(I("p5.48xlarge"), stack, "host") == nccl_env(I("p5.48xlarge"), stack, "host")
+
+
+def test_bad_runtime() -> None:
+    with pytest.raises(ValueError, match="runtime"):
+        nccl_env(I("p5.48xlarge"), AUTO, "docker")  # type: ignore[arg-type]
+
+
+# --- forbidden never emitted --------------------------------------------------------------------
+_GRID_VERSIONS = {
+    "efa_installer": ["auto", "1.20.0", "1.29.0", "1.29.1", "1.35.0", "1.36.0", "1.48.0"],
+    "aws_ofi_nccl": ["auto", "1.4.0", "1.5.0", "1.6.2", "1.7.0", "1.16.3"],
+    "nccl": ["auto", "2.18.5", "2.19.0", "2.30.4-1"],
+}
+_GRID = [
+    S(efa_installer=e, aws_ofi_nccl=o, nccl=n)
+    for e, o, n in itertools.product(*_GRID_VERSIONS.values())
+]
+
+
+@pytest.mark.parametrize("forbidden", sorted(FORBIDDEN))
+def test_forbidden_never_emitted(forbidden: str) -> None:
+    for name, stack, rt in itertools.product(INSTANCES, _GRID, RUNTIMES):
+        emitted = {s.name for s in nccl_env(I(name), stack, rt)}
+        assert forbidden not in emitted
+        assert not any(is_forbidden(n) for n in emitted)
+
+
+@pytest.mark.parametrize("legacy", sorted(LEGACY_ONLY))
+def test_legacy_only_absent_on_current_stacks(legacy: str) -> None:
+    modern = S(efa_installer="1.48.0", aws_ofi_nccl="1.19.0", nccl="2.30.4")
+    for name, stack, rt in itertools.product(INSTANCES, (AUTO, modern), RUNTIMES):
+        assert legacy not in {s.name for s in nccl_env(I(name), stack, rt)}
+
+
+def test_forbidden_and_legacy_entries_cite_sources() -> None:
+    for reason in [*FORBIDDEN.values(), *LEGACY_ONLY.values()]:
+        assert "(" in reason
+        assert ":" in reason or "commit" in reason
+    assert is_forbidden("RDMAV_HUGEPAGES_SAFE")
+    assert not is_forbidden("NCCL_DEBUG")
+
+
+# --- merge_env / user warnings ------------------------------------------------------------------
+def test_merge_env_user_wins() -> None:
+    profile = nccl_env(I("p5.48xlarge"), AUTO, "host")
+    user = {"NCCL_DEBUG": "INFO", "LD_LIBRARY_PATH": "/mine", "OTHER": "1"}
+    kept, user_out = merge_env(profile, user)
+    assert user_out == user
+    assert user_out is not user
+    assert {s.name for s in kept} == {"FI_PROVIDER", "NCCL_SOCKET_IFNAME"}
+    assert [s.name for s in kept] == [s.name for s in profile if s.name not in user]
+
+
+def test_merge_env_empty_user() -> None:
+    profile = nccl_env(I("p6-b200.48xlarge"), AUTO, "container")
+    kept, user_out = merge_env(profile, {})
+    assert kept == list(profile)
+    assert user_out == {}
+
+
+def test_user_env_warnings() -> None:
+    user = {
+        "NCCL_ALGO": "Tree",
+        "NCCL_PROTO": "simple",
+        "RDMAV_HUGEPAGES_SAFE": "1",
+        "NCCL_DEBUG": "INFO",
+    }
+    warnings = user_env_warnings(I("p5.48xlarge"), AUTO, "host", user)
+    assert len(warnings) == 3
+    assert warnings[0].startswith("NCCL_ALGO: ")
+    assert any(w.startswith("NCCL_PROTO: not needed") for w in warnings)
+    # On a stack that needs NCCL_PROTO, the user setting it is fine.
+    legacy = user_env_warnings(I("p5.48xlarge"), S(aws_ofi_nccl="1.5.0"), "host", user)
+    assert not any(w.startswith("NCCL_PROTO") for w in legacy)
+
+
+# --- EnvSetting / StackVersions validation ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"value": "$(uname -m)"}, "raw_shell"),
+        ({"value": "`id`"}, "raw_shell"),
+        ({"value": 'a"b', "raw_shell": True}, "quote"),
+        ({"value": "a\\b", "raw_shell": True}, "quote"),
+        ({"reason": "two\nlines"}, "one line"),
+        ({"source": ""}, "required"),
+    ],
+)
+def test_env_setting_validation(kwargs: dict[str, object], match: str) -> None:
+    base: dict[str, object] = {"name": "X", "value": "1", "reason": "r", "source": "s"}
+    base.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        EnvSetting(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "expected"),
+    [
+        ({}, "nccl", None),
+        ({"nccl": "AUTO"}, "nccl", None),
+        ({"nccl": "2.27.7-1"}, "nccl", Version("2.27.7.post1")),
+        ({"aws_ofi_nccl": "v1.16.3"}, "aws_ofi_nccl", Version("1.16.3")),
+        ({"efa_installer": " 1.47.0 "}, "efa_installer", Version("1.47.0")),
+        ({"libfabric": "1.22.0amzn4.0"}, "libfabric", Version("1.22.0")),
+    ],
+)
+def test_stack_parse(kwargs: dict[str, str], field: str, expected: Version | None) -> None:
+    assert getattr(StackVersions.parse(**kwargs), field) == expected
+
+
+@pytest.mark.parametrize("field", ["efa_installer", "libfabric", "aws_ofi_nccl", "nccl"])
+def test_stack_parse_invalid(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        StackVersions.parse(**{field: "not-a-version"})
+
+
+# --- check_minimums -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("instance", "kwargs", "warned"),
+    [
+        ("p5.48xlarge", {"nccl": "2.17.9"}, ["nccl"]),
+        ("p5.48xlarge", {"nccl": "2.18.0"}, []),
+        ("p5.48xlarge", {"nccl": "2.18.5-1"}, []),
+        ("p5.48xlarge", {"aws_ofi_nccl": "1.7.1"}, ["aws_ofi_nccl"]),
+        ("p5.48xlarge", {"aws_ofi_nccl": "1.7.2"}, []),
+        ("p5.48xlarge", {"aws_ofi_nccl": "1.7.3"}, []),
+        ("p5.48xlarge", {"efa_installer": "1.28.9"}, ["efa_installer"]),
+        ("p5.48xlarge", {"efa_installer": "1.29.0"}, []),
+        ("p5.48xlarge", {"efa_installer": "1.29.1"}, []),
+        ("p5en.48xlarge", {"nccl": "2.17.0"}, ["nccl"]),
+        ("p5e.48xlarge", {"aws_ofi_nccl": "1.6.0"}, ["aws_ofi_nccl"]),
+        ("p6-b200.48xlarge", {"nccl": "2.28.9"}, ["nccl"]),
+        ("p6-b200.48xlarge", {"nccl": "2.29.0"}, []),
+        ("p6-b200.48xlarge", {"nccl": "2.29.3-1"}, []),
+        ("p4d.24xlarge", {"nccl": "2.10.0", "aws_ofi_nccl": "1.4.0"}, []),
+        ("p5.48xlarge", {}, []),  # auto: unknown versions are not warned about
+        ("p6-b200.48xlarge", {}, []),
+    ],
+)
+def test_check_minimums(instance: str, kwargs: dict[str, str], warned: list[str]) -> None:
+    warnings = check_minimums(I(instance), S(**kwargs))
+    assert len(warnings) == len(warned)
+    for component, text in zip(warned, warnings, strict=True):
+        assert f"{instance}: {component} " in text
+        assert "[" in text  # cites its source
+
+
+def test_check_minimums_all_p5_components() -> None:
+    warnings = check_minimums(
+        I("p5en.48xlarge"), S(nccl="2.17.0", aws_ofi_nccl="1.7.0", efa_installer="1.28.0")
+    )
+    assert len(warnings) == 3
+    assert all("floor" in w for w in warnings)
+
+
+# --- property test ------------------------------------------------------------------------------
+_versions = st.one_of(
+    st.none(),
+    st.builds(
+        lambda a, b, c: Version(f"{a}.{b}.{c}"),
+        st.integers(0, 3),
+        st.integers(0, 40),
+        st.integers(0, 12),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    efa=_versions,
+    libfabric=_versions,
+    ofi=_versions,
+    nccl=_versions,
+    runtime=st.sampled_from(RUNTIMES),
+)
+def test_property_profile_invariants(
+    efa: Version | None,
+    libfabric: Version | None,
+    ofi: Version | None,
+    nccl: Version | None,
+    runtime: Runtime,
+) -> None:
+    stack = StackVersions(efa_installer=efa, libfabric=libfabric, aws_ofi_nccl=ofi, nccl=nccl)
+    for instance in INSTANCES.values():
+        out = nccl_env(instance, stack, runtime)
+        names = [s.name for s in out]
+        assert len(names) == len(set(names))
+        assert all(s.source.strip() and s.reason.strip() for s in out)
+        assert not any(is_forbidden(n) for n in names)
+        assert all(("$" not in s.value) or s.raw_shell for s in out)
+        if instance.virtual:
+            assert out == ()
+        else:
+            assert names.count("LD_LIBRARY_PATH") == 1
