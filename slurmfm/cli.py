@@ -116,7 +116,9 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write here.")
 @click.option("--slurm-version", help="Render for this Slurm version instead of the recipe's.")
 @_friendly
-def render(recipe: str, sets: tuple[str, ...], output: str | None, slurm_version: str | None) -> None:
+def render(
+    recipe: str, sets: tuple[str, ...], output: str | None, slurm_version: str | None
+) -> None:
     """Print (or write with -o) the sbatch script for RECIPE, without asking any cluster."""
     from slurmfm.api import render as do_render
 
@@ -133,7 +135,9 @@ def render(recipe: str, sets: tuple[str, ...], output: str | None, slurm_version
 @main.command()
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @_set_option
-@click.option("--dry-run", is_flag=True, help="Render and show what would be submitted; submit nothing.")
+@click.option(
+    "--dry-run", is_flag=True, help="Render and show what would be submitted; submit nothing."
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also save the script here.")
 @click.option(
     "--backend",
@@ -143,7 +147,9 @@ def render(recipe: str, sets: tuple[str, ...], output: str | None, slurm_version
     help="How to talk to Slurm.",
 )
 @click.option("--wait", is_flag=True, help="Wait for the job to end; exit 1 unless it COMPLETED.")
-@click.option("--timeout", type=float, default=3600.0, show_default=True, help="For --wait, seconds.")
+@click.option(
+    "--timeout", type=float, default=3600.0, show_default=True, help="For --wait, seconds."
+)
 @click.option("--slurm-version", help="With --dry-run: render for this Slurm version.")
 @_friendly
 def submit(
@@ -173,10 +179,10 @@ def submit(
         click.echo(info.text, nl=False)
         return
     job = api.submit(r, backend=backend)  # type: ignore[arg-type]
-    assert job.script is not None
-    _warn(job.script.warnings)
-    if output:
-        _write_atomic(output, job.script.text)
+    if job.script is not None:
+        _warn(job.script.warnings)
+        if output:
+            _write_atomic(output, job.script.text)
     click.echo(job.job_id)
     if wait:
         st = job.wait(timeout=timeout)

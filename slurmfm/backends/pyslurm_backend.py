@@ -27,7 +27,8 @@ from slurmfm.errors import BackendError
 
 _PROBE = (
     "import json, pyslurm\n"
-    "v = pyslurm.version() if callable(getattr(pyslurm, 'version', None)) else pyslurm.__version__\n"
+    "v = getattr(pyslurm, 'version', None)\n"
+    "v = v() if callable(v) else pyslurm.__version__\n"
     "print(json.dumps({'version': str(v)}))\n"
 )
 

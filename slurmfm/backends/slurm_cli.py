@@ -22,7 +22,7 @@ _JOB_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
 
 
 def _check_job_id(job_id: str) -> str:
-    if not _JOB_ID.match(job_id):
+    if not _JOB_ID.fullmatch(job_id):
         raise BackendError(f"{job_id!r} is not a Slurm job id")
     return job_id
 
@@ -140,9 +140,7 @@ class SlurmCLI:
             )
         return self._sacct_status(job_id, proc)
 
-    def _sacct_status(
-        self, job_id: str, prior: subprocess.CompletedProcess[str]
-    ) -> JobStatus:
+    def _sacct_status(self, job_id: str, prior: subprocess.CompletedProcess[str]) -> JobStatus:
         fields = "JobID,JobName,State,ExitCode,NodeList,Elapsed,Reason"
         argv = ["sacct", "-X", "-n", "-P", "-j", job_id, f"--format={fields}"]
         try:
@@ -174,9 +172,7 @@ class SlurmCLI:
         if proc.returncode:
             raise self._fail(proc, argv)
 
-    def wait(
-        self, job_id: str, *, timeout: float = 3600.0, interval: float = 0.5
-    ) -> JobStatus:
+    def wait(self, job_id: str, *, timeout: float = 3600.0, interval: float = 0.5) -> JobStatus:
         """Poll until the job reaches a terminal state (``sbatch --wait`` polls too slowly)."""
         deadline = time.monotonic() + timeout
         while True:

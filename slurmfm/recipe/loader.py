@@ -35,9 +35,9 @@ def _plain(node: Any, path: Path_, lines: LineMap) -> Any:
                 line = node.lc.key(key)[0] + 1
             except (KeyError, TypeError, AttributeError):
                 line = lines.get(path, 1)
-            lines[(*path, str(key))] = line
+            lines[path + (str(key),)] = line
             out[str(key) if not isinstance(key, str) else key] = _plain(
-                node[key], (*path, str(key)), lines
+                node[key], path + (str(key),), lines
             )
         return out
     if isinstance(node, CommentedSeq):
@@ -47,8 +47,8 @@ def _plain(node: Any, path: Path_, lines: LineMap) -> Any:
                 line = node.lc.item(i)[0] + 1
             except (KeyError, TypeError, AttributeError):
                 line = lines.get(path, 1)
-            lines[(*path, i)] = line
-            items.append(_plain(item, (*path, i), lines))
+            lines[path + (i,)] = line
+            items.append(_plain(item, path + (i,), lines))
         return items
     if node is not None and type(node).__module__.startswith("ruamel"):
         # ScalarFloat, ScalarBoolean, LiteralScalarString...: make them builtins.
@@ -90,7 +90,7 @@ def _locate(loc: Sequence[str | int], data: Any, lines: LineMap) -> tuple[str, i
     path: list[str | int] = []
     cur = data
     for part in loc:
-        if isinstance(cur, dict) and part in cur:
+        if isinstance(cur, dict) and part in cur:  # noqa: SIM114 - different types
             path.append(part)
             cur = cur[part]
         elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
@@ -115,20 +115,25 @@ def _locate(loc: Sequence[str | int], data: Any, lines: LineMap) -> tuple[str, i
 def _problems(exc: ValidationError, data: Any, lines: LineMap, source: str) -> list[Problem]:
     problems: list[Problem] = []
     for err in exc.errors(include_url=False):
-        loc = list(err["loc"])
+        loc: list[str | int] = list(err["loc"])
         msg = str(err["msg"])
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         m = _FIELD_PREFIX.match(msg)
         if m and not loc:
-            loc = m.group("field").split(".")
+            loc = list(m.group("field").split("."))
             msg = m.group("msg")
         if err["type"] == "extra_forbidden":
             msg = "unknown field (check the spelling; see the recipe reference in the README)"
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_invalid":
-            msg = f"unknown launcher kind; expected one of: torchrun, megatron, nemo ({msg})"
+            ctx = err.get("ctx") or {}
+            loc.append(str(ctx.get("discriminator", "kind")).strip("'"))
+            msg = (
+                f"unknown launcher kind {ctx.get('tag')!r}; expected one of: "
+                f"{ctx.get('expected_tags', 'torchrun, megatron, nemo')}"
+            )
         field, line = _locate(loc, data, lines)
         problems.append(Problem(source, line, field or "(recipe)", msg))
     problems.sort(key=lambda p: (p.line or 0, p.field))

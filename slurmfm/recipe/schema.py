@@ -24,14 +24,10 @@ from pydantic import (
 Flavor = Literal["parallelcluster", "pcs", "hyperpod", "generic"]
 
 # Slurm job names, partitions, accounts, QOS, reservations: conservative identifiers.
-SlurmName = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
-]
+SlurmName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
-_TIME_RE = re.compile(
-    r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+)(?::(?P<s>\d+))?$"
-)
+_TIME_RE = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+)(?::(?P<s>\d+))?$")
 
 
 def parse_time_limit(text: str) -> int:
@@ -236,7 +232,9 @@ class Container(_Strict):
     def _mounts(cls, v: list[str]) -> list[str]:
         for m in v:
             if "," in m:
-                raise ValueError(f"{m!r}: Pyxis separates mounts with ',', so a path cannot hold one")
+                raise ValueError(
+                    f"{m!r}: Pyxis separates mounts with ',', so a path cannot hold one"
+                )
             if not m.startswith("/"):
                 raise ValueError(f"{m!r}: mounts are SRC[:DST[:FLAGS]] with absolute paths")
         return v
@@ -333,7 +331,11 @@ class Recipe(_Strict):
             raise ValueError(
                 f"resources.procs_per_node: required, because {inst.name} has no GPUs to count"
             )
-        if inst.gpus and self.resources.procs_per_node and self.resources.procs_per_node > inst.gpus:
+        if (
+            inst.gpus
+            and self.resources.procs_per_node
+            and self.resources.procs_per_node > inst.gpus
+        ):
             raise ValueError(
                 f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
                 f"{inst.gpus} GPUs of {inst.name}"

@@ -25,7 +25,11 @@ def sh_quote(value: str, *, what: str = "value") -> str:
     """
     if "\x00" in value:
         raise UnsafeValueError(f"{what}: contains a NUL byte, which bash cannot carry")
-    if value and _SAFE_BARE.match(value):
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsafeValueError(f"{what}: is not valid Unicode text (lone surrogate)") from None
+    if value and _SAFE_BARE.fullmatch(value):
         return value
     return "'" + value.replace("'", "'\\''") + "'"
 
@@ -45,8 +49,8 @@ def sbatch_value(value: str, *, what: str) -> str:
     """Validate a value for an ``#SBATCH --opt=value`` line and return it unchanged."""
     if not value:
         raise UnsafeValueError(f"{what}: must not be empty")
-    if not _SBATCH_SAFE.match(value):
-        bad = sorted({c for c in value if not _SBATCH_SAFE.match(c)})
+    if not _SBATCH_SAFE.fullmatch(value):
+        bad = sorted({c for c in value if not _SBATCH_SAFE.fullmatch(c)})
         shown = ", ".join(repr(c) for c in bad)
         raise UnsafeValueError(
             f"{what}: {value!r} has characters that #SBATCH lines cannot carry safely ({shown})"
@@ -59,6 +63,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def env_name(name: str, *, what: str = "environment variable name") -> str:
     """Validate an environment variable name (it is emitted bare, so it must be an identifier)."""
-    if not _ENV_NAME.match(name):
+    if not _ENV_NAME.fullmatch(name):
         raise UnsafeValueError(f"{what}: {name!r} is not a valid shell variable name")
     return name

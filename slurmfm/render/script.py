@@ -194,11 +194,18 @@ def _directives(
 
 
 def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[str]]:
-    from slurmfm.catalog.nccl import FORBIDDEN, StackVersions, check_minimums, merge_env, nccl_env
+    from slurmfm.catalog.nccl import (
+        FORBIDDEN,
+        Runtime,
+        StackVersions,
+        check_minimums,
+        merge_env,
+        nccl_env,
+    )
 
     n = recipe.network
     stack = StackVersions.parse(n.efa_installer, n.libfabric, n.aws_ofi_nccl, n.nccl)
-    runtime = "container" if recipe.container is not None else "host"
+    runtime: Runtime = "container" if recipe.container is not None else "host"
     profile = nccl_env(inst, stack, runtime)
     user_env = dict(recipe.env)
     if n.nccl_debug and "NCCL_DEBUG" not in user_env:
@@ -217,8 +224,9 @@ def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[
         if name in FORBIDDEN:
             warnings.append(f"env.{name}: {FORBIDDEN[name]}")
         lines.append(
-            EnvLine(env_name(name, what=f"env.{name}"), sh_quote(value, what=f"env.{name}"), why,
-                    "user")
+            EnvLine(
+                env_name(name, what=f"env.{name}"), sh_quote(value, what=f"env.{name}"), why, "user"
+            )
         )
     return lines, warnings
 
@@ -253,16 +261,24 @@ def _launch(recipe: Recipe, checkpoint_dir_expr: str) -> tuple[list[str], int, s
         '--master-port="$SLURMFM_RDZV_PORT"',
     ]
     if isinstance(L, TorchrunLauncher):
-        target = ["-m", sh_quote(L.script, what="launcher.script")] if L.module else [
-            sh_quote(L.script, what="launcher.script")
-        ]
+        target = (
+            ["-m", sh_quote(L.script, what="launcher.script")]
+            if L.module
+            else [sh_quote(L.script, what="launcher.script")]
+        )
         user_args = " ".join(sh_quote(a, what="launcher.args") for a in L.args)
         return (
-            [" ".join(torchrun), " ".join(common), " ".join(target), *([user_args] if user_args else [])],
+            [
+                " ".join(torchrun),
+                " ".join(common),
+                " ".join(target),
+                *([user_args] if user_args else []),
+            ],
             len(torchrun),
             "torchrun, static rendezvous, node rank from the job's host order",
         )
-    assert isinstance(L, MegatronLauncher)
+    if not isinstance(L, MegatronLauncher):  # pragma: no cover - the union is exhaustive
+        raise RenderError(f"launcher: unknown kind {L.kind!r}")
     entry = L.megatron_path.rstrip("/") + "/" + L.entrypoint
     args = [
         f"--tensor-model-parallel-size={p.tp}",

@@ -1,0 +1,84 @@
+"""The Slurm CLI backend against the real local cluster: submit, status, cancel, errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from lab import SlurmLab
+
+from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
+from slurmfm.errors import BackendError
+
+SLEEPER = """#!/bin/bash
+#SBATCH --job-name=sleeper
+#SBATCH --nodes=1
+#SBATCH --output=/dev/null
+sleep 300
+"""
+
+
+def test_parse_scontrol_record_keeps_values_with_spaces() -> None:
+    rec = parse_scontrol_record(
+        "JobId=7 JobName=a b JobState=PENDING Reason=Node down (by admin) Command=/x y/z.sh"
+    )
+    assert rec["JobName"] == "a b"
+    assert rec["Reason"] == "Node down (by admin)"
+    assert rec["Command"] == "/x y/z.sh"
+
+
+def test_bad_job_ids_never_reach_a_command() -> None:
+    cli = SlurmCLI(env={"PATH": "/nonexistent"})
+    for bad in ["1;id", "-1", "$(id)", "", "12 13", "7\n"]:
+        with pytest.raises(BackendError, match="is not a Slurm job id"):
+            cli.status(bad)
+
+
+def test_missing_commands_are_explained() -> None:
+    with pytest.raises(BackendError, match="command not found"):
+        SlurmCLI(env={"PATH": "/nonexistent"}).version()
+
+
+@pytest.mark.slurm
+def test_version_submit_status_cancel(slurm_lab: SlurmLab) -> None:
+    cli = SlurmCLI(env=slurm_lab.env)
+    assert cli.version().split(".")[:2] == slurm_lab.version.split(".")[:2]
+    res = cli.submit(SLEEPER)
+    assert res.job_id.isdigit()
+    deadline = time.monotonic() + 30
+    st = cli.status(res.job_id)
+    while st.state != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        st = cli.status(res.job_id)
+    assert st.state == "RUNNING"
+    assert st.name == "sleeper"
+    assert st.nodes
+    cli.cancel(res.job_id)
+    final = cli.wait(res.job_id, timeout=30, interval=0.2)
+    assert final.state.startswith("CANCELLED")
+    assert final.done
+    assert not final.ok
+
+
+@pytest.mark.slurm
+def test_slurm_error_is_shown_verbatim(slurm_lab: SlurmLab) -> None:
+    cli = SlurmCLI(env=slurm_lab.env)
+    with pytest.raises(BackendError) as info:
+        cli.submit(SLEEPER.replace("--nodes=1", "--nodes=1\n#SBATCH --partition=nosuch"))
+    assert "sbatch: error:" in str(info.value)
+    assert "invalid partition" in str(info.value).lower()
+
+
+@pytest.mark.slurm
+def test_test_only_reports_where_it_would_run(slurm_lab: SlurmLab) -> None:
+    cli = SlurmCLI(env=slurm_lab.env)
+    msg = cli.test_only(SLEEPER)
+    assert "to start at" in msg
+    with pytest.raises(BackendError, match="allocation failure"):
+        cli.test_only(SLEEPER.replace("--nodes=1", f"--nodes={slurm_lab.nodes + 1}"))
+
+
+@pytest.mark.slurm
+def test_unknown_job(slurm_lab: SlurmLab) -> None:
+    with pytest.raises(BackendError):
+        SlurmCLI(env=slurm_lab.env).status("999999")

@@ -1,0 +1,107 @@
+"""End to end on the real local Slurm: ``slurmfm submit`` of the quickstart runs real torchrun.
+
+Checked from the job's own output: the world size, every rank's node (``SLURMD_NODENAME``,
+since ``hostname`` is the same on every virtual node), that ranks follow the job's host order
+(node i holds ranks i*G .. i*G+G-1), and that the checkpoint was written and published.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import REPO_ROOT, SlurmLab
+
+from slurmfm.backends.slurm_cli import parse_scontrol_record
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch]
+
+
+def submit_quickstart(lab: SlurmLab, tmp: Path, *extra: str) -> tuple[str, str, Path]:
+    ckpt = tmp / "ckpt"
+    logs = tmp / "logs"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "slurmfm.cli",
+            "submit",
+            "recipes/quickstart.yaml",
+            "--set",
+            f"storage.checkpoint_root={ckpt}",
+            "--set",
+            f"storage.log_dir={logs}",
+            "--wait",
+            "--timeout",
+            "240",
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        env=lab.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    job_id = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
+    outs = list(logs.glob(f"quickstart_{job_id}.out"))
+    log = outs[0].read_text() if outs else ""
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}\n{log}"
+    return job_id, log, ckpt
+
+
+def events(log: str) -> list[dict[str, Any]]:
+    out = []
+    for line in log.splitlines():
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+def test_quickstart_runs_torchrun_over_two_nodes(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    job_id, log, ckpt = submit_quickstart(slurm_lab, tmp_path)
+    ev = events(log)
+    ranks = sorted((e for e in ev if e["event"] == "rank"), key=lambda e: e["rank"])
+    assert [e["rank"] for e in ranks] == [0, 1, 2, 3]
+    assert {e["world_size"] for e in ranks} == {4}
+    order = ranks[0]["host_order"].split()
+    assert len(order) == 2
+    # The job's allocation is exactly the host order, and ranks follow it.
+    rec = parse_scontrol_record(slurm_lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+    alloc = slurm_lab.hostnames(rec["NodeList"])
+    assert sorted(alloc) == sorted(order)
+    for e in ranks:
+        assert e["node"] == order[e["rank"] // 2], e
+        assert e["node_rank"] == e["rank"] // 2
+        assert e["topology_addr"].endswith("." + e["node"])
+    # two distinct virtual nodes really took part
+    assert len({e["node"] for e in ranks}) == 2
+    steps = [e["step"] for e in ev if e["event"] == "step"]
+    assert steps == list(range(1, 11))
+    run_dir = ckpt / "quickstart" / "quickstart"
+    assert (run_dir / "latest").read_text().strip() == "step_000010.pt"
+    assert (run_dir / "step_000010.pt").stat().st_size > 0
+    assert any(e["event"] == "done" for e in ev)
+
+
+def test_status_and_render_agree_with_slurm(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    job_id, _, _ = submit_quickstart(slurm_lab, tmp_path, "-o", str(tmp_path / "job.sh"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "status", job_id, "--json"],
+        env=slurm_lab.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    st = json.loads(proc.stdout)
+    assert st["state"] == "COMPLETED"
+    assert st["done"] is True
+    assert st["name"] == "quickstart"
+    text = (tmp_path / "job.sh").read_text()
+    major_minor = ".".join(slurm_lab.version.split(".")[:2])
+    assert f"# Slurm target {major_minor}" in text  # rendered for the real cluster's version
+    assert "(assumed" not in text

@@ -1,0 +1,206 @@
+"""Recipe loading: every problem is one located line ``FILE:LINE: field: message``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurmfm.errors import RecipeError
+from slurmfm.recipe.loader import load_recipe, parse_override, validate
+
+GOOD = """\
+name: demo
+cluster:
+  instance_type: p5.48xlarge
+  partition: gpu
+resources:
+  nodes: 4
+parallelism:
+  tp: 8
+  pp: 2
+launcher:
+  kind: torchrun
+  script: /fsx/train.py
+  args: ["--lr", "3e-4"]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "recipe.yaml"
+    p.write_text(text)
+    return p
+
+
+def problems(tmp_path: Path, text: str, **kw: object) -> list[str]:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, text), **kw)  # type: ignore[arg-type]
+    return [str(p) for p in info.value.problems]
+
+
+def test_good_recipe_loads(tmp_path: Path) -> None:
+    r = load_recipe(write(tmp_path, GOOD))
+    assert r.name == "demo"
+    assert r.world_size == 32
+    assert r.dp == 2
+    assert r.procs_per_node == 8
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # unknown key, nested: points at its own line
+        (
+            GOOD.replace("  pp: 2\n", "  pp: 2\n  tensor_paralel: 8\n"),
+            ":10: parallelism.tensor_paralel: unknown field",
+        ),
+        # wrong type
+        (
+            GOOD.replace("nodes: 4", "nodes: four"),
+            ":6: resources.nodes: Input should be a valid integer",
+        ),
+        # missing required field inside the launcher union
+        (
+            GOOD.replace("  script: /fsx/train.py\n", ""),
+            ":10: launcher.script: required field is missing",
+        ),
+        # unknown launcher kind
+        (
+            GOOD.replace("kind: torchrun", "kind: deepspeed"),
+            ":11: launcher.kind: unknown launcher kind",
+        ),
+        # list item type
+        (
+            GOOD.replace('args: ["--lr", "3e-4"]', 'args: ["--lr", {a: 1}]'),
+            ":13: launcher.args.1: Input should be a valid string",
+        ),
+        # cross-field: tp*pp does not divide the world size (points at parallelism.tp)
+        (
+            GOOD.replace("pp: 2", "pp: 3"),
+            ":8: parallelism.tp: tp*pp*cp = 8*3*1 = 24 does not divide",
+        ),
+        # NVLink domain bound
+        (
+            GOOD.replace("tp: 8", "tp: 16").replace("pp: 2", "pp: 1"),
+            ":8: parallelism.tp: tp*cp = 16 exceeds the NVLink domain",
+        ),
+        # unknown instance type
+        (GOOD.replace("p5.48xlarge", "p9.huge"), ":3: cluster.instance_type:"),
+        # sbatch-unsafe partition name
+        (GOOD.replace("partition: gpu", "partition: 'gpu; rm -rf /'"), ":4: cluster.partition:"),
+        # bad time limit
+        (
+            GOOD.replace("  nodes: 4\n", "  nodes: 4\n  time_limit: soon\n"),
+            ":7: resources.time_limit: 'soon' is not a Slurm time limit",
+        ),
+        # bad env name
+        (GOOD + "env:\n  BAD-NAME: x\n", ":15: env.BAD-NAME:"),
+        # secret also in env
+        (
+            GOOD + "env:\n  HF_TOKEN: x\nsecrets: [HF_TOKEN]\n",
+            "secrets: ['HF_TOKEN'] are listed both",
+        ),
+    ],
+)
+def test_schema_errors_are_located(tmp_path: Path, text: str, expected: str) -> None:
+    msgs = problems(tmp_path, text)
+    path = str(tmp_path / "recipe.yaml")
+    assert any(m.startswith(path) and expected in m for m in msgs), msgs
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("name: a\nlauncher:\n  kind: torchrun\n   script: x\n", 4),  # bad indentation
+        ("name: a\nname: b\nlauncher: {kind: torchrun, script: x}\n", 2),  # duplicate key
+        ("name: [unclosed\n", 2),
+    ],
+)
+def test_yaml_errors_are_located(tmp_path: Path, text: str, line: int) -> None:
+    msgs = problems(tmp_path, text)
+    assert len(msgs) == 1
+    assert msgs[0].startswith(f"{tmp_path / 'recipe.yaml'}:{line}: (yaml): invalid YAML"), msgs
+
+
+def test_all_problems_reported_at_once(tmp_path: Path) -> None:
+    text = GOOD.replace("nodes: 4", "nodes: -1").replace("  pp: 2\n", "  pp: 2\n  zz: 1\n")
+    msgs = problems(tmp_path, text)
+    assert len(msgs) == 2
+    assert any("resources.nodes" in m for m in msgs)
+    assert any("parallelism.zz" in m for m in msgs)
+
+
+def test_missing_and_empty_files(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match=r"no such file"):
+        load_recipe(tmp_path / "nope.yaml")
+    assert problems(tmp_path, "") == [f"{tmp_path / 'recipe.yaml'}:1: (recipe): the file is empty"]
+    assert "a recipe is a YAML mapping" in problems(tmp_path, "- a\n- b\n")[0]
+
+
+def test_overrides_apply_and_report_as_override(tmp_path: Path) -> None:
+    r = load_recipe(write(tmp_path, GOOD), {"resources.nodes": 8})
+    assert r.world_size == 64
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, GOOD), {"resources.nodes": "many"})
+    assert str(info.value).startswith("<override>: resources.nodes:")
+
+
+def test_parse_override_reads_yaml_scalars() -> None:
+    assert parse_override("resources.nodes=4") == ("resources.nodes", 4)
+    assert parse_override("launcher.args=[a, b]") == ("launcher.args", ["a", "b"])
+    assert parse_override("env.X=") == ("env.X", "")
+    with pytest.raises(RecipeError):
+        parse_override("novalue")
+
+
+def test_dict_recipes_and_env_coercion() -> None:
+    r = validate(
+        {
+            "name": "d",
+            "cluster": {"instance_type": "lab-cpu"},
+            "resources": {"procs_per_node": 2},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+            "env": {"A": 1, "B": True, "C": "x"},
+        }
+    )
+    assert r.env == {"A": "1", "B": "1", "C": "x"}
+
+
+def test_cpu_instances_need_procs_per_node() -> None:
+    with pytest.raises(RecipeError, match="procs_per_node: required"):
+        validate(
+            {
+                "name": "d",
+                "cluster": {"instance_type": "lab-cpu"},
+                "launcher": {"kind": "torchrun", "script": "t.py"},
+            }
+        )
+
+
+def test_megatron_reserved_args_rejected() -> None:
+    with pytest.raises(RecipeError, match="set by slurmfm"):
+        validate({"name": "m", "launcher": {"kind": "megatron", "model_args": {"save": "/x"}}})
+
+
+def test_expert_parallel_rule() -> None:
+    base = {"name": "m", "resources": {"nodes": 2}, "launcher": {"kind": "megatron"}}
+    validate({**base, "parallelism": {"tp": 8, "ep": 2}})  # dp=2, ep=2 divides dp*cp
+    with pytest.raises(RecipeError, match=r"parallelism.ep: ep=4 must divide dp\*cp"):
+        validate({**base, "parallelism": {"tp": 8, "ep": 4}})
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [
+        ("30", 30),
+        ("1:30", 2),
+        ("01:00:00", 60),
+        ("2-00", 2880),
+        ("1-02:03:04", 1564),
+        ("UNLIMITED", -1),
+    ],
+)
+def test_time_limits(text: str, minutes: int) -> None:
+    from slurmfm.recipe.schema import parse_time_limit
+
+    assert parse_time_limit(text) == minutes

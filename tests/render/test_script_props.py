@@ -1,0 +1,230 @@
+"""Property: any user value either is refused with a clear error, or, when bash runs the
+rendered script with stub Slurm commands, arrives exactly and nothing else is executed.
+
+The script runs for real under bash with a PATH that holds only stubs (srun, scontrol, mkdir)
+and the few coreutils the script uses. Every payload also carries a canary command
+substitution: had any value been interpreted by the shell, the canary file would exist.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmfm.errors import RecipeError, SlurmfmError
+from slurmfm.recipe.loader import validate
+from slurmfm.render.script import Target, render_script
+
+SRUN = """#!/bin/bash
+printf '%s\\0' "$@" > "$STUB_OUT/argv"
+env -0 > "$STUB_OUT/env"
+"""
+SCONTROL = """#!/bin/bash
+if [ "$2" = hostnames ]; then printf 'node002\\nnode001\\n'; exit 0; fi
+echo "NodeName=$3 Arch=x86_64 NodeAddr=10.0.0.7 NodeHostName=$3"
+"""
+MKDIR = """#!/bin/bash
+printf '%s\\0' "$@" >> "$STUB_OUT/mkdir"
+"""
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("stubs")
+    bindir = root / "bin"
+    bindir.mkdir()
+    for name, body in (("srun", SRUN), ("scontrol", SCONTROL), ("mkdir", MKDIR)):
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(0o755)
+    for tool in ("sed", "head", "sort", "cut", "env", "cat"):
+        for d in ("/usr/bin", "/bin"):
+            if os.path.exists(f"{d}/{tool}"):
+                (bindir / tool).symlink_to(f"{d}/{tool}")
+                break
+    return root
+
+
+def run_script(sandbox: Path, text: str, tmp: Path) -> tuple[list[str], dict[str, str]]:
+    out = tmp / "out"
+    out.mkdir()
+    script = tmp / "job.sh"
+    script.write_bytes(text.encode("utf-8"))
+    env = {
+        "PATH": str(sandbox / "bin"),
+        "STUB_OUT": str(out),
+        "SLURM_JOB_NODELIST": "node[001-002]",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_ID": "4242",
+        "HF_TOKEN": "s3cr3t-value",
+    }
+    proc = subprocess.run(
+        ["/bin/bash", str(script)], env=env, cwd=tmp, capture_output=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    argv = (out / "argv").read_bytes().decode("utf-8").split("\0")[:-1]
+    envs = dict(
+        item.split("=", 1)
+        for item in (out / "env").read_bytes().decode("utf-8").split("\0")[:-1]
+        if "=" in item
+    )
+    return argv, envs
+
+
+CANARY = "$(printf x > canary)`printf y > canary`"
+PAYLOAD = st.one_of(
+    st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=30),
+    st.sampled_from(
+        [
+            CANARY,
+            "'; printf z > canary; '",
+            '"$HOME"',
+            "a\nb",
+            "--flag=x y",
+            "*",
+            "~",
+            "-n",
+            "$((1+1))",
+            "!!",
+            "\\",
+            "'",
+            '"',
+            "${IFS}",
+            "é ü 漢字",
+        ]
+    ),
+)
+
+
+def build(values: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "prop",
+        "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
+        "resources": {"nodes": 2},
+        "parallelism": {"tp": 8},
+        "launcher": {
+            "kind": "torchrun",
+            "script": values["script"],
+            "args": values["args"],
+            "python": values["python"],
+        },
+        "container": {
+            "image": values["image"],
+            "mounts": ["/fsx:/fsx"],
+            "workdir": values["workdir"],
+        },
+        "env": {"USER_VALUE": values["env"]},
+        "secrets": ["HF_TOKEN"],
+        "storage": {
+            "checkpoint_root": values["ckpt"],
+            "log_dir": "/fsx/logs",
+            "data": {"train": values["data"]},
+        },
+    }
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    script=PAYLOAD,
+    args=st.lists(PAYLOAD, max_size=3),
+    python=PAYLOAD,
+    image=PAYLOAD,
+    workdir=PAYLOAD,
+    env_value=PAYLOAD,
+    ckpt=PAYLOAD,
+    data=PAYLOAD,
+)
+def test_user_values_arrive_exactly(
+    sandbox: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    script: str,
+    args: list[str],
+    python: str,
+    image: str,
+    workdir: str,
+    env_value: str,
+    ckpt: str,
+    data: str,
+) -> None:
+    values = {
+        "script": script,
+        "args": args,
+        "python": python,
+        "image": image,
+        "workdir": workdir,
+        "env": env_value,
+        "ckpt": ckpt,
+        "data": data,
+    }
+    try:
+        recipe = validate(build(values))
+        rendered = render_script(recipe, Target.for_recipe(recipe, "24.11.5"))
+    except (RecipeError, SlurmfmError) as exc:
+        # Refusal is allowed, but it must be one clear located message.
+        assert str(exc).strip()
+        return
+    tmp = tmp_path_factory.mktemp("run")
+    assert "s3cr3t-value" not in rendered.text
+    argv, envs = run_script(sandbox, rendered.text, tmp)
+    assert not (tmp / "canary").exists(), "a user value was executed by the shell"
+    # srun argv: options, then bash -c ENTRY slurmfm-node N, then the per-node command.
+    i = argv.index("slurmfm-node")
+    cmd = argv[i + 2 :]
+    assert cmd[0] == python
+    assert cmd[cmd.index("--master-port=" + str(20000 + 4242 % 20000)) + 1] == script
+    assert cmd[-len(args) :] == args if args else True
+    assert f"--container-image={image}" in argv
+    assert f"--container-workdir={workdir}" in argv
+    assert envs["USER_VALUE"] == env_value
+    assert envs["SLURMFM_DATA_TRAIN"] == data
+    root = ckpt.rstrip("/")
+    expected_ckpt = f"{root}/prop/prop" if root else "/prop/prop"
+    assert envs["SLURMFM_CHECKPOINT_DIR"] == expected_ckpt
+    assert envs["HF_TOKEN"] == "s3cr3t-value"  # passed through the environment only
+    assert envs["MASTER_ADDR"] == "10.0.0.7"
+    assert envs["SLURMFM_HOST_ORDER"] == "node002 node001"
+
+
+def test_missing_secret_stops_the_job(sandbox: Path, tmp_path: Path) -> None:
+    recipe = validate(
+        build(
+            {
+                "script": "t.py",
+                "args": [],
+                "python": "python3",
+                "image": "i",
+                "workdir": "/w",
+                "env": "v",
+                "ckpt": "/c",
+                "data": "/d",
+            }
+        )
+    )
+    text = render_script(recipe, Target.for_recipe(recipe, "24.11")).text
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    proc = subprocess.run(
+        ["/bin/bash", str(script)],
+        env={
+            "PATH": str(sandbox / "bin"),
+            "STUB_OUT": str(tmp_path),
+            "SLURM_JOB_NODELIST": "n1",
+            "SLURM_JOB_NUM_NODES": "1",
+            "SLURM_JOB_ID": "1",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "secret HF_TOKEN is not set in the submitting environment" in proc.stderr
+    assert not (tmp_path / "argv").exists()
