@@ -74,6 +74,18 @@ class Cluster(_Strict):
     )
     instance_type: str = "p5.48xlarge"
 
+    @field_validator("slurm_version", mode="before")
+    @classmethod
+    def _version_number(cls, v: object) -> object:
+        # YAML reads 24.11 as a float; 22.10 would silently become 22.1. Slurm minors are
+        # always two digits, so a float is accepted only when it reads back unambiguously.
+        if isinstance(v, float) and not isinstance(v, bool):
+            text = repr(v)
+            if re.fullmatch(r"\d{2}\.\d{2}", text):
+                return text
+            raise ValueError(f"{v!r} is ambiguous as a number; quote the version, e.g. '24.11'")
+        return v
+
     @field_validator("slurm_version")
     @classmethod
     def _version(cls, v: str) -> str:
@@ -208,9 +220,22 @@ class NemoLauncher(_Strict):
     def _dotted(
         cls, v: dict[str, str | int | float | bool | None]
     ) -> dict[str, str | int | float | bool | None]:
+        reserved = {
+            "trainer.num_nodes",
+            "trainer.devices",
+            "trainer.strategy.tensor_model_parallel_size",
+            "trainer.strategy.pipeline_model_parallel_size",
+            "trainer.strategy.context_parallel_size",
+            "trainer.strategy.expert_model_parallel_size",
+        }
         for k in v:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", k):
                 raise ValueError(f"{k!r}: override keys are dotted attribute paths")
+            if k in reserved:
+                raise ValueError(
+                    f"{k!r} is set by slurmfm from resources/parallelism (where it is "
+                    "validated); set it there instead"
+                )
         return v
 
 

@@ -77,6 +77,7 @@ class EnvLine:
     shell_value: str
     why: str
     origin: str  # "profile", "user", "slurmfm"
+    expands: bool = False  # value holds a command substitution: assign, then export (SC2155)
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,9 @@ def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[
     lines: list[EnvLine] = []
     for s in kept:
         value = f'"{s.value}"' if s.raw_shell else sh_quote(s.value, what=f"env {s.name}")
-        lines.append(EnvLine(env_name(s.name), value, f"{s.reason} [{s.source}]", "profile"))
+        lines.append(
+            EnvLine(env_name(s.name), value, f"{s.reason} [{s.source}]", "profile", s.raw_shell)
+        )
     overridden = {s.name for s in profile} & set(user)
     for name, value in user.items():
         why = "set by the recipe"
@@ -392,6 +395,7 @@ def render_script(
         for mod in pe.modules:
             setup.append(f"module load {sh_quote(mod, what='python_env.modules')}")
         if pe.activate:
+            setup.append("# shellcheck source=/dev/null")
             setup.append(f"source {sh_quote(pe.activate, what='python_env.activate')}")
         if pe.conda_env:
             setup.append('eval "$(conda shell.bash hook)"')

@@ -62,7 +62,8 @@ def events(log: str) -> list[dict[str, Any]]:
     return out
 
 
-def test_quickstart_runs_torchrun_over_two_nodes(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+def test_quickstart_runs_torchrun_over_two_nodes(each_lab: SlurmLab, tmp_path: Path) -> None:
+    slurm_lab = each_lab
     job_id, log, ckpt = submit_quickstart(slurm_lab, tmp_path)
     ev = events(log)
     ranks = sorted((e for e in ev if e["event"] == "rank"), key=lambda e: e["rank"])
@@ -88,7 +89,8 @@ def test_quickstart_runs_torchrun_over_two_nodes(slurm_lab: SlurmLab, tmp_path: 
     assert any(e["event"] == "done" for e in ev)
 
 
-def test_status_and_render_agree_with_slurm(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+def test_status_and_render_agree_with_slurm(each_lab: SlurmLab, tmp_path: Path) -> None:
+    slurm_lab = each_lab
     job_id, _, _ = submit_quickstart(slurm_lab, tmp_path, "-o", str(tmp_path / "job.sh"))
     proc = subprocess.run(
         [sys.executable, "-m", "slurmfm.cli", "status", job_id, "--json"],

