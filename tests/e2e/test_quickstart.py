@@ -8,6 +8,7 @@ since ``hostname`` is the same on every virtual node), that ranks follow the job
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,11 +56,12 @@ def submit_quickstart(lab: SlurmLab, tmp: Path, *extra: str) -> tuple[str, str, 
 
 
 def events(log: str) -> list[dict[str, Any]]:
-    out = []
-    for line in log.splitlines():
-        if line.startswith("{"):
-            out.append(json.loads(line))
-    return out
+    """The JSON event objects in a job log.
+
+    Lines from different tasks reach srun's output separately, and a line of one task can be
+    split by another's (seen on the lab), so objects are found by pattern, not by line.
+    """
+    return [json.loads(m.group(0)) for m in re.finditer(r'\{"event"[^{}]*\}', log)]
 
 
 def test_quickstart_runs_torchrun_over_two_nodes(each_lab: SlurmLab, tmp_path: Path) -> None:
