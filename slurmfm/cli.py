@@ -239,5 +239,10 @@ def cancel(job_id: str) -> None:
     click.echo(f"cancelled {job_id}")
 
 
+# Command groups in their own modules (each imports only click at the top).
+from slurmfm.cli_topology import topology as _topology_group  # noqa: E402
+
+main.add_command(_topology_group)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
+from slurmfm.errors import SlurmfmError
+
 if TYPE_CHECKING:
     import networkx as nx
 
@@ -64,7 +66,7 @@ class Switch:
     source_id: str | None = None  # the EC2 network-node id this switch came from, if any
 
 
-class TopologyError(ValueError):
+class TopologyError(SlurmfmError, ValueError):
     """A topology that is not a tree, names an unknown node, or is otherwise inconsistent."""
 
 
@@ -329,7 +331,9 @@ class Topology:
     # ---------------------------------------------------------------- updates
     def with_states(self, states: Mapping[str, NodeState]) -> Topology:
         """A copy with node states replaced (e.g. from ``sinfo``)."""
-        nodes = {n: replace(node, state=states.get(n, node.state)) for n, node in self.nodes.items()}
+        nodes = {
+            n: replace(node, state=states.get(n, node.state)) for n, node in self.nodes.items()
+        }
         return replace(self, nodes=nodes)
 
     def with_nodes(self, nodes: Iterable[Node]) -> Topology:

@@ -1,0 +1,910 @@
+"""Slurm's own topology formats <-> :class:`~slurmfm.topology.model.Topology`.
+
+Why this module exists: slurmfm plans placement on the model, but Slurm only knows what its
+``topology.conf`` / ``topology.yaml`` say, and a live cluster only tells us what ``scontrol show
+topology`` prints. Every conversion lives here so that the same rules (names, hostlists, block
+order) hold in both directions and round trips can be tested against real slurmctld builds.
+
+Formats and their sources:
+
+* ``topology.conf`` tree (``SwitchName= Switches= Nodes= LinkSpeed=``) and block (``BlockName=
+  Nodes=`` + ``BlockSizes=``): slurm-topology-and-placement.md sections 1.2 and 1.4
+  (topology.conf(5)).
+* ``topology.yaml`` (Slurm >= 25.05): slurm-topology-and-placement.md section 1.5; the exact shape
+  emitted here is the one real Slurm 26.05.5 loaded in newer-slurm.md section 3.4.
+* ``scontrol show topology``: lines as printed by real 22.05.8 (tree), 24.11.5 and 26.05.5
+  (block; newer-slurm.md sections 3.2 and 4), checked again on this repo's slurm-lab.
+
+Design choices (stated because the model cannot hold everything Slurm files can):
+
+* **Blocks.** A block topology is a ``Topology`` of ``kind="block"``: every block is a leaf switch,
+  all blocks sit under the common :data:`~slurmfm.topology.model.ROOT`. Node ``nvlink_domain`` is
+  left unset when parsing: a Slurm block is a scheduling unit chosen by the admin (the lab uses
+  blocks of H100-like nodes), not proof of a shared NVLink fabric.
+* **Block order** matters (the base-block index is the config line order and aggregated blocks are
+  aligned runs of consecutive blocks; section 1.4). It is kept in ``Topology.source_ids`` as
+  ``"slurm-block:<index>"`` for every block, because ``source_ids`` is persisted with the topology
+  and has no other meaning for Slurm-only blocks; :func:`block_order` reads it back (falling back
+  to natural name order when absent).
+* **Hostlists.** Parsing uses python-hostlist's ``expand_hostlist``. Compression is done here, only
+  over the *trailing* number of a name: python-hostlist's ``collect_hostlist`` also makes ranges in
+  the middle of a name (``nn-1a[2-3]b``), which real Slurm 22.05.8 rejects ("Invalid hostlist",
+  ``scontrol show hostnames`` on the lab) while 26.05.5 accepts it.
+* **Switch names** must be at most 64 characters of ``[A-Za-z0-9_.-]`` (section 1.2 gives the
+  length; the character set keeps hostlist syntax and ``SLURM_TOPOLOGY_ADDR`` unambiguous). Valid
+  names (e.g. EC2 ``nn-...`` ids) are kept; others are sanitised and a ``# <name> = <source id>``
+  comment keeps them traceable. :func:`parse_topology_conf` reads those comments back into
+  ``source_ids``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from slurmfm.catalog.slurm_features import SlurmVersion, require, supports
+from slurmfm.topology.model import ROOT, Node, Topology, TopologyError
+
+__all__ = [
+    "BLOCK_ORDER_PREFIX",
+    "block_order",
+    "block_sizes_for",
+    "block_topology",
+    "compress_hostlist",
+    "expand_hostlist",
+    "export_block",
+    "export_tree",
+    "export_yaml",
+    "normalize_state",
+    "parse_scontrol_topology",
+    "parse_topology_conf",
+    "parse_topology_yaml",
+    "slurm_node_states",
+]
+
+BLOCK_ORDER_PREFIX = "slurm-block:"
+"""``source_ids`` value prefix that records a block's index (its line order in Slurm's file)."""
+
+MAX_NAME = 64  # topology.conf(5): SwitchName is at most 64 characters (section 1.2)
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_BAD_NODE_CHARS = re.compile(r"[\s,\[\]=#]")
+_TRAILING_NUM = re.compile(r"^(.*?)(\d+)$")
+_SOURCE_COMMENT = re.compile(r"^#\s*([A-Za-z0-9_.\-]{1,64})\s*=\s*(\S+)\s*$")
+
+Version = SlurmVersion | str
+
+
+# ---------------------------------------------------------------------------- small helpers
+def _version(v: Version) -> SlurmVersion:
+    return v if isinstance(v, SlurmVersion) else SlurmVersion.parse(v)
+
+
+def _natural_key(name: str) -> tuple[Any, ...]:
+    """Sort "leaf2" before "leaf10" so exported files read in the order people expect."""
+    parts = re.split(r"(\d+)", name)
+    return tuple((0, int(p), len(p)) if p.isdigit() else (1, p, 0) for p in parts)
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """Slurm hostlist expression -> names (python-hostlist); ``ValueError`` when malformed."""
+    import hostlist
+
+    try:
+        names: list[str] = list(hostlist.expand_hostlist(expr.strip()))
+    except hostlist.BadHostlist as exc:
+        raise ValueError(f"bad hostlist {expr!r}: {exc}") from exc
+    return names
+
+
+def compress_hostlist(names: Iterable[str]) -> str:
+    """Names -> a hostlist that every Slurm release parses (ranges only on a trailing number).
+
+    Names are grouped by (prefix, digit count), so ``n9,n10`` stay separate and ``node001`` keeps
+    its padding; the result is sorted and deterministic.
+    """
+    groups: dict[tuple[str, int], list[int]] = {}
+    plain: list[str] = []
+    for name in set(names):
+        m = _TRAILING_NUM.match(name)
+        if m is None:
+            plain.append(name)
+        else:
+            groups.setdefault((m.group(1), len(m.group(2))), []).append(int(m.group(2)))
+    items: list[tuple[tuple[Any, ...], str]] = [(_natural_key(p), p) for p in plain]
+    for (prefix, width), nums in groups.items():
+        nums.sort()
+        if len(nums) == 1:
+            text = f"{prefix}{nums[0]:0{width}d}"
+            items.append((_natural_key(text), text))
+            continue
+        ranges: list[str] = []
+        start = prev = nums[0]
+        for x in [*nums[1:], None]:
+            if x is not None and x == prev + 1:
+                prev = x
+                continue
+            ranges.append(
+                f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}"
+            )
+            if x is not None:
+                start = prev = x
+        text = f"{prefix}[{','.join(ranges)}]"
+        items.append((_natural_key(f"{prefix}{nums[0]:0{width}d}"), text))
+    return ",".join(t for _, t in sorted(items))
+
+
+def _check_node_names(t: Topology) -> None:
+    for n in t.nodes:
+        if not n or _BAD_NODE_CHARS.search(n):
+            raise TopologyError(f"node name {n!r} cannot be written in a Slurm hostlist")
+
+
+def _slurm_names(names: Iterable[str]) -> dict[str, str]:
+    """Model switch name -> Slurm-valid, unique switch name (kept when already valid)."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    ordered = sorted(names, key=_natural_key)
+    for n in ordered:  # valid names first claim themselves
+        if _NAME_RE.match(n):
+            out[n] = n
+            used.add(n)
+    for n in ordered:
+        if n in out:
+            continue
+        base = re.sub(r"[^A-Za-z0-9_.\-]", "_", n) or "switch"
+        base = base[:MAX_NAME]
+        cand, i = base, 1
+        while cand in used:
+            suffix = f"_{i}"
+            cand = base[: MAX_NAME - len(suffix)] + suffix
+            i += 1
+        out[n] = cand
+        used.add(cand)
+    return out
+
+
+def block_order(t: Topology) -> list[str]:
+    """Blocks (leaf switches) of a block topology in Slurm's order (base-block index).
+
+    Reads the ``slurm-block:<i>`` marks in ``source_ids`` (see module docstring); unmarked
+    blocks follow, in natural name order.
+    """
+
+    def key(b: str) -> tuple[int, int, tuple[Any, ...]]:
+        src = t.source_ids.get(b, "")
+        if src.startswith(BLOCK_ORDER_PREFIX) and src[len(BLOCK_ORDER_PREFIX) :].isdigit():
+            return (0, int(src[len(BLOCK_ORDER_PREFIX) :]), ())
+        return (1, 0, _natural_key(b))
+
+    return sorted(t.leaves, key=key)
+
+
+def block_topology(
+    blocks: Sequence[tuple[str, Sequence[str]]],
+    nodes: Iterable[Node] | None = None,
+    *,
+    source: str = "blocks",
+) -> Topology:
+    """A ``kind="block"`` Topology from ordered ``(block name, node names)`` pairs.
+
+    Every block hangs under :data:`ROOT` (even a single one, so all block topologies have the same
+    shape) and its index is recorded in ``source_ids`` (module docstring).
+    """
+    node_map = {n.name: n for n in nodes} if nodes is not None else {}
+    leaf_of: dict[str, str] = {}
+    parent_of: dict[str, str | None] = {ROOT: None}
+    source_ids: dict[str, str] = {}
+    for i, (name, members) in enumerate(blocks):
+        if name == ROOT or name in parent_of:
+            raise TopologyError(f"{source}: block {name!r} is defined twice (or named {ROOT!r})")
+        parent_of[name] = ROOT
+        source_ids[name] = f"{BLOCK_ORDER_PREFIX}{i}"
+        for n in members:
+            if n in leaf_of:
+                raise TopologyError(
+                    f"{source}: node {n!r} is in blocks {leaf_of[n]!r} and {name!r}"
+                )
+            leaf_of[n] = name
+            node_map.setdefault(n, Node(n))
+    return Topology.from_parents(
+        node_map.values(), leaf_of, parent_of, source_ids=source_ids, kind="block"
+    )
+
+
+def block_sizes_for(base: int, blocks: int) -> list[int]:
+    """``BlockSizes``: base·2^k up to the total (aligned groups of 2^k consecutive blocks).
+
+    Slurm validates that every size after the first is B0·2^k (section 1.4); NVIDIA Topograph and
+    this repo's slurm-lab emit ``D,2D,4D...`` while the size fits the cluster (section 2), and a
+    level larger than all blocks together could never be satisfied.
+    """
+    if base < 1 or blocks < 1:
+        raise TopologyError("block size and block count must be positive")
+    sizes = [base]
+    while sizes[-1] * 2 <= base * blocks:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+# ---------------------------------------------------------------------------- topology.conf
+def _logical_lines(text: str) -> list[tuple[int, str, str]]:
+    """(line number, content without comment, comment) with backslash continuations joined."""
+    out: list[tuple[int, str, str]] = []
+    buf, start = "", 0
+    for i, raw in enumerate(text.splitlines(), 1):
+        body, _, comment = raw.partition("#")
+        if not buf:
+            start = i
+        if body.rstrip().endswith("\\"):
+            buf += body.rstrip()[:-1] + " "
+            continue
+        out.append((start, buf + body, "#" + comment if "#" in raw else ""))
+        buf = ""
+    if buf:
+        out.append((start, buf, ""))
+    return out
+
+
+def _fields(line: str, where: str) -> list[tuple[str, str]]:
+    fields: list[tuple[str, str]] = []
+    for tok in line.split():
+        key, sep, value = tok.partition("=")
+        if not sep or not key:
+            raise TopologyError(f"{where}: expected KEY=VALUE, got {tok!r}")
+        fields.append((key.lower(), value))
+    return fields
+
+
+def _hostlist(value: str, where: str, what: str) -> list[str]:
+    if not value:
+        raise TopologyError(f"{where}: empty {what}")
+    try:
+        return expand_hostlist(value)
+    except ValueError as exc:
+        raise TopologyError(f"{where}: {what}: {exc}") from exc
+
+
+def parse_topology_conf(text: str, *, source: str = "topology.conf") -> Topology:
+    """Parse a ``topology.conf`` (tree or block) into a Topology; errors say ``source:line:``.
+
+    Tree: ``SwitchName=`` with ``Nodes=`` (leaf) or ``Switches=`` (inner), optional
+    ``LinkSpeed=`` (parsed, unused by Slurm; section 1.2). Several top switches get the model's
+    synthetic root. Block: ``BlockName= Nodes=`` in index order plus ``BlockSizes=`` (or the
+    23.11 ``BlockLevels=``), kept only as validation here. Keys are case-insensitive and ``#``
+    starts a comment, as in topology.conf(5); ``# <switch> = <id>`` comments (written by
+    :func:`export_tree`/:func:`export_block`) restore ``source_ids``.
+    """
+    switches: dict[str, tuple[int, list[str], list[str]]] = {}  # name -> (line, nodes, switches)
+    blocks: list[tuple[str, list[str], int]] = []
+    comments: dict[str, str] = {}
+    block_sizes: list[int] | None = None
+    for lineno, body, comment in _logical_lines(text):
+        where = f"{source}:{lineno}"
+        m = _SOURCE_COMMENT.match(comment.strip()) if comment else None
+        if m:
+            comments[m.group(1)] = m.group(2)
+        if not body.strip():
+            continue
+        fields = _fields(body, where)
+        first = fields[0][0]
+        rest = dict(fields[1:])
+        if len(rest) != len(fields) - 1:
+            raise TopologyError(f"{where}: a key is repeated")
+        if first == "switchname":
+            name = fields[0][1]
+            if not _NAME_RE.match(name):
+                raise TopologyError(f"{where}: invalid switch name {name!r}")
+            if name in switches:
+                raise TopologyError(
+                    f"{where}: switch {name!r} already defined on line {switches[name][0]}"
+                )
+            unknown = set(rest) - {"nodes", "switches", "linkspeed"}
+            if unknown:
+                raise TopologyError(f"{where}: unknown key {sorted(unknown)[0]!r} for a switch")
+            nodes = _hostlist(rest["nodes"], where, "Nodes=") if "nodes" in rest else []
+            kids = _hostlist(rest["switches"], where, "Switches=") if "switches" in rest else []
+            if nodes and kids:
+                raise TopologyError(
+                    f"{where}: switch {name!r} has both Nodes= and Switches= (Slurm's tree "
+                    "puts nodes on leaf switches only)"
+                )
+            if "linkspeed" in rest and not rest["linkspeed"].isdigit():
+                raise TopologyError(f"{where}: LinkSpeed must be a number")
+            switches[name] = (lineno, nodes, kids)
+        elif first == "blockname":
+            name = fields[0][1]
+            if not _NAME_RE.match(name):
+                raise TopologyError(f"{where}: invalid block name {name!r}")
+            unknown = set(rest) - {"nodes"}
+            if unknown:
+                raise TopologyError(f"{where}: unknown key {sorted(unknown)[0]!r} for a block")
+            if "nodes" not in rest:
+                raise TopologyError(f"{where}: block {name!r} has no Nodes=")
+            for other, _, oline in blocks:
+                if other == name:
+                    raise TopologyError(f"{where}: block {name!r} already defined on line {oline}")
+            blocks.append((name, _hostlist(rest["nodes"], where, "Nodes="), lineno))
+        elif first in ("blocksizes", "blocklevels"):
+            if rest:
+                raise TopologyError(f"{where}: {fields[0][0]} takes no other keys on its line")
+            if first == "blocksizes":
+                try:
+                    block_sizes = [int(x) for x in fields[0][1].split(",")]
+                except ValueError as exc:
+                    raise TopologyError(f"{where}: BlockSizes must be numbers: {exc}") from exc
+                if any(s < 1 for s in block_sizes) or any(
+                    s % block_sizes[0] or (s // block_sizes[0]) & (s // block_sizes[0] - 1)
+                    for s in block_sizes[1:]
+                ):
+                    raise TopologyError(
+                        f"{where}: every BlockSizes entry after the first must be the first "
+                        "times a power of two"
+                    )
+        else:
+            raise TopologyError(
+                f"{where}: unknown line start {fields[0][0]!r} (expected SwitchName, BlockName, "
+                "BlockSizes)"
+            )
+    if switches and blocks:
+        raise TopologyError(f"{source}: mixes SwitchName (tree) and BlockName (block) lines")
+    if blocks:
+        if block_sizes is not None:
+            for name, members, lineno in blocks:
+                if len(members) > block_sizes[0]:
+                    raise TopologyError(
+                        f"{source}:{lineno}: block {name!r} has {len(members)} nodes, more than "
+                        f"the base block size {block_sizes[0]}"
+                    )
+        topo = block_topology([(n, m) for n, m, _ in blocks], source=source)
+        return topo
+    if not switches:
+        raise TopologyError(f"{source}: no SwitchName or BlockName lines")
+    return _tree_from_switches(switches, comments, source)
+
+
+def _tree_from_switches(
+    switches: Mapping[str, tuple[int, Sequence[str], Sequence[str]]],
+    comments: Mapping[str, str],
+    source: str,
+) -> Topology:
+    leaf_of: dict[str, str] = {}
+    parent_of: dict[str, str | None] = dict.fromkeys(switches)
+    for name, (lineno, nodes, kids) in switches.items():
+        where = f"{source}:{lineno}"
+        for n in nodes:
+            if n in switches:
+                raise TopologyError(f"{where}: {n!r} is both a node and a switch")
+            if n in leaf_of:
+                raise TopologyError(f"{where}: node {n!r} is already under switch {leaf_of[n]!r}")
+            leaf_of[n] = name
+        for k in kids:
+            if k not in switches:
+                raise TopologyError(f"{where}: switch {name!r} names undefined switch {k!r}")
+            if k == name:
+                raise TopologyError(f"{where}: switch {name!r} lists itself")
+            old = parent_of[k]
+            if old is not None:
+                raise TopologyError(f"{where}: switch {k!r} already has parent {old!r}: not a tree")
+            parent_of[k] = name
+    sources = {s: v for s, v in comments.items() if s in switches}
+    try:
+        return Topology.from_parents(
+            [Node(n) for n in leaf_of], leaf_of, parent_of, source_ids=sources, kind="tree"
+        )
+    except TopologyError as exc:
+        raise TopologyError(f"{source}: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------- exports
+def _header(kind: str, t: Topology, v: SlurmVersion, extra: Sequence[str] = ()) -> list[str]:
+    return [
+        f"# {kind} generated by slurmfm for Slurm {v}: {len(t.nodes)} nodes, "
+        f"{len(t.parent_of)} switches.",
+        *[f"# {e}" for e in extra],
+    ]
+
+
+def _tree_lines(t: Topology, key: str = "SwitchName") -> tuple[list[tuple[int, str]], list[str]]:
+    """(topology.conf switch lines, traceability comments) for a tree.
+
+    Lines go leaves first, then level by level (natural name order within a level), as in
+    topology.conf(5)'s examples and the slurm-lab files.
+    """
+    names = _slurm_names(t.parent_of)
+    children: dict[str, list[str]] = {s: [] for s in t.parent_of}
+    for s, p in t.parent_of.items():
+        if p is not None:
+            children[p].append(s)
+    nodes_of: dict[str, list[str]] = {}
+    for n, leaf in t.leaf_of.items():
+        nodes_of.setdefault(leaf, []).append(n)
+    lines: list[tuple[int, str]] = []
+    notes: list[str] = []
+    for s in sorted(t.parent_of, key=lambda s: (t.level(s), _natural_key(names[s]))):
+        src = t.source_ids.get(s)
+        if names[s] != s or (src is not None and src != s):
+            notes.append(f"# {names[s]} = {src if src is not None else s}")
+        if s in nodes_of:
+            line = f"{key}={names[s]} Nodes={compress_hostlist(nodes_of[s])}"
+        elif children[s]:
+            line = f"{key}={names[s]} Switches={compress_hostlist(names[c] for c in children[s])}"
+        else:
+            line = f"{key}={names[s]}"
+        lines.append((t.level(s), line))
+    return lines, notes
+
+
+def _with_common_root(t: Topology) -> Topology:
+    """Add the synthetic root when a topology was built with several tops (add_root=False)."""
+    tops = [s for s, p in t.parent_of.items() if p is None]
+    if len(tops) <= 1:
+        return t
+    return Topology.from_parents(
+        t.nodes.values(), t.leaf_of, t.parent_of, source_ids=t.source_ids, kind=t.kind
+    )
+
+
+def export_tree(t: Topology, version: Version) -> str:
+    """``topology.conf`` for ``TopologyPlugin=topology/tree``, deterministic.
+
+    One line per switch, leaves (``Nodes=``) first, then each level up to a single common root
+    (Slurm will not span switches without a common ancestor; section 1.2). Names are kept when
+    Slurm-valid; others are sanitised with a ``# <name> = <source id>`` comment.
+    """
+    v = _version(version)
+    _check_node_names(t)
+    t = _with_common_root(t)
+    lines, notes = _tree_lines(t)
+    extra = [f"Tree depth {t.depth}; use TopologyPlugin=topology/tree in slurm.conf."]
+    if supports("topology_yaml", v):
+        extra.append("Slurm >= 25.05 ignores this file when a topology.yaml exists.")
+    out = _header("topology.conf (tree)", t, v, extra)
+    if notes:
+        out.append("# Slurm switch name = source network-node id:")
+        out.extend(notes)
+    out.extend(line for _, line in lines)
+    return "\n".join(out) + "\n"
+
+
+def _blocks_of(
+    t: Topology, block_size: int | None
+) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """Ordered (Slurm block name, nodes) and traceability comments for :func:`export_block`.
+
+    Sources of blocks, in order of preference: an existing block topology (its own order); NVLink
+    domains (UltraServers, ``CapacityBlockId``) ordered by EFA proximity: the root-to-leaf path of
+    the leaf holding most of the domain's nodes, so consecutive blocks, which Slurm aggregates into
+    higher-level blocks, are physically close (sections 1.4 and 5: sort by NN1, NN2, NN3); and for
+    a tree without domains, its leaf switches in path order.
+    """
+    raw: list[tuple[str, list[str]]] = []
+    ids: dict[str, str] = {}
+    if t.kind == "block":
+        for b in block_order(t):
+            raw.append((b, sorted(t.nodes_under(b))))
+            src = t.source_ids.get(b)
+            if src is not None and not src.startswith(BLOCK_ORDER_PREFIX):
+                ids[b] = src
+    else:
+        with_domain = [n for n, node in t.nodes.items() if node.nvlink_domain]
+        if with_domain:
+            missing = sorted(set(t.nodes) - set(with_domain), key=_natural_key)
+            if missing:
+                raise TopologyError(
+                    f"{len(missing)} node(s) have no NVLink domain (UltraServer CapacityBlockId), "
+                    f"e.g. {', '.join(missing[:5])}; EC2 can report it late after launch, so "
+                    "re-import the topology before exporting blocks"
+                )
+            groups: dict[str, list[str]] = {}
+            for n in t.nodes:
+                groups.setdefault(t.nvlink_domain(n), []).append(n)
+
+            def proximity(dom: str) -> tuple[Any, ...]:
+                members = groups[dom]
+                counts = Counter(t.leaf(n) for n in members)
+                leaf = min(counts, key=lambda lf: (-counts[lf], _natural_key(lf)))
+                sample = next(n for n in members if t.leaf(n) == leaf)
+                return (tuple(_natural_key(s) for s in t.path(sample)), _natural_key(dom))
+
+            for dom in sorted(groups, key=proximity):
+                raw.append((dom, sorted(groups[dom])))
+                ids[dom] = dom
+        else:
+            for leaf in sorted(
+                t.leaves,
+                key=lambda lf: tuple(_natural_key(s) for s in t.path(t.nodes_under(lf)[0])),
+            ):
+                raw.append((leaf, sorted(t.nodes_under(leaf))))
+                if leaf in t.source_ids:
+                    ids[leaf] = t.source_ids[leaf]
+    names = _slurm_names([b for b, _ in raw])
+    notes = [
+        f"# {names[b]} = {ids.get(b, b)}"
+        for b, _ in raw
+        if names[b] != b or (b in ids and ids[b] != names[b])
+    ]
+    blocks = [(names[b], members) for b, members in raw]
+    base = block_size if block_size is not None else max(len(m) for _, m in blocks)
+    for name, members in blocks:
+        if len(members) > base:
+            raise TopologyError(
+                f"block {name!r} has {len(members)} nodes, more than the base block size {base}"
+            )
+    return blocks, notes
+
+
+def export_block(t: Topology, version: Version, *, block_size: int | None = None) -> str:
+    """``topology.conf`` for ``TopologyPlugin=topology/block`` (Slurm >= 23.11).
+
+    One ``BlockName`` per block (see :func:`_blocks_of` for where blocks come from and their EFA
+    order), then ``BlockSizes`` from the base block size ``block_size`` (default: the largest
+    block, i.e. the UltraServer size for full GB200 UltraServers) by :func:`block_sizes_for`.
+    23.11 has topology/block but not ``BlockSizes`` (24.05 replaced ``BlockLevels``; section 1.1),
+    so for 23.11 the line is left out and Slurm's default levels apply.
+    """
+    v = _version(version)
+    require("topology_block", v, "topology/block")
+    _check_node_names(t)
+    if not t.nodes:
+        raise TopologyError("no nodes to put into blocks")
+    blocks, notes = _blocks_of(t, block_size)
+    base = block_size if block_size is not None else max(len(m) for _, m in blocks)
+    sizes = block_sizes_for(base, len(blocks))
+    out = _header(
+        "topology.conf (block)",
+        t,
+        v,
+        [
+            f"{len(blocks)} block(s), base block {base} nodes; line order = block index (Slurm "
+            "aggregates aligned runs of consecutive blocks).",
+            "Use TopologyPlugin=topology/block in slurm.conf.",
+        ],
+    )
+    if notes:
+        out.append("# Slurm block name = source id:")
+        out.extend(notes)
+    out.extend(f"BlockName={name} Nodes={compress_hostlist(m)}" for name, m in blocks)
+    if v >= SlurmVersion(24, 5):
+        out.append(f"BlockSizes={','.join(str(s) for s in sizes)}")
+    else:
+        out.append(
+            f"# BlockSizes={','.join(map(str, sizes))} needs Slurm >= 24.05; omitted for {v}"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _wants_block(t: Topology) -> bool:
+    """Block for GB200-style clusters (block kind, or nodes sharing NVLink domains)."""
+    if t.kind == "block":
+        return True
+    return any(len(m) > 1 for m in t.domains().values())
+
+
+def _yaml_scalar(text: str) -> str:
+    """A YAML scalar: plain when safe (as in newer-slurm.md 3.4), else double-quoted."""
+    if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-\[\],]*", text) and text.lower() not in {
+        "true",
+        "false",
+        "null",
+        "yes",
+        "no",
+        "on",
+        "off",
+    }:
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def export_yaml(
+    partitions: Mapping[str, Topology],
+    version: Version,
+    *,
+    default: str | None = None,
+    block_size: int | None = None,
+) -> str:
+    """``topology.yaml`` (Slurm >= 25.05): one topology per partition, named like the partition.
+
+    GB200-style topologies (block kind, or nodes sharing NVLink domains) become ``block:`` entries,
+    others ``tree:``; the shape (list of ``topology``/``cluster_default``/``tree.switches`` or
+    ``block.block_sizes``/``block.blocks``, hostlist strings) is exactly what real 26.05.5 loaded
+    (newer-slurm.md 3.4). ``default`` (else the first partition) is the ``cluster_default``. Each
+    partition must name its topology in slurm.conf: ``PartitionName=<p> ... Topology=<p>``.
+    """
+    v = _version(version)
+    require("topology_yaml", v, "topology.yaml")
+    if not partitions:
+        raise TopologyError("topology.yaml needs at least one partition topology")
+    default = default if default is not None else next(iter(partitions))
+    if default not in partitions:
+        raise TopologyError(f"default topology {default!r} is not one of the partitions")
+    out = [
+        f"# topology.yaml generated by slurmfm for Slurm {v}: {len(partitions)} topologies.",
+        "# slurm.conf: drop TopologyPlugin= (ignored when this file exists) and add",
+        "# Topology=<name> to each partition:",
+        *(f"#   PartitionName={p} ... Topology={p}" for p in partitions),
+        "---",
+    ]
+    for part, t in partitions.items():
+        if not _NAME_RE.match(part):
+            raise TopologyError(f"partition/topology name {part!r} is not a valid Slurm name")
+        _check_node_names(t)
+        out.append(f"- topology: {part}")
+        out.append(f"  cluster_default: {'true' if part == default else 'false'}")
+        if _wants_block(t):
+            blocks, notes = _blocks_of(t, block_size)
+            base = block_size if block_size is not None else max(len(m) for _, m in blocks)
+            out.extend(f"  {n}" for n in notes)
+            out.append("  block:")
+            out.append("    block_sizes:")
+            out.extend(f"      - {s}" for s in block_sizes_for(base, len(blocks)))
+            out.append("    blocks:")
+            for name, members in blocks:
+                out.append(f"      - block: {_yaml_scalar(name)}")
+                out.append(f"        nodes: {_yaml_scalar(compress_hostlist(members))}")
+        else:
+            lines, notes = _tree_lines(_with_common_root(t))
+            out.extend(f"  {n}" for n in notes)
+            out.append("  tree:")
+            out.append("    switches:")
+            # top level first (names in order within a level), as in newer-slurm.md 3.4
+            for _, line in sorted(lines, key=lambda e: -e[0]):
+                fields = dict(tok.split("=", 1) for tok in line.split())
+                out.append(f"      - switch: {_yaml_scalar(fields['SwitchName'])}")
+                if "Switches" in fields:
+                    out.append(f"        children: {_yaml_scalar(fields['Switches'])}")
+                if "Nodes" in fields:
+                    out.append(f"        nodes: {_yaml_scalar(fields['Nodes'])}")
+    return "\n".join(out) + "\n"
+
+
+def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> dict[str, Topology]:
+    """Parse ``topology.yaml`` into ``{topology name: Topology}`` (tree and block entries).
+
+    ``flat`` entries carry no structure and are skipped; ``ring``/``torus3d`` (26.05) have no
+    equivalent in the model and are refused. Errors carry ``source:line:`` (ruamel's positions).
+    """
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        doc = YAML(typ="rt").load(text)
+    except YAMLError as exc:
+        raise TopologyError(f"{source}: not valid YAML: {exc}") from exc
+
+    def line_of(obj: Any, key: Any = None) -> int:
+        lc = getattr(obj, "lc", None)
+        if lc is None:
+            return 0
+        try:
+            if key is not None:
+                pos = lc.key(key) if isinstance(obj, dict) else lc.item(key)
+                return int(pos[0]) + 1
+            return int(lc.line) + 1
+        except (KeyError, IndexError, TypeError):
+            return int(lc.line) + 1
+
+    def err(obj: Any, msg: str, key: Any = None) -> TopologyError:
+        return TopologyError(f"{source}:{line_of(obj, key)}: {msg}")
+
+    def hosts(obj: Any, key: str, what: str) -> list[str]:
+        val = obj.get(key)
+        if isinstance(val, list):
+            val = ",".join(str(x) for x in val)
+        if not isinstance(val, str) or not val.strip():
+            raise err(obj, f"{what} must be a hostlist string", key)
+        try:
+            return expand_hostlist(val)
+        except ValueError as exc:
+            raise err(obj, f"{what}: {exc}", key) from exc
+
+    if not isinstance(doc, list):
+        raise TopologyError(f"{source}:1: expected a YAML list of topologies")
+    out: dict[str, Topology] = {}
+    for entry in doc:
+        if not isinstance(entry, dict) or not isinstance(entry.get("topology"), str):
+            raise err(
+                entry if isinstance(entry, dict) else doc, "each entry needs 'topology: NAME'"
+            )
+        name = entry["topology"]
+        if name in out:
+            raise err(entry, f"topology {name!r} defined twice")
+        kinds = [k for k in ("tree", "block", "flat", "ring", "torus3d") if k in entry]
+        if len(kinds) != 1:
+            raise err(entry, f"topology {name!r} needs exactly one of tree/block/flat")
+        kind = kinds[0]
+        body = entry[kind]
+        if kind == "flat":
+            continue
+        if kind in ("ring", "torus3d"):
+            raise err(entry, f"topology {name!r}: {kind} topologies are not supported by slurmfm")
+        if kind == "tree":
+            sw_list = body.get("switches") if isinstance(body, dict) else None
+            if not isinstance(sw_list, list):
+                raise err(entry, f"topology {name!r}: tree needs a 'switches' list", kind)
+            switches: dict[str, tuple[int, Sequence[str], Sequence[str]]] = {}
+            for sw in sw_list:
+                if not isinstance(sw, dict) or not isinstance(sw.get("switch"), str):
+                    raise err(body, "each switch needs 'switch: NAME'", "switches")
+                sname = sw["switch"]
+                if not _NAME_RE.match(sname):
+                    raise err(sw, f"invalid switch name {sname!r}", "switch")
+                if sname in switches:
+                    raise err(sw, f"switch {sname!r} defined twice", "switch")
+                nodes = hosts(sw, "nodes", "nodes") if "nodes" in sw else []
+                kids = hosts(sw, "children", "children") if "children" in sw else []
+                if nodes and kids:
+                    raise err(sw, f"switch {sname!r} has both nodes and children", "switch")
+                switches[sname] = (line_of(sw, "switch"), nodes, kids)
+            if not switches:
+                raise err(entry, f"topology {name!r} has no switches", kind)
+            try:
+                out[name] = _tree_from_switches(switches, {}, source)
+            except TopologyError as exc:
+                raise TopologyError(f"{exc} (topology {name!r})") from exc
+        else:
+            blist = body.get("blocks") if isinstance(body, dict) else None
+            if not isinstance(blist, list) or not blist:
+                raise err(entry, f"topology {name!r}: block needs a 'blocks' list", kind)
+            blocks: list[tuple[str, Sequence[str]]] = []
+            for b in blist:
+                if not isinstance(b, dict) or not isinstance(b.get("block"), str):
+                    raise err(body, "each block needs 'block: NAME'", "blocks")
+                if not _NAME_RE.match(b["block"]):
+                    raise err(b, f"invalid block name {b['block']!r}", "block")
+                blocks.append((b["block"], hosts(b, "nodes", "nodes")))
+            sizes = body.get("block_sizes")
+            if sizes is not None and (
+                not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes)
+            ):
+                raise err(body, "block_sizes must be a list of integers", "block_sizes")
+            try:
+                out[name] = block_topology(blocks, source=f"{source} ({name})")
+            except TopologyError as exc:
+                raise err(entry, str(exc)) from exc
+    return out
+
+
+# ---------------------------------------------------------------------------- live cluster
+def parse_scontrol_topology(text: str) -> Topology:
+    """Parse ``scontrol show topology [NAME]`` output (tree or block) into a Topology.
+
+    Tree lines are ``SwitchName=X Level=N LinkSpeed=S Nodes=<all nodes below> [Switches=...]``;
+    a switch without ``Switches=`` is a leaf and its ``Nodes=`` are its own. Block lines are
+    ``BlockName=X BlockIndex=I Nodes=... BlockSize=B``; the ``AggregatedBlock=`` lines (24.11,
+    26.05) are derived data and skipped. Levels printed by Slurm are checked against the model's.
+    """
+    source = "scontrol show topology"
+    switches: dict[str, tuple[int, Sequence[str], Sequence[str]]] = {}
+    levels: dict[str, int] = {}
+    blocks: list[tuple[int, str, list[str]]] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        where = f"{source}:{lineno}"
+        fields: dict[str, str] = {}
+        for tok in line.split():
+            key, sep, value = tok.partition("=")
+            if sep:
+                fields[key] = value
+        if "SwitchName" in fields:
+            name = fields["SwitchName"]
+            kids = (
+                _hostlist(fields["Switches"], where, "Switches=") if fields.get("Switches") else []
+            )
+            nodes = (
+                []
+                if kids
+                else (_hostlist(fields["Nodes"], where, "Nodes=") if fields.get("Nodes") else [])
+            )
+            switches[name] = (lineno, nodes, kids)
+            if fields.get("Level", "").isdigit():
+                levels[name] = int(fields["Level"])
+        elif "BlockName" in fields:
+            try:
+                index = int(fields.get("BlockIndex", str(len(blocks))))
+            except ValueError as exc:
+                raise TopologyError(f"{where}: bad BlockIndex") from exc
+            nodes = _hostlist(fields["Nodes"], where, "Nodes=") if fields.get("Nodes") else []
+            blocks.append((index, fields["BlockName"], nodes))
+        elif "AggregatedBlock" in fields:
+            continue
+        else:
+            raise TopologyError(f"{where}: unrecognised line {line[:60]!r}")
+    if switches and blocks:
+        raise TopologyError(f"{source}: both switches and blocks in the output")
+    if blocks:
+        blocks.sort()
+        return block_topology([(n, m) for _, n, m in blocks], source=source)
+    if not switches:
+        raise TopologyError(f"{source}: no topology in the output (is TopologyPlugin set?)")
+    topo = _tree_from_switches(switches, {}, source)
+    for s, lvl in levels.items():
+        if topo.level(s) != lvl:
+            raise TopologyError(
+                f"{source}: switch {s!r} is Level={lvl} in Slurm but {topo.level(s)} in the model"
+            )
+    return topo
+
+
+StateName = Literal["idle", "allocated", "mixed", "down", "drain", "unknown"]
+
+_STATE_MAP: dict[str, StateName] = {
+    "idle": "idle",
+    "planned": "idle",  # idle, earmarked by backfill for a pending job (23.02+)
+    "alloc": "allocated",
+    "allocated": "allocated",
+    "comp": "allocated",
+    "completing": "allocated",
+    "resv": "allocated",
+    "reserved": "allocated",
+    "blocked": "allocated",  # idle but held by --exclusive=topo (26.05; newer-slurm.md 3.2)
+    "mix": "mixed",
+    "mixed": "mixed",
+    "drain": "drain",
+    "drained": "drain",
+    "draining": "drain",
+    "drng": "drain",
+    "down": "down",
+    "fail": "down",
+    "failing": "down",
+    "future": "down",
+    "futr": "down",
+    "inval": "down",
+    "maint": "down",
+    "boot": "down",
+    "reboot": "down",
+    "powered_down": "down",
+    "power_down": "down",
+    "powering_down": "down",
+    "unk": "unknown",
+    "unknown": "unknown",
+}
+
+
+def normalize_state(raw: str) -> StateName:
+    """One Slurm node state (``sinfo %T``/``%t``) -> idle/allocated/mixed/down/drain/unknown.
+
+    A ``*`` suffix means "not responding": Slurm will not start jobs there, so it counts as down.
+    Other suffixes (``~`` powered down, ``#`` powering up, ``!``, ``%``, ``$``, ``@``, ``^``, ``-``)
+    do not change the base state. Compound states (``idle+drain``, ``mixed+drain``) report drain.
+    """
+    s = raw.strip().lower()
+    not_responding = "*" in s
+    s = s.rstrip("*~#!%$@^-")
+    parts = [p for p in re.split(r"[+]", s) if p]
+    states = [_STATE_MAP.get(p, "unknown") for p in parts] or ["unknown"]
+    if not_responding:
+        return "down"
+    worst: StateName
+    for worst in ("down", "drain"):
+        if worst in states:
+            return worst
+    return states[0]
+
+
+def slurm_node_states(text: str) -> dict[str, str]:
+    """``sinfo -N -h -o '%N %T'`` output -> ``{node: normalised state}``.
+
+    A node listed once per partition appears several times; the least usable state wins. The
+    first column may also be a hostlist (``sinfo -h -o '%N %T'`` without ``-N``).
+    """
+    rank = {"down": 5, "drain": 4, "unknown": 3, "allocated": 2, "mixed": 1, "idle": 0}
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) < 2:
+            raise TopologyError(f"sinfo:{lineno}: expected 'NODE STATE', got {line!r}")
+        state = normalize_state(parts[1])
+        try:
+            names = expand_hostlist(parts[0])
+        except ValueError as exc:
+            raise TopologyError(f"sinfo:{lineno}: {exc}") from exc
+        for n in names:
+            if n not in out or rank[state] > rank[out[n]]:
+                out[n] = state
+    return out
