@@ -48,10 +48,11 @@ def _sbatch_lines(text: str) -> list[str]:
 
 
 def _srun_command(text: str) -> str:
-    """The srun command of the script, with its backslash-continued lines joined."""
+    """The launch srun command (after ``# Launch:``), backslash-continued lines joined."""
     lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("srun ")]
-    assert len(starts) == 1, f"expected exactly one srun command, found {len(starts)}"
+    launch = next(i for i, line in enumerate(lines) if line.startswith("# Launch:"))
+    starts = [i for i, line in enumerate(lines) if line.startswith("srun ") and i > launch]
+    assert len(starts) == 1, f"expected exactly one launch srun command, found {len(starts)}"
     parts: list[str] = []
     for line in lines[starts[0] :]:
         if line.endswith("\\"):
@@ -126,7 +127,9 @@ def test_auto_resume_only_on_hyperpod_srun(path: Path, flavor: str, version: str
     if flavor == "hyperpod":
         assert "--auto-resume=1" in _srun_command(text).split()
     else:
-        assert "--auto-resume" not in text
+        # only added at run time when the node turns out to be a HyperPod node
+        assert "--auto-resume=1" not in _srun_command(text).split()
+        assert '"${slurmfm_auto_resume[@]}"' in _srun_command(text).split()
 
 
 @pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)

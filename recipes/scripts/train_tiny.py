@@ -1,10 +1,13 @@
 """A tiny CPU data-parallel training job (torch + gloo) for the quickstart and the tests.
 
 It shows the contract a torchrun script has with slurmfm: ranks come from torchrun, the
-checkpoint directory from ``SLURMFM_CHECKPOINT_DIR``, and resuming means reading the
-``latest`` pointer there. Each rank prints one JSON line with where it ran, so tests can check
-world size and node placement from the job's own output (``hostname`` is the same on every
-virtual node of the local cluster; ``SLURMD_NODENAME`` is not).
+checkpoint directory from ``SLURMFM_CHECKPOINT_DIR``, resuming means loading the checkpoint that
+the atomic ``latest`` pointer names (``slurmfm.checkpoint``), and SIGUSR2 before the time limit
+means "save and exit 0" (the job then requeues itself). All ranks agree on stopping through an
+all-reduce of the flag, so they save at the same step. Each rank prints one JSON line with
+where it ran, so tests can check world size and node placement from the job's own output
+(``hostname`` is the same on every virtual node of the local cluster; ``SLURMD_NODENAME`` is
+not).
 """
 
 from __future__ import annotations
@@ -14,33 +17,11 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-
-def save_checkpoint(ckpt_dir: Path, step: int, state: dict[str, object]) -> Path:
-    """Write step_N.pt, then publish it through an atomic ``latest`` pointer."""
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    path = ckpt_dir / f"step_{step:06d}.pt"
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    pointer = ckpt_dir / "latest.tmp"
-    with open(pointer, "w", encoding="utf-8") as fh:
-        fh.write(path.name + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(pointer, ckpt_dir / "latest")
-    return path
-
-
-def load_latest(ckpt_dir: Path) -> dict[str, object] | None:
-    pointer = ckpt_dir / "latest"
-    if not pointer.exists():
-        return None
-    return torch.load(ckpt_dir / pointer.read_text().strip(), weights_only=False)
+from slurmfm import checkpoint as ck
 
 
 def main() -> int:
@@ -69,15 +50,26 @@ def main() -> int:
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    ckpt_dir = Path(os.environ.get("SLURMFM_CHECKPOINT_DIR", "checkpoints"))
+    ckpt_dir = ck.run_dir()
+    stop = ck.SaveRequest()  # SIGUSR2 from slurmfm before the time limit
     start = 0
-    state = load_latest(ckpt_dir)
-    if state is not None:
-        model.module.load_state_dict(state["model"])  # type: ignore[arg-type]
-        opt.load_state_dict(state["optim"])  # type: ignore[arg-type]
-        start = int(state["step"])  # type: ignore[call-overload]
+    resume = ck.latest(ckpt_dir)
+    if resume is not None:
+        state = torch.load(resume / "state.pt", weights_only=False)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        start = int(state["step"])
         if rank == 0:
-            print(json.dumps({"event": "resume", "step": start}), flush=True)
+            print(json.dumps({"event": "resume", "step": start,
+                              "restart": os.environ.get("SLURMFM_RESTART", "0")}), flush=True)
+
+    def save(step: int) -> None:
+        if rank == 0:
+            state = {"model": model.module.state_dict(), "optim": opt.state_dict(), "step": step}
+            path = ck.save(ckpt_dir, step, lambda tmp: torch.save(state, tmp / "state.pt"))
+            print(json.dumps({"event": "checkpoint", "step": step, "path": str(path)}),
+                  flush=True)
+        dist.barrier()
 
     g = torch.Generator().manual_seed(1234 + rank)
     for step in range(start + 1, args.steps + 1):
@@ -90,16 +82,16 @@ def main() -> int:
         if rank == 0:
             print(json.dumps({"event": "step", "step": step, "loss": round(loss.item(), 5)}),
                   flush=True)
-        if step % args.checkpoint_every == 0 or step == args.steps:
+        flag = torch.tensor([1.0 if stop.requested else 0.0])
+        dist.all_reduce(flag)  # every rank learns that one was asked to stop
+        if flag.item() > 0:
+            save(step)
             if rank == 0:
-                path = save_checkpoint(
-                    ckpt_dir,
-                    step,
-                    {"model": model.module.state_dict(), "optim": opt.state_dict(), "step": step},
-                )
-                print(json.dumps({"event": "checkpoint", "step": step, "path": str(path)}),
-                      flush=True)
-            dist.barrier()
+                print(json.dumps({"event": "saved-before-timeout", "step": step}), flush=True)
+            dist.destroy_process_group()
+            return 0
+        if step % args.checkpoint_every == 0 or step == args.steps:
+            save(step)
         if args.sleep:
             time.sleep(args.sleep)
     dist.barrier()

@@ -292,6 +292,48 @@ class Storage(_Strict):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="stable id for resume across submissions; default: the job name",
     )
+    stripe: Literal["auto", "off"] = Field(
+        default="auto",
+        description=(
+            "auto: on Lustre (detected at job start), stripe the checkpoint directory wide "
+            "(lfs setstripe -c -1 -S 16M) and the log directory on one target (-c 1)"
+        ),
+    )
+    min_free_gb: float = Field(
+        default=0,
+        ge=0,
+        description="fail at start when less is free (on Lustre: on the emptiest storage target)",
+    )
+    keep_last: int | None = Field(
+        default=None, ge=1, description="keep only the newest K checkpoints (exported for scripts)"
+    )
+
+
+class Resilience(_Strict):
+    """Requeue, pre-timeout save, restart cap, health gate and NCCL transport check.
+
+    The pre-timeout signal is SIGUSR2: NCCL catches SIGUSR1 for itself, which is why submitit
+    moved to USR2 (peer-launchers.md section 2, submitit PR #1697).
+    """
+
+    requeue: bool = True
+    max_restarts: int = Field(default=3, ge=0, le=1000)
+    save_before_timeout_s: int = Field(
+        default=300,
+        ge=0,
+        le=65535,
+        description="seconds before the time limit at which training is told to save; 0: never",
+    )
+    log_mode: Literal["append", "per_restart"] = "append"
+    health_gate: Literal["auto", "on", "off"] = Field(
+        default="auto", description="auto: on for GPU instance types, off for the CPU lab"
+    )
+    dcgm_level: Literal[0, 1] = 0
+    drain_unhealthy: bool = True
+    nccl_transport_check: Literal["auto", "fail", "warn", "off"] = Field(
+        default="auto", description="auto: fail on EFA instance types, off elsewhere"
+    )
+    nccl_check_timeout_s: int = Field(default=900, ge=10)
 
 
 class Network(_Strict):
@@ -328,6 +370,7 @@ class Recipe(_Strict):
     )
     storage: Storage = Field(default_factory=Storage)
     network: Network = Field(default_factory=Network)
+    resilience: Resilience = Field(default_factory=Resilience)
 
     @field_validator("env", mode="before")
     @classmethod

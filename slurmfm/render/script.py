@@ -169,9 +169,30 @@ def _directives(
     d.append(Directive("wait-all-nodes", "1", "start only when every node has booted"))
     out = f"{sbatch_value(recipe.storage.log_dir, what='storage.log_dir').rstrip('/')}/%x_%j.out"
     d.append(Directive("output", out))
-    if c.flavor == "hyperpod":
+    res = recipe.resilience
+    if res.requeue:
+        d.append(Directive("requeue", None, "restart after node failure or a pre-timeout save"))
+    else:
+        d.append(Directive("no-requeue"))
+    if res.requeue or c.flavor == "hyperpod":
         d.append(
-            Directive("open-mode", "append", "HyperPod auto-resume requeues; keep earlier output")
+            Directive(
+                "open-mode", "append", "a requeue would otherwise truncate the earlier output"
+            )
+        )
+    if res.save_before_timeout_s:
+        if res.save_before_timeout_s >= r.time_minutes * 60 > 0:
+            warnings.append(
+                f"resilience.save_before_timeout_s: {res.save_before_timeout_s} s is not shorter "
+                f"than the time limit {r.time_limit}; the save signal comes at the start"
+            )
+        d.append(
+            Directive(
+                "signal",
+                f"B:USR2@{res.save_before_timeout_s}",
+                "USR2 to the batch shell before the time limit: save and requeue "
+                "(USR2, not USR1, which NCCL uses: peer-launchers.md section 2)",
+            )
         )
     if placement.switches:
         d.append(Directive("switches", sbatch_value(placement.switches, what="switches")))
@@ -360,6 +381,28 @@ def _container_opts(recipe: Recipe) -> list[str]:
     return opts
 
 
+@dataclass(frozen=True)
+class HealthGate:
+    """What the per-node health gate expects, from the instance catalog."""
+
+    enabled: bool
+    gpus: int
+    efa: int
+
+
+def _health(recipe: Recipe, inst: InstanceType) -> HealthGate:
+    mode = recipe.resilience.health_gate
+    enabled = mode == "on" or (mode == "auto" and inst.gpus > 0 and not inst.virtual)
+    return HealthGate(enabled, inst.gpus, inst.efa_interfaces)
+
+
+def _nccl_check(recipe: Recipe, inst: InstanceType) -> str:
+    mode = recipe.resilience.nccl_transport_check
+    if mode == "auto":
+        return "fail" if inst.efa_interfaces > 0 and not inst.virtual else "off"
+    return mode
+
+
 def render_script(
     recipe: Recipe, target: Target | None = None, placement: Placement | None = None
 ) -> RenderedScript:
@@ -424,6 +467,8 @@ def render_script(
         "run_id": sh_quote(run_id, what="storage.run_id"),
         "host_order": sh_quote(" ".join(placement.nodes)) if placement.nodes else "''",
         "rank_map": sh_quote(rank_map) if rank_map else "''",
+        # constrain mode without a carried map: order by SLURM_TOPOLOGY_ADDR in the job
+        "topo_addr_order": int(placement.mode == "constrain" and not placement.rank_key),
         "rdzv_port": getattr(recipe.launcher, "rdzv_port", None),
         "srun_opts": srun,
         "argv": argv,
@@ -434,6 +479,13 @@ def render_script(
         "placement": placement,
         "world": recipe.world_size,
         "procs_per_node": recipe.procs_per_node,
+        "res": recipe.resilience,
+        "health": _health(recipe, inst),
+        "nccl_check": _nccl_check(recipe, inst),
+        "min_free_kb": int(s.min_free_gb * 1024 * 1024),
+        "forward": "self" if recipe.launcher.kind == "nemo" else "children",
+        "hyperpod": recipe.cluster.flavor == "hyperpod",
+        "per_restart_log": recipe.resilience.log_mode == "per_restart",
     }
     text = _env().get_template("sbatch.sh.j2").render(**ctx)
     return RenderedScript(

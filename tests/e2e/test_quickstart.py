@@ -86,8 +86,8 @@ def test_quickstart_runs_torchrun_over_two_nodes(each_lab: SlurmLab, tmp_path: P
     steps = [e["step"] for e in ev if e["event"] == "step"]
     assert steps == list(range(1, 11))
     run_dir = ckpt / "quickstart" / "quickstart"
-    assert (run_dir / "latest").read_text().strip() == "step_000010.pt"
-    assert (run_dir / "step_000010.pt").stat().st_size > 0
+    assert (run_dir / "latest").read_text().strip() == "step_000000010"
+    assert (run_dir / "step_000000010" / "state.pt").stat().st_size > 0
     assert any(e["event"] == "done" for e in ev)
 
 

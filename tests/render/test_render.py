@@ -78,15 +78,23 @@ def test_pin_and_switches(tmp_path: Path) -> None:
     shellcheck(text, tmp_path)
 
 
+def launch(text: str) -> str:
+    """The launch command (the srun after the "# Launch:" comment)."""
+    start = text.index("# Launch:")
+    return text[text.index("\nsrun ", start) : text.index("\nslurmfm_srun=", start)]
+
+
 def test_hyperpod_auto_resume_only_on_srun() -> None:
     text = render(recipe(cluster__flavor="hyperpod"))
     assert not any("auto-resume" in line for line in sbatch_lines(text))
-    srun = text[text.index("\nsrun ") :]
-    assert "--auto-resume=1" in srun
+    assert launch(text).startswith("\nsrun --auto-resume=1 ")
     assert "#SBATCH --open-mode=append" in sbatch_lines(text)
     assert not any("gpus-per-node" in line for line in sbatch_lines(text))
     for flavor in ("parallelcluster", "pcs", "generic"):
-        assert "auto-resume" not in render(recipe(cluster__flavor=flavor))
+        other = render(recipe(cluster__flavor=flavor))
+        assert not any("auto-resume" in line for line in sbatch_lines(other))
+        assert '"${slurmfm_auto_resume[@]}"' in launch(other)  # only when detected at run time
+        assert "if [ -d /opt/sagemaker_cluster ]; then slurmfm_auto_resume=(--auto-resume=1); fi" in other
 
 
 def test_profile_env_is_commented_with_source_and_user_wins() -> None:
@@ -114,8 +122,9 @@ def test_lab_cpu_has_no_nccl_profile() -> None:
                   "resources": {"procs_per_node": 2},
                   "launcher": {"kind": "torchrun", "script": "t.py"}})
     text = render(r)
-    assert "NCCL_" not in text
-    assert "FI_" not in text
+    exports = [line for line in text.splitlines() if line.startswith("export ")]
+    assert not any("NCCL_" in line or "FI_" in line for line in exports)
+    assert "SLURMFM_NCCL_LOG=" not in text  # no transport check without EFA
     assert not any("gpus-per-node" in line or "gres" in line for line in sbatch_lines(text))
 
 
@@ -162,7 +171,7 @@ def test_nemo_launch(tmp_path: Path) -> None:
     })
     text = render(r)
     assert "#SBATCH --ntasks-per-node=8" in sbatch_lines(text)
-    assert "--ntasks-per-node=8" in text[text.index("\nsrun ") :]
+    assert "--ntasks-per-node=8" in launch(text)
     assert "<<'SLURMFM_NEMO_DRIVER_EOF'" in text
     assert "getattr(llm, \"llama3_8b\")" in text
     assert "pretrain_recipe" in text

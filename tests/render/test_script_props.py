@@ -22,8 +22,12 @@ from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
 
 SRUN = """#!/bin/bash
-printf '%s\\0' "$@" > "$STUB_OUT/argv"
-env -0 > "$STUB_OUT/env"
+for a in "$@"; do
+  if [ "$a" = slurmfm-node ]; then
+    printf '%s\\0' "$@" > "$STUB_OUT/argv"
+    env -0 > "$STUB_OUT/env"
+  fi
+done
 """
 SCONTROL = """#!/bin/bash
 if [ "$2" = hostnames ]; then printf 'node002\\nnode001\\n'; exit 0; fi
@@ -42,7 +46,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, body in (("srun", SRUN), ("scontrol", SCONTROL), ("mkdir", MKDIR)):
         (bindir / name).write_text(body)
         (bindir / name).chmod(0o755)
-    for tool in ("sed", "head", "sort", "cut", "env", "cat", "uname"):
+    for tool in ("sed", "head", "sort", "cut", "env", "cat", "uname", "date", "tail", "mktemp",
+                 "rm", "stat", "grep", "sleep", "timeout", "df", "awk"):
         for d in ("/usr/bin", "/bin"):
             if os.path.exists(f"{d}/{tool}"):
                 (bindir / tool).symlink_to(f"{d}/{tool}")
@@ -61,6 +66,7 @@ def run_script(sandbox: Path, text: str, tmp: Path) -> tuple[list[str], dict[str
         "SLURM_JOB_NODELIST": "node[001-002]",
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "prop",
         "HF_TOKEN": "s3cr3t-value",
     }
     proc = subprocess.run(
@@ -119,6 +125,7 @@ def build(values: dict[str, Any]) -> dict[str, Any]:
             "workdir": values["workdir"],
         },
         "env": {"USER_VALUE": values["env"]},
+        "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
         "secrets": ["HF_TOKEN"],
         "storage": {
             "checkpoint_root": values["ckpt"],
@@ -178,7 +185,7 @@ def test_user_values_arrive_exactly(
     assert not (tmp / "canary").exists(), "a user value was executed by the shell"
     # srun argv: options, then bash -c ENTRY slurmfm-node N, then the per-node command.
     i = argv.index("slurmfm-node")
-    cmd = argv[i + 2 :]
+    cmd = argv[i + 3 :]  # slurmfm-node PREFIX FORWARD command...
     assert cmd[0] == python
     assert cmd[cmd.index("--master-port=" + str(20000 + 4242 % 20000)) + 1] == script
     assert cmd[-len(args) :] == args if args else True

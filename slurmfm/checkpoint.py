@@ -1,0 +1,158 @@
+"""Checkpoint directory helpers for training scripts launched by slurmfm.
+
+The contract with a job: ``SLURMFM_CHECKPOINT_DIR`` names the run's directory,
+``SLURMFM_RESUME_FROM`` (when set) the checkpoint to resume from, ``SLURMFM_KEEP_LAST`` how
+many to keep, and SIGUSR2 (``SLURMFM_SAVE_SIGNAL``) asks the job to save and exit before its
+time limit. This module implements the directory side with only the standard library, so a
+script can copy it if slurmfm is not installed in its container.
+
+Why the ``latest`` pointer is published with write, fsync, rename: a reader (a restarted job, or
+an evaluation job) must never see a half-written checkpoint. A checkpoint is written under a
+temporary name, flushed, renamed into place, and only then named by ``latest``, which is itself
+replaced atomically. A crash at any point leaves ``latest`` naming a complete checkpoint (or no
+pointer at all before the first save). On Lustre, rename within a directory is atomic as on
+any POSIX file system.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+POINTER = "latest"
+_STEP = re.compile(r"^step_(\d+)$")
+
+
+def run_dir(env: dict[str, str] | None = None) -> Path:
+    """The run's checkpoint directory, from ``SLURMFM_CHECKPOINT_DIR``."""
+    e = os.environ if env is None else env
+    return Path(e.get("SLURMFM_CHECKPOINT_DIR", "checkpoints"))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    if path.is_file():
+        with open(path, "rb") as fh:
+            os.fsync(fh.fileno())
+        return
+    for p in sorted(path.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as fh:
+                os.fsync(fh.fileno())
+    _fsync_dir(path)
+
+
+def publish(directory: Path, name: str) -> None:
+    """Point ``latest`` at ``name`` atomically (write a temp file, fsync, rename, fsync dir)."""
+    tmp = directory / f".{POINTER}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(name + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, directory / POINTER)
+    _fsync_dir(directory)
+
+
+def latest(directory: Path | None = None) -> Path | None:
+    """The newest complete checkpoint, or None. Never a partially written one."""
+    d = directory or run_dir()
+    try:
+        name = (d / POINTER).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    if not _STEP.match(name):
+        return None
+    path = d / name
+    return path if path.exists() else None
+
+
+def step_of(path: Path) -> int:
+    m = _STEP.match(path.name)
+    if not m:
+        raise ValueError(f"{path} is not a step_N checkpoint")
+    return int(m.group(1))
+
+
+def save(
+    directory: Path,
+    step: int,
+    write: Callable[[Path], None],
+    *,
+    keep_last: int | None = None,
+) -> Path:
+    """Write checkpoint ``step`` with ``write(tmp_path)``, publish it, then prune old ones.
+
+    ``write`` receives a temporary directory to fill (any number of files). Only after it
+    returns, and its files are flushed to disk, is the directory renamed to ``step_N`` and
+    ``latest`` switched to it.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:09d}"
+    tmp = directory / f".{name}.{os.getpid()}.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        write(tmp)
+        _fsync_tree(tmp)
+        final = directory / name
+        if final.exists():  # a save of the same step by an earlier, interrupted run
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish(directory, name)
+    if keep_last is None and os.environ.get("SLURMFM_KEEP_LAST"):
+        keep_last = int(os.environ["SLURMFM_KEEP_LAST"])
+    if keep_last:
+        prune(directory, keep_last)
+    return final
+
+
+def prune(directory: Path, keep_last: int) -> list[Path]:
+    """Remove all but the newest ``keep_last`` checkpoints; never the one ``latest`` names."""
+    current = latest(directory)
+    steps = sorted(
+        (p for p in directory.iterdir() if _STEP.match(p.name) and p.is_dir()), key=step_of
+    )
+    removed = []
+    for p in steps[: max(0, len(steps) - keep_last)]:
+        if current is not None and p.name == current.name:
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
+
+
+class SaveRequest:
+    """Turns the pre-timeout signal into a flag the training loop polls between steps.
+
+    slurmfm sends SIGUSR2 (not SIGUSR1, which NCCL uses) some minutes before the time limit;
+    the loop should then save a checkpoint and exit 0, and the job requeues itself.
+    """
+
+    def __init__(self, signum: int | None = None) -> None:
+        self.requested = False
+        name = os.environ.get("SLURMFM_SAVE_SIGNAL", "USR2")
+        self.signum = signum if signum is not None else getattr(signal, f"SIG{name}")
+        self._previous = signal.signal(self.signum, self._handler)
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+    def restore(self) -> None:
+        signal.signal(self.signum, self._previous)
