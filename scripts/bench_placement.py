@@ -1,0 +1,821 @@
+#!/usr/bin/env python3
+"""Placement benchmark: slurmfm's planner against Slurm's own choice, and against the optimum.
+
+Why: the planner is only worth its complexity if it beats what Slurm already does with the
+same free nodes. This script measures that, in one process, on generated EC2-like fabrics
+(3 switch levels plus a common root, uneven leaf sizes, host names unrelated to the fabric,
+30-70 % of nodes busy) for jobs of 8 to 1,024 nodes with TP 8 and PP 1-16.
+
+Methods, all scored with ``slurmfm.plan.cost.evaluate`` on the same topology and job:
+
+* ``slurmfm``: ``slurmfm.plan.planner.plan(topology, job, unavailable=busy)`` (rank order).
+* ``slurm21-name`` / ``slurm21-leaf`` / ``slurm2405-name`` / ``slurm2405-leaf``: Slurm's tree
+  selection reproduced by ``slurmfm.plan.slurm_sim.select_tree`` (slurm-topology-and-placement.md
+  sections 1.3, 6(a) and 8; rules 21.08-24.05.2 and 24.05.3+), with name-order ranks (Slurm up
+  to 25.11) and leaf-order ranks (26.05's default; section 1.6).
+* ``real-slurm``: the local lab's ``sbatch --test-only -N k --exclusive`` choice for the same
+  busy pattern, with name-order ranks (``--real-lab DIR``; small fabrics of the lab's size).
+* ``optimum``: the exact minimum of the predicted step time over node subsets and rank orders,
+  by exhaustive search over leaf sequences (nodes of one leaf are interchangeable in the cost
+  model), on small cases only.
+
+Targets (printed as PASS/FAIL): never more leaves than Slurm; predicted slowdown never worse
+than any Slurm baseline; >= 3x fewer DP-ring edges crossing a leaf than name-order ranks in
+aggregate; within 2 % of the optimum; a 4,096-node job on a 16,384-node fabric planned in
+under 0.5 s (median of 5, one core). Exit status is always 0: this measures, it does not gate.
+
+Usage::
+
+    python scripts/bench_placement.py --quick
+    python scripts/bench_placement.py --real-lab /var/tmp/slurmfm-lab/sim-host --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# Single-threaded numerics for the timing section (must be set before numpy/scipy load).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+from slurmfm.plan.cost import CostReport, JobShape, evaluate  # noqa: E402
+from slurmfm.plan.slurm_sim import natural_key, rank_order, select_tree  # noqa: E402
+from slurmfm.topology.model import Topology  # noqa: E402
+
+PlanFn = Callable[..., Any]
+SLURM_METHODS = ("slurm21-name", "slurm21-leaf", "slurm2405-name", "slurm2405-leaf")
+GPUS = 8
+TP = 8
+
+
+def load_planner() -> tuple[PlanFn | None, str]:
+    """The other engineer's planner, if it is there yet."""
+    try:
+        from slurmfm.plan.planner import plan
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    return plan, ""
+
+
+# ---------------------------------------------------------------------------- fabrics
+@dataclass
+class Fabric:
+    topology: Topology
+    switch_order: list[str]  # topology.conf line order (leaves, spines, tops, root)
+    conf: str  # topology.conf text in that order
+    hosts: list[str]
+
+
+def make_fabric(
+    rng: random.Random,
+    n_nodes: int,
+    *,
+    leaf_size: tuple[int, int] = (4, 24),
+    leaves_per_spine: tuple[int, int] = (2, 12),
+    spines_per_top: tuple[int, int] = (2, 8),
+    host_names: Sequence[str] | None = None,
+) -> Fabric:
+    """An EC2-like fabric: NN0 (top) / NN1 (spine) / NN2 (leaf) plus a common root.
+
+    Leaves hold an uneven number of instances and host names are a random permutation
+    relative to the fabric (EC2 names follow launch order, aws-launch-facts.md 3;
+    slurm-topology-and-placement.md 5). Switch lines are written leaves first in a shuffled
+    order, so Slurm's config-order tie-breaks are exercised too.
+    """
+    hosts = (
+        list(host_names)
+        if host_names is not None
+        else [f"p5-{i:05d}" for i in range(1, n_nodes + 1)]
+    )
+    perm = hosts[:]
+    rng.shuffle(perm)
+    leaves: list[list[str]] = []
+    k = 0
+    while k < len(perm):
+        s = rng.randint(*leaf_size)
+        leaves.append(perm[k : k + s])
+        k += s
+    spines: list[list[int]] = []
+    j = 0
+    while j < len(leaves):
+        s = rng.randint(*leaves_per_spine)
+        spines.append(list(range(j, min(j + s, len(leaves)))))
+        j += s
+    tops: list[list[int]] = []
+    j = 0
+    while j < len(spines):
+        s = rng.randint(*spines_per_top)
+        tops.append(list(range(j, min(j + s, len(spines)))))
+        j += s
+    paths: dict[str, list[str]] = {}
+    for t_i, sp_list in enumerate(tops):
+        for sp in sp_list:
+            for lf in spines[sp]:
+                for h in leaves[lf]:
+                    paths[h] = ["root", f"top{t_i}", f"spine{sp}", f"leaf{lf}"]
+    topo = Topology.from_paths(paths)
+    leaf_names = [f"leaf{i}" for i in range(len(leaves))]
+    rng.shuffle(leaf_names)
+    order = leaf_names + [f"spine{i}" for i in range(len(spines))]
+    order += [f"top{i}" for i in range(len(tops))] + ["root"]
+    lines = [f"SwitchName={lf} Nodes={','.join(leaves[int(lf[4:])])}" for lf in leaf_names]
+    lines += [
+        f"SwitchName=spine{i} Switches={','.join(f'leaf{x}' for x in lfs)}"
+        for i, lfs in enumerate(spines)
+    ]
+    lines += [
+        f"SwitchName=top{i} Switches={','.join(f'spine{x}' for x in sps)}"
+        for i, sps in enumerate(tops)
+    ]
+    lines.append(f"SwitchName=root Switches={','.join(f'top{i}' for i in range(len(tops)))}")
+    return Fabric(topo, order, "\n".join(lines) + "\n", hosts)
+
+
+def make_busy(rng: random.Random, fab: Fabric, fraction: float) -> set[str]:
+    """Busy nodes: half from earlier jobs packed by leaf, half scattered (drains, small jobs)."""
+    want = int(len(fab.hosts) * fraction)
+    busy: set[str] = set()
+    leaves = list(fab.topology.leaves)
+    while len(busy) < want // 2:
+        lf = rng.choice(leaves)
+        ns = list(fab.topology.nodes_under(lf))
+        busy.update(ns[: rng.randint(1, len(ns))])
+    rest = [h for h in fab.hosts if h not in busy]
+    busy.update(rng.sample(rest, max(0, want - len(busy))))
+    return busy
+
+
+# ---------------------------------------------------------------------------- cases
+@dataclass
+class Case:
+    name: str
+    seed: int
+    fabric_nodes: int
+    busy_fraction: float
+    job: JobShape
+    small: bool = False
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def params(self) -> str:
+        return (
+            f"seed={self.seed} fabric={self.fabric_nodes} busy={self.busy_fraction:.2f} "
+            f"nodes={self.job.nodes} tp={self.job.tp} pp={self.job.pp}"
+        )
+
+
+def report_dict(r: CostReport, leaves: int | None = None) -> dict[str, Any]:
+    d: dict[str, Any] = dict(r.as_dict())
+    if leaves is not None:
+        d["leaves_used"] = leaves
+    return d
+
+
+def run_slurm_sims(case: Case, fab: Fabric, free: set[str]) -> None:
+    for rules, tag in (("21.08", "slurm21"), ("24.05.3", "slurm2405")):
+        chosen = select_tree(
+            fab.topology,
+            free,
+            case.job.nodes,
+            rules=rules,  # type: ignore[arg-type]
+            switch_order=fab.switch_order,
+        )
+        for policy in ("name", "leaf"):
+            key = f"{tag}-{policy}"
+            if chosen is None:
+                case.results[key] = {"error": "Slurm would not start the job now"}
+                continue
+            order = rank_order(
+                chosen,
+                fab.topology,
+                policy=policy,
+                switch_order=fab.switch_order,
+            )
+            case.results[key] = report_dict(evaluate(fab.topology, order, case.job))
+
+
+def run_planner(plan: PlanFn | None, case: Case, fab: Fabric, busy: set[str]) -> None:
+    if plan is None:
+        case.results["slurmfm"] = {"error": "planner not importable"}
+        return
+    try:
+        t0 = time.perf_counter()
+        p = plan(fab.topology, case.job, unavailable=sorted(busy), mode="pin")
+        dt = time.perf_counter() - t0
+        nodes = list(p.nodes)
+        bad = [n for n in nodes if n in busy]
+        rep = report_dict(evaluate(fab.topology, nodes, case.job))
+        rep["plan_s"] = dt
+        if bad:
+            rep["error"] = f"planner used busy nodes {bad[:3]}"
+        case.results["slurmfm"] = rep
+    except Exception as exc:
+        case.results["slurmfm"] = {"error": f"{type(exc).__name__}: {exc}"}
+
+
+# ---------------------------------------------------------------------------- optimum
+def optimum(
+    fab: Fabric, free: set[str], job: JobShape, *, limit: int = 20_000
+) -> tuple[dict[str, Any] | None, int]:
+    """Exact minimum predicted step time over node subsets and rank orders, or None.
+
+    In the cost model nodes of one leaf are interchangeable (8-GPU nodes are their own NVLink
+    domain), so it suffices to enumerate leaf sequences: position i holds "a node of leaf L".
+    Unused leaves with the same parent and the same free count are interchangeable too, so a
+    new leaf is only opened as the first of its class. Gives up (None) past ``limit`` orders.
+    """
+    topo = fab.topology
+    cap: dict[str, list[str]] = {}
+    for n in sorted(free, key=natural_key):
+        cap.setdefault(topo.leaf(n), []).append(n)
+    leaves = sorted(cap, key=lambda lf: (topo.parent_of[lf] or "", -len(cap[lf]), lf))
+    cls = {lf: (topo.parent_of[lf], len(cap[lf])) for lf in leaves}
+    best: tuple[float, list[str]] | None = None
+    count = 0
+    seq: list[str] = []
+    used: dict[str, int] = {}
+
+    def rec() -> bool:
+        nonlocal best, count
+        if len(seq) == job.nodes:
+            count += 1
+            if count > limit:
+                return False
+            order = [cap[lf][i] for lf, i in _indexed(seq)]
+            r = evaluate(topo, order, job)
+            if best is None or r.predicted_s < best[0] - 1e-15:
+                best = (r.predicted_s, order)
+            return True
+        opened: set[tuple[str | None, int]] = set()
+        for lf in leaves:
+            u = used.get(lf, 0)
+            if u >= len(cap[lf]):
+                continue
+            if u == 0:
+                if cls[lf] in opened:
+                    continue
+                opened.add(cls[lf])
+            seq.append(lf)
+            used[lf] = u + 1
+            ok = rec()
+            seq.pop()
+            used[lf] = u
+            if not ok:
+                return False
+        return True
+
+    if sum(len(v) for v in cap.values()) < job.nodes:
+        return None, 0
+    if not rec() or best is None:
+        return None, count
+    return report_dict(evaluate(topo, best[1], job)), count
+
+
+def _indexed(seq: Sequence[str]) -> list[tuple[str, int]]:
+    seen: dict[str, int] = {}
+    out = []
+    for lf in seq:
+        out.append((lf, seen.get(lf, 0)))
+        seen[lf] = seen.get(lf, 0) + 1
+    return out
+
+
+# ---------------------------------------------------------------------------- real Slurm
+_TEST_ONLY = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) in partition")
+
+
+class RealLab:
+    """A running scripts/slurm-lab lab (ports from its lab.conf); never the shared ones."""
+
+    def __init__(self, lab_dir: Path) -> None:
+        self.dir = lab_dir
+        if lab_dir.resolve() in (Path("/var/tmp/slurmfm-lab/host"), Path("/trixie")):
+            raise SystemExit(f"refusing to use the shared lab {lab_dir}")
+        conf = dict(
+            line.split("=", 1)
+            for line in (lab_dir / "lab.conf").read_text().splitlines()
+            if "=" in line
+        )
+        self.nodes = int(conf["NODES"])
+        self.version = conf.get("VERSION", "")
+        out = subprocess.run(
+            ["bash", "-c", '. "$1" && env -0', "env", str(lab_dir / "env.sh")],
+            capture_output=True,
+            check=True,
+        ).stdout
+        self.env = dict(item.decode().split("=", 1) for item in out.split(b"\0") if b"=" in item)
+        self.saved = (lab_dir / "etc" / "topology.conf").read_text()
+        self.jobs = lab_dir / "jobs"
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(args), env=self.env, capture_output=True, text=True, check=False, cwd=self.jobs
+        )
+
+    def lab(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(REPO / "scripts" / "slurm-lab"), "--lab", str(self.dir), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+
+    def install(self, conf: str) -> None:
+        path = self.jobs / "bench-topology.conf"
+        path.write_text(conf)
+        proc = self.lab("topology", str(path), "--plugin", "tree")
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stdout + proc.stderr)
+
+    def cancel_all(self) -> None:
+        self.run("scancel", "--full", "-u", "root")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            q = self.run("squeue", "-h", "-o", "%i").stdout.strip()
+            states = set(self.run("sinfo", "-h", "-N", "-o", "%t").stdout.split())
+            if not q and states <= {"idle"}:
+                return
+            time.sleep(0.3)
+
+    def make_busy(self, busy: Sequence[str]) -> None:
+        if not busy:
+            return
+        proc = self.run(
+            "sbatch",
+            "--parsable",
+            "-N",
+            str(len(busy)),
+            "-w",
+            ",".join(busy),
+            "--exclusive",
+            "-p",
+            "batch",
+            "-t",
+            "30",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 600",
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr)
+        job = proc.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING":
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"busy job {job} did not start")
+
+    def test_only(self, k: int) -> list[str] | None:
+        proc = self.run(
+            "sbatch",
+            "--test-only",
+            "-N",
+            str(k),
+            "--exclusive",
+            "-p",
+            "batch",
+            "-t",
+            "5",
+            "--wrap",
+            "true",
+        )
+        m = _TEST_ONLY.search(proc.stdout + proc.stderr)
+        if not m:
+            return None
+        start = time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+        if start > time.time() + 30:
+            return None
+        out = self.run("scontrol", "show", "hostnames", m.group(2)).stdout.split()
+        return out
+
+    def restore(self) -> None:
+        self.cancel_all()
+        with contextlib.suppress(Exception):
+            self.install(self.saved)
+
+
+# ---------------------------------------------------------------------------- run
+def build_cases(quick: bool, seed: int) -> list[Case]:
+    rng = random.Random(seed)
+    sizes = [8, 16, 32, 64, 128, 256, 512, 1024]
+    n = 10 if quick else 40
+    if quick:
+        sizes = [8, 16, 32, 64, 128, 256]
+    cases = []
+    for i in range(n):
+        nodes = sizes[i % len(sizes)]
+        pps = [p for p in (1, 2, 4, 8, 16) if p <= nodes and nodes % p == 0]
+        pp = rng.choice(pps)
+        busy = rng.uniform(0.3, 0.7)
+        need = nodes / (1 - busy) * 1.25
+        fabric = next(f for f in (256, 512, 1024, 2048, 4096, 8192) if f >= need)
+        cases.append(
+            Case(f"c{i:02d}", seed * 1000 + i, fabric, busy, JobShape(nodes, GPUS, tp=TP, pp=pp))
+        )
+    return cases
+
+
+def build_small_cases(quick: bool, seed: int, n_nodes: int) -> list[Case]:
+    rng = random.Random(seed + 7)
+    cases = []
+    for i in range(4 if quick else 12):
+        nodes = (4, 6, 8, 4)[i % 4]  # exhaustive optimum is affordable up to about 6 nodes
+        pp = rng.choice([p for p in (1, 2, 4, 8) if nodes % p == 0])
+        busy = rng.uniform(0.3, 0.6)
+        cases.append(
+            Case(
+                f"s{i:02d}",
+                seed * 1000 + 500 + i,
+                n_nodes,
+                busy,
+                JobShape(nodes, GPUS, tp=TP, pp=pp),
+                small=True,
+            )
+        )
+    return cases
+
+
+def run_case(
+    case: Case,
+    plan: PlanFn | None,
+    *,
+    real: RealLab | None,
+    want_opt: bool,
+    log: Callable[[str], None],
+) -> None:
+    rng = random.Random(case.seed)
+    if case.small:
+        hosts = [f"node{i:03d}" for i in range(1, case.fabric_nodes + 1)]
+        fab = make_fabric(
+            rng,
+            case.fabric_nodes,
+            leaf_size=(1, 6),
+            leaves_per_spine=(1, 3),
+            spines_per_top=(1, 3),
+            host_names=hosts,
+        )
+    else:
+        fab = make_fabric(rng, case.fabric_nodes)
+    busy = make_busy(rng, fab, case.busy_fraction)
+    free = set(fab.hosts) - busy
+    if len(free) < case.job.nodes:
+        case.results["note"] = {"error": "not enough free nodes"}
+        return
+    run_planner(plan, case, fab, busy)
+    run_slurm_sims(case, fab, free)
+    if case.small and want_opt:
+        t0 = time.perf_counter()
+        rep, count = optimum(fab, free, case.job)
+        case.results["optimum"] = rep or {"error": f"gave up after {count} orders"}
+        case.results["optimum"]["search_orders"] = count
+        case.results["optimum"]["search_s"] = time.perf_counter() - t0
+    if case.small and real is not None:
+        try:
+            real.cancel_all()
+            real.install(fab.conf)
+            real.make_busy(sorted(busy, key=natural_key))
+            chosen = real.test_only(case.job.nodes)
+            if chosen is None:
+                case.results["real-slurm"] = {"error": "sbatch --test-only: not now"}
+            else:
+                order = rank_order(chosen, fab.topology, policy="name")
+                rep = report_dict(evaluate(fab.topology, order, case.job))
+                sim = select_tree(
+                    fab.topology, free, case.job.nodes, rules="21.08", switch_order=fab.switch_order
+                )
+                rep["sim21_agrees"] = sim == chosen
+                case.results["real-slurm"] = rep
+        except Exception as exc:
+            case.results["real-slurm"] = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            real.cancel_all()
+    log(
+        f"  {case.name} {case.params()}: "
+        + ", ".join(
+            f"{m}={r.get('slowdown', float('nan')):.4f}/{r.get('leaves_used', '-')}L"
+            for m, r in case.results.items()
+            if "slowdown" in r
+        )
+    )
+
+
+def ok(r: dict[str, Any] | None) -> bool:
+    return r is not None and "error" not in r and "slowdown" in r
+
+
+def aggregate(cases: list[Case], methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        rows = [c.results[m] for c in cases if ok(c.results.get(m))]
+        if not rows:
+            continue
+        pairs = [
+            (c.results[m], c.results["slurmfm"])
+            for c in cases
+            if ok(c.results.get(m)) and ok(c.results.get("slurmfm"))
+        ]
+        ratio = [b["slowdown"] / f["slowdown"] for b, f in pairs]
+        cross_b = sum(b["dp_edges_cross_leaf"] for b, _ in pairs)
+        cross_f = sum(f["dp_edges_cross_leaf"] for _, f in pairs)
+        out[m] = {
+            "cases": len(rows),
+            "failed": sum(1 for c in cases if m in c.results and not ok(c.results[m])),
+            "median_slowdown": statistics.median(r["slowdown"] for r in rows),
+            "mean_slowdown": statistics.fmean(r["slowdown"] for r in rows),
+            "max_slowdown": max(r["slowdown"] for r in rows),
+            "leaves_total": sum(r["leaves_used"] for r in rows),
+            "dp_cross_leaf_total": sum(r["dp_edges_cross_leaf"] for r in rows),
+            "dp_cross_spine_total": sum(r["dp_edges_cross_spine"] for r in rows),
+            "pp_cross_leaf_total": sum(r["pp_pairs_cross_leaf"] for r in rows),
+            "nvlink_violations": sum(r["nvlink_violations"] for r in rows),
+            "paired_cases": len(pairs),
+            "median_slowdown_ratio_vs_slurmfm": statistics.median(ratio) if ratio else math.nan,
+            "dp_cross_leaf_ratio_vs_slurmfm": (cross_b / cross_f)
+            if cross_f
+            else (math.inf if cross_b else 1.0),
+        }
+    return out
+
+
+def targets(cases: list[Case], speed: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    res: list[tuple[str, bool | None, str]] = []
+    fm_ok = [c for c in cases if ok(c.results.get("slurmfm"))]
+    fm_fail = [c for c in cases if "slurmfm" in c.results and not ok(c.results["slurmfm"])]
+    bases = [*SLURM_METHODS, "real-slurm"]
+    worse_leaves = []
+    worse_slow = []
+    for c in fm_ok:
+        f = c.results["slurmfm"]
+        for b in bases:
+            r = c.results.get(b)
+            if not ok(r):
+                continue
+            assert r is not None
+            if f["leaves_used"] > r["leaves_used"]:
+                worse_leaves.append(
+                    f"{c.name} ({c.params()}) vs {b}: "
+                    f"{f['leaves_used']} > {r['leaves_used']} leaves"
+                )
+            if f["slowdown"] > r["slowdown"] * (1 + 1e-9):
+                worse_slow.append(
+                    f"{c.name} ({c.params()}) vs {b}: {f['slowdown']:.4f} > {r['slowdown']:.4f}"
+                )
+    # A planner failure where Slurm would have started the job counts against every target.
+    lost = [
+        f"{c.name} ({c.params()}): {c.results['slurmfm'].get('error')}"
+        for c in fm_fail
+        if any(ok(c.results.get(b)) for b in bases)
+    ]
+    have = bool(fm_ok)
+    res.append(
+        (
+            "never more leaves than Slurm",
+            (not worse_leaves and not lost) if have else None,
+            "; ".join((worse_leaves + lost)[:8]) or f"{len(fm_ok)} cases",
+        )
+    )
+    res.append(
+        (
+            "slowdown never worse than any Slurm baseline",
+            (not worse_slow and not lost) if have else None,
+            "; ".join((worse_slow + lost)[:8]) or f"{len(fm_ok)} cases",
+        )
+    )
+    cross_f = sum(c.results["slurmfm"]["dp_edges_cross_leaf"] for c in fm_ok)
+    for b in ("slurm21-name", "slurm2405-name", "real-slurm"):
+        pairs = [c for c in fm_ok if ok(c.results.get(b))]
+        if not pairs:
+            continue
+        cb = sum(c.results[b]["dp_edges_cross_leaf"] for c in pairs)
+        cf = sum(c.results["slurmfm"]["dp_edges_cross_leaf"] for c in pairs)
+        ratio = cb / cf if cf else (math.inf if cb else 1.0)
+        res.append(
+            (
+                f">= 3x fewer DP edges crossing a leaf than {b}",
+                ratio >= 3 if cb else None,
+                f"{cb} vs {cf} over {len(pairs)} cases: {ratio:.2f}x",
+            )
+        )
+    del cross_f
+    opt = [c for c in fm_ok if ok(c.results.get("optimum"))]
+    far = [
+        f"{c.name} ({c.params()}): {c.results['slurmfm']['predicted_s']:.6g} "
+        f"vs opt {c.results['optimum']['predicted_s']:.6g}"
+        for c in opt
+        if c.results["slurmfm"]["predicted_s"] > 1.02 * c.results["optimum"]["predicted_s"]
+    ]
+    worst = max(
+        (c.results["slurmfm"]["predicted_s"] / c.results["optimum"]["predicted_s"] for c in opt),
+        default=math.nan,
+    )
+    res.append(
+        (
+            "within 2 % of the optimum",
+            (not far) if opt else None,
+            "; ".join(far[:8]) or f"{len(opt)} cases, worst {100 * (worst - 1):.2f} % above",
+        )
+    )
+    s16 = speed.get("16384")
+    if s16 and "plan_median_s" in s16:
+        res.append(
+            (
+                "4,096-node job on a 16,384-node fabric < 0.5 s",
+                s16["plan_median_s"] < 0.5,
+                f"median {s16['plan_median_s']:.3f} s",
+            )
+        )
+    else:
+        res.append(("4,096-node job on a 16,384-node fabric < 0.5 s", None, "not measured"))
+    return res
+
+
+def speed_section(
+    plan: PlanFn | None, sizes: Sequence[int], log: Callable[[str], None]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in sizes:
+        rng = random.Random(n)
+        t0 = time.perf_counter()
+        fab = make_fabric(rng, n)
+        build = time.perf_counter() - t0
+        busy = make_busy(rng, fab, 0.5)
+        job = JobShape(n // 4, GPUS, tp=TP, pp=8)
+        row: dict[str, Any] = {"fabric_nodes": n, "job_nodes": job.nodes, "build_s": build}
+        free = set(fab.hosts) - busy
+        t0 = time.perf_counter()
+        select_tree(fab.topology, free, job.nodes, rules="21.08", switch_order=fab.switch_order)
+        row["slurm_sim_s"] = time.perf_counter() - t0
+        if plan is not None:
+            times = []
+            try:
+                ub = sorted(busy)
+                plan(fab.topology, job, unavailable=ub, mode="pin")  # warm caches once
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    plan(fab.topology, job, unavailable=ub, mode="pin")
+                    times.append(time.perf_counter() - t0)
+                row["plan_median_s"] = statistics.median(times)
+                row["plan_runs_s"] = times
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {exc}"
+        out[str(n)] = row
+        log(f"  speed {n}: {row}")
+    return out
+
+
+def print_tables(
+    cases: list[Case],
+    agg: dict[str, dict[str, Any]],
+    tg: list[tuple[str, bool | None, str]],
+    speed: dict[str, Any],
+    planner_note: str,
+) -> None:
+    print()
+    print("== Per-method aggregate (slowdown = predicted/ideal step comm time; lower is better)")
+    hdr = (
+        f"{'method':16} {'cases':>5} {'fail':>4} {'med sd':>8} {'mean sd':>8} {'max sd':>8} "
+        f"{'leaves':>7} {'dpXleaf':>8} {'dpXspine':>8} {'ppXleaf':>7} {'nvl':>4} "
+        f"{'sd÷fm':>7} {'Xleaf÷fm':>8}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for m, a in agg.items():
+        print(
+            f"{m:16} {a['cases']:5d} {a['failed']:4d} {a['median_slowdown']:8.4f} "
+            f"{a['mean_slowdown']:8.4f} "
+            f"{a['max_slowdown']:8.4f} {a['leaves_total']:7d} {a['dp_cross_leaf_total']:8d} "
+            f"{a['dp_cross_spine_total']:8d} {a['pp_cross_leaf_total']:7d} "
+            f"{a['nvlink_violations']:4d} "
+            f"{a['median_slowdown_ratio_vs_slurmfm']:7.3f} "
+            f"{a['dp_cross_leaf_ratio_vs_slurmfm']:8.2f}"
+        )
+    print(
+        "(sd÷fm: median over cases of baseline slowdown / slurmfm slowdown; Xleaf÷fm: total DP"
+        " ring edges crossing a leaf, baseline / slurmfm, over the same cases)"
+    )
+    if planner_note:
+        print(f"slurmfm planner unavailable: {planner_note}")
+    print()
+    print("== Speed (plan(): median of 5 runs, one core; job = fabric/4 nodes, TP8 PP8, 50 % busy)")
+    print(f"{'fabric':>7} {'job':>6} {'build s':>8} {'slurm-sim s':>11} {'plan med s':>10}")
+    for row in speed.values():
+        pm = row.get("plan_median_s")
+        print(
+            f"{row['fabric_nodes']:7d} {row['job_nodes']:6d} {row['build_s']:8.2f} "
+            f"{row['slurm_sim_s']:11.3f} "
+            f"{(f'{pm:10.3f}' if pm is not None else row.get('error', 'n/a')[:40]):>10}"
+        )
+    print()
+    print("== Targets")
+    for name, passed, detail in tg:
+        tag = "PASS" if passed else ("N/A " if passed is None else "FAIL")
+        print(f"{tag}  {name}: {detail}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="a short run (fewer, smaller cases; 1k/4k/16k speed)"
+    )
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--real-lab", type=Path, help="a running scripts/slurm-lab lab dir (not a shared one)"
+    )
+    ap.add_argument("--no-optimum", action="store_true")
+    ap.add_argument(
+        "--speed-sizes", default=None, help="comma list (default 1024,4096,16384,65536)"
+    )
+    ap.add_argument("--json", type=Path, help="write all results as JSON here")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    log = (lambda s: print(s, flush=True)) if args.verbose else (lambda s: None)
+
+    plan, note = load_planner()
+    real = RealLab(args.real_lab) if args.real_lab else None
+    small_nodes = real.nodes if real else 32
+    cases = build_cases(args.quick, args.seed) + build_small_cases(
+        args.quick, args.seed, small_nodes
+    )
+    t0 = time.perf_counter()
+    try:
+        for c in cases:
+            run_case(c, plan, real=real, want_opt=not args.no_optimum, log=log)
+    finally:
+        if real is not None:
+            real.restore()
+    cases_s = time.perf_counter() - t0
+    sizes = (
+        [int(x) for x in args.speed_sizes.split(",")]
+        if args.speed_sizes
+        else ([1024, 4096, 16384] if args.quick else [1024, 4096, 16384, 65536])
+    )
+    speed = speed_section(plan, sizes, log)
+    methods = ["slurmfm", *SLURM_METHODS, "real-slurm", "optimum"]
+    agg = aggregate(cases, methods)
+    tg = targets(cases, speed)
+    print(
+        f"placement bench: {len(cases)} cases ({sum(c.small for c in cases)} small) "
+        f"in {cases_s:.1f} s; "
+        f"real lab: {real.dir if real else 'none'}"
+    )
+    agree = [
+        c.results["real-slurm"].get("sim21_agrees")
+        for c in cases
+        if ok(c.results.get("real-slurm"))
+    ]
+    if agree:
+        print(
+            f"real Slurm {real.version if real else ''} vs slurm_sim(21.08): "
+            f"{sum(bool(a) for a in agree)}/{len(agree)} identical node sets"
+        )
+    print_tables(cases, agg, tg, speed, note)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "cases": [
+                        {
+                            "name": c.name,
+                            "params": c.params(),
+                            "small": c.small,
+                            "results": c.results,
+                        }
+                        for c in cases
+                    ],
+                    "aggregate": agg,
+                    "targets": [{"target": n, "pass": p, "detail": d} for n, p, d in tg],
+                    "speed": speed,
+                    "planner_note": note,
+                },
+                indent=1,
+                default=str,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as exc:
+        print(f"bench_placement: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    sys.exit(0)

@@ -1,0 +1,332 @@
+"""Slurm's own node selection for ``topology/tree``, reproduced as pure functions.
+
+Why: the planner's claims ("never more leaves than Slurm", "fewer ring edges crossing a leaf")
+need a baseline that is exactly what Slurm would have done with the same free nodes, not a
+plausible approximation. This module is that baseline. It follows
+slurm-topology-and-placement.md section 1.3 (``_eval_nodes_topo``, the greedy best-fit over
+leaf switches guided by hop distance) and section 6(a) (the baseline recipe), with the
+correction of section 8: two rule sets, checked against a real Slurm 22.05.8.
+
+* ``rules="21.08"``: Slurm 21.08 through 24.05.2. A closer leaf replaces the current best
+  whenever ``compare(i, best) >= 0`` (ties allowed), fit or not; once a leaf is used, only its
+  own free count drops to 0 and its ancestors keep their original (stale) free counts.
+* ``rules="24.05.3"``: Slurm 24.05.3 and later (SchedMD commits 2ec1d02624 and 64263118c3). A
+  closer leaf replaces the best only if it "fits", judged at the level where ``compare`` stopped
+  climbing; a used leaf's free nodes are subtracted from every ancestor.
+
+Everything else is shared (section 8, "Everything else was identical on 22.05.8"): the top
+switch is the highest-level switch with enough free nodes (ties go to the last one in config
+order); leaves are scanned in ``topology.conf`` order; hop distances between switches are
+unit-edge shortest paths (sibling leaves 2, cousins 4, ...) summed over the leaves already
+chosen; inside a leaf, nodes are taken in node-table order (natural name order; section 1.6 and
+section 8's last bullet).
+
+Scope (section 6(a), "Input"): whole-node exclusive jobs of a fixed size, uniform node weights,
+no ``-w`` required nodes, no ``--contiguous``/arbitrary distribution (which would bypass the
+tree routine, section 1.3 step 0). CPU and GRES demand are implied by the node count for such
+jobs and are not modelled.
+
+``topology/block`` (section 1.4) is **not** simulated here: the reference describes the block
+choice and the llblock/base-block preference only in outline (the ``<=`` tie on block size, the
+cap on llblocks, and how "same llblock" interacts with fit are not spelled out), and the local
+22.05 lab cannot run ``topology/block`` (it needs 23.11+), so a simulator could not be checked
+against the real thing the way this one is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from slurmfm.topology.model import Topology
+
+Rules = Literal["21.08", "24.05.3"]
+RankPolicy = Literal["name", "leaf"]
+
+__all__ = [
+    "RankPolicy",
+    "Rules",
+    "config_switch_order",
+    "natural_key",
+    "rank_order",
+    "select_tree",
+]
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key equivalent to Slurm's ``strnatcmp`` node-table order (section 1.6).
+
+    ``node2`` sorts before ``node10``; for zero-padded names this is plain string order.
+    """
+    parts = _DIGITS.split(name)
+    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts if p != "")
+
+
+def config_switch_order(topology: Topology) -> list[str]:
+    """The switch-line order assumed when the caller does not give one.
+
+    Slurm indexes switches in ``topology.conf`` line order, and the leaf scan (section 1.3
+    step 6) and the top-switch tie-break (step 3) depend on it. Without the actual file we
+    assume the order ``slurm_formats.export_tree`` writes: leaves first, then level by level,
+    natural name order within a level. Pass ``switch_order`` explicitly to simulate a
+    specific file.
+    """
+    return sorted(topology.parent_of, key=lambda s: (topology.level(s), natural_key(s)))
+
+
+@dataclass
+class _Table:
+    """Slurm's switch table for one topology.conf order (indices = config line order)."""
+
+    names: list[str]
+    level: list[int]
+    parent: list[int]  # the top switch's parent is itself, as the compare loop expects
+    depth: list[int]  # edges from the table's top switch
+    topdown: list[int]  # indices in parent-before-child order
+    leaves: list[int]  # leaf indices in config order
+    leaf_nodes: dict[int, list[str]]  # leaf -> its nodes in node-table order
+
+
+def _build_table(
+    topology: Topology, switch_order: Sequence[str], node_order: Sequence[str] | None
+) -> _Table:
+    names = list(switch_order)
+    idx = {s: i for i, s in enumerate(names)}
+    if len(idx) != len(names):
+        raise ValueError("switch_order names a switch twice")
+    unknown = [s for s in names if s not in topology.parent_of]
+    if unknown:
+        raise ValueError(f"switch_order names unknown switches: {unknown[:5]}")
+    missing = sorted(set(topology.leaf_of.values()) - set(idx))
+    if missing:
+        raise ValueError(f"switch_order misses leaf switches: {missing[:5]}")
+    parent: list[int] = []
+    for i, s in enumerate(names):
+        # Switches missing from the table (e.g. a synthetic root not written to the file)
+        # are not Slurm switches: a switch whose parent is absent is a top switch.
+        p = topology.parent_of[s]
+        parent.append(idx[p] if p is not None and p in idx else i)
+    depth = [-1] * len(names)
+    for i in range(len(names)):
+        chain = []
+        j = i
+        while depth[j] < 0 and parent[j] != j:
+            chain.append(j)
+            j = parent[j]
+        depth[j] = max(depth[j], 0)
+        for k in reversed(chain):
+            depth[k] = depth[parent[k]] + 1
+    topdown = sorted(range(len(names)), key=lambda i: depth[i])
+    level = [topology.level(s) for s in names]
+    if node_order is None:
+        rank = {n: k for k, n in enumerate(sorted(topology.nodes, key=natural_key))}
+    else:
+        rank = {n: k for k, n in enumerate(node_order)}
+        absent = [n for n in topology.nodes if n not in rank]
+        if absent:
+            raise ValueError(f"node_order misses nodes: {absent[:5]}")
+    leaf_nodes: dict[int, list[str]] = {}
+    for n, leaf in topology.leaf_of.items():
+        leaf_nodes.setdefault(idx[leaf], []).append(n)
+    for v in leaf_nodes.values():
+        v.sort(key=rank.__getitem__)
+    leaves = [i for i, s in enumerate(names) if level[i] == 0 and i in leaf_nodes]
+    return _Table(names, level, parent, depth, topdown, leaves, leaf_nodes)
+
+
+def _hops_from(t: _Table, a: int) -> list[int]:
+    """Unit-edge distances from switch ``a`` to every switch of a's tree (section 1.3 step 5).
+
+    The tree path is the only path, so the Floyd-Warshall row Slurm computes equals
+    ``depth(a) + depth(s) - 2 * depth(lca)``; switches in another tree get a large value.
+    """
+    on_path = set()
+    i = a
+    while True:
+        on_path.add(i)
+        if t.parent[i] == i:
+            break
+        i = t.parent[i]
+    lca_depth = [-1] * len(t.names)
+    for s in t.topdown:
+        if s in on_path:
+            lca_depth[s] = t.depth[s]
+        elif t.parent[s] != s:
+            lca_depth[s] = lca_depth[t.parent[s]]
+    inf = 1 << 40
+    out = [inf] * len(t.names)
+    da = t.depth[a]
+    for s in range(len(t.names)):
+        if lca_depth[s] >= 0:
+            out[s] = da + t.depth[s] - 2 * lca_depth[s]
+    return out
+
+
+def _compare(t: _Table, i: int, j: int, rem: int, cnt: list[int]) -> tuple[int, bool]:
+    """``_topo_compare_switches``: >0 if leaf i is the better fit; also i's last "fit".
+
+    Both fit: fewer free nodes wins. One fits: it wins. Neither: climb to the parents while
+    they differ, then more free nodes wins, then the lower level (section 1.3 step 6).
+    """
+    while True:
+        i_fit = cnt[i] >= rem
+        j_fit = cnt[j] >= rem
+        if i_fit and j_fit:
+            if cnt[i] < cnt[j]:
+                return 1, i_fit
+            if cnt[i] > cnt[j]:
+                return -1, i_fit
+            break
+        if i_fit:
+            return 1, i_fit
+        if j_fit:
+            return -1, i_fit
+        pi, pj = t.parent[i], t.parent[j]
+        if (pi != i or pj != j) and pi != pj:
+            i, j = pi, pj
+            continue
+        break
+    if cnt[i] > cnt[j]:
+        return 1, i_fit
+    if cnt[i] < cnt[j]:
+        return -1, i_fit
+    if t.level[i] < t.level[j]:
+        return 1, i_fit
+    if t.level[i] > t.level[j]:
+        return -1, i_fit
+    return 0, i_fit
+
+
+def select_tree(
+    topology: Topology,
+    free: set[str] | frozenset[str],
+    nodes: int,
+    *,
+    rules: Rules,
+    switches: int | None = None,
+    node_order: Sequence[str] | None = None,
+    switch_order: Sequence[str] | None = None,
+) -> list[str] | None:
+    """The nodes Slurm's ``topology/tree`` would give an exclusive ``-N nodes`` job now.
+
+    ``free``: nodes available to the job (idle, in the partition). ``rules``: ``"21.08"`` for
+    Slurm 21.08-24.05.2, ``"24.05.3"`` for 24.05.3 and later (section 8). ``switches``: the
+    job's ``--switches=K``; an allocation over more than K leaves is not started now (it waits
+    up to ``max_switch_wait``, section 1.3 step 9), so the result is None. ``node_order``:
+    Slurm's node table (default: natural name order, as slurmctld sorts it; section 1.6).
+    ``switch_order``: the switch lines of ``topology.conf`` in file order (default:
+    :func:`config_switch_order`); leaf scans and tie-breaks follow it.
+
+    Returns the chosen nodes in node-table order (Slurm's allocation/hostlist order), or None
+    when Slurm would not start the job now (not enough free nodes under one switch, or more
+    leaves than ``switches``).
+    """
+    if nodes <= 0:
+        raise ValueError("nodes must be positive")
+    t = _build_table(topology, switch_order or config_switch_order(topology), node_order)
+    nsw = len(t.names)
+    # Step 3: free nodes per switch; the top is the highest-level switch with enough of them,
+    # ties to the last in config order (the comparison is level >= current).
+    leaf_free = {lf: [n for n in ns if n in free] for lf, ns in t.leaf_nodes.items()}
+    cnt = [0] * nsw
+    for lf, ns in leaf_free.items():
+        if not ns:
+            continue
+        i = lf
+        while True:
+            cnt[i] += len(ns)
+            if t.parent[i] == i:
+                break
+            i = t.parent[i]
+    top = -1
+    for i in range(nsw):
+        if cnt[i] >= nodes and (top == -1 or t.level[i] >= t.level[top]):
+            top = i
+    if top == -1:
+        return None
+    # Step 4: prune to the top switch's subtree and recount.
+    under_top = [False] * nsw
+    for s in t.topdown:
+        under_top[s] = s == top or (t.parent[s] != s and under_top[t.parent[s]])
+    for i in range(nsw):
+        if not under_top[i]:
+            cnt[i] = 0
+    # Steps 5-7: the leaf choice loop.
+    dist = [0] * nsw
+    rem = nodes
+    chosen: list[str] = []
+    prev = rem + 1
+    inf = 1 << 40
+    while rem > 0 and prev != rem:
+        prev = rem
+        best = -1
+        for i in t.leaves:
+            if best == -1 or dist[i] >= inf or cnt[i] == 0:
+                if cnt[i] and dist[i] < inf:
+                    best = i
+                continue
+            tcs, i_fit = _compare(t, i, best, rem, cnt)
+            closer_ok = tcs >= 0 if rules == "21.08" else i_fit
+            if (dist[i] < dist[best] and closer_ok) or (dist[i] == dist[best] and tcs > 0):
+                best = i
+        if best == -1:
+            break
+        row = _hops_from(t, best)
+        for i in range(nsw):
+            dist[i] = inf if row[i] >= inf or dist[i] >= inf else dist[i] + row[i]
+        take = leaf_free[best][:rem]
+        chosen.extend(take)
+        rem -= len(take)
+        if rules != "21.08":
+            used = cnt[best]
+            i = best
+            while t.parent[i] != i:
+                i = t.parent[i]
+                cnt[i] -= used
+        cnt[best] = 0
+    if rem > 0:
+        return None
+    if switches is not None:
+        leaves_used = {topology.leaf_of[n] for n in chosen}
+        if len(leaves_used) > switches:
+            return None
+    order = {n: k for k, n in enumerate(_node_table(topology, node_order))}
+    return sorted(chosen, key=order.__getitem__)
+
+
+def _node_table(topology: Topology, node_order: Sequence[str] | None) -> list[str]:
+    if node_order is not None:
+        return list(node_order)
+    return sorted(topology.nodes, key=natural_key)
+
+
+def rank_order(
+    nodes: Iterable[str],
+    topology: Topology,
+    *,
+    policy: RankPolicy,
+    node_order: Sequence[str] | None = None,
+    switch_order: Sequence[str] | None = None,
+) -> list[str]:
+    """The node order in which Slurm lays out ``SLURM_PROCID`` for an allocation.
+
+    ``policy="name"``: node-table order (natural name order), which is every release up to
+    25.11 and 26.05 with ``CR_NO_DIST_TOPO_BLOCK`` (section 1.6, "Before 26.05, rank order =
+    name order"; section 6(a) step 4). ``policy="leaf"``: 26.05's default topology order for
+    tree, leaves in ``topology.conf`` order and node-table order inside a leaf
+    (``topology_p_get_rank``; section 1.6).
+    """
+    table = _node_table(topology, node_order)
+    pos = {n: k for k, n in enumerate(table)}
+    chosen = list(nodes)
+    unknown = [n for n in chosen if n not in pos]
+    if unknown:
+        raise ValueError(f"unknown nodes: {unknown[:5]}")
+    if policy == "name":
+        return sorted(chosen, key=pos.__getitem__)
+    sw = {s: k for k, s in enumerate(switch_order or config_switch_order(topology))}
+    return sorted(chosen, key=lambda n: (sw[topology.leaf_of[n]], pos[n]))

@@ -1,0 +1,290 @@
+"""Tests for slurmfm.plan.slurm_sim: Slurm's topology/tree selection, reproduced.
+
+The worked examples follow slurm-topology-and-placement.md sections 1.3, 6(a) and 8. The
+agreement test (``-m slurm``) is the one that matters: it loads generated uneven 3-level
+trees into a real Slurm 22.05.8 lab, makes nodes busy with pinned exclusive ``sleep`` jobs,
+asks ``sbatch --test-only`` where a job would go, and compares with ``select_tree(...,
+rules="21.08")`` (22.05 is in the 21.08-24.05.2 rule set, section 8).
+
+The lab is this test's own (not the shared host lab): ``$SLURMFM_SIM_LAB`` (default
+``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports from ``$SLURMFM_LAB_CTLD_PORT`` /
+``$SLURMFM_LAB_SLURMD_PORT`` (default 16967/42001). The fixture brings it up if needed and
+takes it down again if it did so; it restores the lab's topology.conf either way.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from lab import LAB_SCRIPT, SlurmLab, find_lab
+
+from slurmfm.plan.slurm_sim import natural_key, rank_order, select_tree
+from slurmfm.topology.model import Topology
+
+
+# ------------------------------------------------------------------ helpers
+def tree(spec: dict[str, dict[str, list[str]]]) -> tuple[Topology, list[str]]:
+    """A 3-level tree ``{spine: {leaf: [nodes]}}`` under ``core``; returns it and a config order
+    (leaves in dict order, then spines, then core, as a topology.conf would list them)."""
+    paths = {n: ["core", sp, lf] for sp, leaves in spec.items() for lf, ns in leaves.items() for n in ns}
+    topo = Topology.from_paths(paths)
+    order = [lf for leaves in spec.values() for lf in leaves] + list(spec) + ["core"]
+    return topo, order
+
+
+def names(prefix: str, *nums: int) -> list[str]:
+    return [f"{prefix}{i:02d}" for i in nums]
+
+
+def leaves_of(topo: Topology, chosen: Sequence[str]) -> list[str]:
+    return sorted({topo.leaf(n) for n in chosen})
+
+
+# ------------------------------------------------------------------ worked examples
+def test_single_leaf_tightest_fit() -> None:
+    """Section 1.3 step 6: when several leaves fit, the one with the fewest free nodes wins."""
+    topo, order = tree({"s1": {"l1": names("n", 1, 2, 3, 4), "l2": names("n", 5, 6, 7),
+                                "l3": names("n", 8, 9, 10, 11, 12)}})
+    for rules in ("21.08", "24.05.3"):
+        got = select_tree(topo, set(topo.nodes), 3, rules=rules, switch_order=order)
+        assert got == names("n", 5, 6, 7)
+
+
+def test_largest_first_then_tight_fit_within_one_parent() -> None:
+    """Section 1.3 "Net effect within one parent": largest leaves first, then a tight fit."""
+    topo, order = tree({"s1": {"l1": names("n", 1, 2, 3, 4), "l2": names("n", 5, 6, 7, 8, 9, 10),
+                                "l3": names("n", 11, 12), "l4": names("n", 13, 14, 15)}})
+    got = select_tree(topo, set(topo.nodes), 9, rules="21.08", switch_order=order)
+    assert got is not None
+    assert leaves_of(topo, got) == ["l2", "l4"]
+
+
+def test_nodes_inside_a_leaf_follow_name_order_not_config_order() -> None:
+    """Section 1.3 step 7 / section 8: nodes are taken in node-table (natural name) order."""
+    topo, order = tree({"s1": {"l1": ["node10", "node9", "node100", "node2"]}})
+    got = select_tree(topo, set(topo.nodes), 2, rules="21.08", switch_order=order)
+    assert got == ["node2", "node9"]
+    assert sorted(["node10", "node9", "node2"], key=natural_key) == ["node2", "node9", "node10"]
+
+
+def test_top_switch_tie_goes_to_last_in_config_order_and_disjoint_trees_pend() -> None:
+    """Section 1.3 step 3: highest level with enough free nodes, ties to the last switch."""
+    paths = {"x1": ["A", "a1"], "x2": ["A", "a1"], "y1": ["B", "b1"], "y2": ["B", "b1"]}
+    topo = Topology.from_paths(paths)
+    no_root = ["a1", "b1", "A", "B"]  # a topology.conf without a common top switch
+    assert select_tree(topo, set(topo.nodes), 2, rules="21.08", switch_order=no_root) == ["y1", "y2"]
+    assert select_tree(topo, set(topo.nodes), 3, rules="21.08", switch_order=no_root) is None
+    with_root = [*no_root, "root"]
+    got = select_tree(topo, set(topo.nodes), 3, rules="21.08", switch_order=with_root)
+    assert got is not None
+    assert len(got) == 3
+
+
+def test_not_enough_free_nodes_and_switches_limit() -> None:
+    """Section 1.3 steps 8-9: too few free nodes pend; more leaves than --switches=K wait."""
+    topo, order = tree({"s1": {"l1": names("n", 1, 2), "l2": names("n", 3, 4)}})
+    assert select_tree(topo, {"n01", "n02", "n03"}, 4, rules="21.08", switch_order=order) is None
+    assert select_tree(topo, set(topo.nodes), 3, rules="21.08", switches=1, switch_order=order) is None
+    assert select_tree(topo, set(topo.nodes), 2, rules="21.08", switches=1, switch_order=order) == names("n", 1, 2)
+
+
+def test_rule_sets_differ_on_stale_ancestor_counts() -> None:
+    """Sections 1.3 and 8 on one fabric: spine A = a1, a2 (5 free each), spine B = b1, b2, b3
+    (4 free each), job of 12 nodes.
+
+    First pick, both rule sets: no leaf fits, so compare climbs to the spines; B (12) fits the
+    whole job and A (10) does not, so b1 is chosen ("prefer leaves whose ancestor can hold the
+    rest"). Now 8 nodes remain, b2/b3 are 2 hops away and a1/a2 4 hops.
+
+    * 21.08-24.05.2: B keeps its stale count 12, A has 10; both "fit" 8 and the tighter
+      ancestor A wins, so the closer b2 does not displace a1 (compare < 0). a1 (5) is taken,
+      then b2 finishes the job: leaves a1, b1, b2.
+    * 24.05.3+: B's count drops to 8 when b1 is used; both fit and now B is the tighter one,
+      so b2 wins, then b3: leaves b1, b2, b3, all under one spine.
+    """
+    topo, order = tree({"A": {"a1": names("a", 1, 2, 3, 4, 5), "a2": names("a", 6, 7, 8, 9, 10)},
+                        "B": {"b1": names("b", 1, 2, 3, 4), "b2": names("b", 5, 6, 7, 8),
+                              "b3": names("b", 9, 10, 11, 12)}})
+    old = select_tree(topo, set(topo.nodes), 12, rules="21.08", switch_order=order)
+    new = select_tree(topo, set(topo.nodes), 12, rules="24.05.3", switch_order=order)
+    assert old is not None
+    assert new is not None
+    assert leaves_of(topo, old) == ["a1", "b1", "b2"]
+    assert old == names("a", 1, 2, 3, 4, 5) + names("b", 1, 2, 3, 4, 5, 6, 7)
+    assert leaves_of(topo, new) == ["b1", "b2", "b3"]
+
+
+def test_rank_order_name_and_leaf() -> None:
+    """Section 1.6: name order before 26.05; leaf-config order then name order in 26.05."""
+    topo, _ = tree({"s1": {"l1": ["n9", "n1"], "l2": ["n5", "n3"]}})
+    order = ["l2", "l1", "s1", "core"]
+    alloc = ["n1", "n3", "n5", "n9"]
+    assert rank_order(alloc, topo, policy="name") == ["n1", "n3", "n5", "n9"]
+    assert rank_order(alloc, topo, policy="leaf", switch_order=order) == ["n3", "n5", "n1", "n9"]
+
+
+# ------------------------------------------------------------------ real Slurm agreement
+SIM_LAB = Path(os.environ.get("SLURMFM_SIM_LAB", "/var/tmp/slurmfm-lab/sim-host"))
+LAB_NODES = 32
+PROTECTED = (Path("/var/tmp/slurmfm-lab/host"), Path("/trixie"))
+
+
+def _lab_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("SLURMFM_LAB_CTLD_PORT", "16967")
+    env.setdefault("SLURMFM_LAB_SLURMD_PORT", "42001")
+    return env
+
+
+def _lab_cmd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LAB_SCRIPT), "--lab", str(SIM_LAB), *args],
+        env=_lab_env(), capture_output=True, text=True, timeout=300, check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def sim_lab() -> Iterator[SlurmLab]:
+    """This test's own 32-node 22.05 lab, brought up idempotently; restored at the end."""
+    if any(SIM_LAB.resolve() == p or p in SIM_LAB.resolve().parents for p in PROTECTED):
+        pytest.fail(f"{SIM_LAB} is a shared lab; point SLURMFM_SIM_LAB elsewhere")
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm lab needs root")
+    was_up = _lab_cmd("status").returncode == 0
+    if not was_up:
+        proc = _lab_cmd("--nodes", str(LAB_NODES), "up")
+        if proc.returncode != 0:
+            pytest.skip(f"cannot bring up {SIM_LAB}: {proc.stdout}{proc.stderr}")
+    lab = find_lab(SIM_LAB, required=False)
+    saved = SIM_LAB / "topology.conf.before-sim-test"
+    shutil.copy(SIM_LAB / "etc" / "topology.conf", saved)
+    try:
+        yield lab
+    finally:
+        _cancel_all(lab)
+        if was_up:
+            _lab_cmd("topology", str(saved), "--plugin", "tree")
+        else:
+            _lab_cmd("down")
+        saved.unlink(missing_ok=True)
+
+
+def _cancel_all(lab: SlurmLab) -> None:
+    lab.run(["scancel", "--full", "-u", "root"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        proc = lab.run(["squeue", "-h", "-o", "%i"])
+        if proc.returncode == 0 and not proc.stdout.strip():
+            proc = lab.run(["sinfo", "-h", "-N", "-o", "%t"])
+            if set(proc.stdout.split()) <= {"idle"}:
+                return
+        time.sleep(0.3)
+    raise TimeoutError("jobs did not end")
+
+
+def random_fabric(rng: random.Random, hosts: Sequence[str]) -> tuple[Topology, list[str], str]:
+    """An uneven 3-level tree over ``hosts`` (host names unrelated to the fabric), its switch
+    config order (leaves shuffled), and the topology.conf text in that order."""
+    perm = list(hosts)
+    rng.shuffle(perm)
+    sizes: list[int] = []
+    left = len(perm)
+    while left:
+        s = min(left, rng.randint(1, 7))
+        sizes.append(s)
+        left -= s
+    leaves: dict[str, list[str]] = {}
+    k = 0
+    for i, s in enumerate(sizes, 1):
+        leaves[f"leaf{i}"] = perm[k:k + s]
+        k += s
+    leaf_names = list(leaves)
+    rng.shuffle(leaf_names)
+    spines: dict[str, list[str]] = {}
+    j = 0
+    while j < len(leaf_names):
+        s = rng.randint(1, 4)
+        spines[f"spine{len(spines) + 1}"] = leaf_names[j:j + s]
+        j += s
+    paths = {n: ["core", sp, lf] for sp, lfs in spines.items() for lf in lfs for n in leaves[lf]}
+    topo = Topology.from_paths(paths)
+    leaf_order = list(leaves)
+    rng.shuffle(leaf_order)
+    order = leaf_order + list(spines) + ["core"]
+    lines = [f"SwitchName={lf} Nodes={','.join(leaves[lf])}" for lf in leaf_order]
+    lines += [f"SwitchName={sp} Switches={','.join(lfs)}" for sp, lfs in spines.items()]
+    lines.append(f"SwitchName=core Switches={','.join(spines)}")
+    return topo, order, "\n".join(lines) + "\n"
+
+
+_TEST_ONLY = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) in partition")
+
+
+def _test_only(lab: SlurmLab, k: int) -> list[str] | None:
+    proc = lab.run(["sbatch", "--test-only", "-N", str(k), "--exclusive", "-p", "batch",
+                    "-t", "5", "--wrap", "true"], cwd=lab.jobs_dir)
+    m = _TEST_ONLY.search(proc.stderr + proc.stdout)
+    if not m:
+        return None
+    start = time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    if start > time.time() + 30:  # would start only when the busy jobs end: not "now"
+        return None
+    hosts: list[str] = lab.hostnames(m.group(2))
+    return hosts
+
+
+def _make_busy(lab: SlurmLab, busy: Sequence[str]) -> None:
+    if not busy:
+        return
+    proc = lab.run(["sbatch", "--parsable", "-N", str(len(busy)), "-w", ",".join(busy),
+                    "--exclusive", "-p", "batch", "-t", "30", "-o", "/dev/null",
+                    "--wrap", "sleep 600"], cwd=lab.jobs_dir)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = lab.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+        if state == "RUNNING":
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"busy job {job} did not start")
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(8))
+def test_agrees_with_real_slurm_2205(sim_lab: SlurmLab, seed: int) -> None:
+    """select_tree(rules="21.08") == sbatch --test-only on Slurm 22.05.8, busy patterns included."""
+    lab = sim_lab
+    assert lab.version.startswith("22.05"), lab.version
+    rng = random.Random(1000 + seed)
+    hosts = [f"node{i:03d}" for i in range(1, lab.nodes + 1)]
+    topo, order, text = random_fabric(rng, hosts)
+    conf = lab.jobs_dir / f"sim-topo-{seed}.conf"
+    conf.write_text(text)
+    _cancel_all(lab)
+    proc = _lab_cmd("topology", str(conf), "--plugin", "tree")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mismatches: list[str] = []
+    checked = 0
+    for _pattern in range(3):
+        busy = sorted(rng.sample(hosts, int(len(hosts) * rng.uniform(0.3, 0.7))), key=natural_key)
+        _make_busy(lab, busy)
+        free = set(hosts) - set(busy)
+        for k in sorted({1, 2, rng.randint(2, len(free)), rng.randint(2, len(free)), len(free)}):
+            real = _test_only(lab, k)
+            sim = select_tree(topo, free, k, rules="21.08", switch_order=order)
+            checked += 1
+            if real != sim:
+                mismatches.append(f"k={k} busy={busy}: slurm={real} sim={sim}")
+        _cancel_all(lab)
+    assert checked >= 10
+    assert not mismatches, f"seed {seed}, topology:\n{text}\n" + "\n".join(mismatches)
