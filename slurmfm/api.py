@@ -17,6 +17,7 @@ from slurmfm.errors import Problem, RecipeError
 if TYPE_CHECKING:
     from slurmfm.backends.base import Backend, JobStatus
     from slurmfm.backends.dryrun import DryRunInfo
+    from slurmfm.backends.preflight import PreflightReport
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
     from slurmfm.render.script import RenderedScript
@@ -121,14 +122,34 @@ class Job:
         self.backend.cancel(self.job_id)
 
 
+def check(
+    recipe: Recipe,
+    *,
+    env: Mapping[str, str] | None = None,
+    placement: Placement | None = None,
+) -> PreflightReport:
+    """Preflight against the live cluster: partition, nodes, time, features, --test-only."""
+    from slurmfm.backends.preflight import preflight
+    from slurmfm.backends.slurm_cli import SlurmCLI
+
+    cli = SlurmCLI(dict(env) if env is not None else None)
+    script = render(recipe, slurm_version=cli.version(), placement=placement)
+    return preflight(recipe, script.text, cli)
+
+
 def submit(
     recipe: Recipe,
     *,
     backend: BackendKind | Backend = "cli",
     env: Mapping[str, str] | None = None,
     placement: Placement | None = None,
+    preflight: bool = True,
 ) -> Job:
-    """Render for the cluster's real Slurm version and submit; secrets must be in ``env``."""
+    """Render for the cluster's real Slurm version and submit; secrets must be in ``env``.
+
+    With ``preflight`` (the default) the job is first checked against the live cluster and
+    nothing is queued when it cannot run (:class:`~slurmfm.backends.preflight.PreflightError`).
+    """
     be = get_backend(backend, env) if isinstance(backend, str) else backend
     missing = missing_secrets(recipe, env)
     if missing:
@@ -144,6 +165,14 @@ def submit(
             ]
         )
     script = render(recipe, slurm_version=be.version(), placement=placement)
+    if preflight:
+        from slurmfm.backends.preflight import PreflightError
+        from slurmfm.backends.preflight import preflight as run_preflight
+        from slurmfm.backends.slurm_cli import SlurmCLI
+
+        report = run_preflight(recipe, script.text, SlurmCLI(dict(env) if env else None))
+        if not report.ok:
+            raise PreflightError(report)
     # sbatch does not create the --output directory; a job whose log dir is missing fails
     # without any output, so create it before submitting.
     Path(recipe.storage.log_dir).mkdir(parents=True, exist_ok=True)
@@ -152,9 +181,24 @@ def submit(
 
 
 def status(job_id: str, *, backend: BackendKind | Backend = "cli") -> JobStatus:
-    """The state of a job by id."""
+    """The state of a job by id, with restarts, the last checkpoint and the last requeue reason
+    from the state file that slurmfm's job script keeps next to the job's log."""
+    import dataclasses
+
+    from slurmfm.backends.state import read_state
+
     be = get_backend(backend) if isinstance(backend, str) else backend
-    return be.status(job_id)
+    st = be.status(job_id)
+    state = read_state(st)
+    if state is None:
+        return st
+    return dataclasses.replace(
+        st,
+        last_requeue_reason=state.last_requeue_reason,
+        last_checkpoint=state.last_checkpoint,
+        events=tuple(state.events),
+        restarts=max(st.restarts, state.restarts),
+    )
 
 
 def cancel(job_id: str, *, backend: BackendKind | Backend = "cli") -> None:

@@ -151,6 +151,13 @@ def render(
     "--timeout", type=float, default=3600.0, show_default=True, help="For --wait, seconds."
 )
 @click.option("--slurm-version", help="With --dry-run: render for this Slurm version.")
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Only run the preflight checks against the live cluster; queue nothing.",
+)
+@click.option("--no-check", is_flag=True, help="Skip the preflight that runs before submitting.")
 @_friendly
 def submit(
     recipe: str,
@@ -161,11 +168,23 @@ def submit(
     wait: bool,
     timeout: float,
     slurm_version: str | None,
+    check_only: bool,
+    no_check: bool,
 ) -> None:
-    """Render RECIPE for the cluster's Slurm and submit it with sbatch."""
+    """Render RECIPE for the cluster's Slurm and submit it with sbatch.
+
+    Before submitting, a preflight asks the cluster whether the job can run (partition, node
+    count, time limit, features, sbatch --test-only); when it cannot, nothing is queued and
+    the reason is printed (exit status 2).
+    """
     from slurmfm import api
 
     r = _load(recipe, sets)
+    if check_only:
+        report = api.check(r)
+        for line in report.lines():
+            click.echo(line, err=not report.ok)
+        sys.exit(0 if report.ok else 2)
     if dry_run:
         info = api.dry_run(r, slurm_version=slurm_version)
         _warn(info.script.warnings)
@@ -178,7 +197,7 @@ def submit(
             click.echo(f"# needs from the environment: {', '.join(info.needs_env)}{state}")
         click.echo(info.text, nl=False)
         return
-    job = api.submit(r, backend=backend)  # type: ignore[arg-type]
+    job = api.submit(r, backend=backend, preflight=not no_check)  # type: ignore[arg-type]
     if job.script is not None:
         _warn(job.script.warnings)
         if output:
@@ -221,11 +240,17 @@ def status(job_id: str, as_json: bool) -> None:
         ("restarts", str(st.restarts)),
         ("run time", st.run_time),
         ("output", st.stdout),
+        ("last requeue", st.last_requeue_reason),
+        ("last checkpoint", st.last_checkpoint),
         ("from", st.source),
     ):
         if value:
             table.add_row(key, value)
     Console().print(table)
+    if st.events:
+        click.echo("events:")
+        for line in st.events[-10:]:
+            click.echo(f"  {line}")
 
 
 @main.command()

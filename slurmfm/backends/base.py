@@ -46,6 +46,10 @@ class JobStatus:
     name: str = ""
     source: str = ""
     raw: dict[str, str] = field(default_factory=dict)
+    # From the job's slurmfm state file (next to its log), when there is one:
+    last_requeue_reason: str = ""
+    last_checkpoint: str = ""
+    events: tuple[str, ...] = ()
 
     @property
     def done(self) -> bool:

@@ -78,7 +78,10 @@ class SlurmCLI:
     @staticmethod
     def _fail(proc: subprocess.CompletedProcess[str], argv: Sequence[str]) -> BackendError:
         msg = (proc.stderr or proc.stdout).strip() or f"exit status {proc.returncode}"
-        return BackendError(f"{argv[0]}: {msg}", command=list(argv))
+        msg = " ".join(line.strip() for line in msg.splitlines())
+        if not msg.startswith(f"{argv[0]}:"):
+            msg = f"{argv[0]}: {msg}"
+        return BackendError(msg, command=list(argv))
 
     def version(self) -> str:
         """The cluster's Slurm version, from ``sbatch --version`` (e.g. ``22.05.8``)."""

@@ -483,6 +483,9 @@ def render_script(
         "health": _health(recipe, inst),
         "nccl_check": _nccl_check(recipe, inst),
         "min_free_kb": int(s.min_free_gb * 1024 * 1024),
+        "min_free_gb_text": (
+            str(int(s.min_free_gb)) if s.min_free_gb == int(s.min_free_gb) else str(s.min_free_gb)
+        ),
         "forward": "self" if recipe.launcher.kind == "nemo" else "children",
         "hyperpod": recipe.cluster.flavor == "hyperpod",
         "per_restart_log": recipe.resilience.log_mode == "per_restart",

@@ -1,0 +1,154 @@
+"""Preflight: ask the live cluster whether a job can run before queueing it.
+
+Why: a job that can never be scheduled (too many nodes, a time over the partition limit, a
+feature no node has) otherwise sits in the queue, or is rejected only after the user walked
+away. None of the peer launchers calls ``sbatch --test-only`` (peer-launchers.md section 9,
+item 6). The checks here read the partition with ``scontrol show partition -o`` and the node
+features with ``sinfo``, then run ``sbatch --test-only`` on the exact rendered script, and put
+Slurm's own reason into one plain line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
+from slurmfm.errors import BackendError, SlurmfmError
+
+if TYPE_CHECKING:
+    from slurmfm.recipe.schema import Recipe
+
+# Slurm's messages, and what they mean for a slurmfm recipe.
+EXPLAIN: tuple[tuple[str, str], ...] = (
+    ("Invalid partition name", "the partition does not exist on this cluster"),
+    (
+        "Requested time limit is invalid",
+        "resources.time_limit exceeds the partition's MaxTime (or the QOS/association limit)",
+    ),
+    ("Node count specification invalid", "more nodes than the partition has (resources.nodes)"),
+    (
+        "Requested node configuration is not available",
+        "no set of nodes in the partition matches the request (node count, GPUs per node, "
+        "memory or features)",
+    ),
+    ("Invalid feature specification", "cluster.constraints names a feature no node has"),
+    ("Invalid account", "cluster.account is unknown or not allowed in this partition"),
+    ("Invalid qos", "cluster.qos is unknown or not allowed for this account"),
+    ("Invalid generic resource", "the partition's nodes do not define GPUs as GRES"),
+    ("Reservation", "cluster.reservation is unknown or not usable by this job"),
+    ("QOSMax", "a QOS limit forbids this size"),
+)
+
+
+def explain(message: str) -> str:
+    """One line: Slurm's reason in recipe terms, then Slurm's own words."""
+    text = " ".join(message.split())
+    for needle, meaning in EXPLAIN:
+        if needle.lower() in text.lower():
+            return f"{meaning} (Slurm: {text})"
+    return f"Slurm: {text}"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    message: str
+
+
+@dataclass
+class PreflightReport:
+    """The outcome of every check; ``ok`` only when all passed."""
+
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def lines(self) -> list[str]:
+        return [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}" for c in self.checks]
+
+
+class PreflightError(SlurmfmError):
+    """The cluster cannot run this job; nothing was queued."""
+
+    def __init__(self, report: PreflightReport) -> None:
+        self.report = report
+        super().__init__(
+            "\n".join(f"preflight: {c.name}: {c.message}" for c in report.failures())
+        )
+
+
+def _features(expr: str) -> set[str]:
+    """Feature names in a --constraint expression (operators and ``*count`` removed)."""
+    words = (re.sub(r"\*\d+$", "", w) for w in re.split(r"[&|!()\[\],]+", expr))
+    return {w for w in words if w}
+
+
+def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
+    """Run every check against the live cluster (read-only: ``--test-only`` queues nothing)."""
+    from slurmfm.recipe.schema import parse_time_limit
+
+    report = PreflightReport()
+    part = recipe.cluster.partition
+    rec: dict[str, str] = {}
+    if part:
+        proc = cli._run(["scontrol", "show", "partition", "-o", part])
+        if proc.returncode or not proc.stdout.strip():
+            report.checks.append(
+                Check("partition", False, f"partition {part!r} does not exist on this cluster")
+            )
+        else:
+            rec = parse_scontrol_record(proc.stdout.strip().splitlines()[0])
+            state = rec.get("State", "UP")
+            report.checks.append(
+                Check("partition", state == "UP", f"{part} is {state}")
+            )
+    if rec:
+        total = int(rec.get("TotalNodes", "0") or 0)
+        n = recipe.resources.nodes
+        report.checks.append(
+            Check(
+                "nodes",
+                n <= total,
+                f"{n} requested, partition {part} has {total}",
+            )
+        )
+        max_time = rec.get("MaxTime", "UNLIMITED")
+        want = recipe.resources.time_minutes
+        if max_time not in {"UNLIMITED", "INFINITE"}:
+            limit = parse_time_limit(max_time)
+            report.checks.append(
+                Check(
+                    "time_limit",
+                    want != -1 and want <= limit,
+                    f"{recipe.resources.time_limit} requested, partition {part} allows {max_time}",
+                )
+            )
+    if recipe.cluster.constraints:
+        argv = ["sinfo", "-h", "-o", "%f"] + (["-p", part] if part else [])
+        proc = cli._run(argv)
+        have: set[str] = set()
+        for line in proc.stdout.split():
+            have.update(line.split(","))
+        missing = sorted(_features(recipe.cluster.constraints) - have)
+        report.checks.append(
+            Check(
+                "constraints",
+                not missing,
+                f"no node has feature(s) {', '.join(missing)}" if missing else "features exist",
+            )
+        )
+    try:
+        where = cli.test_only(script)
+        report.checks.append(Check("sbatch --test-only", True, " ".join(where.split())))
+    except BackendError as exc:
+        msg = str(exc).removeprefix("sbatch:").strip()
+        report.checks.append(Check("sbatch --test-only", False, explain(msg)))
+    return report

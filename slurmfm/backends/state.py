@@ -1,0 +1,66 @@
+"""Read the state file that slurmfm's job script writes next to the job's log.
+
+The script appends one line per event (``start``, ``checkpoint-dir``, ``signal``, ``requeue``,
+``give-up``, ``fail``, ``finished``) to ``<log_dir>/<job name>_<job id>.state``. Slurm itself
+keeps only a restart count; this file carries the reasons, so ``slurmfm status`` can say why a
+job restarted and which checkpoint it would resume from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurmfm.backends.base import JobStatus
+
+_LINE = re.compile(r"^(?P<ts>\S+) restart=(?P<restart>\d+) event=(?P<event>\S+) ?(?P<rest>.*)$")
+
+
+@dataclass
+class JobState:
+    events: list[str] = field(default_factory=list)
+    restarts: int = 0
+    last_requeue_reason: str = ""
+    checkpoint_dir: str = ""
+    last_checkpoint: str = ""
+
+
+def parse_state(text: str) -> JobState:
+    st = JobState()
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        st.events.append(line)
+        st.restarts = max(st.restarts, int(m.group("restart")))
+        if m.group("event") == "requeue":
+            st.last_requeue_reason = m.group("rest")
+        elif m.group("event") == "checkpoint-dir":
+            st.checkpoint_dir = m.group("rest")
+    return st
+
+
+def state_path(status: JobStatus) -> Path | None:
+    """``<dir of StdOut>/<JobName>_<JobId>.state``, from ``scontrol show job``."""
+    if not status.stdout or not status.name:
+        return None
+    return Path(status.stdout).parent / f"{status.name}_{status.job_id}.state"
+
+
+def read_state(status: JobStatus) -> JobState | None:
+    path = state_path(status)
+    if path is None:
+        return None
+    try:
+        st = parse_state(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    if st.checkpoint_dir:
+        from slurmfm.checkpoint import latest
+
+        cur = latest(Path(st.checkpoint_dir))
+        st.last_checkpoint = str(cur) if cur else ""
+    return st
