@@ -15,12 +15,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from slurmfm.errors import Problem, RecipeError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from slurmfm.backends.base import Backend, JobStatus
     from slurmfm.backends.dryrun import DryRunInfo
     from slurmfm.backends.preflight import PreflightReport
+    from slurmfm.plan.planner import Plan
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
     from slurmfm.render.script import RenderedScript
+    from slurmfm.topology.model import Topology
 
 BackendKind = Literal["auto", "cli", "pyslurm"]
 
@@ -51,6 +55,47 @@ def render(
     from slurmfm.render.script import Target, render_script
 
     return render_script(recipe, Target.for_recipe(recipe, slurm_version), placement)
+
+
+def load_topology(source: str, *, env: Mapping[str, str] | None = None) -> Topology:
+    """A topology from a file in any supported format, or ``live`` for the cluster's own
+    (``scontrol show topology``) with node states from ``sinfo``."""
+    if source != "live":
+        from slurmfm.topology.store import load_any
+
+        return load_any(source)
+    from slurmfm.backends.slurm_cli import SlurmCLI
+    from slurmfm.errors import BackendError
+    from slurmfm.topology.slurm_formats import parse_scontrol_topology, slurm_node_states
+
+    cli = SlurmCLI(dict(env) if env is not None else None)
+    topo = cli._run(["scontrol", "show", "topology"])
+    if topo.returncode or not topo.stdout.strip():
+        raise BackendError(
+            "scontrol show topology: "
+            + (topo.stderr.strip() or "no topology configured (TopologyPlugin is not tree/block)")
+        )
+    states = cli._run(["sinfo", "-N", "-h", "-o", "%N %T"])
+    return parse_scontrol_topology(topo.stdout).with_states(slurm_node_states(states.stdout))
+
+
+def plan(
+    recipe: Recipe,
+    topology: Topology | str,
+    *,
+    mode: Literal["pin", "constrain"] = "pin",
+    unavailable: Iterable[str] = (),
+    slurm_version: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Plan:
+    """Choose nodes and rank order for ``recipe`` on ``topology`` (a value, a file, or
+    ``live``); feed ``plan(...).placement()`` to :func:`render` or :func:`submit`."""
+    from slurmfm.plan.planner import plan_for_recipe
+
+    topo = load_topology(topology, env=env) if isinstance(topology, str) else topology
+    return plan_for_recipe(
+        recipe, topo, mode=mode, unavailable=unavailable, slurm_version=slurm_version
+    )
 
 
 def missing_secrets(recipe: Recipe, env: Mapping[str, str] | None = None) -> list[str]:

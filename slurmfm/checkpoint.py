@@ -156,3 +156,12 @@ class SaveRequest:
 
     def restore(self) -> None:
         signal.signal(self.signum, self._previous)
+
+    def finish(self) -> None:
+        """Ignore further save signals: call before exiting after a save.
+
+        At interpreter shutdown CPython resets its handlers to the default action, and the
+        default action of USR2 is to terminate; a late duplicate signal would then turn a clean
+        exit after a good save into a crash.
+        """
+        signal.signal(self.signum, signal.SIG_IGN)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
+    from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,6 +69,59 @@ def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
 def _warn(warnings: tuple[str, ...] | list[str]) -> None:
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
+
+
+def _placement_options(fn: F) -> F:
+    """--topology/--mode/--unavailable/--topology-order, shared by render and submit."""
+    fn = click.option(
+        "--topology-order",
+        is_flag=True,
+        help="Without --topology: order ranks in the job by each node's SLURM_TOPOLOGY_ADDR.",
+    )(fn)
+    fn = click.option(
+        "--unavailable", metavar="HOSTLIST|@FILE", help="Nodes the planner must not use."
+    )(fn)
+    fn = click.option(
+        "--mode",
+        type=click.Choice(["pin", "constrain"]),
+        default="pin",
+        show_default=True,
+        help="pin: request the planned nodes; constrain: --switches/--segment, ranks sorted "
+        "in the job.",
+    )(fn)
+    return click.option(
+        "--topology",
+        "topology_src",
+        metavar="FILE|live",
+        help="Plan placement on this topology (any format slurmfm imports, or 'live').",
+    )(fn)
+
+
+def _placement(
+    r: Recipe,
+    topology_src: str | None,
+    mode: str,
+    unavailable: str | None,
+    topology_order: bool,
+    slurm_version: str | None,
+) -> Placement | None:
+    from slurmfm.plan.types import Placement
+
+    if topology_src is None:
+        return Placement(mode="constrain") if topology_order else None
+    from slurmfm import api
+    from slurmfm.cli_plan import _unavailable
+
+    p = api.plan(
+        r,
+        topology_src,
+        mode=mode,  # type: ignore[arg-type]
+        unavailable=_unavailable(unavailable),
+        slurm_version=slurm_version,
+    )
+    for line in p.explanation:
+        click.echo(f"plan: {line}", err=True)
+    return p.placement()
 
 
 _set_option = click.option(
@@ -158,6 +212,7 @@ def render(
     help="Only run the preflight checks against the live cluster; queue nothing.",
 )
 @click.option("--no-check", is_flag=True, help="Skip the preflight that runs before submitting.")
+@_placement_options
 @_friendly
 def submit(
     recipe: str,
@@ -170,6 +225,10 @@ def submit(
     slurm_version: str | None,
     check_only: bool,
     no_check: bool,
+    topology_src: str | None,
+    mode: str,
+    unavailable: str | None,
+    topology_order: bool,
 ) -> None:
     """Render RECIPE for the cluster's Slurm and submit it with sbatch.
 
@@ -180,13 +239,18 @@ def submit(
     from slurmfm import api
 
     r = _load(recipe, sets)
+    if slurm_version is None and not dry_run and topology_src is not None:
+        from slurmfm.backends.slurm_cli import SlurmCLI
+
+        slurm_version = SlurmCLI().version()
+    placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
     if check_only:
-        report = api.check(r)
+        report = api.check(r, placement=placement)
         for line in report.lines():
             click.echo(line, err=not report.ok)
         sys.exit(0 if report.ok else 2)
     if dry_run:
-        info = api.dry_run(r, slurm_version=slurm_version)
+        info = api.dry_run(r, slurm_version=slurm_version, placement=placement)
         _warn(info.script.warnings)
         if output:
             _write_atomic(output, info.text)
@@ -197,7 +261,12 @@ def submit(
             click.echo(f"# needs from the environment: {', '.join(info.needs_env)}{state}")
         click.echo(info.text, nl=False)
         return
-    job = api.submit(r, backend=backend, preflight=not no_check)  # type: ignore[arg-type]
+    job = api.submit(
+        r,
+        backend=backend,  # type: ignore[arg-type]
+        preflight=not no_check,
+        placement=placement,
+    )
     if job.script is not None:
         _warn(job.script.warnings)
         if output:
@@ -265,9 +334,11 @@ def cancel(job_id: str) -> None:
 
 
 # Command groups in their own modules (each imports only click at the top).
+from slurmfm.cli_plan import plan_command as _plan_command  # noqa: E402
 from slurmfm.cli_topology import topology as _topology_group  # noqa: E402
 
 main.add_command(_topology_group)
+main.add_command(_plan_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -88,6 +88,7 @@ def main() -> int:
             save(step)
             if rank == 0:
                 print(json.dumps({"event": "saved-before-timeout", "step": step}), flush=True)
+            stop.finish()  # a late duplicate signal must not kill the clean exit
             dist.destroy_process_group()
             return 0
         if step % args.checkpoint_every == 0 or step == args.steps:

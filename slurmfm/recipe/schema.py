@@ -129,6 +129,14 @@ class Resources(_Strict):
     mem: str | None = Field(default=None, pattern=r"^\d+[KMGT]?$")
     exclude: str | None = Field(default=None, description="hostlist of nodes to avoid")
 
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _time_number(cls, v: object) -> object:
+        # `time_limit: 30` in YAML is an int: Slurm reads a bare number as minutes.
+        if isinstance(v, int) and not isinstance(v, bool):
+            return str(v)
+        return v
+
     @field_validator("time_limit")
     @classmethod
     def _time(cls, v: str) -> str:
@@ -192,6 +200,7 @@ class MegatronLauncher(_Strict):
             "expert-model-parallel-size",
             "save",
             "load",
+            "exit-signal-handler",
         }
         for k in v:
             if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", k):

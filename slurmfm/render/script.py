@@ -305,6 +305,8 @@ def _launch(recipe: Recipe, checkpoint_dir_expr: str) -> tuple[list[str], int, s
         raise RenderError(f"launcher: unknown kind {L.kind!r}")
     entry = L.megatron_path.rstrip("/") + "/" + L.entrypoint
     args = [
+        # SIGTERM -> save a checkpoint and exit; slurmfm's save signal arrives as TERM.
+        "--exit-signal-handler",
         f"--tensor-model-parallel-size={p.tp}",
         f"--pipeline-model-parallel-size={p.pp}",
         f"--context-parallel-size={p.cp}",
@@ -486,7 +488,13 @@ def render_script(
         "min_free_gb_text": (
             str(int(s.min_free_gb)) if s.min_free_gb == int(s.min_free_gb) else str(s.min_free_gb)
         ),
-        "forward": "self" if recipe.launcher.kind == "nemo" else "children",
+        # What the per-node entry sends to the launcher's children on the save signal. Slurm
+        # already delivers the USR2 sent to srun to every process of the step, so torchrun
+        # scripts need nothing more (a second, late USR2 could hit a worker that is already
+        # exiting); Megatron-LM saves on SIGTERM (--exit-signal-handler); NeMo has no such
+        # protocol and is requeued at the signal instead.
+        "forward": {"nemo": "none", "megatron": "TERM"}.get(recipe.launcher.kind, "none"),
+        "save_protocol": recipe.launcher.kind != "nemo",
         "hyperpod": recipe.cluster.flavor == "hyperpod",
         "per_restart_log": recipe.resilience.log_mode == "per_restart",
     }

@@ -34,7 +34,9 @@ from slurmfm.topology.model import Topology
 def tree(spec: dict[str, dict[str, list[str]]]) -> tuple[Topology, list[str]]:
     """A 3-level tree ``{spine: {leaf: [nodes]}}`` under ``core``; returns it and a config order
     (leaves in dict order, then spines, then core, as a topology.conf would list them)."""
-    paths = {n: ["core", sp, lf] for sp, leaves in spec.items() for lf, ns in leaves.items() for n in ns}
+    paths = {
+        n: ["core", sp, lf] for sp, leaves in spec.items() for lf, ns in leaves.items() for n in ns
+    }
     topo = Topology.from_paths(paths)
     order = [lf for leaves in spec.values() for lf in leaves] + list(spec) + ["core"]
     return topo, order
@@ -51,8 +53,15 @@ def leaves_of(topo: Topology, chosen: Sequence[str]) -> list[str]:
 # ------------------------------------------------------------------ worked examples
 def test_single_leaf_tightest_fit() -> None:
     """Section 1.3 step 6: when several leaves fit, the one with the fewest free nodes wins."""
-    topo, order = tree({"s1": {"l1": names("n", 1, 2, 3, 4), "l2": names("n", 5, 6, 7),
-                                "l3": names("n", 8, 9, 10, 11, 12)}})
+    topo, order = tree(
+        {
+            "s1": {
+                "l1": names("n", 1, 2, 3, 4),
+                "l2": names("n", 5, 6, 7),
+                "l3": names("n", 8, 9, 10, 11, 12),
+            }
+        }
+    )
     for rules in ("21.08", "24.05.3"):
         got = select_tree(topo, set(topo.nodes), 3, rules=rules, switch_order=order)
         assert got == names("n", 5, 6, 7)
@@ -60,8 +69,16 @@ def test_single_leaf_tightest_fit() -> None:
 
 def test_largest_first_then_tight_fit_within_one_parent() -> None:
     """Section 1.3 "Net effect within one parent": largest leaves first, then a tight fit."""
-    topo, order = tree({"s1": {"l1": names("n", 1, 2, 3, 4), "l2": names("n", 5, 6, 7, 8, 9, 10),
-                                "l3": names("n", 11, 12), "l4": names("n", 13, 14, 15)}})
+    topo, order = tree(
+        {
+            "s1": {
+                "l1": names("n", 1, 2, 3, 4),
+                "l2": names("n", 5, 6, 7, 8, 9, 10),
+                "l3": names("n", 11, 12),
+                "l4": names("n", 13, 14, 15),
+            }
+        }
+    )
     got = select_tree(topo, set(topo.nodes), 9, rules="21.08", switch_order=order)
     assert got is not None
     assert leaves_of(topo, got) == ["l2", "l4"]
@@ -80,7 +97,10 @@ def test_top_switch_tie_goes_to_last_in_config_order_and_disjoint_trees_pend() -
     paths = {"x1": ["A", "a1"], "x2": ["A", "a1"], "y1": ["B", "b1"], "y2": ["B", "b1"]}
     topo = Topology.from_paths(paths)
     no_root = ["a1", "b1", "A", "B"]  # a topology.conf without a common top switch
-    assert select_tree(topo, set(topo.nodes), 2, rules="21.08", switch_order=no_root) == ["y1", "y2"]
+    assert select_tree(topo, set(topo.nodes), 2, rules="21.08", switch_order=no_root) == [
+        "y1",
+        "y2",
+    ]
     assert select_tree(topo, set(topo.nodes), 3, rules="21.08", switch_order=no_root) is None
     with_root = [*no_root, "root"]
     got = select_tree(topo, set(topo.nodes), 3, rules="21.08", switch_order=with_root)
@@ -92,8 +112,12 @@ def test_not_enough_free_nodes_and_switches_limit() -> None:
     """Section 1.3 steps 8-9: too few free nodes pend; more leaves than --switches=K wait."""
     topo, order = tree({"s1": {"l1": names("n", 1, 2), "l2": names("n", 3, 4)}})
     assert select_tree(topo, {"n01", "n02", "n03"}, 4, rules="21.08", switch_order=order) is None
-    assert select_tree(topo, set(topo.nodes), 3, rules="21.08", switches=1, switch_order=order) is None
-    assert select_tree(topo, set(topo.nodes), 2, rules="21.08", switches=1, switch_order=order) == names("n", 1, 2)
+    assert (
+        select_tree(topo, set(topo.nodes), 3, rules="21.08", switches=1, switch_order=order) is None
+    )
+    assert select_tree(
+        topo, set(topo.nodes), 2, rules="21.08", switches=1, switch_order=order
+    ) == names("n", 1, 2)
 
 
 def test_rule_sets_differ_on_stale_ancestor_counts() -> None:
@@ -110,9 +134,16 @@ def test_rule_sets_differ_on_stale_ancestor_counts() -> None:
     * 24.05.3+: B's count drops to 8 when b1 is used; both fit and now B is the tighter one,
       so b2 wins, then b3: leaves b1, b2, b3, all under one spine.
     """
-    topo, order = tree({"A": {"a1": names("a", 1, 2, 3, 4, 5), "a2": names("a", 6, 7, 8, 9, 10)},
-                        "B": {"b1": names("b", 1, 2, 3, 4), "b2": names("b", 5, 6, 7, 8),
-                              "b3": names("b", 9, 10, 11, 12)}})
+    topo, order = tree(
+        {
+            "A": {"a1": names("a", 1, 2, 3, 4, 5), "a2": names("a", 6, 7, 8, 9, 10)},
+            "B": {
+                "b1": names("b", 1, 2, 3, 4),
+                "b2": names("b", 5, 6, 7, 8),
+                "b3": names("b", 9, 10, 11, 12),
+            },
+        }
+    )
     old = select_tree(topo, set(topo.nodes), 12, rules="21.08", switch_order=order)
     new = select_tree(topo, set(topo.nodes), 12, rules="24.05.3", switch_order=order)
     assert old is not None
@@ -147,7 +178,11 @@ def _lab_env() -> dict[str, str]:
 def _lab_cmd(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(LAB_SCRIPT), "--lab", str(SIM_LAB), *args],
-        env=_lab_env(), capture_output=True, text=True, timeout=300, check=False,
+        env=_lab_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 
@@ -204,7 +239,7 @@ def random_fabric(rng: random.Random, hosts: Sequence[str]) -> tuple[Topology, l
     leaves: dict[str, list[str]] = {}
     k = 0
     for i, s in enumerate(sizes, 1):
-        leaves[f"leaf{i}"] = perm[k:k + s]
+        leaves[f"leaf{i}"] = perm[k : k + s]
         k += s
     leaf_names = list(leaves)
     rng.shuffle(leaf_names)
@@ -212,7 +247,7 @@ def random_fabric(rng: random.Random, hosts: Sequence[str]) -> tuple[Topology, l
     j = 0
     while j < len(leaf_names):
         s = rng.randint(1, 4)
-        spines[f"spine{len(spines) + 1}"] = leaf_names[j:j + s]
+        spines[f"spine{len(spines) + 1}"] = leaf_names[j : j + s]
         j += s
     paths = {n: ["core", sp, lf] for sp, lfs in spines.items() for lf in lfs for n in leaves[lf]}
     topo = Topology.from_paths(paths)
@@ -229,8 +264,22 @@ _TEST_ONLY = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) 
 
 
 def _test_only(lab: SlurmLab, k: int) -> list[str] | None:
-    proc = lab.run(["sbatch", "--test-only", "-N", str(k), "--exclusive", "-p", "batch",
-                    "-t", "5", "--wrap", "true"], cwd=lab.jobs_dir)
+    proc = lab.run(
+        [
+            "sbatch",
+            "--test-only",
+            "-N",
+            str(k),
+            "--exclusive",
+            "-p",
+            "batch",
+            "-t",
+            "5",
+            "--wrap",
+            "true",
+        ],
+        cwd=lab.jobs_dir,
+    )
     m = _TEST_ONLY.search(proc.stderr + proc.stdout)
     if not m:
         return None
@@ -244,9 +293,26 @@ def _test_only(lab: SlurmLab, k: int) -> list[str] | None:
 def _make_busy(lab: SlurmLab, busy: Sequence[str]) -> None:
     if not busy:
         return
-    proc = lab.run(["sbatch", "--parsable", "-N", str(len(busy)), "-w", ",".join(busy),
-                    "--exclusive", "-p", "batch", "-t", "30", "-o", "/dev/null",
-                    "--wrap", "sleep 600"], cwd=lab.jobs_dir)
+    proc = lab.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-N",
+            str(len(busy)),
+            "-w",
+            ",".join(busy),
+            "--exclusive",
+            "-p",
+            "batch",
+            "-t",
+            "30",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 600",
+        ],
+        cwd=lab.jobs_dir,
+    )
     assert proc.returncode == 0, proc.stderr
     job = proc.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 30

@@ -224,3 +224,10 @@ def test_nemo_parallel_sizes_only_through_parallelism() -> None:
         validate({"name": "n", "launcher": {
             "kind": "nemo", "recipe": "llama3_8b",
             "overrides": {"trainer.strategy.tensor_model_parallel_size": 16}}})
+
+
+def test_time_limit_as_a_bare_number_is_minutes() -> None:
+    r = validate({"name": "t", "resources": {"time_limit": 30},
+                  "launcher": {"kind": "torchrun", "script": "t.py"}})
+    assert r.resources.time_limit == "30"
+    assert r.resources.time_minutes == 30

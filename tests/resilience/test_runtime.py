@@ -35,7 +35,7 @@ esac
 """
 
 # srun: the health entry and the launch run once per host; a probe (-w HOST true) answers
-# unless the host is listed in FAKE_DEAD_HOSTS. USR2 and TERM are forwarded to every "task".
+# unless the host is listed in FAKE_DEAD_HOSTS. USR2 and TERM reach every process of a task.
 SRUN = r"""#!/bin/bash
 args=("$@"); probe=""; i=0
 for a in "$@"; do
@@ -53,7 +53,8 @@ for h in $FAKE_HOSTS; do
   SLURMD_NODENAME=$h SLURMFM_SYSFS="$FAKE_SYSFS/$h" setsid "$@" &
   pids+=($!)
 done
-trap 'kill -USR2 "${pids[@]}" 2>/dev/null' USR2
+# like slurmstepd (proctrack): a signal sent to srun reaches every process of each task
+trap 'for p in "${pids[@]}"; do kill -USR2 -- "-$p" 2>/dev/null; done' USR2
 trap 'for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done' TERM
 rc=0
 for p in "${pids[@]}"; do
@@ -84,11 +85,20 @@ if [ "$SLURMFM_NODE_RANK" = 0 ] && [ -n "${NCCL_DEBUG_FILE:-}" ]; then
   f=${NCCL_DEBUG_FILE//%h/$SLURMD_NODENAME}; f=${f//%p/$$}
   cat "$FAKE_NCCL_LOG" > "$f"
 fi
-bash -c '
-  trap "echo SAVED $SLURMD_NODENAME >> \"$STUB_OUT/events\"; exit 0" USR2
-  echo "WORKER $SLURMD_NODENAME $*" >> "$STUB_OUT/events"
-  for ((i = 0; i < ${FAKE_WORK_S:-1} * 10; i++)); do sleep 0.1; done
-' worker "$@" &
+python3 -c '
+import os, signal, sys, time
+# A real worker installs its own handler (slurmfm.checkpoint.SaveRequest); that replaces
+# the "ignore" it inherits from the per-node entry.
+def saved(signum, frame):
+    with open(os.environ["STUB_OUT"] + "/events", "a") as fh:
+        fh.write("SAVED " + os.environ["SLURMD_NODENAME"] + " " + signal.Signals(signum).name + "\n")
+    sys.exit(0)
+for name in os.environ.get("FAKE_HANDLES", "USR2 TERM").split():
+    signal.signal(getattr(signal, "SIG" + name), saved)
+with open(os.environ["STUB_OUT"] + "/events", "a") as fh:
+    fh.write("WORKER " + os.environ["SLURMD_NODENAME"] + " " + " ".join(sys.argv[1:]) + "\n")
+time.sleep(float(os.environ.get("FAKE_WORK_S", "1")))
+' "$@" &
 w=$!
 while :; do
   r=0; wait "$w" || r=$?
@@ -269,14 +279,50 @@ def test_save_signal_reaches_workers_not_torchrun_then_requeues(cluster: dict[st
     text = script_for("p5.48xlarge", cluster["tmp"], health_gate="off", nccl_transport_check="off")
     proc = run(cluster, text, usr2_after=0.3, FAKE_WORK_S="30")
     events = log(cluster, "events")
-    assert "SAVED n1" in events
-    assert "SAVED n2" in events
-    assert "AGENT-GOT-USR2" not in events
+    assert "SAVED n1 SIGUSR2" in events
+    assert "SAVED n2 SIGUSR2" in events
+    assert "AGENT-GOT-USR2" not in events  # torchrun itself ignores the save signal
     assert "requeue 77" in log(cluster, "scontrol.log")
     st = state(cluster)
     assert "event=signal USR2 before the time limit" in st
     assert "event=requeue saved before the time limit (training exit 0)" in st
     assert proc.returncode == 0
+
+
+def test_megatron_gets_term_for_its_exit_signal_handler(cluster: dict[str, Any]) -> None:
+    r = validate({
+        "name": "rt", "cluster": {"instance_type": "p5.48xlarge"}, "resources": {"nodes": 2},
+        "parallelism": {"tp": 8},
+        "launcher": {"kind": "megatron", "python": "fake-torchrun"},
+        "storage": {"checkpoint_root": str(cluster["tmp"] / "ckpt"),
+                    "log_dir": str(cluster["tmp"] / "logs")},
+        "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
+    })
+    (cluster["tmp"] / "logs").mkdir(exist_ok=True)
+    text = render_script(r, Target.for_recipe(r, "24.11")).text
+    assert "--exit-signal-handler" in text
+    # Megatron handles TERM only; the USR2 that Slurm delivers to every process is ignored
+    run(cluster, text, usr2_after=0.3, FAKE_WORK_S="30", FAKE_HANDLES="TERM")
+    events = log(cluster, "events")
+    assert "SAVED n1 SIGTERM" in events
+    assert "SAVED n2 SIGTERM" in events
+    assert "requeue 77" in log(cluster, "scontrol.log")
+
+
+def test_nemo_requeues_at_the_signal(cluster: dict[str, Any]) -> None:
+    r = validate({
+        "name": "rt", "cluster": {"instance_type": "p5.48xlarge"}, "resources": {"nodes": 2},
+        "parallelism": {"tp": 8},
+        "launcher": {"kind": "nemo", "recipe": "llama3_8b", "python": "fake-torchrun"},
+        "storage": {"checkpoint_root": str(cluster["tmp"] / "ckpt"),
+                    "log_dir": str(cluster["tmp"] / "logs")},
+        "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
+    })
+    (cluster["tmp"] / "logs").mkdir(exist_ok=True)
+    text = render_script(r, Target.for_recipe(r, "24.11")).text
+    run(cluster, text, usr2_after=0.3, FAKE_WORK_S="30")
+    assert "requeue 77" in log(cluster, "scontrol.log")
+    assert "event=requeue time limit near (launcher saves periodically)" in state(cluster)
 
 
 def test_restart_cap(cluster: dict[str, Any]) -> None:

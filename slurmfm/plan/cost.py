@@ -1,0 +1,578 @@
+"""Predicted communication time of one placement: an alpha-beta model per parallel group.
+
+Why a model at all: Slurm's ``topology/tree`` minimises leaf switches only as a side effect and
+orders ranks by node name (slurm-topology-and-placement.md sections 0, 1.3, 1.6), so "how good is
+this placement" needs a number that sees rank order. The model follows section 6(b) of that sheet:
+
+* Ranks follow Megatron's default order ``tp-cp-ep-dp-pp`` (section 3.1): TP groups are
+  consecutive ranks, CP strides by TP, DP by TP*CP inside one pipeline stage, PP by world/PP.
+  Expert groups come from the expert generator ``tp-ep-dp-pp`` with expert-TP = TP (section 3.1,
+  "Expert groups come from a second generator").
+* Node ``i`` of ``order`` holds global ranks ``i*G .. i*G+G-1`` (plan/types.py ``Placement``).
+* Each group is charged at the slowest tier it crosses (section 3.3): ``nvlink`` when all its
+  members share one NVLink domain (the node, or a GB200 UltraServer), otherwise ``leaf``,
+  ``spine`` or ``core`` by the level of the members' lowest common switch (0, 1, >= 2).
+* Formulas (section 3.3, after Thakur/Rabenseifner/Gropp): ring all-reduce for TP, CP and DP
+  ``2(p-1)a + 2(p-1)/p * n*b``; all-to-all for EP ``(p-1)a + (p-1)/p * n*b``; point-to-point for
+  PP ``a + n*b`` per neighbouring stage pair along a pipeline.
+* Congestion (section 3.3, "Oversubscription / spine crossing"): every DP ring edge between two
+  nodes crosses the uplinks of the switches below their common ancestor. All DP groups run at
+  once, so per uplink and direction the edges are counted; the uplink carries ``nodes * G / o``
+  flows at full rate (``o`` = the oversubscription of that switch's tier, and ``nodes`` = this
+  job's nodes under the switch: a fair share of a fabric that other jobs also use). A DP group's
+  ``b`` is scaled by ``max(1, load/capacity)`` on the worst uplink it crosses. This reproduces the
+  sheet's qualitative facts: a topology-ordered ring is nearly free at any ``o``, a scrambled
+  one slows down by up to about ``o(1-1/L)``.
+* ``ideal`` charges every group at the best tier its node span allows (a group over ``k`` nodes
+  fits one domain, one leaf or one spine only if the fabric has one that large) with no
+  congestion: a lower bound, so ``slowdown = predicted/ideal >= 1`` (section 6(b)).
+
+Counts are of distinct node-level rings/pairs (groups that map to the same node sequence, such
+as the G/TP DP groups of one node set, are one ring for the counts but all load the uplinks).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurmfm.errors import SlurmfmError
+
+if TYPE_CHECKING:
+    from slurmfm.topology.model import Topology
+
+TIERS = ("nvlink", "leaf", "spine", "core")
+DIMS = ("tp", "cp", "ep", "dp", "pp")
+
+
+class CostParamsError(SlurmfmError):
+    """A calibration file that cannot be read or names unknown tiers/fields."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    """Latency and inverse bandwidth of one fabric tier, per GPU (rank) stream.
+
+    ``oversubscription`` is the downlink:uplink ratio of the switches *at* this tier: a leaf
+    switch's uplinks carry ``1/o`` of what its nodes can send (section 3.3).
+    """
+
+    name: str
+    alpha_s: float
+    beta_s_per_byte: float
+    oversubscription: float = 1.0
+
+
+# Nominal per-GPU figures (slurm-topology-and-placement.md 3.3): NVLink 900 GB/s bidirectional
+# on H100/H200 -> 450 GB/s one way; EFA on p5-class 3,200 Gb/s per node = 50 GB/s per GPU
+# (aws-launch-facts.md section 2 table, "Net (Gbps)" 3200 for p5/p5e/p5en; 1.8 gives the
+# measured 2x p5 all_reduce busbw of ~480-487 GB/s, which is NVLink-dominated and so is not used
+# as an EFA figure). Crossing a pod/core costs collectives up to 17% (Arnold, section 3.4): the
+# core tier's bandwidth is 1/1.17 of the leaf's. Latencies are NOT published for EFA
+# (section 7: "not public. Calibrate them empirically"): 3 us NVLink, 10 us EFA in a leaf and one
+# extra 2 us hop per tier crossed (section 3.3 "Latency adds one a_hop per tier crossed") are
+# placeholders to calibrate with nccl-tests. Oversubscription is 1 everywhere for the same reason.
+_DEFAULT_TIERS = {
+    "nvlink": Tier("nvlink", 3e-6, 1 / 450e9),
+    "leaf": Tier("leaf", 10e-6, 1 / 50e9),
+    "spine": Tier("spine", 12e-6, 1 / 50e9),
+    "core": Tier("core", 14e-6, 1.17 / 50e9),
+}
+
+# Bytes each group moves per training step. Illustrative (no source gives per-step volumes;
+# they depend on the model): DP = bf16 gradients of a ~500M-parameter shard, TP/CP = activations,
+# EP = token dispatch, PP = one stage boundary's activations. Only their ratios matter for
+# ``slowdown``; calibrate with your model (e.g. dp = 2 bytes * params / (tp*pp)).
+_DEFAULT_BYTES = {
+    "tp": 256e6,
+    "cp": 128e6,
+    "ep": 512e6,
+    "dp": 1e9,
+    "pp": 64e6,
+}
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """The tier table and per-step message sizes; calibrate from nccl-tests.
+
+    File format (:meth:`from_file`, YAML or JSON; every key optional, missing ones keep the
+    defaults)::
+
+        tiers:
+          nvlink: {alpha_s: 3.0e-6, bandwidth_GBps: 450}
+          leaf:   {alpha_s: 1.0e-5, beta_s_per_byte: 2.0e-11, oversubscription: 1}
+          spine:  {alpha_s: 1.2e-5, bandwidth_GBps: 50, oversubscription: 2}
+          core:   {alpha_s: 1.4e-5, bandwidth_GBps: 42.7, oversubscription: 4}
+        message_bytes: {tp: 2.56e8, cp: 1.28e8, ep: 5.12e8, dp: 1.0e9, pp: 6.4e7}
+
+    ``bandwidth_GBps`` is per-GPU one-way bandwidth (nccl-tests busbw per rank) and is an
+    alternative to ``beta_s_per_byte`` (= 1 / (GBps * 1e9)).
+    """
+
+    tiers: Mapping[str, Tier]
+    message_bytes: Mapping[str, float]
+
+    @classmethod
+    def default(cls) -> CostParams:
+        return cls(dict(_DEFAULT_TIERS), dict(_DEFAULT_BYTES))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> CostParams:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CostParamsError(f"{p}: cannot read cost parameters: {exc.strerror}") from exc
+        data: Any
+        try:
+            if p.suffix.lower() == ".json":
+                data = json.loads(text)
+            else:
+                from ruamel.yaml import YAML
+
+                data = YAML(typ="safe").load(text)
+        except Exception as exc:
+            raise CostParamsError(f"{p}: not valid YAML/JSON: {exc}") from exc
+        return cls.from_mapping(data or {}, source=str(p))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<params>") -> CostParams:
+        """Defaults overlaid with ``data`` (the :meth:`from_file` structure)."""
+        if not isinstance(data, Mapping):
+            raise CostParamsError(f"{source}: expected a mapping with 'tiers'/'message_bytes'")
+        unknown = set(data) - {"tiers", "message_bytes"}
+        if unknown:
+            raise CostParamsError(f"{source}: unknown keys {sorted(unknown)}")
+        tiers = dict(_DEFAULT_TIERS)
+        for name, spec in (data.get("tiers") or {}).items():
+            if name not in TIERS:
+                raise CostParamsError(f"{source}: tiers.{name}: unknown tier (use {TIERS})")
+            if not isinstance(spec, Mapping):
+                raise CostParamsError(f"{source}: tiers.{name}: expected a mapping")
+            extra = set(spec) - {"alpha_s", "beta_s_per_byte", "bandwidth_GBps", "oversubscription"}
+            if extra:
+                raise CostParamsError(f"{source}: tiers.{name}: unknown fields {sorted(extra)}")
+            base = tiers[name]
+            try:
+                beta = float(spec.get("beta_s_per_byte", base.beta_s_per_byte))
+                if "bandwidth_GBps" in spec:
+                    beta = 1.0 / (float(spec["bandwidth_GBps"]) * 1e9)
+                tier = Tier(
+                    name,
+                    float(spec.get("alpha_s", base.alpha_s)),
+                    beta,
+                    float(spec.get("oversubscription", base.oversubscription)),
+                )
+            except (TypeError, ValueError, ZeroDivisionError) as exc:
+                raise CostParamsError(f"{source}: tiers.{name}: {exc}") from exc
+            if tier.alpha_s < 0 or tier.beta_s_per_byte <= 0 or tier.oversubscription < 1:
+                raise CostParamsError(
+                    f"{source}: tiers.{name}: need alpha_s >= 0, bandwidth > 0, "
+                    "oversubscription >= 1"
+                )
+            tiers[name] = tier
+        sizes = dict(_DEFAULT_BYTES)
+        for dim, value in (data.get("message_bytes") or {}).items():
+            if dim not in DIMS:
+                raise CostParamsError(f"{source}: message_bytes.{dim}: unknown (use {DIMS})")
+            try:
+                sizes[dim] = float(value)
+            except (TypeError, ValueError) as exc:
+                raise CostParamsError(f"{source}: message_bytes.{dim}: {exc}") from exc
+            if sizes[dim] < 0:
+                raise CostParamsError(f"{source}: message_bytes.{dim}: must be >= 0")
+        return cls(tiers, sizes)
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """Whole-node job: ``nodes`` x ``gpus_per_node`` ranks and the Megatron parallel sizes."""
+
+    nodes: int
+    gpus_per_node: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def dp(self) -> int:
+        return self.world // (self.tp * self.cp * self.pp)
+
+    def problems(self) -> list[str]:
+        """Why this shape is not a valid Megatron layout (empty when it is)."""
+        out: list[str] = []
+        for name in ("nodes", "gpus_per_node", "tp", "pp", "cp", "ep"):
+            if getattr(self, name) < 1:
+                out.append(f"{name} must be >= 1")
+        if out:
+            return out
+        mp = self.tp * self.cp * self.pp
+        if self.world % mp:
+            out.append(
+                f"tp*cp*pp = {mp} does not divide the world size {self.nodes}*"
+                f"{self.gpus_per_node} = {self.world}"
+            )
+        elif (self.dp * self.cp) % self.ep:
+            out.append(f"ep={self.ep} must divide dp*cp = {self.dp}*{self.cp} (Megatron-LM's rule)")
+        return out
+
+    def nvlink_unit(self) -> int:
+        """Consecutive nodes that must share one NVLink domain.
+
+        TP*CP groups are blocks of ``tp*cp`` consecutive ranks and EP groups blocks of
+        ``tp*ep`` (section 3.1); both fit whole into aligned blocks of ``lcm`` ranks, and such a
+        block covers ``lcm(block, G)/G`` whole nodes.
+        """
+        block = math.lcm(self.tp * self.cp, self.tp * self.ep)
+        return math.lcm(block, self.gpus_per_node) // self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """Predicted and ideal per-step communication time plus interpretable counts (6(b))."""
+
+    predicted_s: float
+    ideal_s: float
+    slowdown: float
+    leaves_used: int
+    dp_ring_edges: int
+    dp_edges_cross_leaf: int
+    dp_edges_cross_spine: int
+    pp_pairs: int
+    pp_pairs_cross_leaf: int
+    nvlink_violations: int
+    per_group: Mapping[str, float]
+
+    def as_dict(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {
+            "predicted_s": self.predicted_s,
+            "ideal_s": self.ideal_s,
+            "slowdown": self.slowdown,
+            "leaves_used": self.leaves_used,
+            "dp_ring_edges": self.dp_ring_edges,
+            "dp_edges_cross_leaf": self.dp_edges_cross_leaf,
+            "dp_edges_cross_spine": self.dp_edges_cross_spine,
+            "pp_pairs": self.pp_pairs,
+            "pp_pairs_cross_leaf": self.pp_pairs_cross_leaf,
+            "nvlink_violations": self.nvlink_violations,
+        }
+        for dim, t in self.per_group.items():
+            out[f"{dim}_s"] = t
+        return out
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def nvlink_domain(topology: Topology, node: str) -> str:
+    """NVLink domain: the node's UltraServer, else for a block topology its block, else itself.
+
+    Block topologies for GB200 put one ``BlockName`` per NVLink domain (slurm-topology-and-
+    placement.md section 2, "Block configuration"), so a block without explicit domain ids is
+    taken as the UltraServer. Tree topologies carry UltraServers as ``Node.nvlink_domain``.
+    """
+    dom = topology.nodes[node].nvlink_domain
+    if dom:
+        return dom
+    if topology.kind == "block":
+        return "block:" + topology.leaf(node)
+    return node
+
+
+def _tier_of_level(level: int) -> str:
+    return "leaf" if level <= 0 else "spine" if level == 1 else "core"
+
+
+class _Fabric:
+    """Per-evaluation view: paths, domains and levels of the job's nodes, by node index."""
+
+    def __init__(self, topology: Topology, order: Sequence[str]) -> None:
+        self.topo = topology
+        self.paths = [topology.path(h) for h in order]
+        self.domains = [nvlink_domain(topology, h) for h in order]
+        self._level = topology.level
+
+    def lca_level(self, nodes: Sequence[int]) -> int:
+        """Level of the lowest switch above all ``nodes`` (-1: one NVLink domain)."""
+        first = nodes[0]
+        dom = self.domains[first]
+        if all(self.domains[i] == dom for i in nodes):
+            return -1
+        p0 = self.paths[first]
+        common = len(p0)
+        for i in nodes:
+            p = self.paths[i]
+            if p is p0:
+                continue
+            c = 0
+            lim = min(common, len(p))
+            while c < lim and p[c] == p0[c]:
+                c += 1
+            common = c
+            if common == 0:
+                break
+        if common == 0:  # pragma: no cover - Topology guarantees one root
+            return 1 << 20
+        return self._level(p0[common - 1])
+
+    def pair_level(self, a: int, b: int) -> int:
+        if self.domains[a] == self.domains[b]:
+            return -1
+        pa = self.paths[a]
+        c = _common(pa, self.paths[b])
+        return self._level(pa[c - 1]) if c else 1 << 20
+
+
+def _common(pa: tuple[str, ...], pb: tuple[str, ...]) -> int:
+    """Length of the shared top-down prefix of two switch paths."""
+    c = 0
+    lim = min(len(pa), len(pb))
+    while c < lim and pa[c] == pb[c]:
+        c += 1
+    return c
+
+
+def _tier_name(level: int) -> str:
+    return "nvlink" if level < 0 else _tier_of_level(level)
+
+
+def _ring(p: int, n: float, t: Tier, congestion: float = 1.0) -> float:
+    if p <= 1:
+        return 0.0
+    return 2 * (p - 1) * t.alpha_s + 2 * (p - 1) / p * n * t.beta_s_per_byte * congestion
+
+
+def _alltoall(p: int, n: float, t: Tier) -> float:
+    if p <= 1:
+        return 0.0
+    return (p - 1) * t.alpha_s + (p - 1) / p * n * t.beta_s_per_byte
+
+
+def _p2p(n: float, t: Tier) -> float:
+    return t.alpha_s + n * t.beta_s_per_byte
+
+
+@dataclass(frozen=True)
+class _Spans:
+    """Largest node count one NVLink domain / leaf / level-1 switch of the fabric holds."""
+
+    domain: int
+    leaf: int
+    spine: int
+
+    def ideal_level(self, k: int) -> int:
+        if k <= max(1, self.domain):
+            return -1
+        if k <= self.leaf:
+            return 0
+        if k <= self.spine:
+            return 1
+        return 2
+
+
+_SPANS_CACHE: dict[int, tuple[Any, _Spans]] = {}
+
+
+def _spans(topology: Topology) -> _Spans:
+    import weakref
+
+    hit = _SPANS_CACHE.get(id(topology))
+    if hit is not None and hit[0]() is topology:
+        return hit[1]
+    dom_sizes = Counter(nvlink_domain(topology, n) for n in topology.nodes)
+    leaf_sizes = Counter(topology.leaf_of.values())
+    spine_sizes: Counter[str] = Counter()
+    for leaf, cnt in leaf_sizes.items():
+        par = topology.parent_of.get(leaf)
+        if par is not None and topology.level(par) == 1:
+            spine_sizes[par] += cnt
+    spans = _Spans(
+        max(dom_sizes.values(), default=1),
+        max(leaf_sizes.values(), default=1),
+        max(spine_sizes.values(), default=max(leaf_sizes.values(), default=1)),
+    )
+    _SPANS_CACHE[id(topology)] = (weakref.ref(topology), spans)
+    return spans
+
+
+def _groups(job: JobShape) -> dict[str, list[range]]:
+    """Every communication group as a range of global ranks (ring/chain order), per dim."""
+    tp, cp, pp, ep, world = job.tp, job.cp, job.pp, job.ep, job.world
+    dp = job.dp
+    stage = world // pp
+    out: dict[str, list[range]] = {d: [] for d in DIMS}
+    if tp > 1:
+        out["tp"] = [range(s * tp, s * tp + tp) for s in range(world // tp)]
+    if cp > 1:
+        out["cp"] = [
+            range(b * tp * cp + t, (b + 1) * tp * cp, tp)
+            for b in range(world // (tp * cp))
+            for t in range(tp)
+        ]
+    if dp > 1:
+        step = tp * cp
+        out["dp"] = [
+            range(p * stage + t, (p + 1) * stage, step) for p in range(pp) for t in range(step)
+        ]
+    if ep > 1:
+        edp = world // (tp * ep * pp)
+        out["ep"] = [
+            range(p * stage + k * tp * ep + t, p * stage + (k + 1) * tp * ep, tp)
+            for p in range(pp)
+            for k in range(edp)
+            for t in range(tp)
+        ]
+    if pp > 1:
+        out["pp"] = [range(x, world, stage) for x in range(stage)]
+    return out
+
+
+def _node_groups(ranges: list[range], g: int) -> Counter[tuple[int, ...]]:
+    """Distinct node sequences of groups (rank // G), with how many groups map to each."""
+    return Counter(tuple(r // g for r in rg) for rg in ranges)
+
+
+def _ring_edges(nodes: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Inter-node edges of a ring that visits ``nodes`` in order and closes."""
+    seq = [nodes[0]]
+    for x in nodes[1:]:
+        if x != seq[-1]:
+            seq.append(x)
+    if len(seq) > 1 and seq[-1] == seq[0]:
+        seq.pop()
+    if len(seq) < 2:
+        return []
+    return [(seq[i], seq[(i + 1) % len(seq)]) for i in range(len(seq))]
+
+
+def evaluate(
+    topology: Topology,
+    order: Sequence[str],
+    job: JobShape,
+    params: CostParams | None = None,
+) -> CostReport:
+    """Cost of running ``job`` with node ``i`` of ``order`` holding ranks ``i*G..i*G+G-1``."""
+    params = params or CostParams.default()
+    bad = job.problems()
+    if bad:
+        raise ValueError("; ".join(bad))
+    if len(order) != job.nodes:
+        raise ValueError(f"order has {len(order)} hosts, the job needs {job.nodes}")
+    if len(set(order)) != len(order):
+        raise ValueError("order names a host twice")
+    fab = _Fabric(topology, order)
+    spans = _spans(topology)
+    tiers = params.tiers
+    nbytes = params.message_bytes
+    g = job.gpus_per_node
+    groups = _groups(job)
+    per_group: dict[str, float] = {}
+    ideal_group: dict[str, float] = {}
+    violations = 0
+
+    # TP, CP, EP: collectives that must stay inside an NVLink domain.
+    for dim in ("tp", "cp", "ep"):
+        worst = best = 0.0
+        for nodes, count in _node_groups(groups[dim], g).items():
+            p = len(nodes)
+            level = fab.lca_level(nodes)
+            if level >= 0:
+                violations += count
+            ilevel = spans.ideal_level(len(set(nodes)))
+            fn = _alltoall if dim == "ep" else _ring
+            worst = max(worst, fn(p, nbytes[dim], tiers[_tier_name(level)]))
+            best = max(best, fn(p, nbytes[dim], tiers[_tier_name(ilevel)]))
+        per_group[dim], ideal_group[dim] = worst, best
+
+    # DP: ring all-reduce with uplink congestion from all DP rings at once.
+    dp_nodes = _node_groups(groups["dp"], g)
+    load: Counter[tuple[str, bool]] = Counter()
+    edge_info: dict[tuple[int, ...], list[tuple[int, int, int]]] = {}
+    ring_edges = cross_leaf = cross_spine = 0
+    for nodes, count in dp_nodes.items():
+        info = []
+        for a, b in _ring_edges(nodes):
+            lvl = fab.pair_level(a, b)
+            info.append((a, b, lvl))
+            ring_edges += 1
+            if lvl >= 1:
+                cross_leaf += 1
+            if lvl >= 2:
+                cross_spine += 1
+            if lvl < 0:
+                continue
+            pa, pb = fab.paths[a], fab.paths[b]
+            c = _common(pa, pb)
+            for sw in pa[c:]:
+                load[(sw, True)] += count
+            for sw in pb[c:]:
+                load[(sw, False)] += count
+        edge_info[nodes] = info
+    job_under: Counter[str] = Counter()
+    for path in fab.paths:
+        for sw in path:
+            job_under[sw] += 1
+    ratio: dict[str, float] = {}
+    for (sw, _up), flows in load.items():
+        o = tiers[_tier_of_level(topology.level(sw))].oversubscription
+        cap = job_under[sw] * g / o
+        ratio[sw] = max(ratio.get(sw, 0.0), flows / cap)
+    worst = best = 0.0
+    for nodes, info in edge_info.items():
+        p = len(nodes)
+        level = fab.lca_level(nodes)
+        congestion = 1.0
+        for a, b, lvl in info:
+            if lvl < 0:
+                continue
+            pa, pb = fab.paths[a], fab.paths[b]
+            c = _common(pa, pb)
+            for sw in (*pa[c:], *pb[c:]):
+                congestion = max(congestion, ratio.get(sw, 0.0))
+        worst = max(worst, _ring(p, nbytes["dp"], tiers[_tier_name(level)], congestion))
+        ilevel = spans.ideal_level(len(set(nodes)))
+        best = max(best, _ring(p, nbytes["dp"], tiers[_tier_name(ilevel)]))
+    per_group["dp"], ideal_group["dp"] = worst, best
+
+    # PP: point-to-point between neighbouring stages along each pipeline.
+    pairs: set[tuple[int, int]] = set()
+    worst = best = 0.0
+    for nodes in _node_groups(groups["pp"], g):
+        t = tb = 0.0
+        for a, b in itertools.pairwise(nodes):
+            pairs.add((a, b))
+            lvl = fab.pair_level(a, b)
+            t += _p2p(nbytes["pp"], tiers[_tier_name(lvl)])
+            tb += _p2p(nbytes["pp"], tiers[_tier_name(spans.ideal_level(len({a, b})))])
+        worst, best = max(worst, t), max(best, tb)
+    per_group["pp"], ideal_group["pp"] = worst, best
+    pp_cross = sum(1 for a, b in pairs if fab.pair_level(a, b) >= 1)
+
+    predicted = sum(per_group.values())
+    ideal = sum(ideal_group.values())
+    return CostReport(
+        predicted_s=predicted,
+        ideal_s=ideal,
+        slowdown=predicted / ideal if ideal > 0 else 1.0,
+        leaves_used=len({p[-1] for p in fab.paths}),
+        dp_ring_edges=ring_edges,
+        dp_edges_cross_leaf=cross_leaf,
+        dp_edges_cross_spine=cross_spine,
+        pp_pairs=len(pairs),
+        pp_pairs_cross_leaf=pp_cross,
+        nvlink_violations=violations,
+        per_group={d: per_group[d] for d in DIMS},
+        # per_group keeps a fixed key order (tp, cp, ep, dp, pp) for stable JSON.
+    )

@@ -1,0 +1,577 @@
+"""Choose a job's nodes and rank order on the fabric, and what to ask Slurm for.
+
+Why not leave it to Slurm: ``topology/tree`` is a greedy, config-order-dependent best-fit whose
+rank order is node-name order, not topology order, before 26.05 (slurm-topology-and-placement.md
+sections 0, 1.3, 1.6, 8); ``topology/block`` places ``--segment`` chunks one at a time (1.4). The
+planner does the selection the documentation promises and then fixes the rank order:
+
+1. **NVLink rule (hard).** TP*CP and EP groups are blocks of consecutive ranks (Megatron order
+   ``tp-cp-ep-dp-pp``, section 3.1); they must not leave their NVLink domain, the node itself
+   or a GB200 UltraServer (section 2: leaving NVL72 is a ~36x per-GPU bandwidth cliff; "Planner
+   rule" in 2). So the job is cut into units of :meth:`JobShape.nvlink_unit` consecutive nodes
+   and every unit is placed inside one domain's free nodes.
+2. **Lowest switch.** The lowest-level switch whose subtree has enough usable free nodes, the
+   tightest such one on ties (the documented tree rule, 1.3; best-fit against fragmentation,
+   Kueue BestFit / Slurm block "smallest sufficient", sections 1.4 and 4).
+3. **Fewest leaves, tight fit.** Inside it, descend while one child can hold the job with the
+   same minimum number of leaves (bins); then take bins largest-first and finish with the
+   closest, tightest bin that fits the remainder (the shape of Slurm's and Kueue's best-fit,
+   1.3 step 6, without its config-order quirks). Whole leaves/UltraServers stay free.
+4. **Rank order.** Nodes grouped by leaf (by UltraServer when units span nodes), leaves in fabric
+   DFS order, so consecutive DP ring members share a leaf and each ring crosses each uplink the
+   minimum number of times (3.1 (ii), 3.2); PP stages are contiguous node blocks (3.1 (iii)). A
+   second order that puts fuller subtrees first (stage blocks aligned to leaves) is scored with
+   the cost model and kept only if it is cheaper.
+
+Modes: ``pin`` requests the exact nodes (``--nodelist``) in the planned order. ``constrain``
+lets Slurm choose with ``--switches=K@T`` (tree, 1.3 step 9) or ``--segment=S`` (block, 24.05+,
+1.4) and carries a rank key for every node of the fabric so that the job sorts whatever it got
+by the same DFS order.
+
+Everything is deterministic: names are compared in natural order and every tie has a final
+position-based tie-break.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from slurmfm.errors import SlurmfmError
+from slurmfm.plan.cost import CostParams, CostReport, JobShape, evaluate, nvlink_domain
+from slurmfm.plan.types import Placement
+
+if TYPE_CHECKING:
+    from slurmfm.catalog.slurm_features import SlurmVersion
+    from slurmfm.recipe.schema import Recipe
+    from slurmfm.topology.model import Topology
+
+DEFAULT_SWITCH_WAIT = "00:10:00"
+Mode = Literal["pin", "constrain"]
+
+
+class PlanError(SlurmfmError):
+    """An impossible placement request; the message says why."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer: nodes in rank order, what to ask Slurm, and the predicted cost."""
+
+    nodes: tuple[str, ...]
+    leaves: tuple[str, ...]
+    switches: str | None
+    segment: int | None
+    sbatch_options: tuple[str, ...]
+    predicted: CostReport
+    mode: str
+    explanation: tuple[str, ...]
+    rank_key: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def placement(self) -> Placement:
+        """The rendering seam: pin = planned order; constrain = Slurm picks, job sorts by key."""
+        if self.mode == "pin":
+            return Placement(mode="pin", nodes=self.nodes, explanation=self.explanation)
+        return Placement(
+            mode="constrain",
+            rank_key=dict(self.rank_key),
+            switches=self.switches,
+            segment=self.segment,
+            explanation=self.explanation,
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "nodes": list(self.nodes),
+            "leaves": list(self.leaves),
+            "switches": self.switches,
+            "segment": self.segment,
+            "sbatch_options": list(self.sbatch_options),
+            "predicted": self.predicted.as_dict(),
+            "explanation": list(self.explanation),
+        }
+
+
+# ---------------------------------------------------------------------------- fabric
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[str, ...]:
+    """Natural order (node2 < node10), as Slurm's ``strnatcmp`` node table (section 1.6)."""
+    return tuple(f"{int(p):020d}" if p.isdigit() else p for p in _DIGITS.split(name))
+
+
+class _Static:
+    """What does not change between plans on one topology: DFS order, ancestry, domains."""
+
+    def __init__(self, topology: Topology) -> None:
+        parent_of = topology.parent_of
+        children: dict[str, list[str]] = {s: [] for s in parent_of}
+        for sw, par in parent_of.items():
+            if par is not None:
+                children[par].append(sw)
+        leaf_members: dict[str, list[str]] = {}
+        for n, leaf in topology.leaf_of.items():
+            leaf_members.setdefault(leaf, []).append(n)
+        for v in children.values():
+            v.sort(key=natural_key)
+        for v in leaf_members.values():
+            v.sort(key=natural_key)
+        self.children = children
+        self.level = {s: topology.level(s) for s in parent_of}
+        root = topology.root
+        # Iterative pre-order DFS: switch positions and node visiting order.
+        self.switch_pos: dict[str, int] = {}
+        self.ancestors: dict[str, tuple[str, ...]] = {root: (root,)}
+        dfs_nodes: list[str] = []
+        stack = [root]
+        while stack:
+            sw = stack.pop()
+            self.switch_pos[sw] = len(self.switch_pos)
+            for c in reversed(children[sw]):
+                self.ancestors[c] = (*self.ancestors[sw], c)
+                stack.append(c)
+            dfs_nodes.extend(leaf_members.get(sw, ()))
+        self.domain = {n: nvlink_domain(topology, n) for n in dfs_nodes}
+        first: dict[str, int] = {}
+        for i, n in enumerate(dfs_nodes):
+            first.setdefault(self.domain[n], i)
+        # Fabric order: DFS, with the nodes of one NVLink domain kept together.
+        dfs_index = {n: i for i, n in enumerate(dfs_nodes)}
+        self.order = sorted(dfs_nodes, key=lambda n: (first[self.domain[n]], dfs_index[n]))
+        self.pos = {n: i for i, n in enumerate(self.order)}
+        width = max(6, len(str(len(self.order))))
+        self.rank_key = {n: f"{i:0{width}d}" for i, n in enumerate(self.order)}
+        self.leaf_of = dict(topology.leaf_of)
+        self.domain_size = Counter(self.domain.values())
+        dom_leaves: dict[str, set[str]] = {}
+        for n, d in self.domain.items():
+            dom_leaves.setdefault(d, set()).add(self.leaf_of[n])
+        self.domain_attach = {d: self._lca(ls) for d, ls in dom_leaves.items()}
+
+    def _lca(self, switches: Iterable[str]) -> str:
+        paths = [self.ancestors[s] for s in switches]
+        common = paths[0]
+        for p in paths[1:]:
+            c = 0
+            while c < min(len(common), len(p)) and common[c] == p[c]:
+                c += 1
+            common = common[:c]
+        return common[-1]
+
+
+_STATIC: dict[int, tuple[weakref.ref[Any], _Static]] = {}
+
+
+def _static(topology: Topology) -> _Static:
+    hit = _STATIC.get(id(topology))
+    if hit is not None and hit[0]() is topology:
+        return hit[1]
+    st = _Static(topology)
+    if len(_STATIC) > 64:
+        _STATIC.clear()
+    _STATIC[id(topology)] = (weakref.ref(topology), st)
+    return st
+
+
+@dataclass
+class _Bin:
+    """A leaf (or, when units span nodes, an NVLink domain) and its usable free nodes."""
+
+    name: str
+    attach: str  # the switch it hangs under (the leaf, or the domain's lowest common switch)
+    members: list[str]  # free nodes in fabric order
+    cap: int  # usable: whole units only
+    pos: int
+
+
+def _min_bins(caps: list[int], need: int) -> int:
+    """Fewest bins whose capacities sum to ``need`` (largest first is optimal)."""
+    total = 0
+    for i, c in enumerate(sorted(caps, reverse=True)):
+        total += c
+        if total >= need:
+            return i + 1
+    return 1 << 30
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+def _fmt_switch(st: _Static, sw: str) -> str:
+    return f"{sw} (level {st.level[sw]})"
+
+
+def plan(
+    topology: Topology,
+    job: JobShape,
+    *,
+    unavailable: Iterable[str] = (),
+    mode: Mode = "pin",
+    slurm_version: SlurmVersion | None = None,
+    params: CostParams | None = None,
+    switch_wait: str = DEFAULT_SWITCH_WAIT,
+) -> Plan:
+    """Plan ``job`` on the free nodes of ``topology`` minus ``unavailable``.
+
+    Raises :class:`PlanError` when no placement satisfies the NVLink rule and the node count.
+    ``switch_wait`` is the ``@T`` of ``--switches`` in constrain mode (Slurm caps it at
+    ``max_switch_wait``, 300 s by default; section 1.3 step 9).
+    """
+    problems = job.problems()
+    if problems:
+        raise PlanError("job shape: " + "; ".join(problems))
+    if mode not in ("pin", "constrain"):
+        raise PlanError(f"mode must be pin or constrain, not {mode!r}")
+    st = _static(topology)
+    bad = set(unavailable)
+    unknown = sorted(bad - set(topology.nodes), key=natural_key)
+    n_need = job.nodes
+    u = job.nvlink_unit()
+    why: list[str] = [
+        f"job: {n_need} nodes x {job.gpus_per_node} GPUs, tp={job.tp} cp={job.cp} ep={job.ep} "
+        f"pp={job.pp} dp={job.dp}; rank order tp-cp-ep-dp-pp (reference 3.1)",
+    ]
+    max_dom = max(st.domain_size.values(), default=1)
+    if u > 1:
+        why.append(
+            f"NVLink rule: TP*CP/EP blocks span {u} consecutive nodes; each block stays inside "
+            "one NVLink domain (reference 2)"
+        )
+    if u > max_dom:
+        raise PlanError(
+            f"a TP*CP/EP group spans {u} nodes ({u * job.gpus_per_node} GPUs) but the largest "
+            f"NVLink domain of this fabric has {max_dom} node(s); reduce tp*cp or tp*ep"
+        )
+    if n_need % u:
+        raise PlanError(
+            f"{n_need} nodes is not a whole number of {u}-node NVLink units (tp*cp and tp*ep "
+            "blocks); choose a multiple"
+        )
+    free_nodes = [n for n in st.order if topology.nodes[n].free and n not in bad]
+    why.append(
+        f"free: {len(free_nodes)} of {len(st.order)} nodes"
+        + (f" ({len(bad) - len(unknown)} marked unavailable)" if bad else "")
+        + (f"; ignored unknown hosts {', '.join(unknown[:5])}" if unknown else "")
+    )
+
+    # Bins: leaves, or NVLink domains when a unit spans nodes.
+    bins_by_key: dict[str, _Bin] = {}
+    for n in free_nodes:
+        key = st.leaf_of[n] if u == 1 else st.domain[n]
+        b = bins_by_key.get(key)
+        if b is None:
+            attach = key if u == 1 else st.domain_attach[key]
+            b = bins_by_key[key] = _Bin(key, attach, [], 0, st.pos[n])
+        b.members.append(n)
+    bins = [b for b in bins_by_key.values() if len(b.members) >= u]
+    for b in bins:
+        b.cap = len(b.members) // u * u
+    cap: Counter[str] = Counter()
+    for b in bins:
+        for sw in st.ancestors[b.attach]:
+            cap[sw] += b.cap
+    unit_word = "leaves" if u == 1 else "NVLink domains"
+    feasible = [s for s, c in cap.items() if c >= n_need]
+    if not feasible:
+        total = sum(b.cap for b in bins)
+        if u > 1:
+            raise PlanError(
+                f"not enough free nodes in whole {u}-node NVLink units: need {n_need}, "
+                f"{total} usable across {len(bins)} domain(s) ({len(free_nodes)} free nodes)"
+            )
+        raise PlanError(
+            f"not enough free nodes under any common switch: need {n_need}, "
+            f"{len(free_nodes)} free in the whole fabric"
+        )
+    top = min(feasible, key=lambda s: (st.level[s], cap[s], st.switch_pos[s]))
+    why.append(
+        f"switch: {_fmt_switch(st, top)} is the lowest with room: {cap[top]} usable free "
+        f"nodes for {n_need} (leftover {cap[top] - n_need}); tightest at that level"
+    )
+
+    chosen = _select(st, bins, cap, top, n_need)
+    nodes_set: list[str] = []
+    partial: list[str] = []
+    for b, take in chosen:
+        nodes_set.extend(b.members[:take])
+        if take < len(b.members):
+            partial.append(f"{b.name} ({len(b.members) - take} of {len(b.members)} free left)")
+    k_min = _min_bins([b.cap for b in bins if top in st.ancestors[b.attach]], n_need)
+    why.append(
+        f"{unit_word}: {len(chosen)} used (minimum under {top}: {k_min}): "
+        + _names([b.name for b, _ in sorted(chosen, key=lambda bt: bt[0].pos)])
+        + ("; partly used: " + _names(partial) if partial else "; all used whole")
+    )
+
+    fabric_order = order_nodes(topology, nodes_set, job)
+    order = fabric_order
+    report = evaluate(topology, order, job, params)
+    if mode == "pin" and u == 1 and job.pp > 1:
+        alt = _fuller_first(st, nodes_set)
+        if alt != order:
+            alt_report = evaluate(topology, alt, job, params)
+            if alt_report.predicted_s < report.predicted_s:
+                order, report = alt, alt_report
+                why.append("rank order: fuller subtrees first, so PP stage blocks align to leaves")
+    if order is fabric_order:
+        why.append(
+            "rank order: nodes grouped by "
+            + ("leaf" if u == 1 else "NVLink domain")
+            + " in fabric DFS order; PP stages are contiguous node blocks"
+        )
+    leaves = tuple(dict.fromkeys(st.leaf_of[n] for n in order))
+    why.append(
+        f"cost: predicted {report.predicted_s * 1e3:.3f} ms/step vs ideal "
+        f"{report.ideal_s * 1e3:.3f} ms (slowdown {report.slowdown:.3f}); "
+        f"{report.leaves_used} leaves; DP ring edges crossing a leaf "
+        f"{report.dp_edges_cross_leaf}/{report.dp_ring_edges}, a spine "
+        f"{report.dp_edges_cross_spine}; PP pairs crossing a leaf "
+        f"{report.pp_pairs_cross_leaf}/{report.pp_pairs}; NVLink violations "
+        f"{report.nvlink_violations}"
+    )
+
+    switches: str | None = None
+    segment: int | None = None
+    options: list[str] = []
+    if mode == "pin":
+        import hostlist
+
+        options.append(f"--nodelist={hostlist.collect_hostlist(list(order))}")
+        why.append("mode pin: --nodelist requests exactly these nodes; the job keeps this order")
+    else:
+        if topology.kind == "block":
+            segment = _segment(st, topology, job, order, slurm_version, why)
+        else:
+            switches = f"{len(leaves)}@{switch_wait}"
+            why.append(
+                f"mode constrain: --switches={switches}: Slurm waits up to {switch_wait} "
+                "(capped by max_switch_wait, default 300 s) for at most "
+                f"{len(leaves)} leaf switches (reference 1.3 step 9)"
+            )
+            if u > 1:
+                why.append(
+                    "warning: topology/tree cannot see NVLink domains; Slurm may split "
+                    "TP*CP/EP units across UltraServers: use pin mode or a block topology"
+                )
+        why.append(
+            "mode constrain: the job sorts its allocation by a rank key for every fabric node "
+            "(fabric DFS order)"
+        )
+        if switches:
+            options.append(f"--switches={switches}")
+        if segment is not None:
+            options.append(f"--segment={segment}")
+    return Plan(
+        nodes=tuple(order),
+        leaves=leaves,
+        switches=switches,
+        segment=segment,
+        sbatch_options=tuple(options),
+        predicted=report,
+        mode=mode,
+        explanation=tuple(why),
+        rank_key=st.rank_key if mode == "constrain" else {},
+    )
+
+
+def _names(names: Sequence[str], limit: int = 8) -> str:
+    """A short list for explanation lines."""
+    head = ", ".join(names[:limit])
+    return head + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _select(
+    st: _Static, bins: list[_Bin], cap: Mapping[str, int], top: str, need: int
+) -> list[tuple[_Bin, int]]:
+    """Bins and node counts under ``top`` holding ``need`` nodes with the fewest bins."""
+    sw = top
+    under = [b for b in bins if sw in st.ancestors[b.attach]]
+    k = _min_bins([b.cap for b in under], need)
+    # Descend while one child holds the job with the same minimum number of bins.
+    while True:
+        kids = sorted(
+            (c for c in st.children.get(sw, ()) if cap.get(c, 0) >= need),
+            key=lambda c: (cap[c], st.switch_pos[c]),
+        )
+        for c in kids:
+            sub = [b for b in under if c in st.ancestors[b.attach]]
+            if _min_bins([b.cap for b in sub], need) == k:
+                sw, under = c, sub
+                break
+        else:
+            break
+    # Largest first (fewest bins), then the closest and tightest bin for the remainder.
+    ranked = sorted((b for b in under if b.cap > 0), key=lambda b: (-b.cap, b.pos))
+    chosen: list[tuple[_Bin, int]] = []
+    used: set[str] = set()
+    near: set[str] = set()
+    rem = need
+    i = 0
+    while rem > 0:
+        while ranked[i].name in used:
+            i += 1
+        if ranked[i].cap >= rem:
+
+            def closeness(b: _Bin) -> int:
+                if not near:
+                    return 0
+                for s in reversed(st.ancestors[b.attach]):
+                    if s in near:
+                        return st.level[s]
+                return 1 << 20  # pragma: no cover - all bins share ``top``
+
+            fit = min(
+                (b for b in ranked if b.cap >= rem and b.name not in used),
+                key=lambda b: (closeness(b), b.cap, b.pos),
+            )
+            chosen.append((fit, rem))
+            break
+        b = ranked[i]
+        chosen.append((b, b.cap))
+        used.add(b.name)
+        near.update(st.ancestors[b.attach])
+        rem -= b.cap
+    return chosen
+
+
+def _fuller_first(st: _Static, nodes: Sequence[str]) -> list[str]:
+    """DFS order with, under every switch, the child holding more of the job first."""
+    under: Counter[str] = Counter()
+    for n in nodes:
+        for s in st.ancestors[st.leaf_of[n]]:
+            under[s] += 1
+
+    def key(n: str) -> tuple[tuple[int, int], ...]:
+        return (
+            *((-under[s], st.switch_pos[s]) for s in st.ancestors[st.leaf_of[n]]),
+            (0, st.pos[n]),
+        )
+
+    return sorted(nodes, key=key)
+
+
+def _segment(
+    st: _Static,
+    topology: Topology,
+    job: JobShape,
+    order: Sequence[str],
+    slurm_version: SlurmVersion | None,
+    why: list[str],
+) -> int | None:
+    """``--segment`` for a block topology, or None (with the reason in ``why``).
+
+    S divides both the UltraServer (block) size and the node count (``--segment`` requires a
+    multiple, section 1.4), is a multiple of the NVLink unit so no TP*CP/EP block straddles
+    two segments, and divides the plan's own per-block counts so that the plan itself is a
+    valid segmentation. Among those, the largest (fewest blocks touched).
+    """
+    from slurmfm.catalog.slurm_features import supports
+
+    if slurm_version is None:
+        why.append("no --segment: Slurm version unknown (pass --slurm-version; needs >= 24.05)")
+        return None
+    if not supports("segment", slurm_version):
+        why.append(
+            f"no --segment: Slurm {slurm_version} < 24.05 has no --segment (reference 1.1); "
+            "Slurm's block plugin may split NVLink units, prefer pin mode"
+        )
+        return None
+    u = job.nvlink_unit()
+    per_dom = Counter(st.domain[n] for n in order)
+    sizes = {st.domain_size[d] for d in per_dom}
+    g = math.gcd(job.nodes, *sizes, *per_dom.values())
+    cands = [s for s in range(u, g + 1, u) if g % s == 0]
+    if cands:
+        seg = max(cands)
+        why.append(
+            f"--segment={seg}: divides the UltraServer size {sorted(sizes)} and {job.nodes} "
+            f"nodes, holds whole {u}-node NVLink units, matches the plan's "
+            f"{len(per_dom)} block(s) (reference 1.4)"
+        )
+        return seg
+    # No divisor works (e.g. 4-node units in 18-node UltraServers): NVIDIA's 16-of-18 shape.
+    small = min(sizes)
+    g2 = math.gcd(job.nodes, *per_dom.values())
+    cands = [s for s in range(u, min(small, g2) + 1, u) if g2 % s == 0]
+    if cands:
+        seg = max(cands)
+        why.append(
+            f"--segment={seg}: no size divides both the UltraServer size {sorted(sizes)} and "
+            f"whole {u}-node units; {seg} fits one UltraServer and leaves "
+            f"{small - seg} node(s) of it spare (NVIDIA's segment-16 shape, reference 2)"
+        )
+        return seg
+    why.append("no --segment: no segment size holds whole NVLink units; prefer pin mode")
+    return None
+
+
+def order_nodes(topology: Topology, nodes: Iterable[str], job: JobShape) -> list[str]:
+    """Rank order for a given node set: the fabric DFS order, NVLink domains kept together.
+
+    This is exactly what a constrain-mode job does with its rank key, so it is also the order
+    to score "slurmfm ranks on Slurm's choice" with. ``job`` is accepted for interface
+    stability (the order does not depend on it today).
+    """
+    del job
+    st = _static(topology)
+    try:
+        return sorted(nodes, key=st.pos.__getitem__)
+    except KeyError as exc:
+        raise PlanError(f"host {exc.args[0]!r} is not in the topology") from exc
+
+
+def job_for_recipe(recipe: Recipe) -> JobShape:
+    """The planner's view of a recipe: whole nodes, GPUs (processes) per node, parallelism."""
+    p = recipe.parallelism
+    return JobShape(
+        nodes=recipe.resources.nodes,
+        gpus_per_node=recipe.procs_per_node,
+        tp=p.tp,
+        pp=p.pp,
+        cp=p.cp,
+        ep=p.ep,
+    )
+
+
+def plan_for_recipe(
+    recipe: Recipe,
+    topology: Topology,
+    *,
+    mode: Mode = "pin",
+    unavailable: Iterable[str] = (),
+    slurm_version: SlurmVersion | str | None = None,
+    params: CostParams | None = None,
+    switch_wait: str = DEFAULT_SWITCH_WAIT,
+) -> Plan:
+    """Plan a recipe; the Slurm version defaults to the recipe's (or its flavor's assumed one).
+
+    Feed ``plan.placement()`` to ``api.submit(recipe, placement=...)`` or ``api.render``.
+    """
+    from slurmfm.catalog.slurm_features import SlurmVersion
+
+    if isinstance(slurm_version, str):
+        version: SlurmVersion | None = SlurmVersion.parse(slurm_version)
+    elif slurm_version is None:
+        from slurmfm.render.script import Target
+
+        version = Target.for_recipe(recipe).slurm_version
+    else:
+        version = slurm_version
+    return plan(
+        topology,
+        job_for_recipe(recipe),
+        unavailable=unavailable,
+        mode=mode,
+        slurm_version=version,
+        params=params,
+        switch_wait=switch_wait,
+    )

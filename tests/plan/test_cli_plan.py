@@ -1,0 +1,127 @@
+"""``slurmfm plan`` CLI contract: JSON keys, --unavailable @FILE, exit 2 with a reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from slurmfm.cli_plan import plan_command
+
+REPO = Path(__file__).resolve().parents[2]
+
+TOPOLOGY_CONF = """\
+SwitchName=leaf1 Nodes=node[008,005,016,009]
+SwitchName=leaf2 Nodes=node[010,007,004,015]
+SwitchName=leaf3 Nodes=node[002,011,001,006]
+SwitchName=leaf4 Nodes=node[012,013,014,003]
+SwitchName=spine1 Switches=leaf[1-2]
+SwitchName=spine2 Switches=leaf[3-4]
+SwitchName=core Switches=spine[1-2]
+"""
+
+BLOCK_CONF = """\
+BlockName=block1 Nodes=node[001-018]
+BlockName=block2 Nodes=node[019-036]
+BlockSizes=18,36
+"""
+
+
+def topo(tmp_path: Path, text: str = TOPOLOGY_CONF) -> str:
+    f = tmp_path / "topology.conf"
+    f.write_text(text)
+    return str(f)
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(plan_command, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_json_has_the_contract_keys(tmp_path: Path) -> None:
+    code, out, err = run(
+        "--topology", topo(tmp_path), "--nodes", "6", "--tp", "8", "--pp", "2", "--json"
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert {"nodes", "leaves", "switches", "segment", "sbatch_options", "predicted"} <= set(data)
+    assert len(data["nodes"]) == 6
+    assert data["sbatch_options"][0].startswith("--nodelist=")
+    assert data["predicted"]["nvlink_violations"] == 0
+    assert data["leaves"] == ["leaf1", "leaf2"]
+
+
+def test_unavailable_at_file_and_constrain(tmp_path: Path) -> None:
+    f = tmp_path / "busy.txt"
+    f.write_text("node[008,005]  # drained\nnode010\n")
+    code, out, err = run(
+        "--topology",
+        topo(tmp_path),
+        "--nodes",
+        "5",
+        "--unavailable",
+        f"@{f}",
+        "--mode",
+        "constrain",
+        "--json",
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert not {"node008", "node005", "node010"} & set(data["nodes"])
+    assert data["switches"] == "2@00:10:00"
+    assert data["sbatch_options"] == ["--switches=2@00:10:00"]
+
+
+def test_recipe_with_flag_overrides_and_explain(tmp_path: Path) -> None:
+    code, out, err = run(
+        str(REPO / "recipes" / "quickstart.yaml"),
+        "--topology",
+        topo(tmp_path),
+        "--nodes",
+        "4",
+        "--explain",
+    )
+    assert code == 0, err
+    assert "why:" in out
+    assert "switch: " in out
+    assert "slowdown" in out
+    assert "nodes (4, rank order)" in out
+
+
+def test_block_segment_gated_by_version(tmp_path: Path) -> None:
+    t = topo(tmp_path, BLOCK_CONF)
+    args = [
+        "--topology",
+        t,
+        "--nodes",
+        "18",
+        "--gpus-per-node",
+        "4",
+        "--tp",
+        "8",
+        "--mode",
+        "constrain",
+        "--json",
+    ]
+    code, out, err = run(*args, "--slurm-version", "24.11")
+    assert code == 0, err
+    assert json.loads(out)["segment"] == 18
+    code, out, err = run(*args, "--slurm-version", "22.05")
+    assert code == 0, err
+    assert json.loads(out)["segment"] is None
+
+
+def test_impossible_request_exits_2_with_reason(tmp_path: Path) -> None:
+    code, _out, err = run("--topology", topo(tmp_path), "--nodes", "17")
+    assert code == 2
+    assert "not enough free nodes" in err
+    code, _out, err = run("--topology", topo(tmp_path), "--nodes", "2", "--tp", "16")
+    assert code == 2
+    assert "NVLink domain" in err
+    code, _out, err = run("--topology", str(tmp_path / "missing.conf"), "--nodes", "2")
+    assert code == 2
+    assert "cannot read" in err
+    code, _out, err = run("--topology", topo(tmp_path))
+    assert code == 2
+    assert "RECIPE or --nodes" in err

@@ -1,0 +1,94 @@
+"""Cost model: hand-checkable counts on a 4-leaf x 4-node, 2-spine tree (8 GPUs per node)."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmfm.plan.cost import CostParams, CostParamsError, JobShape, evaluate
+from slurmfm.topology.model import Node, Topology
+
+
+def tree(leaves: int = 4, per_leaf: int = 4, leaves_per_spine: int = 2) -> Topology:
+    paths = {}
+    for i in range(leaves * per_leaf):
+        leaf = i // per_leaf
+        paths[f"n{i:02d}"] = ("core", f"spine{leaf // leaves_per_spine}", f"leaf{leaf}")
+    return Topology.from_paths(paths)
+
+
+NAMES = [f"n{i:02d}" for i in range(16)]
+
+
+def test_tp8_pp2_on_16_nodes_in_topology_order() -> None:
+    # Stage 0 = nodes 0-7 (leaves 0,1 under spine0), stage 1 = nodes 8-15 (spine1).
+    # 16 DP groups (8 TP ranks x 2 stages) map to 2 distinct node rings of 8 nodes each:
+    # 16 edges; each ring leaves a leaf twice (3->4, 7->0) and never leaves its spine.
+    # PP: 8 distinct node pairs (i, i+8), all crossing leaves (and spines).
+    r = evaluate(tree(), NAMES, JobShape(16, 8, tp=8, pp=2))
+    assert r.leaves_used == 4
+    assert r.dp_ring_edges == 16
+    assert r.dp_edges_cross_leaf == 4
+    assert r.dp_edges_cross_spine == 0
+    assert r.pp_pairs == 8
+    assert r.pp_pairs_cross_leaf == 8
+    assert r.nvlink_violations == 0
+    assert r.slowdown >= 1.0
+    assert set(r.per_group) == {"tp", "cp", "ep", "dp", "pp"}
+
+
+def test_scrambled_order_crosses_more_and_costs_more() -> None:
+    # Interleave spines: n00 n08 n01 n09 ...: every DP ring edge leaves its leaf and spine.
+    scrambled = [NAMES[i // 2 + 8 * (i % 2)] for i in range(16)]
+    good = evaluate(tree(), NAMES, JobShape(16, 8, tp=8, pp=2))
+    bad = evaluate(tree(), scrambled, JobShape(16, 8, tp=8, pp=2))
+    assert bad.dp_edges_cross_leaf == 16
+    assert bad.dp_edges_cross_spine == 16
+    assert bad.predicted_s > good.predicted_s
+    assert bad.ideal_s == pytest.approx(good.ideal_s)
+
+
+def test_oversubscription_penalises_scrambled_rings_only() -> None:
+    params = CostParams.from_mapping({"tiers": {"leaf": {"oversubscription": 4}}})
+    job = JobShape(8, 8, tp=8)
+    order = NAMES[:8]
+    scrambled = ["n00", "n04", "n01", "n05", "n02", "n06", "n03", "n07"]
+    base = evaluate(tree(), order, job)
+    over = evaluate(tree(), order, job, params)
+    bad = evaluate(tree(), scrambled, job, params)
+    # Contiguous ring: 1 flow per direction per leaf uplink per DP group (8 groups) against
+    # 4 nodes * 8 GPUs / 4 = 8 flows of capacity: no congestion.
+    assert over.per_group["dp"] == pytest.approx(base.per_group["dp"])
+    assert bad.per_group["dp"] > over.per_group["dp"]
+
+
+def test_tp_crossing_nodes_is_an_nvlink_violation() -> None:
+    r = evaluate(tree(), NAMES[:4], JobShape(4, 4, tp=8))
+    assert r.nvlink_violations == 2  # 16 ranks / tp 8 = 2 TP groups, each over 2 nodes
+    gb = Topology.from_paths(
+        dict.fromkeys(NAMES[:4], ("core", "leaf0")),
+        [Node(n, nvlink_domain="us0") for n in NAMES[:4]],
+    )
+    assert evaluate(gb, NAMES[:4], JobShape(4, 4, tp=8)).nvlink_violations == 0
+
+
+def test_params_from_file(tmp_path: pytest.TempPathFactory) -> None:
+    f = tmp_path / "p.yaml"  # type: ignore[operator]
+    f.write_text(
+        "tiers:\n  spine: {bandwidth_GBps: 25, oversubscription: 2}\nmessage_bytes: {dp: 1e6}\n"
+    )
+    p = CostParams.from_file(f)
+    assert p.tiers["spine"].beta_s_per_byte == pytest.approx(1 / 25e9)
+    assert p.tiers["spine"].oversubscription == 2
+    assert p.message_bytes["dp"] == 1e6
+    assert p.tiers["leaf"] == CostParams.default().tiers["leaf"]
+    bad = tmp_path / "bad.json"  # type: ignore[operator]
+    bad.write_text('{"tiers": {"pod": {}}}')
+    with pytest.raises(CostParamsError, match="unknown tier"):
+        CostParams.from_file(bad)
+
+
+def test_evaluate_rejects_bad_shapes() -> None:
+    with pytest.raises(ValueError, match="does not divide"):
+        evaluate(tree(), NAMES[:3], JobShape(3, 8, tp=16))
+    with pytest.raises(ValueError, match="order has"):
+        evaluate(tree(), NAMES[:3], JobShape(4, 8))

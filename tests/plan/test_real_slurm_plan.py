@@ -1,0 +1,305 @@
+"""Plans on real Slurm: jobs land where the plan says and order their ranks by the fabric.
+
+Host lab (22.05, tree, 4 leaves x 4 nodes, names not in topology order): the quickstart recipe
+is submitted through the API with a plan in pin and constrain mode while a few nodes are kept
+busy; from inside the job each rank reports its node, node rank and host order. Newer labs
+(our own 26.05 sid / 24.11 trixie chroot labs with 2 blocks of 18 nodes x 4 GPUs) check the
+block/segment path. They never touch the shared labs' topology.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import (
+    LAB_SCRIPT,
+    REPO_ROOT,
+    SlurmLab,
+    find_lab,
+    lab_root,
+    requested_suites,
+    slurm_required,
+)
+
+from slurmfm import api
+from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
+from slurmfm.catalog.slurm_features import SlurmVersion
+from slurmfm.plan.cost import JobShape
+from slurmfm.plan.planner import Plan, plan, plan_for_recipe
+from slurmfm.plan.types import Placement
+from slurmfm.topology.model import Node, Topology
+
+OWN_LABS = {"sid": (16947, 40001), "trixie": (16957, 41001)}
+
+
+def topology_from_lab(lab: SlurmLab) -> Topology:
+    """The lab's true topology (topology.json) as a model."""
+    t = lab.topology
+    if t["plugin"] == "block":
+        leaf_of = {n: b for b, spec in t["blocks"].items() for n in spec["nodes"]}
+        return Topology.from_parents([Node(n) for n in leaf_of], leaf_of, {}, kind="block")
+    leaf_of = {
+        n: sw for sw, spec in t["switches"].items() if spec["level"] == 0 for n in spec["nodes"]
+    }
+    parents = {sw: spec["parent"] for sw, spec in t["switches"].items()}
+    return Topology.from_parents([Node(n) for n in leaf_of], leaf_of, parents)
+
+
+def hold(lab: SlurmLab, nodes: list[str]) -> list[str]:
+    """Keep ``nodes`` busy with exclusive sleep jobs; wait until they run."""
+    ids = []
+    for n in nodes:
+        proc = lab.run(
+            [
+                "sbatch",
+                "--parsable",
+                "--exclusive",
+                "-w",
+                n,
+                "-J",
+                "plan-busy",
+                "-o",
+                "/dev/null",
+                "--wrap",
+                "sleep 120",
+            ]
+        )
+        assert proc.returncode == 0, proc.stderr
+        ids.append(proc.stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        states = [lab.run(["squeue", "-h", "-j", i, "-o", "%T"]).stdout.strip() for i in ids]
+        if all(s == "RUNNING" for s in states):
+            return ids
+        time.sleep(0.2)
+    raise AssertionError(f"busy jobs not running: {states}")
+
+
+def release(lab: SlurmLab, ids: list[str]) -> None:
+    if ids:
+        lab.run(["scancel", *ids])
+
+
+def run_quickstart(
+    lab: SlurmLab, tmp: Path, nodes: int, placement: Placement, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Submit the quickstart through the API; return per-rank records and the allocation."""
+    monkeypatch.chdir(REPO_ROOT)
+    recipe = api.load(
+        REPO_ROOT / "recipes" / "quickstart.yaml",
+        {
+            "resources.nodes": nodes,
+            "resources.procs_per_node": 1,
+            "launcher.args": ["--steps", "1", "--checkpoint-every", "1"],
+            "storage.checkpoint_root": str(tmp / "ckpt"),
+            "storage.log_dir": str(tmp / "logs"),
+        },
+    )
+    job = api.submit(recipe, backend=SlurmCLI(lab.env), env=lab.env, placement=placement)
+    fields = lab.wait_job(job.job_id, timeout=280)
+    outs = list((tmp / "logs").glob(f"quickstart_{job.job_id}.out"))
+    log = outs[0].read_text() if outs else ""
+    assert fields.get("JobState") == "COMPLETED", f"{fields}\n{log}"
+    ranks = sorted(
+        (
+            e
+            for e in (json.loads(x) for x in log.splitlines() if x.startswith("{"))
+            if e.get("event") == "rank"
+        ),
+        key=lambda e: e["rank"],
+    )
+    rec = parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job.job_id]).stdout)
+    assert len(ranks) == nodes, log
+    return ranks, lab.hostnames(rec["NodeList"])
+
+
+def check_ranks_follow_order(ranks: list[dict[str, Any]]) -> list[str]:
+    order = ranks[0]["host_order"].split()
+    for e in ranks:
+        assert e["node_rank"] == e["rank"]  # 1 process per node
+        assert e["node"] == order[e["node_rank"]], e
+    return order
+
+
+def check_grouped(topo: Topology, order: list[str], plan_: Plan) -> None:
+    """Nodes grouped by leaf, leaves in fabric DFS order (= the plan's rank key order)."""
+    leaves = [topo.leaf(n) for n in order]
+    runs = [x for i, x in enumerate(leaves) if i == 0 or leaves[i - 1] != x]
+    assert len(runs) == len(set(runs)), order
+    assert order == sorted(order, key=plan_.rank_key.__getitem__) if plan_.rank_key else True
+
+
+@pytest.mark.slurm
+@pytest.mark.torch
+@pytest.mark.parametrize("mode", ["pin", "constrain"])
+def test_host_lab_plan_modes(
+    slurm_lab: SlurmLab, tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topo = topology_from_lab(slurm_lab)
+    # Busy: 2 nodes of leaf1 and 1 of leaf3, so a 6-node job fits spine1 only as 2 + 4.
+    busy = (
+        slurm_lab.topology["switches"]["leaf1"]["nodes"][:2]
+        + slurm_lab.topology["switches"]["leaf3"]["nodes"][:1]
+    )
+    ids = hold(slurm_lab, busy)
+    try:
+        recipe = api.load(REPO_ROOT / "recipes" / "quickstart.yaml", {"resources.nodes": 6})
+        p = plan_for_recipe(
+            recipe, topo, mode=mode, unavailable=busy, slurm_version=slurm_lab.version
+        )  # type: ignore[arg-type]
+        assert p.leaves == ("leaf1", "leaf2")
+        ranks, alloc = run_quickstart(slurm_lab, tmp_path, 6, p.placement(), monkeypatch)
+    finally:
+        release(slurm_lab, ids)
+    order = check_ranks_follow_order(ranks)
+    assert sorted(order) == sorted(alloc)
+    assert not set(order) & set(busy)
+    if mode == "pin":
+        assert tuple(order) == p.nodes
+    else:
+        # Slurm chose; the job sorted its allocation by the fabric and stays within K leaves.
+        assert len({topo.leaf(n) for n in order}) <= len(p.leaves) + 1
+    check_grouped(topo, order, p)
+    # Consecutive node ranks share a leaf except at the minimum number of leaf changes.
+    changes = sum(1 for a, b in itertools.pairwise(order) if topo.leaf(a) != topo.leaf(b))
+    assert changes == len({topo.leaf(n) for n in order}) - 1
+
+
+@pytest.mark.slurm
+@pytest.mark.torch
+def test_host_lab_orders_by_topology_addr_without_a_map(
+    slurm_lab: SlurmLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topo = topology_from_lab(slurm_lab)
+    ranks, alloc = run_quickstart(slurm_lab, tmp_path, 5, Placement(mode="constrain"), monkeypatch)
+    order = check_ranks_follow_order(ranks)
+    assert sorted(order) == sorted(alloc)
+    for e in ranks:
+        assert e["topology_addr"].endswith("." + e["node"])
+    addrs = [next(e["topology_addr"] for e in ranks if e["node"] == n) for n in order]
+    leaves = [a.split(".")[-2] for a in addrs]
+    runs = [x for i, x in enumerate(leaves) if i == 0 or leaves[i - 1] != x]
+    assert len(runs) == len(set(runs)), addrs
+    assert [topo.leaf(n) for n in order] == leaves
+
+
+# ---------------------------------------------------------------------------- newer Slurm, block
+
+
+@pytest.fixture(scope="session")
+def own_block_lab() -> Iterator[Any]:
+    """Our own 36-node, 2 x 18 block labs (sid 26.05, trixie 24.11), brought up idempotently."""
+    cache: dict[str, SlurmLab] = {}
+
+    def get(suite: str) -> SlurmLab:
+        if suite not in requested_suites():
+            pytest.skip(f"suite {suite} not in SLURMFM_LAB_SUITES")
+        if suite in cache:
+            return cache[suite]
+        lab_dir = lab_root() / f"plan-{suite}"
+        ctld, slurmd = OWN_LABS[suite]
+        env = dict(os.environ, SLURMFM_LAB_CTLD_PORT=str(ctld), SLURMFM_LAB_SLURMD_PORT=str(slurmd))
+        env.setdefault("SLURMFM_LAB_BIND", str(REPO_ROOT))
+        proc = subprocess.run(
+            [
+                str(LAB_SCRIPT),
+                "--suite",
+                suite,
+                "--lab",
+                str(lab_dir),
+                "--nodes",
+                "36",
+                "--gpus-per-node",
+                "4",
+                "--topology-plugin",
+                "block",
+                "--block-size",
+                "18",
+                "up",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if proc.returncode != 0:
+            msg = f"cannot bring up {lab_dir}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            if slurm_required():
+                pytest.fail(msg)
+            pytest.skip(msg)
+        cache[suite] = find_lab(lab_dir, required=slurm_required())
+        return cache[suite]
+
+    return get
+
+
+@pytest.mark.slurm_newer
+@pytest.mark.torch
+@pytest.mark.parametrize("suite", ["trixie", "sid"])
+@pytest.mark.parametrize("mode", ["pin", "constrain"])
+def test_block_lab_plan_lands_in_expected_blocks(
+    own_block_lab: Any, suite: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lab: SlurmLab = own_block_lab(suite)
+    topo = topology_from_lab(lab)
+    blocks = lab.topology["blocks"]
+    # block1 has 4 nodes busy (14 free), block2 all 18 free: a 12-node tp=8 job (2-node
+    # NVLink units on 4-GPU nodes) fits block1 tightly.
+    busy = blocks["block1"]["nodes"][:4]
+    job = JobShape(12, 4, tp=8)
+    p = plan(topo, job, unavailable=busy, mode=mode, slurm_version=SlurmVersion.parse(lab.version))  # type: ignore[arg-type]
+    assert p.leaves == ("block1",)
+    if mode == "constrain":
+        assert p.segment is not None
+        assert 18 % p.segment == 0
+        assert 12 % p.segment == 0
+        assert p.segment % 2 == 0
+    ids = hold(lab, busy)
+    try:
+        ranks, alloc = run_quickstart(lab, tmp_path, 12, p.placement(), monkeypatch)
+    finally:
+        release(lab, ids)
+    order = check_ranks_follow_order(ranks)
+    assert sorted(order) == sorted(alloc)
+    assert {topo.leaf(n) for n in order} == {"block1"}
+    if mode == "pin":
+        assert tuple(order) == p.nodes
+    else:
+        assert order == sorted(order, key=p.rank_key.__getitem__)
+    for e in ranks:
+        assert e["topology_addr"].startswith(topo.leaf(e["node"]) + ".")
+    # NVLink units (2 consecutive nodes) share a block.
+    for i in range(0, 12, 2):
+        assert topo.leaf(order[i]) == topo.leaf(order[i + 1])
+
+
+@pytest.mark.slurm_newer
+@pytest.mark.torch
+@pytest.mark.parametrize("suite", ["trixie", "sid"])
+def test_block_lab_two_blocks_ordered_by_block(
+    own_block_lab: Any, suite: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 20-node job needs both blocks; segments keep NVLink units whole; ranks go by block."""
+    lab: SlurmLab = own_block_lab(suite)
+    topo = topology_from_lab(lab)
+    p = plan(
+        topo, JobShape(20, 4, tp=8), mode="constrain", slurm_version=SlurmVersion.parse(lab.version)
+    )
+    assert p.segment == 2
+    assert p.leaves == ("block1", "block2")
+    ranks, alloc = run_quickstart(lab, tmp_path, 20, p.placement(), monkeypatch)
+    order = check_ranks_follow_order(ranks)
+    assert sorted(order) == sorted(alloc)
+    blocks = [topo.leaf(n) for n in order]
+    assert blocks == sorted(blocks)  # block1's nodes first, then block2's
+    for i in range(0, 20, 2):
+        assert blocks[i] == blocks[i + 1]
