@@ -16,6 +16,7 @@ any POSIX file system.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 
 POINTER = "latest"
+DONE = "DONE"
 _STEP = re.compile(r"^step_(\d+)$")
 
 
@@ -138,6 +140,23 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
     return removed
 
 
+def mark_done(directory: Path | None = None) -> None:
+    """Record that the run finished all its work (the job then does not requeue itself).
+
+    A save signal can arrive while the last steps finish; the job script requeues after a
+    signal unless this marker says there is nothing left to do.
+    """
+    d = directory or run_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{DONE}.{os.getpid()}.tmp"
+    tmp.write_text("done\n", encoding="utf-8")
+    os.replace(tmp, d / DONE)
+
+
+def is_done(directory: Path | None = None) -> bool:
+    return ((directory or run_dir()) / DONE).exists()
+
+
 class SaveRequest:
     """Turns the pre-timeout signal into a flag the training loop polls between steps.
 
@@ -150,6 +169,7 @@ class SaveRequest:
         name = os.environ.get("SLURMFM_SAVE_SIGNAL", "USR2")
         self.signum = signum if signum is not None else getattr(signal, f"SIG{name}")
         self._previous = signal.signal(self.signum, self._handler)
+        atexit.register(self.finish)
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
@@ -162,6 +182,7 @@ class SaveRequest:
 
         At interpreter shutdown CPython resets its handlers to the default action, and the
         default action of USR2 is to terminate; a late duplicate signal would then turn a clean
-        exit after a good save into a crash.
+        exit after a good save into a crash. Registered with ``atexit`` as well, so a normal
+        end of the program is covered too.
         """
         signal.signal(self.signum, signal.SIG_IGN)

@@ -97,6 +97,7 @@ def main() -> int:
             time.sleep(args.sleep)
     dist.barrier()
     if rank == 0:
+        ck.mark_done(ckpt_dir)  # nothing left to do: no requeue even if a save signal came late
         print(json.dumps({"event": "done", "steps": args.steps, "world_size": world}), flush=True)
     dist.destroy_process_group()
     return 0

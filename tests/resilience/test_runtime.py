@@ -374,3 +374,21 @@ def test_free_space_check(cluster: dict[str, Any]) -> None:
     assert proc.returncode == 2
     assert "the recipe needs 1000000000 GB (storage.min_free_gb)" in proc.stderr
     assert "event=fail not enough free space" in state(cluster)
+
+
+def test_no_requeue_when_the_work_finished_anyway(cluster: dict[str, Any]) -> None:
+    # The signal comes while the last steps run (the workers have no handler yet/anymore);
+    # the training finishes and marks the run done: nothing to resume, no requeue.
+    ckpt = cluster["tmp"] / "ckpt" / "rt" / "rt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "DONE").write_text("done\n")
+    text = script_for("p5.48xlarge", cluster["tmp"], health_gate="off", nccl_transport_check="off")
+    proc = run(cluster, text, usr2_after=0.2, FAKE_WORK_S="2", FAKE_HANDLES="")
+    assert proc.returncode == 0, proc.stderr
+    assert "requeue" not in log(cluster, "scontrol.log")
+    assert "event=finished exit 0 (all work done before the time limit)" in state(cluster)
+
+
+def test_save_signal_is_repeated_until_the_step_ends(cluster: dict[str, Any]) -> None:
+    text = script_for("p5.48xlarge", cluster["tmp"], health_gate="off", nccl_transport_check="off")
+    assert "while kill -USR2 \"$slurmfm_srun\" 2>/dev/null; do sleep 10; done" in text

@@ -1,0 +1,211 @@
+"""Resilience on the real local Slurm (22.05), with the CPU torch job (gloo) of the quickstart.
+
+Its own small lab (4 nodes, own ports) so that drained and killed nodes never disturb other
+tests. Checked from the jobs' own logs (append mode keeps every restart's output):
+
+* time limit near -> USR2 -> the job saves -> requeues itself -> resumes at the next step;
+* a node dies mid-job (its slurmd and the job's processes on it are killed) -> the job drains
+  it, requeues, and resumes from the last checkpoint on other nodes;
+* preflight refuses impossible requests with Slurm's reason, exit 2, nothing queued.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import LAB_SCRIPT, REPO_ROOT, SlurmLab, find_lab, lab_root, slurm_required
+
+from slurmfm.backends.slurm_cli import parse_scontrol_record
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
+
+PORTS = {"SLURMFM_LAB_CTLD_PORT": "16887", "SLURMFM_LAB_SLURMD_PORT": "46001"}
+
+
+@pytest.fixture(scope="module")
+def resil_lab() -> Iterator[SlurmLab]:
+    lab_dir = lab_root() / "resil"
+    env = {**os.environ, **PORTS}
+    proc = subprocess.run(
+        [str(LAB_SCRIPT), "--lab", str(lab_dir), "--nodes", "4", "up"],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    if proc.returncode != 0:
+        msg = f"resilience lab did not come up:\n{proc.stdout}\n{proc.stderr}"
+        if slurm_required():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    lab = find_lab(lab_dir, required=slurm_required())
+    yield lab
+    lab.run(["scancel", "--user=root"])
+    # bring killed slurmds back and undrain, for the next run
+    subprocess.run([str(LAB_SCRIPT), "--lab", str(lab_dir), "--nodes", "4", "up"], env=env,
+                   capture_output=True, text=True, timeout=300, check=False)
+    lab.run(["scontrol", "update", "NodeName=node[001-004]", "State=RESUME"])
+
+
+def events(log: str) -> list[dict[str, Any]]:
+    return [json.loads(m.group(0)) for m in re.finditer(r'\{"event"[^{}]*\}', log)]
+
+
+def submit(lab: SlurmLab, tmp: Path, *sets: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "submit", "recipes/quickstart.yaml",
+         "--set", f"storage.checkpoint_root={tmp}/ckpt", "--set", f"storage.log_dir={tmp}/logs",
+         *[x for s in sets for x in ("--set", s)]],
+        cwd=REPO_ROOT, env=lab.env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def job(lab: SlurmLab, job_id: str) -> dict[str, str]:
+    return parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+
+
+def wait_done(lab: SlurmLab, job_id: str, timeout: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    rec: dict[str, str] = {}
+    held_since: float | None = None
+    while time.monotonic() < deadline:
+        rec = job(lab, job_id)
+        if rec.get("JobState") in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}:
+            return rec
+        if rec.get("JobState") == "PENDING" and rec.get("Reason") == "BeginTime":
+            # Slurm holds a requeued job for about two minutes before it is eligible again.
+            # Releasing it at once fails it ("Job credential revoked": the last run is still
+            # being cleaned up), so release it only after KillWait and cleanup have passed.
+            held_since = held_since or time.monotonic()
+            if time.monotonic() - held_since > 20:
+                lab.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
+                held_since = None
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} not done after {timeout} s: {rec}")
+
+
+def check_steps(ev: list[dict[str, Any]], total: int, interval: int) -> None:
+    """Steps 1..total all ran; a step repeats only when a restart resumed before it."""
+    steps = [e["step"] for e in ev if e["event"] == "step"]
+    assert set(steps) == set(range(1, total + 1)), sorted(set(range(1, total + 1)) - set(steps))
+    resumes = [e["step"] for e in ev if e["event"] == "resume"]
+    repeats = len(steps) - len(set(steps))
+    assert repeats <= interval * len(resumes), (repeats, resumes)
+
+
+def test_time_limit_save_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> None:
+    total = 240
+    job_id = submit(
+        resil_lab, tmp_path,
+        "resources.time_limit=2", "resilience.save_before_timeout_s=75",
+        "resilience.max_restarts=6",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '20', --sleep, '0.25']",
+    )
+    rec = wait_done(resil_lab, job_id, timeout=600)
+    log = (tmp_path / "logs" / f"quickstart_{job_id}.out").read_text()
+    ev = events(log)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) >= 1
+    saved = [e["step"] for e in ev if e["event"] == "saved-before-timeout"]
+    resumed = [e["step"] for e in ev if e["event"] == "resume"]
+    assert saved, log[-3000:]
+    assert resumed[: len(saved)] == saved  # each run resumes exactly where the last one saved
+    check_steps(ev, total, interval=0)  # a pre-timeout save loses nothing
+    assert "USR2 received: asking the training processes to save and exit" in log
+    state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
+    assert "event=requeue saved before the time limit" in state
+    st = subprocess.run([sys.executable, "-m", "slurmfm.cli", "status", job_id, "--json"],
+                        env=resil_lab.env, capture_output=True, text=True, check=True)
+    info = json.loads(st.stdout)
+    assert info["restarts"] >= 1
+    assert info["last_requeue_reason"].startswith("saved before the time limit")
+    assert info["last_checkpoint"].endswith(f"step_{total:09d}")
+
+
+def node_processes(node: str, job_id: str) -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            env = (p / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURMD_NODENAME={node}".encode() in env and f"SLURM_JOB_ID={job_id}".encode() in env:
+            pids.append(int(p.name))
+    return pids
+
+
+def test_node_death_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> None:
+    total, every = 240, 10
+    job_id = submit(
+        resil_lab, tmp_path, "resilience.save_before_timeout_s=0",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2']",
+    )
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        text = log_path.read_text() if log_path.exists() else ""
+        if any(e["event"] == "checkpoint" and e["step"] >= 2 * every for e in events(text)):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the job never wrote a checkpoint")
+    rec = job(resil_lab, job_id)
+    nodes = resil_lab.hostnames(rec["NodeList"])
+    victim = next(n for n in nodes if n != rec["BatchHost"])
+    pid_file = resil_lab.lab_dir / "run" / f"slurmd-{victim}.pid"
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    for pid in node_processes(victim, job_id):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    rec = wait_done(resil_lab, job_id, timeout=600)
+    log = log_path.read_text()
+    ev = events(log)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) >= 1
+    assert victim not in resil_lab.hostnames(rec["NodeList"])
+    resumed = [e["step"] for e in ev if e["event"] == "resume"]
+    assert resumed
+    assert resumed[0] >= 2 * every
+    check_steps(ev, total, interval=every)
+    state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
+    assert f"unresponsive: {victim}" in state
+    node = parse_scontrol_record(resil_lab.run(["scontrol", "show", "node", "-o", victim]).stdout)
+    assert "DRAIN" in node["State"]
+    assert "slurmfm" in node.get("Reason", "")
+
+
+@pytest.mark.parametrize(
+    ("sets", "reason"),
+    [
+        (["resources.nodes=9"], "more nodes than the partition has"),
+        (["cluster.partition=nosuch"], "the partition does not exist"),
+        (["cluster.partition=debug", "resources.time_limit=2:00:00"],
+         "exceeds the partition's MaxTime"),
+    ],
+)
+def test_preflight_refuses_and_queues_nothing(
+    resil_lab: SlurmLab, tmp_path: Path, sets: list[str], reason: str
+) -> None:
+    before = resil_lab.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "submit", "recipes/quickstart.yaml",
+         "--set", f"storage.log_dir={tmp_path}/logs", *[x for s in sets for x in ("--set", s)]],
+        cwd=REPO_ROOT, env=resil_lab.env, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 2
+    assert reason in proc.stderr
+    assert "(Slurm: " in proc.stderr  # Slurm's own words are shown too
+    assert proc.stdout == ""
+    assert resil_lab.run(["squeue", "-h", "-o", "%i"]).stdout.split() == before
