@@ -7,37 +7,17 @@ per problem (``FILE:LINE: field: message``) on stderr and exits with status 2.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
-from functools import wraps
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import click
+
+from slurmfm.cli_common import F, friendly, write_atomic
 
 if TYPE_CHECKING:
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _friendly(fn: F) -> F:
-    """Turn slurmfm's errors into clean messages and exit status 2."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from slurmfm.errors import SlurmfmError
-
-        try:
-            return fn(*args, **kwargs)
-        except SlurmfmError as exc:
-            for line in str(exc).splitlines() or [type(exc).__name__]:
-                click.echo(line, err=True)
-            sys.exit(exc.exit_code)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
@@ -48,22 +28,8 @@ def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
 
 
 def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
-    """Write a whole file or nothing: temp file in the same directory, fsync, rename."""
-    import tempfile
-
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a whole file or nothing (scripts are executable)."""
+    write_atomic(path, text, mode=mode)
 
 
 def _warn(warnings: tuple[str, ...] | list[str]) -> None:
@@ -150,7 +116,7 @@ def main() -> None:
 @click.argument("recipe", type=click.Path(dir_okay=False))
 @_set_option
 @click.option("--json", "as_json", is_flag=True, help="Print the validated recipe as JSON.")
-@_friendly
+@friendly
 def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
     """Check RECIPE against the schema; problems are printed as FILE:LINE: field: message."""
     r = _load(recipe, sets)
@@ -169,7 +135,7 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
 @_set_option
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write here.")
 @click.option("--slurm-version", help="Render for this Slurm version instead of the recipe's.")
-@_friendly
+@friendly
 def render(
     recipe: str, sets: tuple[str, ...], output: str | None, slurm_version: str | None
 ) -> None:
@@ -213,7 +179,7 @@ def render(
 )
 @click.option("--no-check", is_flag=True, help="Skip the preflight that runs before submitting.")
 @_placement_options
-@_friendly
+@friendly
 def submit(
     recipe: str,
     sets: tuple[str, ...],
@@ -283,7 +249,7 @@ def submit(
 @main.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@_friendly
+@friendly
 def status(job_id: str, as_json: bool) -> None:
     """Show the state of JOB_ID (scontrol, or sacct for older jobs)."""
     from slurmfm import api
@@ -324,7 +290,7 @@ def status(job_id: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("job_id")
-@_friendly
+@friendly
 def cancel(job_id: str) -> None:
     """Cancel JOB_ID."""
     from slurmfm import api

@@ -9,14 +9,12 @@ per problem on stderr and exit with status 2, like the rest of the CLI.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
-from functools import wraps
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from slurmfm.cli_common import friendly, write_atomic
 
 if TYPE_CHECKING:
     from slurmfm.topology.model import Topology
@@ -41,47 +39,6 @@ STATE_STYLE = {
     "down": "bright_black",
     "unknown": "white",
 }
-
-
-def _friendly(fn: F) -> F:
-    """Like cli._friendly, plus TopologyError (a ValueError: bad topology data is user input).
-
-    Defined here rather than imported from slurmfm.cli so that cli.py can import this module
-    without an import cycle.
-    """
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from slurmfm.errors import SlurmfmError
-        from slurmfm.topology.model import TopologyError
-
-        try:
-            return fn(*args, **kwargs)
-        except (SlurmfmError, TopologyError) as exc:
-            for line in str(exc).splitlines() or [type(exc).__name__]:
-                click.echo(f"error: {line}", err=True)
-            sys.exit(getattr(exc, "exit_code", 2))
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _write_atomic(path: str, text: str) -> None:
-    """Whole file or nothing (temp file in the same directory, fsync, rename), mode 0644."""
-    import tempfile
-
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _run_slurm(args: list[str]) -> str:
@@ -141,7 +98,7 @@ def topology() -> None:
     is_flag=True,
     help="Name EC2 instances by matching private IPs with `scontrol show nodes` NodeAddr.",
 )
-@_friendly
+@friendly
 def import_(
     source: str | None,
     output: str,
@@ -250,7 +207,7 @@ def _slurm_version(given: str | None) -> str:
 @click.option("--default", "default", help="topology.yaml: cluster_default topology name.")
 @click.option("--block-size", type=int, help="Base block size (default: largest UltraServer).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (atomic).")
-@_friendly
+@friendly
 def export(
     topology_file: str | None,
     fmt: str,
@@ -295,7 +252,7 @@ def export(
         else:
             text = slurm_formats.export_block(t, version, block_size=block_size)
     if output:
-        _write_atomic(output, text)
+        write_atomic(output, text)
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
@@ -352,7 +309,7 @@ def _rich_tree(t: Topology, show_nodes: bool) -> Any:
 @click.option("--svg", type=click.Path(dir_okay=False), help="Also write an SVG picture here.")
 @click.option("--title", default="", help="Title for the SVG.")
 @click.option("--nodes/--no-nodes", "show_nodes", default=True, help="List nodes under leaves.")
-@_friendly
+@friendly
 def show(
     topology_file: str | None, live: bool, svg: str | None, title: str, show_nodes: bool
 ) -> None:
@@ -378,5 +335,5 @@ def show(
     if svg:
         from slurmfm.topology.render_svg import render_svg
 
-        _write_atomic(svg, render_svg(t, title=title or (topology_file or "live cluster")))
+        write_atomic(svg, render_svg(t, title=title or (topology_file or "live cluster")))
         click.echo(f"wrote {svg}", err=True)

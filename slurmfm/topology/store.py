@@ -18,14 +18,11 @@ field could place jobs on the wrong fabric.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -169,22 +166,9 @@ def loads_topology(text: str, *, source: str = "<string>") -> Topology:
 def save_topology(t: Topology, path: str | Path) -> None:
     """Write atomically: a temporary file in the same directory, fsync, then rename, so a
     reader (slurmctld tooling, another slurmfm) never sees half a file."""
-    p = Path(path)
-    text = dumps_topology(t)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    from slurmfm.fsutil import write_atomic
+
+    write_atomic(path, dumps_topology(t))
 
 
 # --------------------------------------------------------------------------- any format
