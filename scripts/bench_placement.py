@@ -8,7 +8,9 @@ same free nodes. This script measures that, in one process, on generated EC2-lik
 
 Methods, all scored with ``slurmfm.plan.cost.evaluate`` on the same topology and job:
 
-* ``slurmfm``: ``slurmfm.plan.planner.plan(topology, job, unavailable=busy)`` (rank order).
+* ``slurmfm``: ``slurmfm.plan.planner.plan(topology, job, unavailable=busy,
+  switch_order=...)`` (rank order), given the fabric's topology.conf switch order as a real
+  cluster's planner would know it.
 * ``slurm21-name`` / ``slurm21-leaf`` / ``slurm2405-name`` / ``slurm2405-leaf``: Slurm's tree
   selection reproduced by ``slurmfm.plan.slurm_sim.select_tree`` (slurm-topology-and-placement.md
   sections 1.3, 6(a) and 8; rules 21.08-24.05.2 and 24.05.3+), with name-order ranks (Slurm up
@@ -216,7 +218,15 @@ def run_planner(plan: PlanFn | None, case: Case, fab: Fabric, busy: set[str]) ->
         return
     try:
         t0 = time.perf_counter()
-        p = plan(fab.topology, case.job, unavailable=sorted(busy), mode="pin")
+        # The cluster's topology.conf order is known to a real planner (parsed with the
+        # topology); give it the same shuffled order Slurm's simulation uses.
+        p = plan(
+            fab.topology,
+            case.job,
+            unavailable=sorted(busy),
+            mode="pin",
+            switch_order=fab.switch_order,
+        )
         dt = time.perf_counter() - t0
         nodes = list(p.nodes)
         bad = [n for n in nodes if n in busy]
@@ -668,10 +678,11 @@ def speed_section(
             times = []
             try:
                 ub = sorted(busy)
-                plan(fab.topology, job, unavailable=ub, mode="pin")  # warm caches once
+                so = fab.switch_order
+                plan(fab.topology, job, unavailable=ub, mode="pin", switch_order=so)  # warm once
                 for _ in range(5):
                     t0 = time.perf_counter()
-                    plan(fab.topology, job, unavailable=ub, mode="pin")
+                    plan(fab.topology, job, unavailable=ub, mode="pin", switch_order=so)
                     times.append(time.perf_counter() - t0)
                 row["plan_median_s"] = statistics.median(times)
                 row["plan_runs_s"] = times

@@ -10,13 +10,28 @@ planner does the selection the documentation promises and then fixes the rank or
    or a GB200 UltraServer (section 2: leaving NVL72 is a ~36x per-GPU bandwidth cliff; "Planner
    rule" in 2). So the job is cut into units of :meth:`JobShape.nvlink_unit` consecutive nodes
    and every unit is placed inside one domain's free nodes.
-2. **Lowest switch.** The lowest-level switch whose subtree has enough usable free nodes, the
+2. **Fewest leaves, then lowest switch.** The fewest bins (leaves) that can hold the job
+   anywhere in the fabric, under the lowest-level switch that achieves that minimum, the
    tightest such one on ties (the documented tree rule, 1.3; best-fit against fragmentation,
-   Kueue BestFit / Slurm block "smallest sufficient", sections 1.4 and 4).
-3. **Fewest leaves, tight fit.** Inside it, descend while one child can hold the job with the
-   same minimum number of leaves (bins); then take bins largest-first and finish with the
-   closest, tightest bin that fits the remainder (the shape of Slurm's and Kueue's best-fit,
-   1.3 step 6, without its config-order quirks). Whole leaves/UltraServers stay free.
+   Kueue BestFit / Slurm block "smallest sufficient", sections 1.4 and 4). Slurm's top switch
+   is the highest with room, so no Slurm choice can use fewer leaves than this. (The lowest
+   switch with room may need more leaves than Slurm's greedy scan across it.)
+3. **Few subtrees, tight fit.** Inside it, level by level, keep the fewest child subtrees that
+   still hold the job in that many bins (the last one swapped for the smallest that also
+   completes it); then take bins largest-first and finish with the closest, tightest bin that
+   fits the remainder (the shape of Slurm's and Kueue's best-fit, 1.3 step 6, without its
+   config-order quirks). Whole leaves/UltraServers stay free.
+3a. **Slurm guard (tree).** Fewest leaves can cost more (two leaves across a core switch vs
+   three under one spine). So Slurm's own choice is simulated (``slurm_sim``, both rule sets,
+   with the real ``topology.conf`` switch order: ``switch_order=``, else the order recorded
+   when the topology was parsed from topology.conf/scontrol, else slurm_sim's default), and
+   Slurm's node sets (in the planner's rank order) join the candidates (the planner's own and
+   its selections under lower switches); the cheapest predicted candidate with no more leaves
+   than the fewer of Slurm's two choices wins. Slurm's choices are themselves candidates, so
+   the plan never uses more leaves nor costs more than either one (unless the two conflict:
+   the fewer-leaf one costs more than the other). Run when the fabric has <= 4,096 nodes or
+   the job <= 1,024 nodes (the simulation is linear in leaves per leaf used); otherwise
+   fewest leaves, then cost.
 4. **Rank order.** Nodes grouped by leaf (by UltraServer when units span nodes), leaves in fabric
    DFS order, so consecutive DP ring members share a leaf and each ring crosses each uplink the
    minimum number of times (3.1 (ii), 3.2); PP stages are contiguous node blocks (3.1 (iii)). A
@@ -34,6 +49,7 @@ position-based tie-break.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import weakref
@@ -156,6 +172,16 @@ class _Static:
         for n, d in self.domain.items():
             dom_leaves.setdefault(d, set()).add(self.leaf_of[n])
         self.domain_attach = {d: self._lca(ls) for d, ls in dom_leaves.items()}
+        self._nodes = list(topology.nodes)
+        self._slurm_table: list[str] | None = None
+
+    def slurm_node_table(self) -> list[str]:
+        """Slurm's node table (natural name order, exactly as ``slurm_sim`` sorts it), cached."""
+        if self._slurm_table is None:
+            from slurmfm.plan import slurm_sim
+
+            self._slurm_table = sorted(self._nodes, key=slurm_sim.natural_key)
+        return self._slurm_table
 
     def _lca(self, switches: Iterable[str]) -> str:
         paths = [self.ancestors[s] for s in switches]
@@ -219,12 +245,18 @@ def plan(
     slurm_version: SlurmVersion | None = None,
     params: CostParams | None = None,
     switch_wait: str = DEFAULT_SWITCH_WAIT,
+    switch_order: Sequence[str] | None = None,
 ) -> Plan:
     """Plan ``job`` on the free nodes of ``topology`` minus ``unavailable``.
 
     Raises :class:`PlanError` when no placement satisfies the NVLink rule and the node count.
     ``switch_wait`` is the ``@T`` of ``--switches`` in constrain mode (Slurm caps it at
-    ``max_switch_wait``, 300 s by default; section 1.3 step 9).
+    ``max_switch_wait``, 300 s by default; section 1.3 step 9). ``switch_order``: the switch
+    lines of the cluster's ``topology.conf`` in file order, which drive Slurm's own choice
+    (simulated by the guard, step 3a); default: the order recorded when ``topology`` was parsed
+    from topology.conf or ``scontrol show topology``
+    (:func:`slurmfm.topology.slurm_formats.switch_order`), else
+    :func:`slurmfm.plan.slurm_sim.config_switch_order`.
     """
     problems = job.problems()
     if problems:
@@ -276,9 +308,11 @@ def plan(
     for b in bins:
         b.cap = len(b.members) // u * u
     cap: Counter[str] = Counter()
+    caps_under: dict[str, list[int]] = {}
     for b in bins:
         for sw in st.ancestors[b.attach]:
             cap[sw] += b.cap
+            caps_under.setdefault(sw, []).append(b.cap)
     unit_word = "leaves" if u == 1 else "NVLink domains"
     feasible = [s for s, c in cap.items() if c >= n_need]
     if not feasible:
@@ -292,10 +326,25 @@ def plan(
             f"not enough free nodes under any common switch: need {n_need}, "
             f"{len(free_nodes)} free in the whole fabric"
         )
-    top = min(feasible, key=lambda s: (st.level[s], cap[s], st.switch_pos[s]))
+    # Fewest bins first (so never more leaves than any greedy choice Slurm could make, whose
+    # top switch is the highest one with room), then the lowest and tightest switch that
+    # achieves that minimum.
+    k_of = {s: _min_bins(caps_under[s], n_need) for s in feasible}
+    k_best = min(k_of.values())
+    lowest = min(feasible, key=lambda s: (st.level[s], cap[s], st.switch_pos[s]))
+    top = min(
+        (s for s in feasible if k_of[s] == k_best),
+        key=lambda s: (st.level[s], cap[s], st.switch_pos[s]),
+    )
     why.append(
-        f"switch: {_fmt_switch(st, top)} is the lowest with room: {cap[top]} usable free "
-        f"nodes for {n_need} (leftover {cap[top] - n_need}); tightest at that level"
+        f"switch: {_fmt_switch(st, top)} is the lowest where the job fits in the fewest "
+        f"{unit_word} ({k_best}): {cap[top]} usable free nodes for {n_need} "
+        f"(leftover {cap[top] - n_need}); tightest at that level"
+        + (
+            ""
+            if top == lowest
+            else f" (the lowest with room, {_fmt_switch(st, lowest)}, needs {k_of[lowest]})"
+        )
     )
 
     chosen = _select(st, bins, cap, top, n_need)
@@ -305,9 +354,8 @@ def plan(
         nodes_set.extend(b.members[:take])
         if take < len(b.members):
             partial.append(f"{b.name} ({len(b.members) - take} of {len(b.members)} free left)")
-    k_min = _min_bins([b.cap for b in bins if top in st.ancestors[b.attach]], n_need)
     why.append(
-        f"{unit_word}: {len(chosen)} used (minimum under {top}: {k_min}): "
+        f"{unit_word}: {len(chosen)} used (minimum in the fabric: {k_best}): "
         + _names([b.name for b, _ in sorted(chosen, key=lambda bt: bt[0].pos)])
         + ("; partly used: " + _names(partial) if partial else "; all used whole")
     )
@@ -315,13 +363,44 @@ def plan(
     fabric_order = order_nodes(topology, nodes_set, job)
     order = fabric_order
     report = evaluate(topology, order, job, params)
-    if mode == "pin" and u == 1 and job.pp > 1:
+    if mode == "pin" and u == 1 and job.pp > 1 and n_need <= _ALT_ORDER_MAX_NODES:
         alt = _fuller_first(st, nodes_set)
         if alt != order:
             alt_report = evaluate(topology, alt, job, params)
             if alt_report.predicted_s < report.predicted_s:
                 order, report = alt, alt_report
                 why.append("rank order: fuller subtrees first, so PP stage blocks align to leaves")
+    sw_order, sw_source = _switch_order(topology, switch_order)
+    if (
+        u == 1
+        and topology.kind == "tree"
+        and (len(st.order) <= _GUARD_MAX_FABRIC or n_need <= _GUARD_MAX_JOB)
+    ):
+        # Lower switches than ``top`` that need more leaves: each one's own selection.
+        alts: list[list[str]] = []
+        best_k = k_best
+        for s_alt in sorted(feasible, key=lambda s: (-st.level[s], k_of[s], cap[s])):
+            if st.level[s_alt] < st.level[top] and k_of[s_alt] > best_k:
+                best_k = k_of[s_alt]
+                alts.append(
+                    [n for b, t in _select(st, bins, cap, s_alt, n_need) for n in b.members[:t]]
+                )
+        better, bound = _slurm_guard(
+            topology, st, free_nodes, job, mode, order, report, params, alts, sw_order
+        )
+        if bound is not None:
+            why.append(
+                f"guard: Slurm's own choice ({sw_source}) would use {bound[0]} leaves "
+                f"(21.08 rules) / {bound[1]} (24.05.3+)"
+            )
+        if better is not None:
+            order, report, origin = better
+            nodes_set = list(order)
+            why.append(
+                f"guard: {origin}, {report.leaves_used} leaves (no more than Slurm's own "
+                f"choice under either rule set), is predicted cheaper "
+                f"({report.predicted_s * 1e3:.3f} ms/step); using it"
+            )
     if order is fabric_order:
         why.append(
             "rank order: nodes grouped by "
@@ -393,22 +472,9 @@ def _select(
     st: _Static, bins: list[_Bin], cap: Mapping[str, int], top: str, need: int
 ) -> list[tuple[_Bin, int]]:
     """Bins and node counts under ``top`` holding ``need`` nodes with the fewest bins."""
-    sw = top
-    under = [b for b in bins if sw in st.ancestors[b.attach]]
+    under = [b for b in bins if b.cap > 0 and top in st.ancestors[b.attach]]
     k = _min_bins([b.cap for b in under], need)
-    # Descend while one child holds the job with the same minimum number of bins.
-    while True:
-        kids = sorted(
-            (c for c in st.children.get(sw, ()) if cap.get(c, 0) >= need),
-            key=lambda c: (cap[c], st.switch_pos[c]),
-        )
-        for c in kids:
-            sub = [b for b in under if c in st.ancestors[b.attach]]
-            if _min_bins([b.cap for b in sub], need) == k:
-                sw, under = c, sub
-                break
-        else:
-            break
+    under = _narrow(st, under, top, need, k)
     # Largest first (fewest bins), then the closest and tightest bin for the remainder.
     ranked = sorted((b for b in under if b.cap > 0), key=lambda b: (-b.cap, b.pos))
     chosen: list[tuple[_Bin, int]] = []
@@ -441,6 +507,187 @@ def _select(
         near.update(st.ancestors[b.attach])
         rem -= b.cap
     return chosen
+
+
+# Scoring the second rank order costs one more cost-model evaluation (linear in the job's
+# nodes and rings); past this size the fabric DFS order is kept without the comparison.
+_ALT_ORDER_MAX_NODES = 1024
+# Slurm's selection is simulated (for the guard) on fabrics up to this size, and on larger
+# fabrics for jobs up to _GUARD_MAX_JOB nodes (slurm_sim costs about leaves x leaves used; a
+# 4,096-node job on 16,384 nodes would take ~1 s per rule set).
+_GUARD_MAX_FABRIC = 4096
+_GUARD_MAX_JOB = 1024
+
+
+def _switch_order(topology: Topology, given: Sequence[str] | None) -> tuple[list[str] | None, str]:
+    """The topology.conf switch order for the guard and where it came from (for ``why``)."""
+    if given is not None:
+        order = list(given)
+        unknown = [s for s in order if s not in topology.parent_of]
+        if unknown or len(set(order)) != len(order):
+            raise PlanError(
+                "switch_order must name each switch of the topology at most once"
+                + (f"; unknown: {', '.join(unknown[:5])}" if unknown else "")
+            )
+        missing = sorted(set(topology.leaf_of.values()) - set(order), key=natural_key)
+        if missing:
+            raise PlanError(f"switch_order misses leaf switches: {', '.join(missing[:5])}")
+        return order, "given topology.conf switch order"
+    if topology.kind != "tree":
+        return None, "default switch order"
+    from slurmfm.topology.slurm_formats import switch_order as recorded
+
+    rec = recorded(topology)
+    if rec is not None:
+        return rec, "switch order recorded from topology.conf/scontrol"
+    return None, "default switch order (none recorded; pass switch_order)"
+
+
+def _slurm_guard(
+    topology: Topology,
+    st: _Static,
+    free_nodes: Sequence[str],
+    job: JobShape,
+    mode: Mode,
+    order: list[str],
+    report: CostReport,
+    params: CostParams | None,
+    alternatives: Sequence[Sequence[str]],
+    switch_order: Sequence[str] | None,
+) -> tuple[tuple[list[str], CostReport, str] | None, tuple[int, int] | None]:
+    """A cheaper placement that uses no more leaves than Slurm would (or None), Slurm's leaves.
+
+    Slurm's selection is simulated under both rule sets with ``switch_order`` (the cluster's
+    topology.conf order). Candidates: the planner's own choice (``order``, the fabric's fewest
+    leaves), ``alternatives`` (selections under lower switches, more leaves) and Slurm's two
+    node sets, each in the planner's rank order (in pin mode also fuller-subtrees-first with PP,
+    and Slurm's own name and leaf rank orders for Slurm's sets). Among those with no more
+    leaves than the fewer of Slurm's two choices, the lowest predicted cost wins (then fewer
+    leaves). Slurm's own sets are candidates, so the result is never worse than either unless
+    the two conflict (the fewer-leaf one costs more than the other).
+    """
+    from slurmfm.plan.slurm_sim import Rules, rank_order, select_tree
+
+    rule_sets: tuple[Rules, ...] = ("21.08", "24.05.3")
+    free = frozenset(free_nodes)
+    table = st.slurm_node_table()
+    sets: list[tuple[Sequence[str], str, bool]] = [
+        (a, "the selection under a lower switch", False) for a in alternatives
+    ]
+    counts: list[int] = []
+    for rules in rule_sets:
+        try:
+            chosen = select_tree(
+                topology, free, job.nodes, rules=rules, node_order=table, switch_order=switch_order
+            )
+        except ValueError as exc:  # pragma: no cover - switch_order is checked by the caller
+            raise PlanError(f"switch_order: {exc}") from exc
+        if chosen is not None:
+            sets.append((chosen, f"Slurm's own choice ({rules} rules)", True))
+            counts.append(len({st.leaf_of[n] for n in chosen}))
+        else:  # pragma: no cover - one root: Slurm starts the job whenever it fits
+            counts.append(1 << 30)
+    bound = min(counts)
+    best: tuple[float, int] = (report.predicted_s, report.leaves_used)
+    found: tuple[list[str], CostReport, str] | None = None
+    seen: set[tuple[str, ...]] = {tuple(order)}
+    for nodes, origin, slurms in sets:
+        if len({st.leaf_of[n] for n in nodes}) > bound:
+            continue
+        cands = [(order_nodes(topology, nodes, job), "in the planner's rank order")]
+        if mode == "pin" and job.pp > 1 and job.nodes <= _ALT_ORDER_MAX_NODES:
+            cands.append((_fuller_first(st, nodes), "fuller subtrees first"))
+        if mode == "pin" and slurms:
+            # Pin mode keeps the planned order, so Slurm's own rank orders (name order, and
+            # 26.05's leaf order) compete too: the cost model can prefer them (PP blocks).
+            cands.append((rank_order(nodes, topology, policy="name", node_order=table), ""))
+            cands.append(
+                (
+                    rank_order(
+                        nodes,
+                        topology,
+                        policy="leaf",
+                        node_order=table,
+                        switch_order=switch_order,
+                    ),
+                    "",
+                )
+            )
+        for cand, how in cands:
+            if tuple(cand) in seen:
+                continue
+            seen.add(tuple(cand))
+            rep = evaluate(topology, cand, job, params)
+            if (rep.predicted_s * (1 + 1e-12), rep.leaves_used) < best:
+                best = (rep.predicted_s, rep.leaves_used)
+                found = (cand, rep, f"{origin} {how or 'in its own rank order'}")
+    return found, (counts[0], counts[1])
+
+
+def _top_sum(caps: list[int], k: int) -> int:
+    """Sum of the ``k`` largest capacities (the most ``k`` bins can hold)."""
+    if len(caps) <= k:
+        return sum(caps)
+    return sum(heapq.nlargest(k, caps))
+
+
+def _narrow(st: _Static, under: list[_Bin], top: str, need: int, k: int) -> list[_Bin]:
+    """Keep the fewest subtrees, level by level below ``top``, that still hold ``need`` in ``k``.
+
+    At each depth the bins are grouped by the switch they hang under at that depth; groups are
+    taken in order of what their own ``k`` largest bins hold (then fuller, then fabric order)
+    until the union holds ``need`` in ``k`` bins, and the last group taken is swapped for the
+    smallest one that also completes the set (tight fit). Every step keeps the minimum bin
+    count ``k``, so the selection below stays minimal in leaves while touching few spines.
+    """
+    depth = len(st.ancestors[top])
+    while True:
+        groups: dict[str, list[_Bin]] = {}
+        deeper = False
+        for b in under:
+            anc = st.ancestors[b.attach]
+            key = anc[depth] if len(anc) > depth else b.name
+            deeper = deeper or len(anc) > depth + 1
+            groups.setdefault(key, []).append(b)
+        if len(groups) > 1:
+            info = []
+            for key, bs in groups.items():
+                caps = [b.cap for b in bs]
+                info.append((-_top_sum(caps, k), -sum(caps), min(b.pos for b in bs), key, caps))
+            info.sort()
+            # Shortest prefix of groups whose union holds ``need`` in ``k`` bins (monotone in
+            # the prefix length, so binary search).
+            prefix: list[int] = [0]
+            flat: list[int] = []
+            for x in info:
+                flat.extend(x[4])
+                prefix.append(len(flat))
+            lo, hi = 1, len(info)
+            if _top_sum(flat, k) < need:  # pragma: no cover - ``top`` holds the job in k
+                lo = hi + 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _top_sum(flat[: prefix[mid]], k) >= need:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            last = lo - 1
+            if last < len(info):
+                taken = [x[3] for x in info[: last + 1]]
+                base = heapq.nlargest(k, flat[: prefix[last]])
+                # Tight fit: the smallest remaining group that also completes the set.
+                for _, _, _, key, caps in sorted(
+                    (x for x in info[last + 1 :] if -x[1] < -info[last][1]),
+                    key=lambda x: (-x[1], x[2]),
+                ):
+                    if _top_sum(base + caps, k) >= need:
+                        taken[-1] = key
+                        break
+                keep = set(taken)
+                under = [b for key, bs in groups.items() if key in keep for b in bs]
+        if not deeper:
+            return under
+        depth += 1
 
 
 def _fuller_first(st: _Static, nodes: Sequence[str]) -> list[str]:
@@ -551,8 +798,11 @@ def plan_for_recipe(
     slurm_version: SlurmVersion | str | None = None,
     params: CostParams | None = None,
     switch_wait: str = DEFAULT_SWITCH_WAIT,
+    switch_order: Sequence[str] | None = None,
 ) -> Plan:
     """Plan a recipe; the Slurm version defaults to the recipe's (or its flavor's assumed one).
+
+    ``switch_order``: the cluster's topology.conf switch order (see :func:`plan`).
 
     Feed ``plan.placement()`` to ``api.submit(recipe, placement=...)`` or ``api.render``.
     """
@@ -574,4 +824,5 @@ def plan_for_recipe(
         slurm_version=version,
         params=params,
         switch_wait=switch_wait,
+        switch_order=switch_order,
     )

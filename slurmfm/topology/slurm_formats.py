@@ -26,6 +26,13 @@ Design choices (stated because the model cannot hold everything Slurm files can)
   ``"slurm-block:<index>"`` for every block, because ``source_ids`` is persisted with the topology
   and has no other meaning for Slurm-only blocks; :func:`block_order` reads it back (falling back
   to natural name order when absent).
+* **Switch order** of a tree matters too: Slurm indexes switches in ``topology.conf`` line order
+  (``scontrol show topology`` prints them in that order), and its leaf scan and tie-breaks follow
+  it (section 1.3 steps 3 and 6). :func:`parse_topology_conf` and
+  :func:`parse_scontrol_topology` record it the same way, ``"slurm-switch:<index>"`` in
+  ``source_ids``, for every switch that has no traceability comment (a ``# <switch> = <id>``
+  comment keeps its id instead, and then the order is incomplete); :func:`switch_order` reads it
+  back (None when absent or incomplete). Exporters never write these marks as comments.
 * **Hostlists.** Parsing uses python-hostlist's ``expand_hostlist``. Compression is done here, only
   over the *trailing* number of a name: python-hostlist's ``collect_hostlist`` also makes ranges in
   the middle of a name (``nn-1a[2-3]b``), which real Slurm 22.05.8 rejects ("Invalid hostlist",
@@ -49,6 +56,7 @@ from slurmfm.topology.model import ROOT, Node, Topology, TopologyError
 
 __all__ = [
     "BLOCK_ORDER_PREFIX",
+    "SWITCH_ORDER_PREFIX",
     "block_order",
     "block_sizes_for",
     "block_topology",
@@ -62,10 +70,13 @@ __all__ = [
     "parse_topology_conf",
     "parse_topology_yaml",
     "slurm_node_states",
+    "switch_order",
 ]
 
 BLOCK_ORDER_PREFIX = "slurm-block:"
 """``source_ids`` value prefix that records a block's index (its line order in Slurm's file)."""
+SWITCH_ORDER_PREFIX = "slurm-switch:"
+"""``source_ids`` value prefix that records a tree switch's line index in Slurm's file."""
 
 MAX_NAME = 64  # topology.conf(5): SwitchName is at most 64 characters (section 1.2)
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -179,6 +190,33 @@ def block_order(t: Topology) -> list[str]:
         return (1, 0, _natural_key(b))
 
     return sorted(t.leaves, key=key)
+
+
+def _order_mark(src: str | None) -> bool:
+    """A ``slurm-switch:<i>`` order mark (not a traceability id, never exported)."""
+    return src is not None and src.startswith(SWITCH_ORDER_PREFIX)
+
+
+def switch_order(t: Topology) -> list[str] | None:
+    """A tree's switches in Slurm's ``topology.conf`` line order, or None when not recorded.
+
+    Reads the ``slurm-switch:<i>`` marks that :func:`parse_topology_conf` and
+    :func:`parse_scontrol_topology` put in ``source_ids`` (module docstring). None unless every
+    switch except the model's synthetic :data:`ROOT` (several top switches, not a Slurm switch)
+    is marked: a partial order would misplace the unmarked switches in Slurm's scan.
+    """
+    if t.kind != "tree":
+        return None
+    pos: dict[str, int] = {}
+    for s in t.parent_of:
+        src = t.source_ids.get(s, "")
+        if src.startswith(SWITCH_ORDER_PREFIX) and src[len(SWITCH_ORDER_PREFIX) :].isdigit():
+            pos[s] = int(src[len(SWITCH_ORDER_PREFIX) :])
+        elif not (s == ROOT and t.parent_of[s] is None):
+            return None
+    if not pos:
+        return None
+    return sorted(pos, key=lambda s: (pos[s], _natural_key(s)))
 
 
 def block_topology(
@@ -361,14 +399,17 @@ def parse_topology_conf(text: str, *, source: str = "topology.conf") -> Topology
         return topo
     if not switches:
         raise TopologyError(f"{source}: no SwitchName or BlockName lines")
-    return _tree_from_switches(switches, comments, source)
+    return _tree_from_switches(switches, comments, source, record_order=True)
 
 
 def _tree_from_switches(
     switches: Mapping[str, tuple[int, Sequence[str], Sequence[str]]],
     comments: Mapping[str, str],
     source: str,
+    *,
+    record_order: bool = False,
 ) -> Topology:
+    """A tree from switch lines; ``record_order`` marks each switch's line index (docstring)."""
     leaf_of: dict[str, str] = {}
     parent_of: dict[str, str | None] = dict.fromkeys(switches)
     for name, (lineno, nodes, kids) in switches.items():
@@ -389,6 +430,9 @@ def _tree_from_switches(
                 raise TopologyError(f"{where}: switch {k!r} already has parent {old!r}: not a tree")
             parent_of[k] = name
     sources = {s: v for s, v in comments.items() if s in switches}
+    if record_order:
+        for i, (s, _) in enumerate(sorted(switches.items(), key=lambda kv: kv[1][0])):
+            sources.setdefault(s, f"{SWITCH_ORDER_PREFIX}{i}")
     try:
         return Topology.from_parents(
             [Node(n) for n in leaf_of], leaf_of, parent_of, source_ids=sources, kind="tree"
@@ -424,6 +468,8 @@ def _tree_lines(t: Topology, key: str = "SwitchName") -> tuple[list[tuple[int, s
     notes: list[str] = []
     for s in sorted(t.parent_of, key=lambda s: (t.level(s), _natural_key(names[s]))):
         src = t.source_ids.get(s)
+        if _order_mark(src):
+            src = None
         if names[s] != s or (src is not None and src != s):
             notes.append(f"# {names[s]} = {src if src is not None else s}")
         if s in nodes_of:
@@ -517,7 +563,7 @@ def _blocks_of(
                 key=lambda lf: tuple(_natural_key(s) for s in t.path(t.nodes_under(lf)[0])),
             ):
                 raw.append((leaf, sorted(t.nodes_under(leaf))))
-                if leaf in t.source_ids:
+                if leaf in t.source_ids and not _order_mark(t.source_ids[leaf]):
                     ids[leaf] = t.source_ids[leaf]
     names = _slurm_names([b for b, _ in raw])
     notes = [
@@ -820,7 +866,7 @@ def parse_scontrol_topology(text: str) -> Topology:
         return block_topology([(n, m) for _, n, m in blocks], source=source)
     if not switches:
         raise TopologyError(f"{source}: no topology in the output (is TopologyPlugin set?)")
-    topo = _tree_from_switches(switches, {}, source)
+    topo = _tree_from_switches(switches, {}, source, record_order=True)
     for s, lvl in levels.items():
         if topo.level(s) != lvl:
             raise TopologyError(
