@@ -311,7 +311,7 @@ class Storage(_Strict):
     min_free_gb: float = Field(
         default=0,
         ge=0,
-        description="fail at start when less is free (on Lustre: on the emptiest storage target)",
+        description="GiB; fail at start when less is free (on Lustre: on the emptiest OST)",
     )
     keep_last: int | None = Field(
         default=None, ge=1, description="keep only the newest K checkpoints (exported for scripts)"

@@ -372,7 +372,7 @@ def test_free_space_check(cluster: dict[str, Any]) -> None:
     (cluster["tmp"] / "logs").mkdir(exist_ok=True)
     proc = run(cluster, render_script(r, Target.for_recipe(r, "22.05")).text)
     assert proc.returncode == 2
-    assert "the recipe needs 1000000000 GB (storage.min_free_gb)" in proc.stderr
+    assert "the recipe needs 1000000000 GiB (storage.min_free_gb)" in proc.stderr
     assert "event=fail not enough free space" in state(cluster)
 
 
@@ -392,3 +392,52 @@ def test_no_requeue_when_the_work_finished_anyway(cluster: dict[str, Any]) -> No
 def test_save_signal_is_repeated_until_the_step_ends(cluster: dict[str, Any]) -> None:
     text = script_for("p5.48xlarge", cluster["tmp"], health_gate="off", nccl_transport_check="off")
     assert "while kill -USR2 \"$slurmfm_srun\" 2>/dev/null; do sleep 10; done" in text
+
+
+LFS = r"""#!/bin/bash
+echo "lfs $*" >> "$STUB_OUT/lfs.log"
+if [ "$1" = df ]; then
+  cat <<'OUT'
+UUID                   1K-blocks        Used   Available Use% Mounted on
+fsx-MDT0000_UUID        66700000     5000000    61700000   8% /fsx[MDT:0]
+fsx-OST0000_UUID      1200000000  1100000000   100000000  92% /fsx[OST:0]
+fsx-OST0001_UUID      1200000000   200000000  1000000000  17% /fsx[OST:1]
+
+filesystem_summary:   2400000000  1300000000  1100000000  54% /fsx
+OUT
+fi
+"""
+STAT = r"""#!/bin/bash
+if [ "$1" = -f ]; then echo lustre; else /usr/bin/stat "$@"; fi
+"""
+
+
+def lustre_script(cluster: dict[str, Any], min_free_gb: float) -> str:
+    for name, body in (("lfs", LFS), ("stat", STAT)):
+        (cluster["bin"] / name).write_text(body)
+        (cluster["bin"] / name).chmod(0o755)
+    r = validate({"name": "rt", "cluster": {"instance_type": "lab-cpu"},
+                  "resources": {"procs_per_node": 1},
+                  "launcher": {"kind": "torchrun", "script": "t.py", "python": "fake-torchrun"},
+                  "storage": {"checkpoint_root": str(cluster["tmp"] / "ckpt"),
+                              "log_dir": str(cluster["tmp"] / "logs"),
+                              "min_free_gb": min_free_gb}})
+    (cluster["tmp"] / "logs").mkdir(exist_ok=True)
+    return render_script(r, Target.for_recipe(r, "22.05")).text
+
+
+def test_lustre_is_striped_and_checked_per_ost(cluster: dict[str, Any]) -> None:
+    # The emptiest OST has 100,000,000 KiB (~95 GiB) free although the file system has ~1 TiB.
+    proc = run(cluster, lustre_script(cluster, 50))
+    assert proc.returncode == 0, proc.stderr
+    calls = log(cluster, "lfs.log")
+    ckpt = cluster["tmp"] / "ckpt" / "rt" / "rt"
+    assert f"lfs setstripe -c -1 -S 16M {ckpt}" in calls
+    assert f"lfs setstripe -c 1 {cluster['tmp'] / 'logs'}" in calls
+    assert f"lfs df {ckpt}" in calls
+
+
+def test_lustre_free_space_is_the_emptiest_ost(cluster: dict[str, Any]) -> None:
+    proc = run(cluster, lustre_script(cluster, 200))
+    assert proc.returncode == 2
+    assert "has 95 GiB free on its emptiest Lustre OST; the recipe needs 200 GiB" in proc.stderr
