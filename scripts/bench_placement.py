@@ -8,9 +8,12 @@ same free nodes. This script measures that, in one process, on generated EC2-lik
 
 Methods, all scored with ``slurmfm.plan.cost.evaluate`` on the same topology and job:
 
-* ``slurmfm``: ``slurmfm.plan.planner.plan(topology, job, unavailable=busy,
-  switch_order=...)`` (rank order), given the fabric's topology.conf switch order as a real
-  cluster's planner would know it.
+* ``slurmfm@22.05`` / ``slurmfm@24.11``: ``slurmfm.plan.planner.plan(topology, job,
+  unavailable=busy, switch_order=..., slurm_version=...)`` (rank order), given the fabric's
+  topology.conf switch order and the cluster's Slurm version as a real cluster's planner would
+  know them. A cluster runs one Slurm, so the planner is run once per tree rule set, for a
+  version of that rule set (22.05: 21.08-24.05.2 rules; 24.11: 24.05.3+ rules), and each
+  Slurm baseline is compared with the plan made for its own version.
 * ``slurm21-name`` / ``slurm21-leaf`` / ``slurm2405-name`` / ``slurm2405-leaf``: Slurm's tree
   selection reproduced by ``slurmfm.plan.slurm_sim.select_tree`` (slurm-topology-and-placement.md
   sections 1.3, 6(a) and 8; rules 21.08-24.05.2 and 24.05.3+), with name-order ranks (Slurm up
@@ -21,10 +24,12 @@ Methods, all scored with ``slurmfm.plan.cost.evaluate`` on the same topology and
   by exhaustive search over leaf sequences (nodes of one leaf are interchangeable in the cost
   model), on small cases only.
 
-Targets (printed as PASS/FAIL): never more leaves than Slurm; predicted slowdown never worse
-than any Slurm baseline; >= 3x fewer DP-ring edges crossing a leaf than name-order ranks in
-aggregate; within 2 % of the optimum; a 4,096-node job on a 16,384-node fabric planned in
-under 0.5 s (median of 5, one core). Exit status is always 0: this measures, it does not gate.
+Targets (printed as PASS/FAIL), per version pair (slurmfm@22.05 vs slurm21-*, slurmfm@24.11
+vs slurm2405-*; real-slurm vs the plan for the lab's version): never more leaves than Slurm;
+predicted slowdown never worse than the Slurm baseline. With the 24.11 plan: >= 3x fewer
+DP-ring edges crossing a leaf than name-order ranks in aggregate; within 2 % of the optimum; a
+4,096-node job on a 16,384-node fabric planned in under 0.5 s (median of 5, one core). Exit
+status is always 0: this measures, it does not gate.
 
 Usage::
 
@@ -57,14 +62,49 @@ sys.path.insert(0, str(REPO))
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+from slurmfm.catalog.slurm_features import SlurmVersion, supports  # noqa: E402
 from slurmfm.plan.cost import CostReport, JobShape, evaluate  # noqa: E402
 from slurmfm.plan.slurm_sim import natural_key, rank_order, select_tree  # noqa: E402
 from slurmfm.topology.model import Topology  # noqa: E402
 
 PlanFn = Callable[..., Any]
-SLURM_METHODS = ("slurm21-name", "slurm21-leaf", "slurm2405-name", "slurm2405-leaf")
 GPUS = 8
 TP = 8
+SLURM_METHODS = ("slurm21-name", "slurm21-leaf", "slurm2405-name", "slurm2405-leaf")
+# One planner run per tree rule set, for a Slurm version of that rule set, and the Slurm
+# baselines (simulated under the same rules) it is compared with.
+FM_VERSIONS = ("22.05", "24.11")
+FM_BASELINES = {
+    "22.05": ("slurm21-name", "slurm21-leaf"),
+    "24.11": ("slurm2405-name", "slurm2405-leaf"),
+}
+FM_MAIN = "slurmfm@24.11"  # DP-edge ratio, optimum and speed targets use this plan
+FM_METHODS = tuple(f"slurmfm@{v}" for v in FM_VERSIONS)
+
+
+def fm_version_for(slurm_version: str) -> str:
+    """The FM_VERSIONS entry with the same tree rule set as ``slurm_version``."""
+    new = supports("tree_selection_rules_2405_3", SlurmVersion.parse(slurm_version))
+    return next(
+        v
+        for v in FM_VERSIONS
+        if supports("tree_selection_rules_2405_3", SlurmVersion.parse(v)) == new
+    )
+
+
+def fm_for(method: str, real_version: str = "") -> str:
+    """The slurmfm plan a method is compared with (its own Slurm version's plan)."""
+    for v, bases in FM_BASELINES.items():
+        if method in bases:
+            return f"slurmfm@{v}"
+    if method == "real-slurm":
+        try:
+            return f"slurmfm@{fm_version_for(real_version)}"
+        except ValueError:
+            return FM_MAIN
+    if method in FM_METHODS:
+        return method
+    return FM_MAIN
 
 
 def load_planner() -> tuple[PlanFn | None, str]:
@@ -213,30 +253,34 @@ def run_slurm_sims(case: Case, fab: Fabric, free: set[str]) -> None:
 
 
 def run_planner(plan: PlanFn | None, case: Case, fab: Fabric, busy: set[str]) -> None:
-    if plan is None:
-        case.results["slurmfm"] = {"error": "planner not importable"}
-        return
-    try:
-        t0 = time.perf_counter()
-        # The cluster's topology.conf order is known to a real planner (parsed with the
-        # topology); give it the same shuffled order Slurm's simulation uses.
-        p = plan(
-            fab.topology,
-            case.job,
-            unavailable=sorted(busy),
-            mode="pin",
-            switch_order=fab.switch_order,
-        )
-        dt = time.perf_counter() - t0
-        nodes = list(p.nodes)
-        bad = [n for n in nodes if n in busy]
-        rep = report_dict(evaluate(fab.topology, nodes, case.job))
-        rep["plan_s"] = dt
-        if bad:
-            rep["error"] = f"planner used busy nodes {bad[:3]}"
-        case.results["slurmfm"] = rep
-    except Exception as exc:
-        case.results["slurmfm"] = {"error": f"{type(exc).__name__}: {exc}"}
+    for version in FM_VERSIONS:
+        key = f"slurmfm@{version}"
+        if plan is None:
+            case.results[key] = {"error": "planner not importable"}
+            continue
+        try:
+            t0 = time.perf_counter()
+            # The cluster's topology.conf order and Slurm version are known to a real planner
+            # (parsed with the topology, sinfo --version); give it the same shuffled order
+            # Slurm's simulation uses.
+            p = plan(
+                fab.topology,
+                case.job,
+                unavailable=sorted(busy),
+                mode="pin",
+                switch_order=fab.switch_order,
+                slurm_version=SlurmVersion.parse(version),
+            )
+            dt = time.perf_counter() - t0
+            nodes = list(p.nodes)
+            bad = [n for n in nodes if n in busy]
+            rep = report_dict(evaluate(fab.topology, nodes, case.job))
+            rep["plan_s"] = dt
+            if bad:
+                rep["error"] = f"planner used busy nodes {bad[:3]}"
+            case.results[key] = rep
+        except Exception as exc:
+            case.results[key] = {"error": f"{type(exc).__name__}: {exc}"}
 
 
 # ---------------------------------------------------------------------------- optimum
@@ -532,21 +576,25 @@ def ok(r: dict[str, Any] | None) -> bool:
     return r is not None and "error" not in r and "slowdown" in r
 
 
-def aggregate(cases: list[Case], methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+def aggregate(
+    cases: list[Case], methods: Sequence[str], real_version: str = ""
+) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for m in methods:
         rows = [c.results[m] for c in cases if ok(c.results.get(m))]
         if not rows:
             continue
+        fm = fm_for(m, real_version)
         pairs = [
-            (c.results[m], c.results["slurmfm"])
+            (c.results[m], c.results[fm])
             for c in cases
-            if ok(c.results.get(m)) and ok(c.results.get("slurmfm"))
+            if ok(c.results.get(m)) and ok(c.results.get(fm))
         ]
         ratio = [b["slowdown"] / f["slowdown"] for b, f in pairs]
         cross_b = sum(b["dp_edges_cross_leaf"] for b, _ in pairs)
         cross_f = sum(f["dp_edges_cross_leaf"] for _, f in pairs)
         out[m] = {
+            "vs": fm,
             "cases": len(rows),
             "failed": sum(1 for c in cases if m in c.results and not ok(c.results[m])),
             "median_slowdown": statistics.median(r["slowdown"] for r in rows),
@@ -566,80 +614,93 @@ def aggregate(cases: list[Case], methods: Sequence[str]) -> dict[str, dict[str, 
     return out
 
 
-def targets(cases: list[Case], speed: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+def targets(
+    cases: list[Case], speed: dict[str, Any], real_version: str = ""
+) -> list[tuple[str, bool | None, str]]:
     res: list[tuple[str, bool | None, str]] = []
-    fm_ok = [c for c in cases if ok(c.results.get("slurmfm"))]
-    fm_fail = [c for c in cases if "slurmfm" in c.results and not ok(c.results["slurmfm"])]
-    bases = [*SLURM_METHODS, "real-slurm"]
-    worse_leaves = []
-    worse_slow = []
-    for c in fm_ok:
-        f = c.results["slurmfm"]
-        for b in bases:
-            r = c.results.get(b)
-            if not ok(r):
-                continue
-            assert r is not None
-            if f["leaves_used"] > r["leaves_used"]:
-                worse_leaves.append(
-                    f"{c.name} ({c.params()}) vs {b}: "
-                    f"{f['leaves_used']} > {r['leaves_used']} leaves"
-                )
-            if f["slowdown"] > r["slowdown"] * (1 + 1e-9):
-                worse_slow.append(
-                    f"{c.name} ({c.params()}) vs {b}: {f['slowdown']:.4f} > {r['slowdown']:.4f}"
-                )
-    # A planner failure where Slurm would have started the job counts against every target.
-    lost = [
-        f"{c.name} ({c.params()}): {c.results['slurmfm'].get('error')}"
-        for c in fm_fail
-        if any(ok(c.results.get(b)) for b in bases)
-    ]
-    have = bool(fm_ok)
-    res.append(
-        (
-            "never more leaves than Slurm",
-            (not worse_leaves and not lost) if have else None,
-            "; ".join((worse_leaves + lost)[:8]) or f"{len(fm_ok)} cases",
+    # Per version pair: the plan made for Slurm X against Slurm X's own choices.
+    for version in FM_VERSIONS:
+        fm_key = f"slurmfm@{version}"
+        bases = [
+            *FM_BASELINES[version],
+            *(
+                ["real-slurm"]
+                if any("real-slurm" in c.results for c in cases)
+                and fm_for("real-slurm", real_version) == fm_key
+                else []
+            ),
+        ]
+        fm_ok = [c for c in cases if ok(c.results.get(fm_key))]
+        fm_fail = [c for c in cases if fm_key in c.results and not ok(c.results[fm_key])]
+        worse_leaves = []
+        worse_slow = []
+        for c in fm_ok:
+            f = c.results[fm_key]
+            for b in bases:
+                r = c.results.get(b)
+                if not ok(r):
+                    continue
+                assert r is not None
+                if f["leaves_used"] > r["leaves_used"]:
+                    worse_leaves.append(
+                        f"{c.name} ({c.params()}) vs {b}: "
+                        f"{f['leaves_used']} > {r['leaves_used']} leaves"
+                    )
+                if f["slowdown"] > r["slowdown"] * (1 + 1e-9):
+                    worse_slow.append(
+                        f"{c.name} ({c.params()}) vs {b}: {f['slowdown']:.4f} > {r['slowdown']:.4f}"
+                    )
+        # A planner failure where Slurm would have started the job counts against the targets.
+        lost = [
+            f"{c.name} ({c.params()}): {c.results[fm_key].get('error')}"
+            for c in fm_fail
+            if any(ok(c.results.get(b)) for b in bases)
+        ]
+        have = bool(fm_ok)
+        vs = ", ".join(bases)
+        res.append(
+            (
+                f"{fm_key} never more leaves than Slurm {version} ({vs})",
+                (not worse_leaves and not lost) if have else None,
+                "; ".join((worse_leaves + lost)[:8]) or f"{len(fm_ok)} cases",
+            )
         )
-    )
-    res.append(
-        (
-            "slowdown never worse than any Slurm baseline",
-            (not worse_slow and not lost) if have else None,
-            "; ".join((worse_slow + lost)[:8]) or f"{len(fm_ok)} cases",
+        res.append(
+            (
+                f"{fm_key} slowdown never worse than Slurm {version} ({vs})",
+                (not worse_slow and not lost) if have else None,
+                "; ".join((worse_slow + lost)[:8]) or f"{len(fm_ok)} cases",
+            )
         )
-    )
-    cross_f = sum(c.results["slurmfm"]["dp_edges_cross_leaf"] for c in fm_ok)
+    fm_ok = [c for c in cases if ok(c.results.get(FM_MAIN))]
     for b in ("slurm21-name", "slurm2405-name", "real-slurm"):
         pairs = [c for c in fm_ok if ok(c.results.get(b))]
         if not pairs:
             continue
         cb = sum(c.results[b]["dp_edges_cross_leaf"] for c in pairs)
-        cf = sum(c.results["slurmfm"]["dp_edges_cross_leaf"] for c in pairs)
+        cf = sum(c.results[FM_MAIN]["dp_edges_cross_leaf"] for c in pairs)
         ratio = cb / cf if cf else (math.inf if cb else 1.0)
         res.append(
             (
-                f">= 3x fewer DP edges crossing a leaf than {b}",
+                f"{FM_MAIN} >= 3x fewer DP edges crossing a leaf than {b}",
                 ratio >= 3 if cb else None,
                 f"{cb} vs {cf} over {len(pairs)} cases: {ratio:.2f}x",
             )
         )
-    del cross_f
     opt = [c for c in fm_ok if ok(c.results.get("optimum"))]
     far = [
-        f"{c.name} ({c.params()}): {c.results['slurmfm']['predicted_s']:.6g} "
+        f"{c.name} ({c.params()}): {c.results[FM_MAIN]['predicted_s']:.6g} "
         f"vs opt {c.results['optimum']['predicted_s']:.6g}"
         for c in opt
-        if c.results["slurmfm"]["predicted_s"] > 1.02 * c.results["optimum"]["predicted_s"]
+        if c.results[FM_MAIN]["predicted_s"] > 1.02 * c.results["optimum"]["predicted_s"]
     ]
     worst = max(
-        (c.results["slurmfm"]["predicted_s"] / c.results["optimum"]["predicted_s"] for c in opt),
+        (c.results[FM_MAIN]["predicted_s"] / c.results["optimum"]["predicted_s"] for c in opt),
         default=math.nan,
     )
     res.append(
         (
-            "within 2 % of the optimum",
+            f"{FM_MAIN} within 2 % of the optimum",
             (not far) if opt else None,
             "; ".join(far[:8]) or f"{len(opt)} cases, worst {100 * (worst - 1):.2f} % above",
         )
@@ -648,13 +709,15 @@ def targets(cases: list[Case], speed: dict[str, Any]) -> list[tuple[str, bool | 
     if s16 and "plan_median_s" in s16:
         res.append(
             (
-                "4,096-node job on a 16,384-node fabric < 0.5 s",
+                f"{FM_MAIN}: 4,096-node job on a 16,384-node fabric < 0.5 s",
                 s16["plan_median_s"] < 0.5,
                 f"median {s16['plan_median_s']:.3f} s",
             )
         )
     else:
-        res.append(("4,096-node job on a 16,384-node fabric < 0.5 s", None, "not measured"))
+        res.append(
+            (f"{FM_MAIN}: 4,096-node job on a 16,384-node fabric < 0.5 s", None, "not measured")
+        )
     return res
 
 
@@ -677,12 +740,16 @@ def speed_section(
         if plan is not None:
             times = []
             try:
-                ub = sorted(busy)
-                so = fab.switch_order
-                plan(fab.topology, job, unavailable=ub, mode="pin", switch_order=so)  # warm once
+                kw: dict[str, Any] = {
+                    "unavailable": sorted(busy),
+                    "mode": "pin",
+                    "switch_order": fab.switch_order,
+                    "slurm_version": SlurmVersion.parse(FM_MAIN.split("@")[1]),
+                }
+                plan(fab.topology, job, **kw)  # warm once
                 for _ in range(5):
                     t0 = time.perf_counter()
-                    plan(fab.topology, job, unavailable=ub, mode="pin", switch_order=so)
+                    plan(fab.topology, job, **kw)
                     times.append(time.perf_counter() - t0)
                 row["plan_median_s"] = statistics.median(times)
                 row["plan_runs_s"] = times
@@ -721,12 +788,18 @@ def print_tables(
         )
     print(
         "(sd÷fm: median over cases of baseline slowdown / slurmfm slowdown; Xleaf÷fm: total DP"
-        " ring edges crossing a leaf, baseline / slurmfm, over the same cases)"
+        " ring edges crossing a leaf, baseline / slurmfm, over the same cases; each baseline is"
+        " compared with the slurmfm plan for its own Slurm version: slurm21-* with"
+        " slurmfm@22.05, slurm2405-* with slurmfm@24.11, real-slurm with the lab version's,"
+        f" optimum with {FM_MAIN})"
     )
     if planner_note:
         print(f"slurmfm planner unavailable: {planner_note}")
     print()
-    print("== Speed (plan(): median of 5 runs, one core; job = fabric/4 nodes, TP8 PP8, 50 % busy)")
+    print(
+        f"== Speed ({FM_MAIN} plan(): median of 5 runs, one core; job = fabric/4 nodes, TP8 PP8,"
+        " 50 % busy)"
+    )
     print(f"{'fabric':>7} {'job':>6} {'build s':>8} {'slurm-sim s':>11} {'plan med s':>10}")
     for row in speed.values():
         pm = row.get("plan_median_s")
@@ -737,6 +810,10 @@ def print_tables(
         )
     print()
     print("== Targets")
+    print(
+        "(leaves/slowdown: per version pair, slurmfm@V vs Slurm V's own choice; DP edges,"
+        f" optimum and speed: the {FM_MAIN} plan)"
+    )
     for name, passed, detail in tg:
         tag = "PASS" if passed else ("N/A " if passed is None else "FAIL")
         print(f"{tag}  {name}: {detail}")
@@ -780,9 +857,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else ([1024, 4096, 16384] if args.quick else [1024, 4096, 16384, 65536])
     )
     speed = speed_section(plan, sizes, log)
-    methods = ["slurmfm", *SLURM_METHODS, "real-slurm", "optimum"]
-    agg = aggregate(cases, methods)
-    tg = targets(cases, speed)
+    methods = [*FM_METHODS, *SLURM_METHODS, "real-slurm", "optimum"]
+    real_version = real.version if real else ""
+    agg = aggregate(cases, methods, real_version)
+    tg = targets(cases, speed, real_version)
     print(
         f"placement bench: {len(cases)} cases ({sum(c.small for c in cases)} small) "
         f"in {cases_s:.1f} s; "

@@ -22,16 +22,19 @@ planner does the selection the documentation promises and then fixes the rank or
    fits the remainder (the shape of Slurm's and Kueue's best-fit, 1.3 step 6, without its
    config-order quirks). Whole leaves/UltraServers stay free.
 3a. **Slurm guard (tree).** Fewest leaves can cost more (two leaves across a core switch vs
-   three under one spine). So Slurm's own choice is simulated (``slurm_sim``, both rule sets,
-   with the real ``topology.conf`` switch order: ``switch_order=``, else the order recorded
-   when the topology was parsed from topology.conf/scontrol, else slurm_sim's default), and
-   Slurm's node sets (in the planner's rank order) join the candidates (the planner's own and
-   its selections under lower switches); the cheapest predicted candidate with no more leaves
-   than the fewer of Slurm's two choices wins. Slurm's choices are themselves candidates, so
-   the plan never uses more leaves nor costs more than either one (unless the two conflict:
-   the fewer-leaf one costs more than the other). Run when the fabric has <= 4,096 nodes or
-   the job <= 1,024 nodes (the simulation is linear in leaves per leaf used); otherwise
-   fewest leaves, then cost.
+   three under one spine). So Slurm's own choice is simulated (``slurm_sim``, with the real
+   ``topology.conf`` switch order: ``switch_order=``, else the order recorded when the
+   topology was parsed from topology.conf/scontrol, else slurm_sim's default), and Slurm's
+   node sets (in the planner's rank order) join the candidates (the planner's own and its
+   selections under lower switches); the cheapest predicted candidate with no more leaves
+   than Slurm's choice wins. With ``slurm_version`` known, only the rule set that version
+   runs is simulated (feature ``tree_selection_rules_2405_3``: "24.05.3" rules from 24.05.3,
+   "21.08" rules before), so the plan never uses more leaves nor costs more than that Slurm's
+   choice (it is itself a candidate). Without a version both rule sets are simulated and the
+   bound is the fewer of the two choices' leaves: never more leaves nor a higher cost than
+   either, unless the two conflict (the fewer-leaf one costs more than the other). Run when
+   the fabric has <= 4,096 nodes or the job <= 1,024 nodes (the simulation is linear in leaves
+   per leaf used); otherwise fewest leaves, then cost.
 4. **Rank order.** Nodes grouped by leaf (by UltraServer when units span nodes), leaves in fabric
    DFS order, so consecutive DP ring members share a leaf and each ring crosses each uplink the
    minimum number of times (3.1 (ii), 3.2); PP stages are contiguous node blocks (3.1 (iii)). A
@@ -64,6 +67,7 @@ from slurmfm.plan.types import Placement
 
 if TYPE_CHECKING:
     from slurmfm.catalog.slurm_features import SlurmVersion
+    from slurmfm.plan.slurm_sim import Rules
     from slurmfm.recipe.schema import Recipe
     from slurmfm.topology.model import Topology
 
@@ -385,21 +389,31 @@ def plan(
                 alts.append(
                     [n for b, t in _select(st, bins, cap, s_alt, n_need) for n in b.members[:t]]
                 )
-        better, bound = _slurm_guard(
-            topology, st, free_nodes, job, mode, order, report, params, alts, sw_order
+        rule_sets = guard_rule_sets(slurm_version)
+        better, counts = _slurm_guard(
+            topology, st, free_nodes, job, mode, order, report, params, alts, sw_order, rule_sets
         )
-        if bound is not None:
-            why.append(
-                f"guard: Slurm's own choice ({sw_source}) would use {bound[0]} leaves "
-                f"(21.08 rules) / {bound[1]} (24.05.3+)"
+        label = {"21.08": "21.08-24.05.2 rules", "24.05.3": "24.05.3+ rules"}
+        why.append(
+            f"guard: Slurm's own choice ({sw_source}) would use "
+            + " / ".join(f"{c} leaves ({label[r]})" for r, c in zip(rule_sets, counts, strict=True))
+            + (
+                f"; Slurm {slurm_version} runs only these rules"
+                if slurm_version is not None
+                else "; Slurm version unknown: both rule sets, bound by the fewer leaves"
             )
+        )
         if better is not None:
             order, report, origin = better
             nodes_set = list(order)
+            scope = (
+                f"Slurm {slurm_version}'s own choice"
+                if slurm_version is not None
+                else "Slurm's own choice under either rule set"
+            )
             why.append(
-                f"guard: {origin}, {report.leaves_used} leaves (no more than Slurm's own "
-                f"choice under either rule set), is predicted cheaper "
-                f"({report.predicted_s * 1e3:.3f} ms/step); using it"
+                f"guard: {origin}, {report.leaves_used} leaves (no more than {scope}), is "
+                f"predicted cheaper ({report.predicted_s * 1e3:.3f} ms/step); using it"
             )
     if order is fabric_order:
         why.append(
@@ -543,6 +557,19 @@ def _switch_order(topology: Topology, given: Sequence[str] | None) -> tuple[list
     return None, "default switch order (none recorded; pass switch_order)"
 
 
+def guard_rule_sets(slurm_version: SlurmVersion | None) -> tuple[Rules, ...]:
+    """The ``slurm_sim`` rule sets the guard simulates for ``slurm_version``.
+
+    A known version runs exactly one: "24.05.3" when it has ``tree_selection_rules_2405_3``
+    (24.05.3 and later), else "21.08" (21.08-24.05.2). Unknown (None): both, in that order.
+    """
+    if slurm_version is None:
+        return ("21.08", "24.05.3")
+    from slurmfm.catalog.slurm_features import supports
+
+    return ("24.05.3",) if supports("tree_selection_rules_2405_3", slurm_version) else ("21.08",)
+
+
 def _slurm_guard(
     topology: Topology,
     st: _Static,
@@ -554,21 +581,24 @@ def _slurm_guard(
     params: CostParams | None,
     alternatives: Sequence[Sequence[str]],
     switch_order: Sequence[str] | None,
-) -> tuple[tuple[list[str], CostReport, str] | None, tuple[int, int] | None]:
+    rule_sets: Sequence[Rules],
+) -> tuple[tuple[list[str], CostReport, str] | None, list[int]]:
     """A cheaper placement that uses no more leaves than Slurm would (or None), Slurm's leaves.
 
-    Slurm's selection is simulated under both rule sets with ``switch_order`` (the cluster's
-    topology.conf order). Candidates: the planner's own choice (``order``, the fabric's fewest
-    leaves), ``alternatives`` (selections under lower switches, more leaves) and Slurm's two
-    node sets, each in the planner's rank order (in pin mode also fuller-subtrees-first with PP,
-    and Slurm's own name and leaf rank orders for Slurm's sets). Among those with no more
-    leaves than the fewer of Slurm's two choices, the lowest predicted cost wins (then fewer
-    leaves). Slurm's own sets are candidates, so the result is never worse than either unless
-    the two conflict (the fewer-leaf one costs more than the other).
+    Slurm's selection is simulated under each of ``rule_sets`` (:func:`guard_rule_sets`: the
+    one the cluster's Slurm version runs, or both when it is unknown) with ``switch_order``
+    (the cluster's topology.conf order). Candidates: the planner's own choice (``order``, the
+    fabric's fewest leaves), ``alternatives`` (selections under lower switches, more leaves)
+    and Slurm's node sets, each in the planner's rank order (in pin mode also
+    fuller-subtrees-first with PP, and Slurm's own name and leaf rank orders for Slurm's sets).
+    Among those with no more leaves than the fewest of Slurm's choices, the lowest predicted
+    cost wins (then fewer leaves). Slurm's own sets are candidates, so with one rule set the
+    result is never worse than Slurm's choice; with two it is never worse than either unless
+    they conflict (the fewer-leaf one costs more than the other). The second value: each rule
+    set's leaf count, in ``rule_sets`` order.
     """
-    from slurmfm.plan.slurm_sim import Rules, rank_order, select_tree
+    from slurmfm.plan.slurm_sim import rank_order, select_tree
 
-    rule_sets: tuple[Rules, ...] = ("21.08", "24.05.3")
     free = frozenset(free_nodes)
     table = st.slurm_node_table()
     sets: list[tuple[Sequence[str], str, bool]] = [
@@ -621,7 +651,7 @@ def _slurm_guard(
             if (rep.predicted_s * (1 + 1e-12), rep.leaves_used) < best:
                 best = (rep.predicted_s, rep.leaves_used)
                 found = (cand, rep, f"{origin} {how or 'in its own rank order'}")
-    return found, (counts[0], counts[1])
+    return found, counts
 
 
 def _top_sum(caps: list[int], k: int) -> int:

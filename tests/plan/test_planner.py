@@ -288,15 +288,19 @@ def uneven_case(draw: st.DrawFn) -> tuple[Topology, list[str], list[str], JobSha
 def test_never_more_leaves_than_slurm_and_guarded_cost(
     case: tuple[Topology, list[str], list[str], JobShape], mode: str
 ) -> None:
-    """Never more leaves than Slurm's choice (both rule sets), never a higher predicted cost.
+    """Never more leaves than Slurm's choice, never a higher predicted cost (per Slurm version).
 
     The cluster's topology.conf switch order (random here) is given to the planner, as the
     bench does. The planner's own choice has the fabric's fewest leaves (no Slurm choice, under
     any order, can use fewer); that may cost more than Slurm's (two leaves across a core switch
-    vs three under one spine), so the guard simulates Slurm's two rule sets with that order and
-    takes the cheapest candidate (Slurm's sets included) with no more leaves than the fewer of
-    the two. The only allowed miss is the documented conflict: one rule set's choice uses more
-    leaves than the other's and is cheaper; the planner may then cost more than that one.
+    vs three under one spine), so the guard simulates Slurm with that order and takes the
+    cheapest candidate (Slurm's set included) with no more leaves than Slurm's choice.
+
+    With a Slurm version (22.05.8: "21.08" rules; 24.11.5: "24.05.3" rules) only that version's
+    rule set counts, and both bounds hold exactly: leaves <= that choice's, cost <= that
+    choice's. Without a version both rule sets are simulated and the bound is the fewer leaves;
+    the only allowed miss is the documented conflict: one rule set's choice uses more leaves
+    than the other's and is cheaper; the planner may then cost more than that one.
     """
     topo, busy, switch_order, job = case
     free = set(topo.nodes) - set(busy)
@@ -304,15 +308,8 @@ def test_never_more_leaves_than_slurm_and_guarded_cost(
         with pytest.raises(PlanError):
             plan(topo, job, unavailable=busy, switch_order=switch_order)
         return
-    p = plan(topo, job, unavailable=busy, mode=mode, switch_order=switch_order)  # type: ignore[arg-type]
-    assert set(p.nodes) <= free
-    assert len(set(p.nodes)) == job.nodes
-    assert len(p.leaves) == p.predicted.leaves_used
     k_min = min_leaves_under(topo, topo.root, free, job.nodes)
-    guarded = any(w.startswith("guard: ") and "is predicted cheaper" in w for w in p.explanation)
-    assert len(p.leaves) == k_min or guarded
-    assert any("given topology.conf switch order" in w for w in p.explanation)
-    chosen_sets = []
+    slurm: dict[str, tuple[list[str], int, list[float]]] = {}
     for rules in ("21.08", "24.05.3"):
         chosen = select_tree(
             topo,
@@ -322,28 +319,65 @@ def test_never_more_leaves_than_slurm_and_guarded_cost(
             switch_order=switch_order,
         )
         assert chosen is not None  # one root: Slurm starts the job whenever it fits
-        chosen_sets.append(chosen)
-    leaves = [len({topo.leaf(x) for x in c}) for c in chosen_sets]
-    bound = min(leaves)
-    assert k_min <= bound  # Slurm never beats the fabric's minimum
-    assert len(p.leaves) <= bound
-    got = p.predicted.predicted_s
-    for chosen, n_leaves in zip(chosen_sets, leaves, strict=True):
         orders = [
             order_nodes(topo, chosen, job),
             rank_order(chosen, topo, policy="name"),
             rank_order(chosen, topo, policy="leaf", switch_order=switch_order),
         ]
         costs = [evaluate(topo, o, job).predicted_s for o in orders]
-        if n_leaves > bound:
-            continue  # the conflict case: this choice uses more leaves than the other one
-        # Slurm's choice (no more leaves than the bound) is one of the guard's candidates: in
-        # pin mode with Slurm's name and leaf rank orders too; constrain mode sorts by the rank
-        # key (the planner's order), so only that order is comparable there.
-        assert got <= costs[0] * (1 + 1e-9)
-        if mode == "pin":
-            assert got <= costs[1] * (1 + 1e-9)
-            assert got <= costs[2] * (1 + 1e-9)
+        slurm[rules] = (chosen, len({topo.leaf(x) for x in chosen}), costs)
+        assert k_min <= slurm[rules][1]  # Slurm never beats the fabric's minimum
+    for version, rule_sets in (
+        (V2211, ("21.08",)),
+        (V2411, ("24.05.3",)),
+        (None, ("21.08", "24.05.3")),
+    ):
+        p = plan(
+            topo,
+            job,
+            unavailable=busy,
+            mode=mode,  # type: ignore[arg-type]
+            switch_order=switch_order,
+            slurm_version=version,
+        )
+        assert set(p.nodes) <= free
+        assert len(set(p.nodes)) == job.nodes
+        assert len(p.leaves) == p.predicted.leaves_used
+        guarded = any(
+            w.startswith("guard: ") and "is predicted cheaper" in w for w in p.explanation
+        )
+        assert len(p.leaves) == k_min or guarded
+        assert any("given topology.conf switch order" in w for w in p.explanation)
+        bound = min(slurm[r][1] for r in rule_sets)
+        assert len(p.leaves) <= bound
+        got = p.predicted.predicted_s
+        for rules in rule_sets:
+            _, n_leaves, costs = slurm[rules]
+            if n_leaves > bound:
+                continue  # no version: the conflict case (more leaves than the other choice)
+            # Slurm's choice (no more leaves than the bound) is one of the guard's candidates:
+            # in pin mode with Slurm's name and leaf rank orders too; constrain mode sorts by
+            # the rank key (the planner's order), so only that order is comparable there.
+            assert got <= costs[0] * (1 + 1e-9), (version, rules)
+            if mode == "pin":
+                assert got <= costs[1] * (1 + 1e-9), (version, rules)
+                assert got <= costs[2] * (1 + 1e-9), (version, rules)
+
+
+def test_guard_simulates_the_rule_set_of_the_slurm_version() -> None:
+    """24.05.3 is the boundary (feature tree_selection_rules_2405_3); no version: both."""
+    from slurmfm.plan.planner import guard_rule_sets
+
+    assert guard_rule_sets(None) == ("21.08", "24.05.3")
+    for text, rules in (
+        ("21.08", "21.08"),
+        ("22.05.8", "21.08"),
+        ("24.05.2", "21.08"),
+        ("24.05.3", "24.05.3"),
+        ("24.11.5", "24.05.3"),
+        ("26.05", "24.05.3"),
+    ):
+        assert guard_rule_sets(SlurmVersion.parse(text)) == (rules,), text
 
 
 def test_recorded_switch_order_drives_the_guard() -> None:
