@@ -19,7 +19,10 @@ ensure_venv() {
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q -e "$spec"
   # CPU build of torch for the local lab's real torchrun jobs (see README, "Quickstart").
-  "$venv/bin/python" -m pip install -q "torch==${SLURMFM_TORCH_VERSION:-2.13.0}" numpy
+  # These machines keep that wheel in a local directory; use it even if PIP_FIND_LINKS is unset.
+  local links=()
+  if [[ -d /opt/wheels ]]; then links=(--find-links /opt/wheels); fi
+  "$venv/bin/python" -m pip install -q "${links[@]}" "torch==${SLURMFM_TORCH_VERSION:-2.13.0}" numpy
   export VIRTUAL_ENV=$venv
   export PATH="$venv/bin:$PATH"
   hash -r
