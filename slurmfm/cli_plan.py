@@ -7,10 +7,11 @@ planner's reason, like every other user-fixable error.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import click
+
+from slurmfm.cli_common import friendly
 
 if TYPE_CHECKING:
     from slurmfm.plan.planner import Plan
@@ -113,6 +114,7 @@ def _print_plan(p: Plan, *, as_json: bool, explain: bool) -> None:
     metavar="TIME",
     help="The @TIME of --switches in constrain mode.",
 )
+@friendly
 def plan_command(
     recipe: str | None,
     topology_file: str,
@@ -131,49 +133,6 @@ def plan_command(
     switch_wait: str,
 ) -> None:
     """Plan nodes and rank order for RECIPE (or for the job the flags describe)."""
-    from slurmfm.errors import SlurmfmError
-
-    try:
-        _run(
-            recipe,
-            topology_file,
-            nodes,
-            gpus_per_node,
-            tp,
-            pp,
-            cp,
-            ep,
-            unavailable,
-            mode,
-            as_json,
-            explain,
-            slurm_version,
-            params_file,
-            switch_wait,
-        )
-    except SlurmfmError as exc:
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            click.echo(line, err=True)
-        sys.exit(exc.exit_code)
-
-
-def _run(
-    recipe: str | None,
-    topology_file: str,
-    nodes: int | None,
-    gpus_per_node: int | None,
-    tp: int | None,
-    pp: int | None,
-    cp: int | None,
-    ep: int | None,
-    unavailable: str | None,
-    mode: str,
-    as_json: bool,
-    explain: bool,
-    slurm_version: str | None,
-    params_file: str | None,
-    switch_wait: str,
-) -> None:
     from slurmfm.catalog.slurm_features import SlurmVersion
     from slurmfm.errors import SlurmfmError
     from slurmfm.plan.cost import CostParams, JobShape
