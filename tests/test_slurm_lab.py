@@ -7,14 +7,16 @@ Newer suites via the factory:    SLURMFM_LAB_SUITES=trixie,sid python -m pytest 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lab import SlurmLab, SuiteLabFactory
+from lab import LAB_SCRIPT, SlurmLab, SuiteLabFactory, lab_root, slurm_required
 
 
 def _job_dir(lab: SlurmLab) -> Path:
@@ -204,3 +206,36 @@ def test_newer_suite(
     slurm_lab_suite: SuiteLabFactory, suite: str, check: Callable[[SlurmLab], None]
 ) -> None:
     check(slurm_lab_suite(suite))
+
+
+# ------------------------------------------------------------------ recovery of a lost registration
+@pytest.mark.slurm
+def test_up_restarts_a_slurmd_whose_registration_was_lost(tmp_path: Path) -> None:
+    """A slurmd that never registers is restarted by `up` instead of timing out.
+
+    The hold hook leaves node002's slurmd unstarted, which slurmctld sees exactly like
+    a lost start-up registration (state unk*). CI once waited 180 s on such a node.
+    """
+    if os.geteuid() != 0:
+        (pytest.fail if slurm_required() else pytest.skip)("the Slurm lab needs root")
+    lab_dir = lab_root() / "nudge-host"
+    env = {
+        **os.environ,
+        "SLURMFM_LAB_CTLD_PORT": "16947",
+        "SLURMFM_LAB_SLURMD_PORT": "40001",
+        "SLURMFM_LAB_HOLD_SLURMD": "node002",
+        "SLURMFM_LAB_NUDGE_AFTER": "3",
+    }
+    cmd = [str(LAB_SCRIPT), "--suite", "host", "--lab", str(lab_dir)]
+    subprocess.run([*cmd, "down"], env=env, capture_output=True, text=True)
+    try:
+        up = subprocess.run(
+            [*cmd, "--nodes", "3", "--timeout", "90", "up"], env=env, capture_output=True, text=True
+        )
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "slurmd node002 has not registered yet; restarting it" in up.stderr
+        assert "node001 has not registered" not in up.stderr
+        status = subprocess.run([*cmd, "status"], env=env, capture_output=True, text=True)
+        assert status.returncode == 0, status.stdout + status.stderr
+    finally:
+        subprocess.run([*cmd, "down"], env=env, capture_output=True, text=True)
