@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
 
 
-
 def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
     from slurmfm.recipe.loader import load_recipe, parse_override
 

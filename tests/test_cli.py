@@ -51,7 +51,10 @@ def test_validate_error_is_one_located_line(tmp_path: Path) -> None:
     code, out, err = run("validate", str(bad))
     assert code == 2
     assert out == ""
-    assert err.strip() == f"{bad}:5: launcher.nproc: unknown field (check the spelling; see the recipe reference in the README)"
+    assert (
+        err.strip()
+        == f"{bad}:5: launcher.nproc: unknown field (check the spelling; see the recipe reference in the README)"
+    )
 
 
 def test_render_to_file_is_atomic_and_bad_input_writes_nothing(tmp_path: Path) -> None:
@@ -126,11 +129,21 @@ def test_submit_status_cancel_via_cli(slurm_lab: SlurmLab, tmp_path: Path) -> No
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "slurmfm.cli", *args],
-            env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False,
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
         )
 
-    sets = ["--set", f"storage.log_dir={tmp_path}/logs", "--set",
-            f"storage.checkpoint_root={tmp_path}/ckpt", "--set", "launcher.args=[--steps, '1000', --sleep, '1']"]
+    sets = [
+        "--set",
+        f"storage.log_dir={tmp_path}/logs",
+        "--set",
+        f"storage.checkpoint_root={tmp_path}/ckpt",
+        "--set",
+        "launcher.args=[--steps, '1000', --sleep, '1']",
+    ]
     sub = cli("submit", "recipes/quickstart.yaml", *sets)
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip()

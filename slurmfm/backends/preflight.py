@@ -80,9 +80,7 @@ class PreflightError(SlurmfmError):
 
     def __init__(self, report: PreflightReport) -> None:
         self.report = report
-        super().__init__(
-            "\n".join(f"preflight: {c.name}: {c.message}" for c in report.failures())
-        )
+        super().__init__("\n".join(f"preflight: {c.name}: {c.message}" for c in report.failures()))
 
 
 def _features(expr: str) -> set[str]:
@@ -107,9 +105,7 @@ def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
         else:
             rec = parse_scontrol_record(proc.stdout.strip().splitlines()[0])
             state = rec.get("State", "UP")
-            report.checks.append(
-                Check("partition", state == "UP", f"{part} is {state}")
-            )
+            report.checks.append(Check("partition", state == "UP", f"{part} is {state}"))
     if rec:
         total = int(rec.get("TotalNodes", "0") or 0)
         n = recipe.resources.nodes

@@ -206,28 +206,51 @@ def test_time_limits(text: str, minutes: int) -> None:
     assert parse_time_limit(text) == minutes
 
 
-@pytest.mark.parametrize(("raw", "ok"), [(24.11, "24.11"), (22.05, "22.05"), ("25.11.4", "25.11.4")])
+@pytest.mark.parametrize(
+    ("raw", "ok"), [(24.11, "24.11"), (22.05, "22.05"), ("25.11.4", "25.11.4")]
+)
 def test_slurm_version_numbers(raw: object, ok: str) -> None:
-    r = validate({"name": "v", "cluster": {"slurm_version": raw},
-                  "launcher": {"kind": "torchrun", "script": "t.py"}})
+    r = validate(
+        {
+            "name": "v",
+            "cluster": {"slurm_version": raw},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+        }
+    )
     assert r.cluster.slurm_version == ok
 
 
 def test_ambiguous_slurm_version_number_is_refused(tmp_path: Path) -> None:
-    msgs = problems(tmp_path, GOOD.replace("  partition: gpu\n", "  partition: gpu\n  slurm_version: 22.10\n"))
-    assert any(":5: cluster.slurm_version: 22.1 is ambiguous as a number; quote the version" in m
-               for m in msgs), msgs
+    msgs = problems(
+        tmp_path, GOOD.replace("  partition: gpu\n", "  partition: gpu\n  slurm_version: 22.10\n")
+    )
+    assert any(
+        ":5: cluster.slurm_version: 22.1 is ambiguous as a number; quote the version" in m
+        for m in msgs
+    ), msgs
 
 
 def test_nemo_parallel_sizes_only_through_parallelism() -> None:
     with pytest.raises(RecipeError, match="set by slurmfm from resources/parallelism"):
-        validate({"name": "n", "launcher": {
-            "kind": "nemo", "recipe": "llama3_8b",
-            "overrides": {"trainer.strategy.tensor_model_parallel_size": 16}}})
+        validate(
+            {
+                "name": "n",
+                "launcher": {
+                    "kind": "nemo",
+                    "recipe": "llama3_8b",
+                    "overrides": {"trainer.strategy.tensor_model_parallel_size": 16},
+                },
+            }
+        )
 
 
 def test_time_limit_as_a_bare_number_is_minutes() -> None:
-    r = validate({"name": "t", "resources": {"time_limit": 30},
-                  "launcher": {"kind": "torchrun", "script": "t.py"}})
+    r = validate(
+        {
+            "name": "t",
+            "resources": {"time_limit": 30},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+        }
+    )
     assert r.resources.time_limit == "30"
     assert r.resources.time_minutes == 30

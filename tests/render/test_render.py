@@ -49,8 +49,11 @@ def shellcheck(text: str, tmp: Path) -> None:
 
 @pytest.mark.parametrize(
     ("version", "expected"),
-    [("22.05", "#SBATCH --gpus-per-node=8"), ("24.11", "#SBATCH --gpus-per-node=8"),
-     ("18.08", "#SBATCH --gres=gpu:8")],
+    [
+        ("22.05", "#SBATCH --gpus-per-node=8"),
+        ("24.11", "#SBATCH --gpus-per-node=8"),
+        ("18.08", "#SBATCH --gres=gpu:8"),
+    ],
 )
 def test_gpu_request_gate(version: str, expected: str) -> None:
     assert expected in sbatch_lines(render(recipe(), version))
@@ -58,8 +61,7 @@ def test_gpu_request_gate(version: str, expected: str) -> None:
 
 @pytest.mark.parametrize(("version", "ok"), [("23.11", False), ("24.05", True), ("26.05", True)])
 def test_segment_gate(version: str, ok: bool) -> None:
-    r = recipe(cluster__instance_type="p6e-gb200.36xlarge", resources__nodes=18,
-               parallelism__tp=4)
+    r = recipe(cluster__instance_type="p6e-gb200.36xlarge", resources__nodes=18, parallelism__tp=4)
     plan = Placement(mode="constrain", segment=9)
     if ok:
         assert "#SBATCH --segment=9" in render(r, version, plan)
@@ -94,7 +96,10 @@ def test_hyperpod_auto_resume_only_on_srun() -> None:
         other = render(recipe(cluster__flavor=flavor))
         assert not any("auto-resume" in line for line in sbatch_lines(other))
         assert '"${slurmfm_auto_resume[@]}"' in launch(other)  # only when detected at run time
-        assert "if [ -d /opt/sagemaker_cluster ]; then slurmfm_auto_resume=(--auto-resume=1); fi" in other
+        assert (
+            "if [ -d /opt/sagemaker_cluster ]; then slurmfm_auto_resume=(--auto-resume=1); fi"
+            in other
+        )
 
 
 def test_profile_env_is_commented_with_source_and_user_wins() -> None:
@@ -118,9 +123,14 @@ def test_forbidden_variables_warn() -> None:
 
 
 def test_lab_cpu_has_no_nccl_profile() -> None:
-    r = validate({"name": "c", "cluster": {"instance_type": "lab-cpu"},
-                  "resources": {"procs_per_node": 2},
-                  "launcher": {"kind": "torchrun", "script": "t.py"}})
+    r = validate(
+        {
+            "name": "c",
+            "cluster": {"instance_type": "lab-cpu"},
+            "resources": {"procs_per_node": 2},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+        }
+    )
     text = render(r)
     exports = [line for line in text.splitlines() if line.startswith("export ")]
     assert not any("NCCL_" in line or "FI_" in line for line in exports)
@@ -145,17 +155,31 @@ def test_host_python_env(tmp_path: Path) -> None:
 
 
 def test_megatron_launch(tmp_path: Path) -> None:
-    r = validate({
-        "name": "m", "resources": {"nodes": 4}, "parallelism": {"tp": 8, "pp": 2, "ep": 2},
-        "launcher": {"kind": "megatron", "model_args": {"num-layers": 32, "bf16": True,
-                                                        "no-bias": False, "lr": 3e-4}},
-        "storage": {"checkpoint_root": "/fsx/ckpt"},
-    })
+    r = validate(
+        {
+            "name": "m",
+            "resources": {"nodes": 4},
+            "parallelism": {"tp": 8, "pp": 2, "ep": 2},
+            "launcher": {
+                "kind": "megatron",
+                "model_args": {"num-layers": 32, "bf16": True, "no-bias": False, "lr": 3e-4},
+            },
+            "storage": {"checkpoint_root": "/fsx/ckpt"},
+        }
+    )
     text = render(r)
-    for arg in ("--tensor-model-parallel-size=8", "--pipeline-model-parallel-size=2",
-                "--context-parallel-size=1", "--expert-model-parallel-size=2",
-                '--save="$SLURMFM_CHECKPOINT_DIR"', '--load="$SLURMFM_CHECKPOINT_DIR"',
-                "--num-layers 32", "--bf16", "--lr 0.0003", "/workspace/Megatron-LM/pretrain_gpt.py"):
+    for arg in (
+        "--tensor-model-parallel-size=8",
+        "--pipeline-model-parallel-size=2",
+        "--context-parallel-size=1",
+        "--expert-model-parallel-size=2",
+        '--save="$SLURMFM_CHECKPOINT_DIR"',
+        '--load="$SLURMFM_CHECKPOINT_DIR"',
+        "--num-layers 32",
+        "--bf16",
+        "--lr 0.0003",
+        "/workspace/Megatron-LM/pretrain_gpt.py",
+    ):
         assert arg in text
     assert "--no-bias" not in text
     assert "export SLURMFM_CHECKPOINT_DIR=/fsx/ckpt/m/m" in text
@@ -163,17 +187,24 @@ def test_megatron_launch(tmp_path: Path) -> None:
 
 
 def test_nemo_launch(tmp_path: Path) -> None:
-    r = validate({
-        "name": "n", "cluster": {"instance_type": "p6-b200.48xlarge"}, "resources": {"nodes": 2},
-        "parallelism": {"tp": 2, "pp": 2},
-        "launcher": {"kind": "nemo", "recipe": "llama3_8b",
-                     "overrides": {"trainer.max_steps": 100, "log.name": "it's \"quoted\""}},
-    })
+    r = validate(
+        {
+            "name": "n",
+            "cluster": {"instance_type": "p6-b200.48xlarge"},
+            "resources": {"nodes": 2},
+            "parallelism": {"tp": 2, "pp": 2},
+            "launcher": {
+                "kind": "nemo",
+                "recipe": "llama3_8b",
+                "overrides": {"trainer.max_steps": 100, "log.name": 'it\'s "quoted"'},
+            },
+        }
+    )
     text = render(r)
     assert "#SBATCH --ntasks-per-node=8" in sbatch_lines(text)
     assert "--ntasks-per-node=8" in launch(text)
     assert "<<'SLURMFM_NEMO_DRIVER_EOF'" in text
-    assert "getattr(llm, \"llama3_8b\")" in text
+    assert 'getattr(llm, "llama3_8b")' in text
     assert "pretrain_recipe" in text
     shellcheck(text, tmp_path)
     # the driver is valid Python and carries the overrides exactly

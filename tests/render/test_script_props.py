@@ -46,8 +46,25 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, body in (("srun", SRUN), ("scontrol", SCONTROL), ("mkdir", MKDIR)):
         (bindir / name).write_text(body)
         (bindir / name).chmod(0o755)
-    for tool in ("sed", "head", "sort", "cut", "env", "cat", "uname", "date", "tail", "mktemp",
-                 "rm", "stat", "grep", "sleep", "timeout", "df", "awk"):
+    for tool in (
+        "sed",
+        "head",
+        "sort",
+        "cut",
+        "env",
+        "cat",
+        "uname",
+        "date",
+        "tail",
+        "mktemp",
+        "rm",
+        "stat",
+        "grep",
+        "sleep",
+        "timeout",
+        "df",
+        "awk",
+    ):
         for d in ("/usr/bin", "/bin"):
             if os.path.exists(f"{d}/{tool}"):
                 (bindir / tool).symlink_to(f"{d}/{tool}")

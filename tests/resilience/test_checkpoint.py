@@ -44,7 +44,11 @@ def assert_complete(d: Path) -> int | None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(saves=st.integers(1, 5), crash_at=st.integers(0, 60), keep=st.one_of(st.none(), st.integers(1, 3)))
+@given(
+    saves=st.integers(1, 5),
+    crash_at=st.integers(0, 60),
+    keep=st.one_of(st.none(), st.integers(1, 3)),
+)
 def test_interrupted_saves_never_expose_partial_checkpoints(
     tmp_path_factory: pytest.TempPathFactory, saves: int, crash_at: int, keep: int | None
 ) -> None:

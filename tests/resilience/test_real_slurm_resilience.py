@@ -39,7 +39,11 @@ def resil_lab() -> Iterator[SlurmLab]:
     env = {**os.environ, **PORTS}
     proc = subprocess.run(
         [str(LAB_SCRIPT), "--lab", str(lab_dir), "--nodes", "4", "up"],
-        env=env, capture_output=True, text=True, timeout=600, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     if proc.returncode != 0:
         msg = f"resilience lab did not come up:\n{proc.stdout}\n{proc.stderr}"
@@ -50,8 +54,14 @@ def resil_lab() -> Iterator[SlurmLab]:
     yield lab
     lab.run(["scancel", "--user=root"])
     # bring killed slurmds back and undrain, for the next run
-    subprocess.run([str(LAB_SCRIPT), "--lab", str(lab_dir), "--nodes", "4", "up"], env=env,
-                   capture_output=True, text=True, timeout=300, check=False)
+    subprocess.run(
+        [str(LAB_SCRIPT), "--lab", str(lab_dir), "--nodes", "4", "up"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     lab.run(["scontrol", "update", "NodeName=node[001-004]", "State=RESUME"])
 
 
@@ -61,10 +71,24 @@ def events(log: str) -> list[dict[str, Any]]:
 
 def submit(lab: SlurmLab, tmp: Path, *sets: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "slurmfm.cli", "submit", "recipes/quickstart.yaml",
-         "--set", f"storage.checkpoint_root={tmp}/ckpt", "--set", f"storage.log_dir={tmp}/logs",
-         *[x for s in sets for x in ("--set", s)]],
-        cwd=REPO_ROOT, env=lab.env, capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "slurmfm.cli",
+            "submit",
+            "recipes/quickstart.yaml",
+            "--set",
+            f"storage.checkpoint_root={tmp}/ckpt",
+            "--set",
+            f"storage.log_dir={tmp}/logs",
+            *[x for s in sets for x in ("--set", s)],
+        ],
+        cwd=REPO_ROOT,
+        env=lab.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().splitlines()[-1]
@@ -106,8 +130,10 @@ def check_steps(ev: list[dict[str, Any]], total: int, interval: int) -> None:
 def test_time_limit_save_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> None:
     total = 240
     job_id = submit(
-        resil_lab, tmp_path,
-        "resources.time_limit=2", "resilience.save_before_timeout_s=75",
+        resil_lab,
+        tmp_path,
+        "resources.time_limit=2",
+        "resilience.save_before_timeout_s=75",
         "resilience.max_restarts=6",
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '20', --sleep, '0.25']",
     )
@@ -124,8 +150,13 @@ def test_time_limit_save_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> 
     assert "USR2 received: asking the training processes to save and exit" in log
     state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
     assert "event=requeue saved before the time limit" in state
-    st = subprocess.run([sys.executable, "-m", "slurmfm.cli", "status", job_id, "--json"],
-                        env=resil_lab.env, capture_output=True, text=True, check=True)
+    st = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "status", job_id, "--json"],
+        env=resil_lab.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     info = json.loads(st.stdout)
     assert info["restarts"] >= 1
     assert info["last_requeue_reason"].startswith("saved before the time limit")
@@ -149,7 +180,9 @@ def node_processes(node: str, job_id: str) -> list[int]:
 def test_node_death_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> None:
     total, every = 240, 10
     job_id = submit(
-        resil_lab, tmp_path, "resilience.save_before_timeout_s=0",
+        resil_lab,
+        tmp_path,
+        "resilience.save_before_timeout_s=0",
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2']",
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
@@ -191,8 +224,10 @@ def test_node_death_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> None:
     [
         (["resources.nodes=9"], "more nodes than the partition has"),
         (["cluster.partition=nosuch"], "the partition does not exist"),
-        (["cluster.partition=debug", "resources.time_limit=2:00:00"],
-         "exceeds the partition's MaxTime"),
+        (
+            ["cluster.partition=debug", "resources.time_limit=2:00:00"],
+            "exceeds the partition's MaxTime",
+        ),
     ],
 )
 def test_preflight_refuses_and_queues_nothing(
@@ -200,9 +235,21 @@ def test_preflight_refuses_and_queues_nothing(
 ) -> None:
     before = resil_lab.run(["squeue", "-h", "-o", "%i"]).stdout.split()
     proc = subprocess.run(
-        [sys.executable, "-m", "slurmfm.cli", "submit", "recipes/quickstart.yaml",
-         "--set", f"storage.log_dir={tmp_path}/logs", *[x for s in sets for x in ("--set", s)]],
-        cwd=REPO_ROOT, env=resil_lab.env, capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "slurmfm.cli",
+            "submit",
+            "recipes/quickstart.yaml",
+            "--set",
+            f"storage.log_dir={tmp_path}/logs",
+            *[x for s in sets for x in ("--set", s)],
+        ],
+        cwd=REPO_ROOT,
+        env=resil_lab.env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 2
     assert reason in proc.stderr

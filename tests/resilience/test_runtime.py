@@ -115,8 +115,12 @@ done
 def cluster(tmp_path: Path) -> dict[str, Any]:
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name, body in (("srun", SRUN), ("scontrol", SCONTROL), ("nvidia-smi", NVIDIA_SMI),
-                       ("fake-torchrun", TORCHRUN)):
+    for name, body in (
+        ("srun", SRUN),
+        ("scontrol", SCONTROL),
+        ("nvidia-smi", NVIDIA_SMI),
+        ("fake-torchrun", TORCHRUN),
+    ):
         (bindir / name).write_text(body)
         (bindir / name).chmod(0o755)
     out = tmp_path / "out"
@@ -134,22 +138,31 @@ def make_sysfs(root: Path, hosts: list[str], efa: dict[str, int]) -> None:
 
 def script_for(instance: str, tmp: Path, **res: Any) -> str:
     inst = INSTANCES[instance]
-    recipe = validate({
-        "name": "rt",
-        "cluster": {"instance_type": instance},
-        "resources": {"nodes": 2},
-        "parallelism": {"tp": min(inst.gpus, 4)},
-        "launcher": {"kind": "torchrun", "script": "train.py", "python": "fake-torchrun"},
-        "storage": {"checkpoint_root": str(tmp / "ckpt"), "log_dir": str(tmp / "logs")},
-        "resilience": {"nccl_check_timeout_s": 20, **res},
-    })
+    recipe = validate(
+        {
+            "name": "rt",
+            "cluster": {"instance_type": instance},
+            "resources": {"nodes": 2},
+            "parallelism": {"tp": min(inst.gpus, 4)},
+            "launcher": {"kind": "torchrun", "script": "train.py", "python": "fake-torchrun"},
+            "storage": {"checkpoint_root": str(tmp / "ckpt"), "log_dir": str(tmp / "logs")},
+            "resilience": {"nccl_check_timeout_s": 20, **res},
+        }
+    )
     (tmp / "logs").mkdir(exist_ok=True)
     return render_script(recipe, Target.for_recipe(recipe, "24.11")).text
 
 
-def run(cluster: dict[str, Any], text: str, *, hosts: tuple[str, ...] = ("n1", "n2"),
-        gpus: dict[str, int] | None = None, efa: dict[str, int] | None = None,
-        usr2_after: float | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+def run(
+    cluster: dict[str, Any],
+    text: str,
+    *,
+    hosts: tuple[str, ...] = ("n1", "n2"),
+    gpus: dict[str, int] | None = None,
+    efa: dict[str, int] | None = None,
+    usr2_after: float | None = None,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
     tmp: Path = cluster["tmp"]
     script = tmp / "job.sh"
     script.write_text(text)
@@ -168,8 +181,14 @@ def run(cluster: dict[str, Any], text: str, *, hosts: tuple[str, ...] = ("n1", "
         **{f"FAKE_GPUS_{h}": str(n) for h, n in (gpus or {}).items()},
         **env,
     }
-    proc = subprocess.Popen(["bash", str(script)], env=e, cwd=tmp, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ["bash", str(script)],
+        env=e,
+        cwd=tmp,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     if usr2_after is not None:
         deadline = time.monotonic() + 20
         events = cluster["out"] / "events"
@@ -200,8 +219,12 @@ GPU_TYPES = [n for n, i in INSTANCES.items() if i.gpus and not i.virtual]
 def test_healthy_nodes_of_every_type_pass(cluster: dict[str, Any], instance: str) -> None:
     inst = INSTANCES[instance]
     text = script_for(instance, cluster["tmp"], nccl_transport_check="off")
-    proc = run(cluster, text, gpus={"n1": inst.gpus, "n2": inst.gpus},
-               efa={"n1": inst.efa_interfaces, "n2": inst.efa_interfaces})
+    proc = run(
+        cluster,
+        text,
+        gpus={"n1": inst.gpus, "n2": inst.gpus},
+        efa={"n1": inst.efa_interfaces, "n2": inst.efa_interfaces},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "slurmfm-health n1 OK" in proc.stdout
     assert "slurmfm-health n2 OK" in proc.stdout
@@ -219,8 +242,11 @@ def test_unhealthy_node_is_drained_and_job_requeued(
     efa = {"n1": inst.efa_interfaces, "n2": inst.efa_interfaces - (1 if fault == "efa" else 0)}
     proc = run(cluster, script_for(instance, cluster["tmp"]), gpus=gpus, efa=efa)
     assert proc.returncode == 0, proc.stderr  # requeued: the batch step ends cleanly
-    want = (f"{inst.gpus - 1} GPUs visible, expected {inst.gpus}" if fault == "gpu"
-            else f"{inst.efa_interfaces - 1} EFA devices, expected {inst.efa_interfaces}")
+    want = (
+        f"{inst.gpus - 1} GPUs visible, expected {inst.gpus}"
+        if fault == "gpu"
+        else f"{inst.efa_interfaces - 1} EFA devices, expected {inst.efa_interfaces}"
+    )
     calls = log(cluster, "scontrol.log")
     assert f"update NodeName=n2 State=DRAIN Reason=slurmfm: health gate: {want}" in calls
     assert "NodeName=n1" not in calls
@@ -230,37 +256,54 @@ def test_unhealthy_node_is_drained_and_job_requeued(
 
 
 def test_missing_nvidia_smi_fails_the_gate(cluster: dict[str, Any]) -> None:
-    (cluster["bin"] / "nvidia-smi").write_text("#!/bin/bash\necho 'NVIDIA-SMI has failed'; exit 9\n")
+    (cluster["bin"] / "nvidia-smi").write_text(
+        "#!/bin/bash\necho 'NVIDIA-SMI has failed'; exit 9\n"
+    )
     proc = run(cluster, script_for("p5.48xlarge", cluster["tmp"]), efa={"n1": 32, "n2": 32})
     assert "nvidia-smi failed: NVIDIA-SMI has failed" in proc.stdout
     assert "requeue 77" in log(cluster, "scontrol.log")
 
 
 def test_drain_not_permitted_is_reported(cluster: dict[str, Any]) -> None:
-    proc = run(cluster, script_for("p5.48xlarge", cluster["tmp"]),
-               gpus={"n1": 8, "n2": 0}, efa={"n1": 32, "n2": 32}, FAKE_DRAIN_RC="1")
+    proc = run(
+        cluster,
+        script_for("p5.48xlarge", cluster["tmp"]),
+        gpus={"n1": 8, "n2": 0},
+        efa={"n1": 32, "n2": 32},
+        FAKE_DRAIN_RC="1",
+    )
     assert "could not set n2 DRAIN (not permitted?)" in proc.stderr
 
 
 def test_health_gate_off_by_default_on_the_cpu_lab() -> None:
-    r = validate({"name": "c", "cluster": {"instance_type": "lab-cpu"},
-                  "resources": {"procs_per_node": 1},
-                  "launcher": {"kind": "torchrun", "script": "t.py"}})
+    r = validate(
+        {
+            "name": "c",
+            "cluster": {"instance_type": "lab-cpu"},
+            "resources": {"procs_per_node": 1},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+        }
+    )
     text = render_script(r, Target.for_recipe(r, "22.05")).text
     assert "SLURMFM_HEALTH_ENTRY" not in text
 
 
 def test_nccl_on_efa_passes(cluster: dict[str, Any]) -> None:
-    proc = run(cluster, script_for("p5.48xlarge", cluster["tmp"], health_gate="off"),
-               FAKE_WORK_S="5")
+    proc = run(
+        cluster, script_for("p5.48xlarge", cluster["tmp"], health_gate="off"), FAKE_WORK_S="5"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "NCCL transport check: EFA (aws-ofi-nccl) in use" in proc.stdout
 
 
 def test_nccl_socket_fallback_fails_early(cluster: dict[str, Any]) -> None:
     start = time.monotonic()
-    proc = run(cluster, script_for("p5.48xlarge", cluster["tmp"], health_gate="off"),
-               FAKE_NCCL_LOG=str(FIXTURES / "nccl-socket.log"), FAKE_WORK_S="60")
+    proc = run(
+        cluster,
+        script_for("p5.48xlarge", cluster["tmp"], health_gate="off"),
+        FAKE_NCCL_LOG=str(FIXTURES / "nccl-socket.log"),
+        FAKE_WORK_S="60",
+    )
     assert proc.returncode == 3
     assert "NCCL fell back to TCP sockets instead of EFA" in proc.stderr
     assert "event=fail NCCL fell back to sockets" in state(cluster)
@@ -268,9 +311,12 @@ def test_nccl_socket_fallback_fails_early(cluster: dict[str, Any]) -> None:
 
 
 def test_nccl_socket_fallback_can_warn(cluster: dict[str, Any]) -> None:
-    proc = run(cluster, script_for("p5.48xlarge", cluster["tmp"], health_gate="off",
-                                   nccl_transport_check="warn"),
-               FAKE_NCCL_LOG=str(FIXTURES / "nccl-socket.log"), FAKE_WORK_S="5")
+    proc = run(
+        cluster,
+        script_for("p5.48xlarge", cluster["tmp"], health_gate="off", nccl_transport_check="warn"),
+        FAKE_NCCL_LOG=str(FIXTURES / "nccl-socket.log"),
+        FAKE_WORK_S="5",
+    )
     assert proc.returncode == 0
     assert "NCCL fell back to TCP sockets" in proc.stderr
 
@@ -290,14 +336,20 @@ def test_save_signal_reaches_workers_not_torchrun_then_requeues(cluster: dict[st
 
 
 def test_megatron_gets_term_for_its_exit_signal_handler(cluster: dict[str, Any]) -> None:
-    r = validate({
-        "name": "rt", "cluster": {"instance_type": "p5.48xlarge"}, "resources": {"nodes": 2},
-        "parallelism": {"tp": 8},
-        "launcher": {"kind": "megatron", "python": "fake-torchrun"},
-        "storage": {"checkpoint_root": str(cluster["tmp"] / "ckpt"),
-                    "log_dir": str(cluster["tmp"] / "logs")},
-        "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
-    })
+    r = validate(
+        {
+            "name": "rt",
+            "cluster": {"instance_type": "p5.48xlarge"},
+            "resources": {"nodes": 2},
+            "parallelism": {"tp": 8},
+            "launcher": {"kind": "megatron", "python": "fake-torchrun"},
+            "storage": {
+                "checkpoint_root": str(cluster["tmp"] / "ckpt"),
+                "log_dir": str(cluster["tmp"] / "logs"),
+            },
+            "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
+        }
+    )
     (cluster["tmp"] / "logs").mkdir(exist_ok=True)
     text = render_script(r, Target.for_recipe(r, "24.11")).text
     assert "--exit-signal-handler" in text
@@ -310,14 +362,20 @@ def test_megatron_gets_term_for_its_exit_signal_handler(cluster: dict[str, Any])
 
 
 def test_nemo_requeues_at_the_signal(cluster: dict[str, Any]) -> None:
-    r = validate({
-        "name": "rt", "cluster": {"instance_type": "p5.48xlarge"}, "resources": {"nodes": 2},
-        "parallelism": {"tp": 8},
-        "launcher": {"kind": "nemo", "recipe": "llama3_8b", "python": "fake-torchrun"},
-        "storage": {"checkpoint_root": str(cluster["tmp"] / "ckpt"),
-                    "log_dir": str(cluster["tmp"] / "logs")},
-        "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
-    })
+    r = validate(
+        {
+            "name": "rt",
+            "cluster": {"instance_type": "p5.48xlarge"},
+            "resources": {"nodes": 2},
+            "parallelism": {"tp": 8},
+            "launcher": {"kind": "nemo", "recipe": "llama3_8b", "python": "fake-torchrun"},
+            "storage": {
+                "checkpoint_root": str(cluster["tmp"] / "ckpt"),
+                "log_dir": str(cluster["tmp"] / "logs"),
+            },
+            "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
+        }
+    )
     (cluster["tmp"] / "logs").mkdir(exist_ok=True)
     text = render_script(r, Target.for_recipe(r, "24.11")).text
     run(cluster, text, usr2_after=0.3, FAKE_WORK_S="30")
@@ -326,8 +384,9 @@ def test_nemo_requeues_at_the_signal(cluster: dict[str, Any]) -> None:
 
 
 def test_restart_cap(cluster: dict[str, Any]) -> None:
-    text = script_for("p5.48xlarge", cluster["tmp"], health_gate="off",
-                      nccl_transport_check="off", max_restarts=2)
+    text = script_for(
+        "p5.48xlarge", cluster["tmp"], health_gate="off", nccl_transport_check="off", max_restarts=2
+    )
     proc = run(cluster, text, usr2_after=0.3, FAKE_WORK_S="30", SLURM_RESTART_COUNT="2")
     assert "requeue" not in log(cluster, "scontrol.log")
     assert "event=give-up restart cap 2 reached" in state(cluster)
@@ -346,8 +405,9 @@ def test_failed_step_drains_unresponsive_nodes_and_requeues(cluster: dict[str, A
 
 
 def test_requeue_disabled(cluster: dict[str, Any]) -> None:
-    text = script_for("p5.48xlarge", cluster["tmp"], health_gate="off",
-                      nccl_transport_check="off", requeue=False)
+    text = script_for(
+        "p5.48xlarge", cluster["tmp"], health_gate="off", nccl_transport_check="off", requeue=False
+    )
     assert "#SBATCH --no-requeue" in text
     proc = run(cluster, text, FAKE_FAIL_NODE="n2")
     assert "requeue" not in log(cluster, "scontrol.log")
@@ -364,11 +424,19 @@ def test_resume_pointer_is_exported(cluster: dict[str, Any]) -> None:
 
 
 def test_free_space_check(cluster: dict[str, Any]) -> None:
-    r = validate({"name": "rt", "cluster": {"instance_type": "lab-cpu"},
-                  "resources": {"procs_per_node": 1},
-                  "launcher": {"kind": "torchrun", "script": "t.py", "python": "fake-torchrun"},
-                  "storage": {"checkpoint_root": str(cluster["tmp"] / "ckpt"),
-                              "log_dir": str(cluster["tmp"] / "logs"), "min_free_gb": 10**9}})
+    r = validate(
+        {
+            "name": "rt",
+            "cluster": {"instance_type": "lab-cpu"},
+            "resources": {"procs_per_node": 1},
+            "launcher": {"kind": "torchrun", "script": "t.py", "python": "fake-torchrun"},
+            "storage": {
+                "checkpoint_root": str(cluster["tmp"] / "ckpt"),
+                "log_dir": str(cluster["tmp"] / "logs"),
+                "min_free_gb": 10**9,
+            },
+        }
+    )
     (cluster["tmp"] / "logs").mkdir(exist_ok=True)
     proc = run(cluster, render_script(r, Target.for_recipe(r, "22.05")).text)
     assert proc.returncode == 2
@@ -391,7 +459,7 @@ def test_no_requeue_when_the_work_finished_anyway(cluster: dict[str, Any]) -> No
 
 def test_save_signal_is_repeated_until_the_step_ends(cluster: dict[str, Any]) -> None:
     text = script_for("p5.48xlarge", cluster["tmp"], health_gate="off", nccl_transport_check="off")
-    assert "while kill -USR2 \"$slurmfm_srun\" 2>/dev/null; do sleep 10; done" in text
+    assert 'while kill -USR2 "$slurmfm_srun" 2>/dev/null; do sleep 10; done' in text
 
 
 LFS = r"""#!/bin/bash
@@ -416,12 +484,19 @@ def lustre_script(cluster: dict[str, Any], min_free_gb: float) -> str:
     for name, body in (("lfs", LFS), ("stat", STAT)):
         (cluster["bin"] / name).write_text(body)
         (cluster["bin"] / name).chmod(0o755)
-    r = validate({"name": "rt", "cluster": {"instance_type": "lab-cpu"},
-                  "resources": {"procs_per_node": 1},
-                  "launcher": {"kind": "torchrun", "script": "t.py", "python": "fake-torchrun"},
-                  "storage": {"checkpoint_root": str(cluster["tmp"] / "ckpt"),
-                              "log_dir": str(cluster["tmp"] / "logs"),
-                              "min_free_gb": min_free_gb}})
+    r = validate(
+        {
+            "name": "rt",
+            "cluster": {"instance_type": "lab-cpu"},
+            "resources": {"procs_per_node": 1},
+            "launcher": {"kind": "torchrun", "script": "t.py", "python": "fake-torchrun"},
+            "storage": {
+                "checkpoint_root": str(cluster["tmp"] / "ckpt"),
+                "log_dir": str(cluster["tmp"] / "logs"),
+                "min_free_gb": min_free_gb,
+            },
+        }
+    )
     (cluster["tmp"] / "logs").mkdir(exist_ok=True)
     return render_script(r, Target.for_recipe(r, "22.05")).text
 

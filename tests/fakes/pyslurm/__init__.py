@@ -41,8 +41,9 @@ def _save(db: dict[str, Any]) -> None:
 
 
 class JobSubmitDescription:
-    def __init__(self, script: str | None = None, environment: dict[str, str] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, script: str | None = None, environment: dict[str, str] | None = None, **kwargs: Any
+    ) -> None:
         self.script = script
         self.environment = environment
         self.name: str | None = kwargs.get("name")
