@@ -17,6 +17,7 @@ any POSIX file system.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ from types import FrameType
 
 POINTER = "latest"
 DONE = "DONE"
+PROGRESS_ENV = "SLURMFM_PROGRESS_FILE"
 _STEP = re.compile(r"^step_(\d+)$")
 
 
@@ -118,6 +120,7 @@ def save(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     publish(directory, name)
+    report_progress(step, checkpoint_step=step, force=True)
     if keep_last is None and os.environ.get("SLURMFM_KEEP_LAST"):
         keep_last = int(os.environ["SLURMFM_KEEP_LAST"])
     if keep_last:
@@ -186,3 +189,49 @@ class SaveRequest:
         end of the program is covered too.
         """
         signal.signal(self.signum, signal.SIG_IGN)
+
+
+_progress: dict[str, float] = {}
+_last_write = [0.0]
+
+
+def report_progress(
+    step: int,
+    *,
+    checkpoint_step: int | None = None,
+    force: bool = False,
+    min_interval_s: float = 5.0,
+    path: str | None = None,
+) -> bool:
+    """Record the training step (and the last checkpoint) for the job's metrics.
+
+    The job's observability agent turns this file into the ``slurmfm_train_step`` and
+    ``slurmfm_checkpoint_step`` gauges of node_exporter's textfile collector. The file is
+    ``$SLURMFM_PROGRESS_FILE`` (set by the job script; nothing happens without it), replaced
+    atomically. Writes are throttled to one per ``min_interval_s`` so a fast loop can call
+    this every step; ``force`` writes at once (:func:`save` does, for each checkpoint).
+    Reporting never raises: metrics must not stop a training run. Returns whether it wrote.
+    """
+    import json
+    import time
+
+    target = path or os.environ.get(PROGRESS_ENV, "")
+    now = time.time()
+    _progress["step"] = step
+    _progress["time"] = now
+    if checkpoint_step is not None:
+        _progress["checkpoint_step"] = checkpoint_step
+        _progress["checkpoint_time"] = now
+    if not target or (not force and now - _last_write[0] < min_interval_s):
+        return False
+    tmp = f"{target}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(_progress, fh, sort_keys=True)
+        os.replace(tmp, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    _last_write[0] = now
+    return True

@@ -82,6 +82,7 @@ def main() -> int:
         if rank == 0:
             print(json.dumps({"event": "step", "step": step, "loss": round(loss.item(), 5)}),
                   flush=True)
+            ck.report_progress(step)  # for the job's metrics (throttled; see slurmfm.checkpoint)
         flag = torch.tensor([1.0 if stop.requested else 0.0])
         dist.all_reduce(flag)  # every rank learns that one was asked to stop
         if flag.item() > 0:
@@ -97,6 +98,7 @@ def main() -> int:
             time.sleep(args.sleep)
     dist.barrier()
     if rank == 0:
+        ck.report_progress(args.steps, force=True)
         ck.mark_done(ckpt_dir)  # nothing left to do: no requeue even if a save signal came late
         print(json.dumps({"event": "done", "steps": args.steps, "world_size": world}), flush=True)
     dist.destroy_process_group()

@@ -362,6 +362,37 @@ class Network(_Strict):
         return self
 
 
+class Observability(_Strict):
+    """Per-job metrics for the cluster's Prometheus and Grafana (see slurmfm.observe.agent).
+
+    ``textfile_dir`` is read by node_exporter's textfile collector; its default is the
+    directory of node_exporter's own systemd example
+    (prometheus/node_exporter ``examples/systemd/sysconfig.node_exporter``); Debian and Ubuntu's
+    ``prometheus-node-exporter`` package reads ``/var/lib/prometheus/node-exporter`` instead.
+    ``dcgm_job_mapping_dir`` is DCGM-Exporter's ``--hpc-job-mapping-dir`` (no default upstream);
+    the default is the directory the HyperPod lifecycle scripts' Slurm prolog fills
+    (aws-launch-facts.md section 1.7). A directory that does not exist on a node is skipped with
+    one warning: the job never fails because of metrics. ``null`` turns a part off.
+    """
+
+    enabled: Literal["auto", "on", "off"] = Field(
+        default="auto", description="auto: on for GPU instance types, off for the CPU lab"
+    )
+    textfile_dir: str | None = "/var/lib/node_exporter/textfile_collector"
+    dcgm_job_mapping_dir: str | None = "/run/slurm/dcgm_job_mapping"
+    efa_counters: bool = Field(
+        default=True, description="snapshot EFA hw_counters at start and end (slurmfm report)"
+    )
+    interval_s: int = Field(default=15, ge=1, le=3600, description="textfile update period")
+
+    @field_validator("textfile_dir", "dcgm_job_mapping_dir")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError("must be an absolute path (it is read on every node)")
+        return v
+
+
 class Recipe(_Strict):
     """A whole job: the validated value every later stage consumes."""
 
@@ -380,6 +411,7 @@ class Recipe(_Strict):
     storage: Storage = Field(default_factory=Storage)
     network: Network = Field(default_factory=Network)
     resilience: Resilience = Field(default_factory=Resilience)
+    observability: Observability = Field(default_factory=Observability)
 
     @field_validator("env", mode="before")
     @classmethod

@@ -398,6 +398,58 @@ def _health(recipe: Recipe, inst: InstanceType) -> HealthGate:
     return HealthGate(enabled, inst.gpus, inst.efa_interfaces)
 
 
+@dataclass(frozen=True)
+class Observe:
+    """What the observability include needs (slurmfm/render/templates/observe.sh.j2)."""
+
+    enabled: bool
+    textfile_dir: str = "''"
+    dcgm_dir: str = "''"
+    efa: int = 0
+    interval: int = 15
+    gpus: int = 0
+    recipe: str = "''"
+    job_json: str = "''"
+    agent: str = ""
+    heredoc_tag: str = "SLURMFM_OBSERVE_AGENT_EOF"
+
+
+def _observe(recipe: Recipe, inst: InstanceType) -> Observe:
+    import json
+    from pathlib import Path
+
+    o = recipe.observability
+    enabled = o.enabled == "on" or (o.enabled == "auto" and inst.gpus > 0 and not inst.virtual)
+    if not enabled:
+        return Observe(False)
+    agent = (Path(__file__).resolve().parent.parent / "observe" / "agent.py").read_text()
+    tag = Observe.heredoc_tag
+    if tag in agent:  # pragma: no cover - the agent's own source is fixed
+        raise RenderError("observe: the agent source contains its own heredoc delimiter")
+    job = {
+        "recipe": recipe.name,
+        "run_id": recipe.storage.run_id or recipe.name,
+        "launcher": recipe.launcher.kind,
+        "procs_per_node": recipe.procs_per_node,
+        "tasks_per_node": recipe.procs_per_node if recipe.launcher.kind == "nemo" else 1,
+        "instance_type": inst.name,
+    }
+    return Observe(
+        enabled=True,
+        textfile_dir=sh_quote(o.textfile_dir or "", what="observability.textfile_dir"),
+        dcgm_dir=sh_quote(
+            (o.dcgm_job_mapping_dir or "") if inst.gpus else "",
+            what="observability.dcgm_job_mapping_dir",
+        ),
+        efa=int(o.efa_counters),
+        interval=o.interval_s,
+        gpus=inst.gpus,
+        recipe=sh_quote(recipe.name, what="name"),
+        job_json=sh_quote(json.dumps(job, sort_keys=True)),
+        agent=agent if agent.endswith("\n") else agent + "\n",
+    )
+
+
 def _nccl_check(recipe: Recipe, inst: InstanceType) -> str:
     mode = recipe.resilience.nccl_transport_check
     if mode == "auto":
@@ -430,6 +482,10 @@ def render_script(
     else:
         srun.extend(['--ntasks="$SLURM_JOB_NUM_NODES"', "--ntasks-per-node=1"])
     srun.append("--kill-on-bad-exit=1")
+    observe = _observe(recipe, inst)
+    if observe.enabled:
+        # "T: " before each output line, T the task: `slurmfm logs --rank` selects on it.
+        srun.append("--label")
     if recipe.cluster.flavor == "hyperpod":
         # HyperPod's auto-resume is an srun option; sbatch rejects it (aws-launch-facts.md 4.3).
         srun.append("--auto-resume=1")
@@ -484,6 +540,7 @@ def render_script(
         "res": recipe.resilience,
         "health": _health(recipe, inst),
         "nccl_check": _nccl_check(recipe, inst),
+        "observe": observe,
         "min_free_kb": int(s.min_free_gb * 1024 * 1024),
         "min_free_gb_text": (
             str(int(s.min_free_gb)) if s.min_free_gb == int(s.min_free_gb) else str(s.min_free_gb)

@@ -1,0 +1,477 @@
+"""The per-node observability agent: one process per node of a job, for the job's whole life.
+
+Why a separate agent, and why standard library only: node_exporter's textfile collector and
+DCGM-Exporter's HPC job mapping both read *local* directories of each node, so something must
+run on every node of the job; and that node may have no slurmfm installed (the training itself
+may run in a container). The job script therefore embeds this file's source and runs it with
+the node's ``python3`` (3.7 or later) in one ``srun --overlap --ntasks-per-node=1`` step beside
+the training step. The same source is imported and unit-tested as ``slurmfm.observe.agent``.
+
+What it does on its node, configured by environment variables the job script exports:
+
+* **DCGM-Exporter job mapping** (``SLURMFM_OBS_DCGM_DIR``): one file per GPU index, named by
+  the index, holding job ids one per line. DCGM-Exporter reads every file in
+  ``--hpc-job-mapping-dir`` whose name is a GPU id and adds the label ``hpc_job`` to that GPU's
+  metrics (NVIDIA/dcgm-exporter ``internal/pkg/transformation/hpc.go``: ``getGPUFiles`` keeps
+  names that parse as integers, ``readFile`` reads one job per line, ``hpcJobAttribute =
+  "hpc_job"`` in ``const.go``; README "Enabling HPC Job Mapping"). Another job's ids in the same
+  file are kept; at the end only this job's line is removed (the file when it is empty).
+* **Textfile metrics** (``SLURMFM_OBS_TEXTFILE_DIR``): ``slurmfm_job_<jobid>_<node>.prom`` in
+  the Prometheus text format, written to a temporary name and renamed, as node_exporter's
+  README asks ("Textfile Collector": files matching ``*.prom``; atomic ``mv``; timestamps are
+  not supported). The node name in the file name keeps nodes that share a host (the local lab)
+  apart; on a real cluster each host has its own directory. Removed at the end of the job.
+* **EFA counters** (``SLURMFM_OBS_EFA=1``): every file of
+  ``/sys/class/infiniband/<dev>/ports/<port>/hw_counters/`` (the EFA kernel driver's hardware
+  counters, the same files the EFA node exporter reads for its ``node_amazonefa_*`` metrics:
+  awsome-distributed-training ``4.validation_and_observability/3.efa-node-exporter``), saved
+  at start and at end as JSON in the job's shared observe directory; ``slurmfm report``
+  subtracts them. ``SLURMFM_SYSFS`` replaces ``/sys`` in tests.
+* **Progress**: ``SLURMFM_PROGRESS_FILE`` (written by :mod:`slurmfm.checkpoint`) becomes the
+  step and checkpoint gauges on the job's first node.
+
+Nothing here may fail the job: a directory that is missing or not writable is reported once
+on stderr and that part is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+PREFIX = "slurmfm_"
+_NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+_warned: set[str] = set()
+
+
+def warn(key: str, message: str) -> None:
+    """Print ``message`` once per ``key`` (a directory problem repeats every interval)."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    sys.stderr.write("slurmfm: observability: " + message + "\n")
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------- Prometheus text format
+
+
+def escape_label_value(value: str) -> str:
+    """Escape a label value for the text exposition format.
+
+    The format allows any UTF-8 in label values with backslash, double quote and line feed
+    escaped as ``\\\\``, ``\\"`` and ``\\n`` (prometheus.io "Exposition formats", text format).
+    """
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    """HELP lines escape only backslash and line feed (same source)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == int(value) and abs(value) < 2**53:
+        return str(int(value))
+    return repr(value)
+
+
+def format_family(
+    name: str, help_text: str, kind: str, samples: list[tuple[dict[str, str], float]]
+) -> str:
+    """One metric family as text: ``# HELP``, ``# TYPE`` and one line per sample.
+
+    ``samples`` is a list of ``(labels, value)`` with ``labels`` a dict of str to str.
+    """
+    if not _METRIC_NAME.match(name):
+        raise ValueError("invalid metric name: %r" % (name,))
+    lines = ["# HELP %s %s" % (name, escape_help(help_text)), "# TYPE %s %s" % (name, kind)]
+    for labels, value in samples:
+        parts = []
+        for key in sorted(labels):
+            if not _LABEL_NAME.match(key) or key.startswith("__"):
+                raise ValueError("invalid label name: %r" % (key,))
+            parts.append('%s="%s"' % (key, escape_label_value(str(labels[key]))))
+        label_text = "{" + ",".join(parts) + "}" if parts else ""
+        lines.append("%s%s %s" % (name, label_text, format_value(value)))
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write to a hidden temporary name in the same directory, then rename over ``path``.
+
+    node_exporter reads only ``*.prom``, so the temporary name is never read half-written.
+    """
+    directory, base = os.path.split(path)
+    tmp = os.path.join(directory, ".%s.%d.tmp" % (base, os.getpid()))
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------- node facts
+
+
+def safe_name(text: str) -> str:
+    return _NAME_OK.sub("_", text) or "unknown"
+
+
+def gpu_indices(env: dict[str, str], expected: int) -> list[int]:
+    """This node's GPU indices as DCGM numbers them (the physical index, not CUDA's).
+
+    ``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS`` hold the global ids Slurm allocated; without them,
+    ``nvidia-smi --query-gpu=index``; without that, 0..expected-1 (a whole-node job).
+    """
+    for var in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        raw = env.get(var, "").strip()
+        if raw and re.match(r"^\d+(,\d+)*$", raw):
+            return sorted({int(x) for x in raw.split(",")})
+    if expected <= 0:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            universal_newlines=True,
+            timeout=30,
+            check=False,
+        )
+        found = [int(x) for x in out.stdout.split() if x.isdigit()]
+        if out.returncode == 0 and found:
+            return sorted(set(found))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return list(range(expected))
+
+
+def efa_counters(sysfs: str) -> dict[str, dict[str, dict[str, int]]]:
+    """``{device: {port: {counter: value}}}`` from ``<sysfs>/class/infiniband``."""
+    root = os.path.join(sysfs, "class", "infiniband")
+    result: dict[str, dict[str, dict[str, int]]] = {}
+    try:
+        devices = sorted(os.listdir(root))
+    except OSError:
+        return result
+    for dev in devices:
+        ports_dir = os.path.join(root, dev, "ports")
+        try:
+            ports = sorted(os.listdir(ports_dir))
+        except OSError:
+            result[dev] = {}
+            continue
+        per_port: dict[str, dict[str, int]] = {}
+        for port in ports:
+            hw = os.path.join(ports_dir, port, "hw_counters")
+            counters: dict[str, int] = {}
+            try:
+                names = sorted(os.listdir(hw))
+            except OSError:
+                continue
+            for name in names:
+                try:
+                    with open(os.path.join(hw, name), encoding="utf-8") as fh:
+                        counters[name] = int(fh.read().strip())
+                except (OSError, ValueError):
+                    continue
+            per_port[port] = counters
+        result[dev] = per_port
+    return result
+
+
+def read_progress(path: str) -> dict[str, object]:
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# ---------------------------------------------------------------- DCGM mapping
+
+
+def map_gpus(directory: str, job_id: str, gpus: list[int]) -> list[int]:
+    """Add ``job_id`` to the mapping file of each GPU; return the indices written."""
+    if not directory:
+        return []
+    if not os.path.isdir(directory):
+        warn("dcgm", "DCGM job mapping directory %s does not exist; skipped" % directory)
+        return []
+    written = []
+    for idx in gpus:
+        path = os.path.join(directory, str(idx))
+        try:
+            jobs = _read_jobs(path)
+            if job_id not in jobs:
+                write_atomic(path, "".join(j + "\n" for j in [*jobs, job_id]))
+            written.append(idx)
+        except OSError as exc:
+            warn("dcgm", "cannot write DCGM job mapping in %s: %s; skipped" % (directory, exc))
+            break
+    return written
+
+
+def unmap_gpus(directory: str, job_id: str, gpus: list[int]) -> None:
+    """Remove ``job_id`` from each GPU's file; delete files left empty."""
+    for idx in gpus:
+        path = os.path.join(directory, str(idx))
+        try:
+            jobs = _read_jobs(path)
+            rest = [j for j in jobs if j != job_id]
+            if rest == jobs:
+                continue
+            if rest:
+                write_atomic(path, "".join(j + "\n" for j in rest))
+            else:
+                os.unlink(path)
+        except OSError:
+            continue
+
+
+def _read_jobs(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [line.strip() for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+# ---------------------------------------------------------------- the agent
+
+
+class Agent:
+    """State of one node's agent; :meth:`run` is the whole life cycle."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.job_id = env.get("SLURM_JOB_ID", "0")
+        self.node = env.get("SLURMD_NODENAME") or os.uname()[1]
+        self.restart = int(env.get("SLURMFM_RESTART", "0") or 0)
+        order = env.get("SLURMFM_HOST_ORDER", "").split()
+        self.rank = order.index(self.node) if self.node in order else -1
+        self.textfile_dir = env.get("SLURMFM_OBS_TEXTFILE_DIR", "")
+        self.dcgm_dir = env.get("SLURMFM_OBS_DCGM_DIR", "")
+        self.efa = env.get("SLURMFM_OBS_EFA", "0") == "1"
+        self.obs_dir = env.get("SLURMFM_OBS_DIR", "")
+        self.interval = max(1.0, float(env.get("SLURMFM_OBS_INTERVAL", "15") or 15))
+        self.stop_file = env.get("SLURMFM_OBS_STOP", "")
+        self.sysfs = env.get("SLURMFM_SYSFS", "/sys")
+        self.progress_file = env.get("SLURMFM_PROGRESS_FILE", "")
+        self.expected_gpus = int(env.get("SLURMFM_OBS_GPUS", "0") or 0)
+        self.labels = {
+            "jobid": self.job_id,
+            "recipe": env.get("SLURMFM_OBS_RECIPE", ""),
+            "run_id": env.get("SLURMFM_RUN_ID", ""),
+            "node": self.node,
+        }
+        self.started = time.time()
+        self.gpus: list[int] = []
+        self.mapped: list[int] = []
+        self.efa_devices: list[str] = []
+        self.stopping = False
+        self.running = True
+
+    # file names
+    def textfile_path(self) -> str:
+        name = "slurmfm_job_%s_%s.prom" % (safe_name(self.job_id), safe_name(self.node))
+        return os.path.join(self.textfile_dir, name)
+
+    def obs_path(self, kind: str) -> str:
+        return os.path.join(
+            self.obs_dir, "%s_%s_r%d.json" % (kind, safe_name(self.node), self.restart)
+        )
+
+    def metrics_text(self) -> str:
+        base = self.labels
+        fams = [
+            format_family(
+                PREFIX + "job_info",
+                "A slurmfm job on this node; value always 1.",
+                "gauge",
+                [
+                    (
+                        dict(
+                            base,
+                            job_name=self.env.get("SLURM_JOB_NAME", ""),
+                            node_rank=str(self.rank),
+                            topology_addr=self.env.get("SLURM_TOPOLOGY_ADDR", ""),
+                        ),
+                        1,
+                    )
+                ],
+            ),
+            format_family(
+                PREFIX + "job_restarts",
+                "Times the job was requeued and restarted (SLURM_RESTART_COUNT).",
+                "gauge",
+                [(base, self.restart)],
+            ),
+            format_family(
+                PREFIX + "job_running",
+                "1 while the job runs on this node, 0 in its final write.",
+                "gauge",
+                [(base, 0 if self.stopping else 1)],
+            ),
+            format_family(
+                PREFIX + "job_start_time_seconds",
+                "Unix time at which this restart of the job started on this node.",
+                "gauge",
+                [(base, int(self.started))],
+            ),
+            format_family(
+                PREFIX + "job_update_time_seconds",
+                "Unix time of this file's last update.",
+                "gauge",
+                [(base, int(time.time()))],
+            ),
+            format_family(
+                PREFIX + "job_node_rank",
+                "This node's place in the job's host order (rank of its first process / G).",
+                "gauge",
+                [(base, self.rank)],
+            ),
+            format_family(
+                PREFIX + "job_gpus",
+                "GPUs of this node mapped to the job for DCGM-Exporter.",
+                "gauge",
+                [(base, len(self.gpus))],
+            ),
+            format_family(
+                PREFIX + "job_efa_devices",
+                "EFA devices seen on this node.",
+                "gauge",
+                [(base, len(self.efa_devices))],
+            ),
+        ]
+        progress = read_progress(self.progress_file) if self.rank == 0 else {}
+        for key, name, help_text in (
+            ("step", "train_step", "Last training step the launcher reported."),
+            ("checkpoint_step", "checkpoint_step", "Step of the last checkpoint published."),
+            ("checkpoint_time", "checkpoint_time_seconds", "Unix time of the last checkpoint."),
+            ("time", "progress_time_seconds", "Unix time of the last progress report."),
+        ):
+            value = progress.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                fams.append(format_family(PREFIX + name, help_text, "gauge", [(base, value)]))
+        return "".join(fams)
+
+    def write_textfile(self) -> None:
+        if not self.textfile_dir:
+            return
+        if not os.path.isdir(self.textfile_dir):
+            warn("textfile", "textfile directory %s does not exist; skipped" % self.textfile_dir)
+            return
+        try:
+            write_atomic(self.textfile_path(), self.metrics_text())
+        except OSError as exc:
+            warn("textfile", "cannot write in %s: %s; skipped" % (self.textfile_dir, exc))
+
+    def save_json(self, kind: str, data: dict[str, object]) -> None:
+        if not self.obs_dir:
+            return
+        try:
+            write_atomic(self.obs_path(kind), json.dumps(data, sort_keys=True) + "\n")
+        except OSError as exc:
+            warn("obsdir", "cannot write in %s: %s; skipped" % (self.obs_dir, exc))
+
+    def efa_snapshot(self, when: str) -> None:
+        if not self.efa:
+            return
+        counters = efa_counters(self.sysfs)
+        self.efa_devices = sorted(counters)
+        if counters:
+            self.save_json("efa_" + when, {"time": time.time(), "devices": counters})
+
+    def node_info(self) -> dict[str, object]:
+        return {
+            "node": self.node,
+            "rank": self.rank,
+            "restart": self.restart,
+            "topology_addr": self.env.get("SLURM_TOPOLOGY_ADDR", ""),
+            "gpus": self.gpus,
+            "dcgm_mapped": self.mapped,
+            "efa_devices": self.efa_devices,
+            "start": self.started,
+            "textfile": self.textfile_path() if self.textfile_dir else "",
+        }
+
+    def start(self) -> None:
+        self.gpus = gpu_indices(self.env, self.expected_gpus) if self.expected_gpus > 0 else []
+        self.mapped = map_gpus(self.dcgm_dir, self.job_id, self.gpus)
+        self.efa_snapshot("start")
+        self.save_json("node", self.node_info())
+        self.write_textfile()
+
+    def finish(self) -> None:
+        self.stopping = True
+        self.efa_snapshot("end")
+        info = self.node_info()
+        info["end"] = time.time()
+        self.save_json("node", info)
+        if self.mapped:
+            unmap_gpus(self.dcgm_dir, self.job_id, self.mapped)
+        if self.textfile_dir:
+            try:
+                os.unlink(self.textfile_path())
+            except OSError:
+                pass
+
+    def should_stop(self) -> bool:
+        return self.stopping or bool(self.stop_file and os.path.exists(self.stop_file))
+
+    def run(self) -> int:
+        def on_term(signum: int, frame: object) -> None:
+            self.stopping = True
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        self.start()
+        next_write = time.time() + self.interval
+        while not self.should_stop():
+            time.sleep(0.5)
+            if time.time() >= next_write:
+                self.write_textfile()
+                next_write = time.time() + self.interval
+        self.finish()
+        return 0
+
+
+def main() -> int:
+    try:
+        return Agent(dict(os.environ)).run()
+    except Exception as exc:  # never fail the job because of metrics
+        warn("crash", "agent stopped: %s: %s" % (type(exc).__name__, exc))
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
