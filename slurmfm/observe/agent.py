@@ -427,8 +427,8 @@ class Agent:
         self.gpus = gpu_indices(self.env, self.expected_gpus) if self.expected_gpus > 0 else []
         self.mapped = map_gpus(self.dcgm_dir, self.job_id, self.gpus)
         self.efa_snapshot("start")
-        self.save_json("node", self.node_info())
         self.write_textfile()
+        self.save_json("node", self.node_info())  # last: the job script waits for this file
 
     def finish(self) -> None:
         self.stopping = True

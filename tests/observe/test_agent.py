@@ -51,7 +51,7 @@ def test_any_label_value_round_trips_through_the_prometheus_parser(
 def test_values_round_trip(value: float) -> None:
     text = agent.format_family("slurmfm_x", "h", "gauge", [({}, value)])
     [fam] = list(text_string_to_metric_families(text))
-    assert fam.samples[0].value == float(value)
+    assert fam.samples[0].value == value
 
 
 def test_invalid_names_are_refused() -> None:
