@@ -299,11 +299,14 @@ def cancel(job_id: str) -> None:
 
 
 # Command groups in their own modules (each imports only click at the top).
+from slurmfm.cli_observe import logs_command, report_command  # noqa: E402
 from slurmfm.cli_plan import plan_command as _plan_command  # noqa: E402
 from slurmfm.cli_topology import topology as _topology_group  # noqa: E402
 
 main.add_command(_topology_group)
 main.add_command(_plan_command)
+main.add_command(report_command)
+main.add_command(logs_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -36,6 +36,7 @@ on stderr and that part is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -101,16 +102,16 @@ def format_family(
     ``samples`` is a list of ``(labels, value)`` with ``labels`` a dict of str to str.
     """
     if not _METRIC_NAME.match(name):
-        raise ValueError("invalid metric name: %r" % (name,))
-    lines = ["# HELP %s %s" % (name, escape_help(help_text)), "# TYPE %s %s" % (name, kind)]
+        raise ValueError(f"invalid metric name: {name!r}")
+    lines = [f"# HELP {name} {escape_help(help_text)}", f"# TYPE {name} {kind}"]
     for labels, value in samples:
         parts = []
         for key in sorted(labels):
             if not _LABEL_NAME.match(key) or key.startswith("__"):
-                raise ValueError("invalid label name: %r" % (key,))
-            parts.append('%s="%s"' % (key, escape_label_value(str(labels[key]))))
+                raise ValueError(f"invalid label name: {key!r}")
+            parts.append(f'{key}="{escape_label_value(str(labels[key]))}"')
         label_text = "{" + ",".join(parts) + "}" if parts else ""
-        lines.append("%s%s %s" % (name, label_text, format_value(value)))
+        lines.append(f"{name}{label_text} {format_value(value)}")
     return "\n".join(lines) + "\n"
 
 
@@ -120,17 +121,15 @@ def write_atomic(path: str, text: str) -> None:
     node_exporter reads only ``*.prom``, so the temporary name is never read half-written.
     """
     directory, base = os.path.split(path)
-    tmp = os.path.join(directory, ".%s.%d.tmp" % (base, os.getpid()))
+    tmp = os.path.join(directory, f".{base}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
@@ -158,7 +157,7 @@ def gpu_indices(env: dict[str, str], expected: int) -> list[int]:
             ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            universal_newlines=True,
+            text=True,
             timeout=30,
             check=False,
         )
@@ -223,7 +222,7 @@ def map_gpus(directory: str, job_id: str, gpus: list[int]) -> list[int]:
     if not directory:
         return []
     if not os.path.isdir(directory):
-        warn("dcgm", "DCGM job mapping directory %s does not exist; skipped" % directory)
+        warn("dcgm", f"DCGM job mapping directory {directory} does not exist; skipped")
         return []
     written = []
     for idx in gpus:
@@ -234,7 +233,7 @@ def map_gpus(directory: str, job_id: str, gpus: list[int]) -> list[int]:
                 write_atomic(path, "".join(j + "\n" for j in [*jobs, job_id]))
             written.append(idx)
         except OSError as exc:
-            warn("dcgm", "cannot write DCGM job mapping in %s: %s; skipped" % (directory, exc))
+            warn("dcgm", f"cannot write DCGM job mapping in {directory}: {exc}; skipped")
             break
     return written
 
@@ -301,13 +300,11 @@ class Agent:
 
     # file names
     def textfile_path(self) -> str:
-        name = "slurmfm_job_%s_%s.prom" % (safe_name(self.job_id), safe_name(self.node))
+        name = f"slurmfm_job_{safe_name(self.job_id)}_{safe_name(self.node)}.prom"
         return os.path.join(self.textfile_dir, name)
 
     def obs_path(self, kind: str) -> str:
-        return os.path.join(
-            self.obs_dir, "%s_%s_r%d.json" % (kind, safe_name(self.node), self.restart)
-        )
+        return os.path.join(self.obs_dir, f"{kind}_{safe_name(self.node)}_r{self.restart}.json")
 
     def metrics_text(self) -> str:
         base = self.labels
@@ -387,12 +384,12 @@ class Agent:
         if not self.textfile_dir:
             return
         if not os.path.isdir(self.textfile_dir):
-            warn("textfile", "textfile directory %s does not exist; skipped" % self.textfile_dir)
+            warn("textfile", f"textfile directory {self.textfile_dir} does not exist; skipped")
             return
         try:
             write_atomic(self.textfile_path(), self.metrics_text())
         except OSError as exc:
-            warn("textfile", "cannot write in %s: %s; skipped" % (self.textfile_dir, exc))
+            warn("textfile", f"cannot write in {self.textfile_dir}: {exc}; skipped")
 
     def save_json(self, kind: str, data: dict[str, object]) -> None:
         if not self.obs_dir:
@@ -400,7 +397,7 @@ class Agent:
         try:
             write_atomic(self.obs_path(kind), json.dumps(data, sort_keys=True) + "\n")
         except OSError as exc:
-            warn("obsdir", "cannot write in %s: %s; skipped" % (self.obs_dir, exc))
+            warn("obsdir", f"cannot write in {self.obs_dir}: {exc}; skipped")
 
     def efa_snapshot(self, when: str) -> None:
         if not self.efa:
@@ -439,10 +436,8 @@ class Agent:
         if self.mapped:
             unmap_gpus(self.dcgm_dir, self.job_id, self.mapped)
         if self.textfile_dir:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.textfile_path())
-            except OSError:
-                pass
 
     def should_stop(self) -> bool:
         return self.stopping or bool(self.stop_file and os.path.exists(self.stop_file))
@@ -469,7 +464,7 @@ def main() -> int:
     try:
         return Agent(dict(os.environ)).run()
     except Exception as exc:  # never fail the job because of metrics
-        warn("crash", "agent stopped: %s: %s" % (type(exc).__name__, exc))
+        warn("crash", f"agent stopped: {type(exc).__name__}: {exc}")
         return 0
 
 

@@ -149,9 +149,7 @@ def test_every_node_maps_gpus_writes_metrics_and_cleans_up(cluster: dict[str, An
 
 def test_missing_metrics_directories_never_fail_the_job(cluster: dict[str, Any]) -> None:
     tmp: Path = cluster["tmp"]
-    text = render(
-        tmp, textfile_dir=str(tmp / "absent"), dcgm_job_mapping_dir=str(tmp / "absent2")
-    )
+    text = render(tmp, textfile_dir=str(tmp / "absent"), dcgm_job_mapping_dir=str(tmp / "absent2"))
     proc = run(cluster, text)
     assert proc.returncode == 0, proc.stderr
     assert "event=finished" in (tmp / "logs" / "rt_77.state").read_text()
@@ -164,5 +162,5 @@ def test_observability_off_renders_nothing(tmp_path: Path) -> None:
     text = render(tmp_path, enabled="off")
     assert "SLURMFM_OBSERVE_AGENT" not in text
     assert "--label" not in text
-    assert 'event=hosts' not in text  # the record call is there, its output is not
+    assert "event=hosts" not in text  # the record call is there, its output is not
     assert 'slurmfm_record hosts "$SLURMFM_HOST_ORDER"' in text

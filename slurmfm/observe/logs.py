@@ -1,0 +1,100 @@
+"""``slurmfm logs JOBID``: a job's output per restart and per rank.
+
+Where the output is: sbatch's ``--output`` is ``<log_dir>/<name>_<jobid>.out`` and every
+restart appends to it (``--open-mode=append``); each start begins with the job script's line
+``slurmfm: job <id> start <N>``, which is where a restart's part begins. With
+``resilience.log_mode: per_restart`` the launch step of restart N writes
+``<name>_<jobid>_r<N>.out`` instead.
+
+Per rank: with observability on, the launch step runs with ``srun --label``, so each line of
+the training's output starts with ``T: `` where T is the Slurm task. With one task per GPU
+(NeMo) a task is a global rank. With one torchrun per node (torchrun, Megatron-LM) a task is a
+node, and rank R's lines are those of the node that holds it (node R // G of the job's host
+order, G processes per node), together with that node's other local ranks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$", re.DOTALL)
+
+
+def _start_marker(job_id: str) -> re.Pattern[str]:
+    return re.compile(rf"^slurmfm: job {re.escape(job_id)} start (\d+)\b")
+
+
+def log_files(log_dir: Path, name: str, job_id: str, stdout: str = "") -> list[tuple[int, Path]]:
+    """``(restart, path)`` of every log of the job: -1 for the main log, N for ``_rN.out``."""
+    main = Path(stdout) if stdout else log_dir / f"{name}_{job_id}.out"
+    out: list[tuple[int, Path]] = []
+    if main.exists():
+        out.append((-1, main))
+    for p in log_dir.glob(f"{name}_{job_id}_r*.out"):
+        m = re.fullmatch(rf"{re.escape(name)}_{re.escape(job_id)}_r(\d+)\.out", p.name)
+        if m:
+            out.append((int(m.group(1)), p))
+    return sorted(out, key=lambda rp: (rp[0], str(rp[1])))
+
+
+def split_restarts(text: str, job_id: str) -> dict[int, list[str]]:
+    """The main log's lines by restart, cut at each ``slurmfm: job ID start N`` line."""
+    marker = _start_marker(job_id)
+    parts: dict[int, list[str]] = {}
+    current = 0
+    for line in text.splitlines(keepends=True):
+        m = marker.match(line)
+        if m:
+            current = int(m.group(1))
+        parts.setdefault(current, []).append(line)
+    return parts
+
+
+def task_for_rank(
+    rank: int,
+    *,
+    launcher: str,
+    procs_per_node: int,
+    hosts: list[str],
+    allocation: list[str],
+) -> int:
+    """The Slurm task of the launch step whose output holds global rank ``rank``."""
+    if launcher == "nemo":
+        return rank
+    node_rank = rank // max(procs_per_node, 1)
+    if node_rank >= len(hosts):
+        raise ValueError(
+            f"rank {rank} is not in this job ({len(hosts)} nodes x {procs_per_node} processes)"
+        )
+    node = hosts[node_rank]
+    # One task per node: Slurm numbers the tasks in the allocation's node order.
+    return allocation.index(node) if node in allocation else node_rank
+
+
+def filter_task(lines: Iterable[str], task: int) -> Iterator[str]:
+    """Lines labelled ``task`` by ``srun --label``, label removed."""
+    for line in lines:
+        m = _LABEL.match(line)
+        if m and int(m.group(1)) == task:
+            yield m.group(2)
+
+
+def select(
+    files: list[tuple[int, Path]], job_id: str, restart: int | None
+) -> list[tuple[int, list[str]]]:
+    """``(restart, lines)`` for every restart (or only ``restart``), in order."""
+    by_restart: dict[int, list[str]] = {}
+    for n, path in files:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if n == -1:
+            for k, lines in split_restarts(text, job_id).items():
+                by_restart.setdefault(k, []).extend(lines)
+        else:
+            by_restart.setdefault(n, []).extend(text.splitlines(keepends=True))
+    keys = sorted(by_restart) if restart is None else [restart]
+    return [(k, by_restart.get(k, [])) for k in keys]

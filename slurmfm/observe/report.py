@@ -1,0 +1,349 @@
+"""``slurmfm report JOBID``: what a job ran where, how it restarted, and what it wrote.
+
+Why a report built from files: Slurm keeps a job's record (nodes, times, restart count) but
+not why it restarted, which rank ran where, which checkpoints it wrote or whether NCCL used
+EFA. The job script leaves those next to its log: the state file (one line per event,
+:mod:`slurmfm.backends.state`), the observe directory (per-node facts and EFA counter
+snapshots from :mod:`slurmfm.observe.agent`, the training progress), the NCCL logs of the
+transport check, and the run's checkpoint directory. This module reads them, with Slurm's
+record (``scontrol show job``, or ``sacct`` for old jobs), into one :class:`Report`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from slurmfm.backends.state import _LINE
+
+# Counters summed per node in the text report; the JSON report has every counter per device.
+EFA_SUMMARY = ("tx_bytes", "rx_bytes", "rdma_read_bytes", "rdma_write_bytes", "rx_drops")
+TERMINAL_EVENTS = {"requeue", "give-up", "fail", "finished"}
+
+
+@dataclass
+class Run:
+    """One start of the job (restart N): when, where, and how it ended."""
+
+    restart: int
+    start: str = ""
+    end: str = ""
+    outcome: str = "running"
+    reason: str = ""
+    hosts: list[str] = field(default_factory=list)
+    signals: list[str] = field(default_factory=list)
+    seconds: float | None = None
+
+
+@dataclass
+class Checkpoint:
+    name: str
+    step: int
+    time: str
+
+
+@dataclass
+class NcclSeen:
+    restart: int
+    transport: str  # "efa", "socket" or "unknown"
+    evidence: str
+    file: str
+
+
+@dataclass
+class Report:
+    job_id: str
+    name: str = ""
+    state: str = ""
+    exit_code: str = ""
+    slurm_nodes: str = ""
+    nodes: list[str] = field(default_factory=list)  # rank order of the last run
+    topology: dict[str, str] = field(default_factory=dict)  # node -> SLURM_TOPOLOGY_ADDR
+    topology_summary: str = ""
+    restarts: int = 0
+    runs: list[Run] = field(default_factory=list)
+    checkpoint_dir: str = ""
+    latest_checkpoint: str = ""
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    progress: dict[str, Any] = field(default_factory=dict)
+    nccl: list[NcclSeen] = field(default_factory=list)
+    # node -> "r<restart>:<device>:<port>" -> counter -> end minus start
+    efa_delta: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    efa_totals: dict[str, dict[str, int]] = field(default_factory=dict)
+    start: str = ""
+    end: str = ""
+    wall_time_s: float | None = None
+    slurm_run_time: str = ""
+    log_dir: str = ""
+    logs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _ts(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def parse_runs(state_text: str) -> list[Run]:
+    """The runs of a job from its state file, in restart order."""
+    runs: dict[int, Run] = {}
+    for line in state_text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        n = int(m.group("restart"))
+        run = runs.setdefault(n, Run(n))
+        event, rest, ts = m.group("event"), m.group("rest"), m.group("ts")
+        if event == "start":
+            run.start = run.start or ts
+        elif event == "hosts":
+            run.hosts = rest.split()
+        elif event == "signal":
+            run.signals.append(rest)
+        elif event in TERMINAL_EVENTS:
+            run.outcome, run.reason, run.end = event, rest, ts
+    for run in runs.values():
+        a, b = _ts(run.start), _ts(run.end)
+        if a and b:
+            run.seconds = (b - a).total_seconds()
+    return [runs[k] for k in sorted(runs)]
+
+
+def topology_summary(addrs: dict[str, str]) -> str:
+    """ "2 nodes under 1 leaf switch (s1.l1)" from each node's SLURM_TOPOLOGY_ADDR."""
+    if not addrs or not any(addrs.values()):
+        return "no topology addresses (no topology plugin, or no agent ran)"
+    leaves: dict[str, list[str]] = {}
+    for node, addr in addrs.items():
+        parent = addr.rsplit(".", 1)[0] if "." in addr else "(none)"
+        leaves.setdefault(parent, []).append(node)
+    parts = ", ".join(f"{leaf}: {len(nodes)}" for leaf, nodes in sorted(leaves.items()))
+    n = len(addrs)
+    return (
+        f"{n} node{'s' if n != 1 else ''} under {len(leaves)} leaf switch"
+        f"{'es' if len(leaves) != 1 else ''} ({parts})"
+    )
+
+
+def efa_delta(start: dict[str, Any], end: dict[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per device and port, end minus start of every counter present in both."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for dev, ports in end.get("devices", {}).items():
+        for port, counters in ports.items():
+            before = start.get("devices", {}).get(dev, {}).get(port, {})
+            out.setdefault(dev, {})[port] = {
+                k: int(v) - int(before[k]) for k, v in counters.items() if k in before
+            }
+    return out
+
+
+_NCCL_EFA = re.compile(r"NET/OFI Selected provider is efa|Using network (AWS Libfabric|OFI)")
+_NCCL_SOCKET = re.compile(r"Using network Socket|NET/Socket : Using")
+
+
+def nccl_transport(log_dir: Path, job_id: str) -> list[NcclSeen]:
+    """What NCCL chose per restart, from the transport check's logs (``nccl-JOB-rN-*``)."""
+    seen: dict[int, NcclSeen] = {}
+    for path in sorted(log_dir.glob(f"nccl-{job_id}-r*-*")):
+        m = re.match(rf"nccl-{re.escape(job_id)}-r(\d+)-", path.name)
+        if not m:
+            continue
+        n = int(m.group(1))
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for pattern, kind in ((_NCCL_EFA, "efa"), (_NCCL_SOCKET, "socket")):
+            hit = next((ln for ln in text.splitlines() if pattern.search(ln)), None)
+            if hit and (n not in seen or seen[n].transport == "unknown"):
+                seen[n] = NcclSeen(n, kind, hit.strip(), str(path))
+                break
+        else:
+            seen.setdefault(n, NcclSeen(n, "unknown", "", str(path)))
+    return [seen[k] for k in sorted(seen)]
+
+
+def checkpoints(directory: Path, since: datetime | None) -> tuple[str, list[Checkpoint]]:
+    """The ``latest`` pointer and the ``step_N`` checkpoints written since ``since``."""
+    from slurmfm import checkpoint as ck
+
+    latest = ck.latest(directory)
+    found: list[Checkpoint] = []
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:
+        return (str(latest) if latest else "", found)
+    for p in entries:
+        if not re.fullmatch(r"step_\d+", p.name) or not p.is_dir():
+            continue
+        mtime = datetime.fromtimestamp(p.stat().st_mtime, tz=timezone.utc)
+        if since is not None and mtime < since:
+            continue
+        found.append(Checkpoint(p.name, ck.step_of(p), mtime.strftime("%Y-%m-%dT%H:%M:%SZ")))
+    return (str(latest) if latest else "", found)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def build_report(
+    job_id: str,
+    *,
+    record: dict[str, str],
+    log_dir: Path,
+    name: str,
+) -> Report:
+    """Assemble the report from Slurm's ``record`` and the files in ``log_dir``."""
+    rep = Report(job_id=job_id, name=name, log_dir=str(log_dir))
+    rep.state = record.get("JobState", record.get("State", ""))
+    rep.exit_code = record.get("ExitCode", "")
+    rep.slurm_nodes = record.get("NodeList", "")
+    rep.restarts = int(record.get("Restarts", "0") or 0)
+    rep.slurm_run_time = record.get("RunTime", record.get("Elapsed", ""))
+    base = f"{name}_{job_id}"
+    state_file = log_dir / f"{base}.state"
+    try:
+        state_text = state_file.read_text(errors="replace")
+    except OSError:
+        state_text = ""
+        rep.notes.append(f"no state file {state_file} (not a slurmfm job, or another log dir)")
+    rep.runs = parse_runs(state_text)
+    rep.restarts = max(rep.restarts, max((r.restart for r in rep.runs), default=0))
+    for line in state_text.splitlines():
+        m = _LINE.match(line)
+        if m and m.group("event") == "checkpoint-dir":
+            rep.checkpoint_dir = m.group("rest")
+    if rep.runs:
+        rep.nodes = next((r.hosts for r in reversed(rep.runs) if r.hosts), [])
+        rep.start = rep.runs[0].start
+        rep.end = rep.runs[-1].end
+        done = [r.seconds for r in rep.runs if r.seconds is not None]
+        rep.wall_time_s = sum(done) if done else None
+    obs = log_dir / f"{base}.observe"
+    last = rep.runs[-1].restart if rep.runs else 0
+    for path in sorted(obs.glob(f"node_*_r{last}.json")):
+        info = _read_json(path)
+        if info.get("node"):
+            rep.topology[str(info["node"])] = str(info.get("topology_addr", ""))
+    rep.topology_summary = topology_summary(rep.topology)
+    rep.progress = _read_json(obs / "progress.json")
+    for start_path in sorted(obs.glob("efa_start_*.json")):
+        m = re.fullmatch(r"efa_start_(.+)_r(\d+)\.json", start_path.name)
+        if not m:
+            continue
+        node, restart = m.group(1), m.group(2)
+        end = _read_json(obs / f"efa_end_{node}_r{restart}.json")
+        if not end:
+            continue
+        delta = efa_delta(_read_json(start_path), end)
+        rep.efa_delta.setdefault(node, {}).update(
+            {
+                f"r{restart}:{dev}:{port}": c
+                for dev, ports in delta.items()
+                for port, c in ports.items()
+            }
+        )
+        totals = rep.efa_totals.setdefault(node, dict.fromkeys(EFA_SUMMARY, 0))
+        for ports in delta.values():
+            for counters in ports.values():
+                for k in EFA_SUMMARY:
+                    totals[k] += counters.get(k, 0)
+    rep.nccl = nccl_transport(log_dir, job_id)
+    if rep.checkpoint_dir:
+        since = _ts(rep.start) if rep.start else None
+        rep.latest_checkpoint, rep.checkpoints = checkpoints(Path(rep.checkpoint_dir), since)
+    from slurmfm.observe.logs import log_files
+
+    rep.logs = [str(p) for _, p in log_files(log_dir, name, job_id, record.get("StdOut", ""))]
+    return rep
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def render_text(rep: Report) -> str:
+    """The report for a terminal."""
+    out = [
+        f"job {rep.job_id} ({rep.name}): {rep.state or '?'}"
+        + (f", exit {rep.exit_code}" if rep.exit_code else ""),
+        f"  wall time {_duration(rep.wall_time_s)} over {len(rep.runs) or 1} run(s)"
+        + (f"; Slurm run time {rep.slurm_run_time}" if rep.slurm_run_time else "")
+        + (f"; {rep.start} .. {rep.end or 'now'}" if rep.start else ""),
+        "nodes (rank order): " + (" ".join(rep.nodes) or rep.slurm_nodes or "?"),
+        f"  topology: {rep.topology_summary}",
+    ]
+    for node in rep.nodes:
+        if rep.topology.get(node):
+            out.append(f"    {node}: {rep.topology[node]}")
+    out.append(f"restarts: {rep.restarts}")
+    for r in rep.runs:
+        line = f"  run {r.restart}: {r.start or '?'} -> {r.outcome}"
+        if r.reason:
+            line += f": {r.reason}"
+        if r.seconds is not None:
+            line += f" ({_duration(r.seconds)})"
+        out.append(line)
+        for s in r.signals:
+            out.append(f"    signal: {s}")
+    out.append(f"checkpoints: {rep.checkpoint_dir or '?'}")
+    if rep.latest_checkpoint:
+        out.append(f"  latest: {rep.latest_checkpoint}")
+    for c in rep.checkpoints:
+        out.append(f"  {c.name} (step {c.step}, {c.time})")
+    if rep.progress:
+        out.append(
+            "  progress: step "
+            + str(rep.progress.get("step", "?"))
+            + ", last checkpoint step "
+            + str(rep.progress.get("checkpoint_step", "?"))
+        )
+    if rep.nccl:
+        out.append("NCCL transport:")
+        for seen in rep.nccl:
+            why = f" ({seen.evidence})" if seen.evidence else ""
+            out.append(f"  run {seen.restart}: {seen.transport}{why}")
+    else:
+        out.append("NCCL transport: not checked (no NCCL transport-check logs)")
+    if rep.efa_totals:
+        out.append("EFA counters (end - start, all devices):")
+        for node, totals in sorted(rep.efa_totals.items()):
+            parts = ", ".join(
+                f"{k} {_human_bytes(v) if k.endswith('bytes') else v}" for k, v in totals.items()
+            )
+            out.append(f"  {node}: {parts}")
+    else:
+        out.append("EFA counters: none recorded")
+    if rep.logs:
+        out.append("logs: " + " ".join(rep.logs))
+    for note in rep.notes:
+        out.append(f"note: {note}")
+    return "\n".join(out) + "\n"
