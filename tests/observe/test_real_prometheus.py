@@ -1,0 +1,205 @@
+"""Observability end to end: a real Slurm job, a real node_exporter and a real Prometheus.
+
+The quickstart's CPU torchrun job runs on the local Slurm lab with observability on and its
+textfile directory pointed at a node_exporter (textfile collector only) that a Prometheus on
+loopback scrapes every second (``scripts/obs-stack``). The training script fails its first
+run on purpose, so the job requeues itself once and then trains with checkpoints.
+
+Checked: Prometheus scraped the job's textfile metrics with their labels and the reported
+steps; every PromQL query of the shipped Grafana dashboard, with ``$jobid`` set to the job,
+returns series through Prometheus's HTTP API (the GPU and EFA panels read a fixture file that
+stands in for DCGM-Exporter and the EFA exporter, which need hardware this machine lacks:
+tests/observe/fixtures/README.md); ``slurmfm report`` shows the nodes in rank order, the
+restart and its reason, and the checkpoints; ``slurmfm logs`` splits restarts and ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import REPO_ROOT, SlurmLab, slurm_required
+from resilience.test_real_slurm_resilience import events, wait_done
+
+from slurmfm.observe import dashboard
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
+
+OBS_STACK = REPO_ROOT / "scripts" / "obs-stack"
+FIXTURES = Path(__file__).parent / "fixtures"
+PROM_PORT = os.environ.get("SLURMFM_OBS_PROM_PORT", "19190")
+NODE_PORT = os.environ.get("SLURMFM_OBS_NODE_PORT", "19191")
+
+FLAKY = """\
+import os, runpy, sys
+# Fail the first run (restart 0) on purpose; later runs train for real.
+if os.environ.get("SLURMFM_RESTART", "0") == "0":
+    print("flaky: failing run 0 on purpose", flush=True)
+    sys.exit(3)
+train = {train!r}
+sys.argv = [train] + sys.argv[1:]
+runpy.run_path(train, run_name="__main__")
+"""
+
+
+@pytest.fixture(scope="module")
+def obs_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    root = tmp_path_factory.mktemp("obs")
+    textfiles = root / "textfile"
+    args = [str(OBS_STACK), "--dir", str(root / "stack"), "--textfile-dir", str(textfiles)]
+    env = {
+        **os.environ,
+        "SLURMFM_OBS_PROM_PORT": PROM_PORT,
+        "SLURMFM_OBS_NODE_PORT": NODE_PORT,
+    }
+    proc = subprocess.run(
+        [*args, "up"], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    if proc.returncode != 0:
+        msg = f"obs-stack did not come up:\n{proc.stdout}\n{proc.stderr}"
+        if slurm_required():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    yield {"root": root, "textfile": textfiles}
+    subprocess.run([*args, "down"], env=env, capture_output=True, timeout=120, check=False)
+
+
+def prom(path: str, **params: str) -> Any:
+    url = f"http://127.0.0.1:{PROM_PORT}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - loopback http
+        body = json.loads(resp.read())
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def cli(lab: SlurmLab, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", *args],
+        cwd=REPO_ROOT,
+        env=lab.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_job_metrics_dashboard_and_report(
+    slurm_lab: SlurmLab, obs_stack: dict[str, Path], tmp_path: Path
+) -> None:
+    flaky = tmp_path / "flaky_train.py"
+    flaky.write_text(FLAKY.format(train=str(REPO_ROOT / "recipes/scripts/train_tiny.py")))
+    t0 = time.time()
+    proc = cli(
+        slurm_lab,
+        "submit",
+        "recipes/quickstart.yaml",
+        "--set",
+        f"storage.checkpoint_root={tmp_path}/ckpt",
+        "--set",
+        f"storage.log_dir={tmp_path}/logs",
+        "--set",
+        f"launcher.script={flaky}",
+        "--set",
+        "launcher.args=[--steps, '30', --checkpoint-every, '10', --sleep, '0.3']",
+        "--set",
+        "resilience.max_restarts=2",
+        "--set",
+        "observability.enabled=on",
+        "--set",
+        f"observability.textfile_dir={obs_stack['textfile']}",
+        "--set",
+        "observability.interval_s=1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    # Stand-ins for DCGM-Exporter and the EFA exporter on the job's "hosts" (fixture).
+    fixture = (FIXTURES / "dcgm-efa-exporters.prom").read_text()
+    (obs_stack["textfile"] / "fixture_dcgm_efa.prom").write_text(
+        fixture.replace("JOBID", job_id).replace("NODE", "lab")
+    )
+    rec = wait_done(slurm_lab, job_id, timeout=600)
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    log = log_path.read_text() if log_path.exists() else ""
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+
+    # --- Prometheus scraped the job's textfile metrics
+    time.sleep(2)
+    series = prom(
+        "/api/v1/query_range",
+        query=f'slurmfm_train_step{{jobid="{job_id}"}}',
+        start=str(t0),
+        end=str(time.time()),
+        step="1",
+    )["result"]
+    assert series, f"no slurmfm_train_step for job {job_id} in Prometheus"
+    [s] = series
+    labels = s["metric"]
+    assert labels["recipe"] == "quickstart"
+    assert labels["run_id"] == "quickstart"
+    assert labels["job"] == "node"  # scraped from node_exporter's textfile collector
+    steps = [float(v) for _, v in s["values"]]
+    assert max(steps) >= 10, steps
+    t_seen = float(s["values"][-1][0])
+    restarts = prom(
+        "/api/v1/query", query=f'max(slurmfm_job_restarts{{jobid="{job_id}"}})', time=str(t_seen)
+    )["result"]
+    assert restarts[0]["value"][1] == "1"
+    nodes = prom(
+        "/api/v1/query", query=f'slurmfm_job_info{{jobid="{job_id}"}}', time=str(t_seen)
+    )["result"]
+    assert len({r["metric"]["node"] for r in nodes}) == 2  # one textfile per node
+
+    # --- every dashboard query returns this job's series
+    board = json.loads(dashboard.SHIPPED.read_text())
+    for title, expr in dashboard.queries(board):
+        q = expr.replace("$jobid", job_id).replace("$__rate_interval", "30s")
+        result = prom("/api/v1/query", query=q, time=str(t_seen))["result"]
+        assert result, f"dashboard panel {title!r}: no series for job {job_id}: {q}"
+        for r in result:
+            m = r["metric"]
+            if "jobid" in m:
+                assert m["jobid"] == job_id, (title, m)
+            if "hpc_job" in m:
+                assert m["hpc_job"] == job_id, (title, m)
+
+    # --- slurmfm report
+    proc = cli(slurm_lab, "report", job_id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    ranks = sorted((e for e in events(log) if e["event"] == "rank"), key=lambda e: e["rank"])
+    order = ranks[0]["host_order"].split()
+    assert rep["nodes"] == order
+    assert rep["restarts"] == 1
+    assert [r["outcome"] for r in rep["runs"]] == ["requeue", "finished"]
+    assert rep["runs"][0]["reason"].startswith("step failed with exit")
+    assert [c["step"] for c in rep["checkpoints"]] == [10, 20, 30]
+    assert rep["latest_checkpoint"].endswith("step_000000030")
+    assert rep["progress"]["step"] == 30
+    assert rep["wall_time_s"] > 0
+    assert set(rep["topology"]) == set(order)
+    text = cli(slurm_lab, "report", job_id).stdout
+    assert f"nodes (rank order): {' '.join(order)}" in text
+    assert "run 0:" in text
+    assert "-> requeue: step failed with exit" in text
+
+    # --- slurmfm logs: per restart, per rank
+    first = cli(slurm_lab, "logs", job_id, "--restart", "0")
+    assert first.returncode == 0, first.stderr
+    assert "flaky: failing run 0 on purpose" in first.stdout
+    assert '"event": "step"' not in first.stdout
+    rank2 = cli(slurm_lab, "logs", job_id, "--restart", "1", "--rank", "2")
+    assert rank2.returncode == 0, rank2.stderr
+    seen = {e["rank"] for e in events(rank2.stdout) if e["event"] == "rank"}
+    assert seen == {2, 3}, rank2.stdout[-2000:]  # node rank 1 holds ranks 2 and 3
+    assert not re.search(r"^\s*\d+: ", rank2.stdout, re.MULTILINE)  # labels removed
