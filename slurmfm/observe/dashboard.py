@@ -116,9 +116,16 @@ PANELS: tuple[PanelSpec, ...] = (
 
 def build() -> dict[str, object]:
     """The dashboard as a JSON-ready dict (grafana-foundation-sdk's own encoding)."""
+    from grafana_foundation_sdk.builders import common as gc
     from grafana_foundation_sdk.builders import dashboard as gd
     from grafana_foundation_sdk.builders import prometheus, stat, timeseries
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.common import (
+        LegendDisplayMode,
+        LegendPlacement,
+        SortOrder,
+        TooltipDisplayMode,
+    )
     from grafana_foundation_sdk.models.dashboard import (
         DataSourceRef,
         VariableRefresh,
@@ -153,10 +160,34 @@ def build() -> dict[str, object]:
         ]
         panel: timeseries.Panel | stat.Panel
         if spec.kind == "stat":
-            panel = stat.Panel().title(spec.title).datasource(ds).unit(spec.unit)
+            panel = (
+                stat.Panel()
+                .title(spec.title)
+                .datasource(ds)
+                .unit(spec.unit)
+                .reduce_options(gc.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+            )
             width = 6
         else:
-            panel = timeseries.Panel().title(spec.title).datasource(ds).unit(spec.unit)
+            panel = (
+                timeseries.Panel()
+                .title(spec.title)
+                .datasource(ds)
+                .unit(spec.unit)
+                .legend(
+                    gc.VizLegendOptions()
+                    .show_legend(True)
+                    .display_mode(LegendDisplayMode.LIST)
+                    .placement(LegendPlacement.BOTTOM)
+                    .calcs([])
+                )
+                # the SDK's enums are enum.StrEnum (3.11); mypy checks for 3.10
+                .tooltip(
+                    gc.VizTooltipOptions()
+                    .mode(TooltipDisplayMode.MULTI)  # type: ignore[arg-type]
+                    .sort(SortOrder.NONE)
+                )
+            )
             width = 12
         if spec.description:
             panel = panel.description(spec.description)

@@ -76,7 +76,7 @@ def obs_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pa
 
 def prom(path: str, **params: str) -> Any:
     url = f"http://127.0.0.1:{PROM_PORT}{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - loopback http
+    with urllib.request.urlopen(url, timeout=30) as resp:
         body = json.loads(resp.read())
     assert body["status"] == "success", body
     return body["data"]
@@ -155,9 +155,9 @@ def test_job_metrics_dashboard_and_report(
         "/api/v1/query", query=f'max(slurmfm_job_restarts{{jobid="{job_id}"}})', time=str(t_seen)
     )["result"]
     assert restarts[0]["value"][1] == "1"
-    nodes = prom(
-        "/api/v1/query", query=f'slurmfm_job_info{{jobid="{job_id}"}}', time=str(t_seen)
-    )["result"]
+    nodes = prom("/api/v1/query", query=f'slurmfm_job_info{{jobid="{job_id}"}}', time=str(t_seen))[
+        "result"
+    ]
     assert len({r["metric"]["node"] for r in nodes}) == 2  # one textfile per node
 
     # --- every dashboard query returns this job's series

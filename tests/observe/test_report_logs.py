@@ -137,3 +137,50 @@ def test_rank_to_task() -> None:
     assert lg.task_for_rank(5, launcher="nemo", **kw) == 5  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not in this job"):
         lg.task_for_rank(8, launcher="torchrun", **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def stub_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    logs = make_job(tmp_path)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f"echo 'JobId=99 JobName=llama JobState=COMPLETED Restarts=1 ExitCode=0:0 "
+        f"NodeList=p5-[2-3] RunTime=00:55:00 StdOut={logs}/llama_99.out'\n"
+    )
+    (bindir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    return logs
+
+
+def test_cli_report_and_logs(stub_scontrol: Path) -> None:
+    from click.testing import CliRunner
+
+    from slurmfm.cli import main
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["report", "99"])
+    assert res.exit_code == 0, res.output
+    assert "nodes (rank order): p5-3 p5-2" in res.output
+    assert "restarts: 1" in res.output
+    res = runner.invoke(main, ["report", "99", "--json"])
+    assert json.loads(res.output)["checkpoint_dir"].endswith("ckpt")
+    res = runner.invoke(main, ["logs", "99", "--restart", "1", "--rank", "0"])
+    assert res.exit_code == 0, res.output
+    # rank 0 is on p5-3 (host order), which is task 1 in the allocation order p5-2, p5-3
+    assert res.output == "== restart 1 ==\nsecond run task 1\n"
+    res = runner.invoke(main, ["logs", "99"])
+    assert "== restart 0 ==" in res.output
+    assert "== restart 1 ==" in res.output
+
+
+def test_cli_logs_rank_needs_observability(stub_scontrol: Path) -> None:
+    from click.testing import CliRunner
+
+    from slurmfm.cli import main
+
+    (stub_scontrol / "llama_99.observe" / "job.json").unlink()
+    res = CliRunner().invoke(main, ["logs", "99", "--rank", "0"])
+    assert res.exit_code == 2
+    assert "--rank needs a job run with observability on" in res.output
