@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from resilience.test_runtime import NVIDIA_SMI, SCONTROL, SRUN
 
@@ -164,3 +166,27 @@ def test_observability_off_renders_nothing(tmp_path: Path) -> None:
     assert "--label" not in text
     assert "event=hosts" not in text  # the record call is there, its output is not
     assert 'slurmfm_record hosts "$SLURMFM_HOST_ORDER"' in text
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    path=st.one_of(
+        st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=30),
+        st.sampled_from(["$(printf x > canary)", "`printf y > canary`", "'; printf z > canary; '"]),
+    )
+)
+def test_metrics_directories_reach_the_agent_exactly(tmp_path: Path, path: str) -> None:
+    """Directory values go through sh_quote: whatever they hold arrives as written."""
+    textfile = "/" + path
+    dcgm = "/d " + path
+    text = render(tmp_path, textfile_dir=textfile, dcgm_job_mapping_dir=dcgm)
+    # the exports from SLURMFM_OBS_TEXTFILE_DIR's to SLURMFM_OBS_DIR's (values may span lines)
+    block = text[
+        text.index("export SLURMFM_OBS_TEXTFILE_DIR=") : text.index("export SLURMFM_OBS_DIR=")
+    ]
+    probe = block + 'printf "%s\\0%s" "$SLURMFM_OBS_TEXTFILE_DIR" "$SLURMFM_OBS_DCGM_DIR"'
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, check=True, cwd=tmp_path)
+    assert out.stdout.decode("utf-8").split("\0") == [textfile, dcgm]
+    assert not (tmp_path / "canary").exists()

@@ -203,3 +203,56 @@ def test_job_metrics_dashboard_and_report(
     seen = {e["rank"] for e in events(rank2.stdout) if e["event"] == "rank"}
     assert seen == {2, 3}, rank2.stdout[-2000:]  # node rank 1 holds ranks 2 and 3
     assert not re.search(r"^\s*\d+: ", rank2.stdout, re.MULTILINE)  # labels removed
+
+
+def test_gpu_job_maps_its_gpus_for_dcgm_exporter(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    """A whole-node GPU job (--gpus-per-node=8, --exclusive, --mem=0) on the lab, whose nodes
+    have 8 GPU GRES each: the agents run beside the training (srun --overlap shares the GPUs
+    and memory), map every GPU Slurm allocated to the job id in DCGM-Exporter's format while
+    the job runs, and remove the mapping at the end."""
+    mapdir = tmp_path / "map"
+    mapdir.mkdir()
+    proc = cli(
+        slurm_lab,
+        "submit",
+        "recipes/quickstart.yaml",
+        "--set",
+        f"storage.checkpoint_root={tmp_path}/ckpt",
+        "--set",
+        f"storage.log_dir={tmp_path}/logs",
+        "--set",
+        "cluster.instance_type=p5.48xlarge",
+        "--set",
+        "resources.procs_per_node=2",
+        "--set",
+        "resilience.health_gate=off",
+        "--set",
+        "resilience.nccl_transport_check=off",
+        "--set",
+        f"observability.dcgm_job_mapping_dir={mapdir}",
+        "--set",
+        "observability.textfile_dir=null",
+        "--set",
+        "launcher.args=[--steps, '20', --sleep, '0.5']",
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    seen: dict[str, list[str]] = {}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        files = {p.name: p.read_text().split() for p in mapdir.iterdir() if p.name.isdigit()}
+        if len(files) == 8:
+            seen = files
+            break
+        time.sleep(0.5)
+    rec = wait_done(slurm_lab, job_id, timeout=300)
+    log = (tmp_path / "logs" / f"quickstart_{job_id}.out").read_text()
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert seen == {str(i): [job_id] for i in range(8)}, (seen, log[-2000:])
+    assert list(mapdir.iterdir()) == []
+    obs = tmp_path / "logs" / f"quickstart_{job_id}.observe"
+    infos = [json.loads(p.read_text()) for p in obs.glob("node_*_r0.json")]
+    assert len(infos) == 2
+    for info in infos:
+        assert info["gpus"] == list(range(8))
+        assert info["dcgm_mapped"] == list(range(8))
