@@ -47,6 +47,7 @@ import sys
 import time
 
 PREFIX = "slurmfm_"
+STALE_TEXTFILE_S = 3 * 3600.0
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -218,7 +219,11 @@ def read_progress(path: str) -> dict[str, object]:
 
 
 def map_gpus(directory: str, job_id: str, gpus: list[int]) -> list[int]:
-    """Add ``job_id`` to the mapping file of each GPU; return the indices written."""
+    """Add ``job_id`` to the mapping file of each GPU; return the indices it was added to.
+
+    A GPU whose file already names the job (a Slurm prolog that maintains the directory, as
+    on HyperPod) is left to its owner: it is not returned, so it is not unmapped at the end.
+    """
     if not directory:
         return []
     if not os.path.isdir(directory):
@@ -231,7 +236,7 @@ def map_gpus(directory: str, job_id: str, gpus: list[int]) -> list[int]:
             jobs = _read_jobs(path)
             if job_id not in jobs:
                 write_atomic(path, "".join(j + "\n" for j in [*jobs, job_id]))
-            written.append(idx)
+                written.append(idx)
         except OSError as exc:
             warn("dcgm", f"cannot write DCGM job mapping in {directory}: {exc}; skipped")
             break
@@ -380,6 +385,32 @@ class Agent:
                 fams.append(format_family(PREFIX + name, help_text, "gauge", [(base, value)]))
         return "".join(fams)
 
+    def remove_stale_textfiles(self, max_age_s: float = STALE_TEXTFILE_S) -> list[str]:
+        """Remove this node's textfiles of jobs that stopped updating them long ago.
+
+        A job killed without a chance to clean up (SIGKILL, node reboot) would otherwise be
+        exported forever. Every agent rewrites its file at least hourly (``interval_s`` is at
+        most 3600), so a file of this node untouched for ``max_age_s`` belongs to no live job.
+        """
+        if not self.textfile_dir:
+            return []
+        suffix = f"_{safe_name(self.node)}.prom"
+        removed = []
+        now = time.time()
+        try:
+            names = os.listdir(self.textfile_dir)
+        except OSError:
+            return []
+        for name in names:
+            if not (name.startswith(PREFIX + "job_") and name.endswith(suffix)):
+                continue
+            path = os.path.join(self.textfile_dir, name)
+            with contextlib.suppress(OSError):
+                if now - os.stat(path).st_mtime > max_age_s:
+                    os.unlink(path)
+                    removed.append(name)
+        return removed
+
     def write_textfile(self) -> None:
         if not self.textfile_dir:
             return
@@ -424,6 +455,7 @@ class Agent:
         self.gpus = gpu_indices(self.env, self.expected_gpus) if self.expected_gpus > 0 else []
         self.mapped = map_gpus(self.dcgm_dir, self.job_id, self.gpus)
         self.efa_snapshot("start")
+        self.remove_stale_textfiles()
         self.write_textfile()
         self.save_json("node", self.node_info())  # last: the job script waits for this file
 

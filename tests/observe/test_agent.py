@@ -184,6 +184,36 @@ def test_mapping_files_match_the_documented_format(tmp_path: Path) -> None:
     assert read_mapping(mapdir) == {"2": ["4243"]}
 
 
+def test_mapping_written_by_a_prolog_is_left_to_it(tmp_path: Path) -> None:
+    mapdir = tmp_path / "map"
+    mapdir.mkdir()
+    (mapdir / "0").write_text("4242\n")  # the prolog already mapped GPU 0
+    written = agent.map_gpus(str(mapdir), "4242", [0, 1])
+    assert written == [1]
+    agent.unmap_gpus(str(mapdir), "4242", written)
+    assert read_mapping(mapdir) == {"0": ["4242"]}
+
+
+def test_stale_textfiles_of_this_node_are_removed(tmp_path: Path) -> None:
+    a = make_agent(tmp_path)
+    tf = tmp_path / "textfile"
+    old = time.time() - agent.STALE_TEXTFILE_S - 60
+    for name in (
+        "slurmfm_job_1_p5-st-1.prom",  # stale, this node: removed
+        "slurmfm_job_2_p5-st-2.prom",  # stale, another node sharing the directory: kept
+        "other_exporter.prom",  # not ours: kept
+    ):
+        (tf / name).write_text("x 1\n")
+        os.utime(tf / name, (old, old))
+    (tf / "slurmfm_job_3_p5-st-1.prom").write_text("x 1\n")  # fresh: kept
+    assert a.remove_stale_textfiles() == ["slurmfm_job_1_p5-st-1.prom"]
+    assert sorted(p.name for p in tf.iterdir()) == [
+        "other_exporter.prom",
+        "slurmfm_job_2_p5-st-2.prom",
+        "slurmfm_job_3_p5-st-1.prom",
+    ]
+
+
 def test_gpu_indices_prefer_slurm_then_nvidia_smi(tmp_path: Path) -> None:
     assert agent.gpu_indices({"SLURM_STEP_GPUS": "4,5,6,7"}, 8) == [4, 5, 6, 7]
     assert agent.gpu_indices({"SLURM_JOB_GPUS": "1,0"}, 8) == [0, 1]
