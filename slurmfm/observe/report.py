@@ -96,8 +96,12 @@ def _ts(text: str) -> datetime | None:
         return None
 
 
-def parse_runs(state_text: str) -> list[Run]:
-    """The runs of a job from its state file, in restart order."""
+def parse_runs(state_text: str, now: datetime | None = None) -> list[Run]:
+    """The runs of a job from its state file, in restart order.
+
+    A last run without an end event is still running (or was killed): with ``now`` its
+    duration so far is counted.
+    """
     runs: dict[int, Run] = {}
     for line in state_text.splitlines():
         m = _LINE.match(line)
@@ -118,6 +122,11 @@ def parse_runs(state_text: str) -> list[Run]:
         a, b = _ts(run.start), _ts(run.end)
         if a and b:
             run.seconds = (b - a).total_seconds()
+    if runs:
+        last = runs[max(runs)]
+        began = _ts(last.start)
+        if last.outcome == "running" and began and now is not None:
+            last.seconds = max(0.0, (now - began).total_seconds())
     return [runs[k] for k in sorted(runs)]
 
 
@@ -224,7 +233,8 @@ def build_report(
     except OSError:
         state_text = ""
         rep.notes.append(f"no state file {state_file} (not a slurmfm job, or another log dir)")
-    rep.runs = parse_runs(state_text)
+    still = not rep.state or rep.state in {"RUNNING", "COMPLETING", "CONFIGURING", "PENDING"}
+    rep.runs = parse_runs(state_text, datetime.now(timezone.utc) if still else None)
     rep.restarts = max(rep.restarts, max((r.restart for r in rep.runs), default=0))
     for line in state_text.splitlines():
         m = _LINE.match(line)

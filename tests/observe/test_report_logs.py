@@ -104,9 +104,14 @@ def test_report_without_state_file_says_so(tmp_path: Path) -> None:
 
 
 def test_parse_runs_of_a_running_job() -> None:
-    [run] = parse_runs("2026-05-01T10:00:00Z restart=0 event=start nodes=a\n")
+    from datetime import datetime, timezone
+
+    text = "2026-05-01T10:00:00Z restart=0 event=start nodes=a\n"
+    [run] = parse_runs(text)
     assert run.outcome == "running"
     assert run.seconds is None
+    [run] = parse_runs(text, datetime(2026, 5, 1, 10, 1, tzinfo=timezone.utc))
+    assert run.seconds == 60
 
 
 def test_topology_summary_without_addresses() -> None:
