@@ -255,4 +255,6 @@ def test_gpu_job_maps_its_gpus_for_dcgm_exporter(slurm_lab: SlurmLab, tmp_path: 
     assert len(infos) == 2
     for info in infos:
         assert info["gpus"] == list(range(8))
-        assert info["dcgm_mapped"] == list(range(8))
+    # The lab's nodes share one host and so one mapping directory: the first agent adds the
+    # job to each file and the second normally finds it there (and leaves it to the first).
+    assert sorted({i for info in infos for i in info["dcgm_mapped"]}) == list(range(8))
