@@ -108,6 +108,7 @@ def main() -> None:
     slurmfm render recipe.yaml           print the sbatch script
     slurmfm submit recipe.yaml           submit it (add --dry-run to only show it)
     slurmfm status JOBID | cancel JOBID
+    slurmfm endpoint recipe.yaml         URL of the recipe's running server
     """
 
 
@@ -126,6 +127,11 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
         f"{recipe}: ok: {r.name}, {r.resources.nodes} x {r.cluster.instance_type}, "
         f"world size {r.world_size} (tp={r.parallelism.tp} pp={r.parallelism.pp} "
         f"cp={r.parallelism.cp} ep={r.parallelism.ep} dp={r.dp}), launcher {r.launcher.kind}"
+        + (
+            f"; {r.serve.launcher.kind} server on {r.serve.nodes} node(s) ({r.serve.placement})"
+            if r.serve is not None
+            else ""
+        )
     )
 
 
@@ -296,6 +302,32 @@ def cancel(job_id: str) -> None:
 
     api.cancel(job_id)
     click.echo(f"cancelled {job_id}")
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@_set_option
+@click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole endpoint record.")
+@friendly
+def endpoint(recipe: str, sets: tuple[str, ...], wait: float, as_json: bool) -> None:
+    """Print the URL of RECIPE's running server (vllm/sglang, or a train-and-serve server).
+
+    Exit status 1 when no running job of RECIPE has published one (within --wait seconds).
+    """
+    from slurmfm import api
+
+    r = _load(recipe, sets)
+    info = api.endpoint(r, wait=wait)
+    if info is None:
+        click.echo(f"no running server has published {api.endpoint_path(r)}", err=True)
+        sys.exit(1)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(info["url"])
 
 
 # Command groups in their own modules (each imports only click at the top).

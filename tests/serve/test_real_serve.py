@@ -162,11 +162,30 @@ def test_vllm_two_nodes_ready_and_endpoint(slurm_lab: SlurmLab, tmp_path: Path) 
         assert get_json(ep["url"] + "/v1/models")["data"][0]["id"] == recipe["launcher"]["model"]
         state = (tmp_path / "logs" / f"serve-vllm_{job_id}.state").read_text()
         assert f"event=ready url={ep['url']}" in state
+        # `slurmfm endpoint` finds it from the recipe alone
+        cli = subprocess.run(
+            [sys.executable, "-m", "slurmfm.cli", "endpoint", str(tmp_path / "recipe.yaml")],
+            env=slurm_lab.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert cli.stdout.strip() == ep["url"]
     finally:
         cancel_and_wait(slurm_lab, job_id)
     # the endpoint is withdrawn when the server's job ends
     assert not (tmp_path / "logs" / "endpoints" / "serve-vllm.json").exists()
     assert not (tmp_path / "logs" / "endpoints" / "serve-vllm.env").exists()
+    gone = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "endpoint", str(tmp_path / "recipe.yaml")],
+        env=slurm_lab.env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert gone.returncode == 1
+    assert "no running server has published" in gone.stderr
 
 
 def test_sglang_two_nodes_ranks_from_the_host_order(slurm_lab: SlurmLab, tmp_path: Path) -> None:

@@ -98,7 +98,9 @@ def test_split_takes_serving_nodes_out_of_the_world() -> None:
 
 
 def test_hetjob_only_fields() -> None:
-    with pytest.raises(RecipeError, match=re.escape("serve.instance_type: only with placement: hetjob")):
+    with pytest.raises(
+        RecipeError, match=re.escape("serve.instance_type: only with placement: hetjob")
+    ):
         validate(grpo(instance_type="p5en.48xlarge"))
 
 
