@@ -53,7 +53,6 @@ position-based tie-break.
 from __future__ import annotations
 
 import dataclasses
-
 import heapq
 import math
 import re
