@@ -140,21 +140,44 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
 @_set_option
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write here.")
 @click.option("--slurm-version", help="Render for this Slurm version instead of the recipe's.")
+@click.option(
+    "--no-cache", is_flag=True, help="Render afresh (also: SLURMFM_NO_CACHE=1); see README."
+)
 @friendly
 def render(
-    recipe: str, sets: tuple[str, ...], output: str | None, slurm_version: str | None
+    recipe: str,
+    sets: tuple[str, ...],
+    output: str | None,
+    slurm_version: str | None,
+    no_cache: bool,
 ) -> None:
-    """Print (or write with -o) the sbatch script for RECIPE, without asking any cluster."""
-    from slurmfm.api import render as do_render
+    """Print (or write with -o) the sbatch script for RECIPE, without asking any cluster.
 
-    r = _load(recipe, sets)
-    script = do_render(r, slurm_version=slurm_version)
-    _warn(script.warnings)
+    Unchanged inputs are served from a content-addressed cache (slurmfm.render_cache), which
+    skips importing pydantic and jinja2.
+    """
+    from slurmfm import render_cache
+
+    key = None
+    if not no_cache and render_cache.enabled():
+        key = render_cache.key(recipe, sets, slurm_version)
+    hit = render_cache.get(key) if key else None
+    if hit is not None:
+        text, warnings = hit.text, hit.warnings
+    else:
+        from slurmfm.api import render as do_render
+
+        r = _load(recipe, sets)
+        script = do_render(r, slurm_version=slurm_version)
+        text, warnings = script.text, script.warnings
+        if key:
+            render_cache.put(key, text, warnings)
+    _warn(warnings)
     if output:
-        _write_atomic(output, script.text)
+        _write_atomic(output, text)
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(script.text, nl=False)
+        click.echo(text, nl=False)
 
 
 @main.command()
