@@ -896,12 +896,10 @@ def plan_for_recipe(
         version = Target.for_recipe(recipe).slurm_version
     else:
         version = slurm_version
-    serve = recipe.serve
-    if serve is not None and serve.placement == "split" and mode == "pin":
-        # Plan the trainer alone (its rings decide the cost), then add the server beside it.
-        trainer = plan(
+    def run(job: JobShape) -> Plan:
+        return plan(
             topology,
-            job_for_recipe(recipe, recipe.train_nodes),
+            job,
             unavailable=unavailable,
             mode=mode,
             slurm_version=version,
@@ -909,14 +907,10 @@ def plan_for_recipe(
             switch_wait=switch_wait,
             switch_order=switch_order,
         )
+
+    serve = recipe.serve
+    if serve is not None and serve.placement == "split" and mode == "pin":
+        # Plan the trainer alone (its rings decide the cost), then add the server beside it.
+        trainer = run(job_for_recipe(recipe, recipe.train_nodes))
         return _with_serving_group(topology, trainer, serve.nodes, unavailable)
-    return plan(
-        topology,
-        job_for_recipe(recipe),
-        unavailable=unavailable,
-        mode=mode,
-        slurm_version=version,
-        params=params,
-        switch_wait=switch_wait,
-        switch_order=switch_order,
-    )
+    return run(job_for_recipe(recipe))

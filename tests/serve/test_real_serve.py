@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import REPO_ROOT, SlurmLab
+from lab import SlurmLab
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -82,18 +81,16 @@ def sglang_launcher(**over: Any) -> dict[str, Any]:
     }
 
 
+def trainer_recipe(tmp: Path, name: str, nodes: int, serve: dict[str, Any]) -> dict[str, Any]:
+    """A torchrun trainer (standins/trainer.py) with a ``serve:`` section."""
+    trainer = {"kind": "torchrun", "script": str(STANDINS / "trainer.py"), "python": sys.executable}
+    return {**base(tmp, name, nodes, trainer), "serve": serve}
+
+
 def submit(lab: SlurmLab, tmp: Path, recipe: dict[str, Any]) -> str:
     path = tmp / "recipe.yaml"
     path.write_text(json.dumps(recipe))  # JSON is YAML
-    proc = subprocess.run(
-        [sys.executable, "-m", "slurmfm.cli", "submit", str(path)],
-        cwd=REPO_ROOT,
-        env=lab.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = lab.slurmfm("submit", str(path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.split()[0]
 
@@ -163,13 +160,7 @@ def test_vllm_two_nodes_ready_and_endpoint(slurm_lab: SlurmLab, tmp_path: Path) 
         state = (tmp_path / "logs" / f"serve-vllm_{job_id}.state").read_text()
         assert f"event=ready url={ep['url']}" in state
         # `slurmfm endpoint` finds it from the recipe alone
-        cli = subprocess.run(
-            [sys.executable, "-m", "slurmfm.cli", "endpoint", str(tmp_path / "recipe.yaml")],
-            env=slurm_lab.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        cli = slurm_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
         assert cli.returncode == 0, cli.stderr
         assert cli.stdout.strip() == ep["url"]
     finally:
@@ -177,13 +168,7 @@ def test_vllm_two_nodes_ready_and_endpoint(slurm_lab: SlurmLab, tmp_path: Path) 
     # the endpoint is withdrawn when the server's job ends
     assert not (tmp_path / "logs" / "endpoints" / "serve-vllm.json").exists()
     assert not (tmp_path / "logs" / "endpoints" / "serve-vllm.env").exists()
-    gone = subprocess.run(
-        [sys.executable, "-m", "slurmfm.cli", "endpoint", str(tmp_path / "recipe.yaml")],
-        env=slurm_lab.env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    gone = slurm_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
     assert gone.returncode == 1
     assert "no running server has published" in gone.stderr
 
@@ -237,13 +222,8 @@ def test_server_that_dies_fails_readiness_at_once(slurm_lab: SlurmLab, tmp_path:
 
 @pytest.mark.torch
 def test_train_and_serve_split(slurm_lab: SlurmLab, tmp_path: Path) -> None:
-    recipe = base(
-        tmp_path,
-        "grpo-split",
-        3,
-        {"kind": "torchrun", "script": str(STANDINS / "trainer.py"), "python": sys.executable},
-    )
-    recipe["serve"] = {"nodes": 1, "launcher": sglang_launcher(model="Qwen/Qwen2.5-7B-Instruct")}
+    serve = {"nodes": 1, "launcher": sglang_launcher(model="Qwen/Qwen2.5-7B-Instruct")}
+    recipe = trainer_recipe(tmp_path, "grpo-split", 3, serve)
     job_id = submit(slurm_lab, tmp_path, recipe)
     rec = slurm_lab.wait_job(job_id, timeout=180)
     log = job_log(tmp_path, "grpo-split", job_id)
@@ -266,18 +246,13 @@ def test_train_and_serve_split(slurm_lab: SlurmLab, tmp_path: Path) -> None:
 
 @pytest.mark.torch
 def test_train_and_serve_hetjob(slurm_lab: SlurmLab, tmp_path: Path) -> None:
-    recipe = base(
-        tmp_path,
-        "grpo-het",
-        1,
-        {"kind": "torchrun", "script": str(STANDINS / "trainer.py"), "python": sys.executable},
-    )
-    recipe["serve"] = {
+    serve = {
         "nodes": 1,
         "placement": "hetjob",
         "partition": "debug",
         "launcher": vllm_launcher(model="Qwen/Qwen2.5-7B-Instruct"),
     }
+    recipe = trainer_recipe(tmp_path, "grpo-het", 1, serve)
     job_id = submit(slurm_lab, tmp_path, recipe)
     rec = slurm_lab.wait_job(job_id, timeout=180)
     log = job_log(tmp_path, "grpo-het", job_id)
