@@ -52,12 +52,22 @@ def base(tmp: Path, name: str, nodes: int, launcher: dict[str, Any]) -> dict[str
     }
 
 
-def vllm_launcher(**over: Any) -> dict[str, Any]:
+def executable(tmp: Path, name: str) -> str:
+    """A stand-in as an executable of its own: a bash wrapper running it with this Python,
+    because the chroot labs (Slurm 24.11/26.05) have no python3 of their own on PATH."""
+    wrapper = tmp / "bin" / name
+    wrapper.parent.mkdir(exist_ok=True)
+    wrapper.write_text(f'#!/bin/bash\nexec {sys.executable} {STANDINS / "bin" / name} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def vllm_launcher(tmp: Path, **over: Any) -> dict[str, Any]:
     return {
         "kind": "vllm",
         "model": "meta-llama/Llama-3.1-70B-Instruct",
-        "command": str(STANDINS / "bin" / "vllm"),
-        "ray": str(STANDINS / "bin" / "ray"),
+        "command": executable(tmp, "vllm"),
+        "ray": executable(tmp, "ray"),
         "python": sys.executable,
         "port": free_port(),
         "ray_port": free_port(),
@@ -132,14 +142,16 @@ def events(log: str) -> list[dict[str, Any]]:
     return [json.loads(m.group(0)) for m in re.finditer(r'\{"event"[^\n]*\}(?=\n|$)', log)]
 
 
-def test_vllm_two_nodes_ready_and_endpoint(slurm_lab: SlurmLab, tmp_path: Path) -> None:
-    recipe = base(tmp_path, "serve-vllm", 2, vllm_launcher(model_cache=str(tmp_path / "hf")))
+def test_vllm_two_nodes_ready_and_endpoint(each_lab: SlurmLab, tmp_path: Path) -> None:
+    recipe = base(
+        tmp_path, "serve-vllm", 2, vllm_launcher(tmp_path, model_cache=str(tmp_path / "hf"))
+    )
     recipe["parallelism"] = {"tp": 1, "pp": 2}
-    job_id = submit(slurm_lab, tmp_path, recipe)
+    job_id = submit(each_lab, tmp_path, recipe)
     try:
-        ep = wait_endpoint(slurm_lab, tmp_path, "serve-vllm", job_id)
+        ep = wait_endpoint(each_lab, tmp_path, "serve-vllm", job_id)
         port = recipe["launcher"]["port"]
-        order = job_nodes(slurm_lab, job_id)
+        order = job_nodes(each_lab, job_id)
         assert ep["url"] == f"http://127.0.0.1:{port}"
         assert ep["port"] == port
         assert ep["job_id"] == job_id
@@ -160,25 +172,25 @@ def test_vllm_two_nodes_ready_and_endpoint(slurm_lab: SlurmLab, tmp_path: Path) 
         state = (tmp_path / "logs" / f"serve-vllm_{job_id}.state").read_text()
         assert f"event=ready url={ep['url']}" in state
         # `slurmfm endpoint` finds it from the recipe alone
-        cli = slurm_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
+        cli = each_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
         assert cli.returncode == 0, cli.stderr
         assert cli.stdout.strip() == ep["url"]
     finally:
-        cancel_and_wait(slurm_lab, job_id)
+        cancel_and_wait(each_lab, job_id)
     # the endpoint is withdrawn when the server's job ends
     assert not (tmp_path / "logs" / "endpoints" / "serve-vllm.json").exists()
     assert not (tmp_path / "logs" / "endpoints" / "serve-vllm.env").exists()
-    gone = slurm_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
+    gone = each_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
     assert gone.returncode == 1
     assert "no running server has published" in gone.stderr
 
 
-def test_sglang_two_nodes_ranks_from_the_host_order(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+def test_sglang_two_nodes_ranks_from_the_host_order(each_lab: SlurmLab, tmp_path: Path) -> None:
     recipe = base(tmp_path, "serve-sglang", 2, sglang_launcher())
     recipe["parallelism"] = {"tp": 2}
-    job_id = submit(slurm_lab, tmp_path, recipe)
+    job_id = submit(each_lab, tmp_path, recipe)
     try:
-        ep = wait_endpoint(slurm_lab, tmp_path, "serve-sglang", job_id)
+        ep = wait_endpoint(each_lab, tmp_path, "serve-sglang", job_id)
         info = get_json(ep["url"] + "/standin/info")
         assert info["nnodes"] == 2
         assert info["ranks"] == [0, 1]
@@ -187,13 +199,13 @@ def test_sglang_two_nodes_ranks_from_the_host_order(slurm_lab: SlurmLab, tmp_pat
         assert info["node"] == ep["nodes"].split()[0]
         assert ep["url"] == f"http://127.0.0.1:{recipe['launcher']['port']}"
     finally:
-        cancel_and_wait(slurm_lab, job_id)
+        cancel_and_wait(each_lab, job_id)
 
 
-def test_readiness_timeout_fails_the_job_clearly(slurm_lab: SlurmLab, tmp_path: Path) -> None:
-    launcher = vllm_launcher(extra_args=["--standin-fail-health"], ready_timeout_s=4)
-    job_id = submit(slurm_lab, tmp_path, base(tmp_path, "serve-sick", 1, launcher))
-    rec = slurm_lab.wait_job(job_id, timeout=90)
+def test_readiness_timeout_fails_the_job_clearly(each_lab: SlurmLab, tmp_path: Path) -> None:
+    launcher = vllm_launcher(tmp_path, extra_args=["--standin-fail-health"], ready_timeout_s=4)
+    job_id = submit(each_lab, tmp_path, base(tmp_path, "serve-sick", 1, launcher))
+    rec = each_lab.wait_job(job_id, timeout=90)
     log = job_log(tmp_path, "serve-sick", job_id)
     assert rec["JobState"] == "FAILED", log
     port = launcher["port"]
@@ -206,14 +218,14 @@ def test_readiness_timeout_fails_the_job_clearly(slurm_lab: SlurmLab, tmp_path: 
     assert not (tmp_path / "logs" / "endpoints" / "serve-sick.json").exists()
 
 
-def test_server_that_dies_fails_readiness_at_once(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+def test_server_that_dies_fails_readiness_at_once(each_lab: SlurmLab, tmp_path: Path) -> None:
     # pp=2 on one Ray node: the vLLM stand-in refuses, like vLLM without enough GPUs.
-    launcher = vllm_launcher(command=str(STANDINS / "bin" / "vllm"), ready_timeout_s=300)
+    launcher = vllm_launcher(tmp_path, ready_timeout_s=300)
     recipe = base(tmp_path, "serve-dies", 1, launcher)
     recipe["launcher"]["extra_args"] = ["--distributed-executor-backend", "ray"]
     t0 = time.monotonic()
-    job_id = submit(slurm_lab, tmp_path, recipe)
-    rec = slurm_lab.wait_job(job_id, timeout=120)
+    job_id = submit(each_lab, tmp_path, recipe)
+    rec = each_lab.wait_job(job_id, timeout=120)
     log = job_log(tmp_path, "serve-dies", job_id)
     assert rec["JobState"] == "FAILED", log
     assert "server step ended before" in log
@@ -221,11 +233,11 @@ def test_server_that_dies_fails_readiness_at_once(slurm_lab: SlurmLab, tmp_path:
 
 
 @pytest.mark.torch
-def test_train_and_serve_split(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+def test_train_and_serve_split(each_lab: SlurmLab, tmp_path: Path) -> None:
     serve = {"nodes": 1, "launcher": sglang_launcher(model="Qwen/Qwen2.5-7B-Instruct")}
     recipe = trainer_recipe(tmp_path, "grpo-split", 3, serve)
-    job_id = submit(slurm_lab, tmp_path, recipe)
-    rec = slurm_lab.wait_job(job_id, timeout=180)
+    job_id = submit(each_lab, tmp_path, recipe)
+    rec = each_lab.wait_job(job_id, timeout=180)
     log = job_log(tmp_path, "grpo-split", job_id)
     assert rec["JobState"] == "COMPLETED", log
     ranks = sorted((e for e in events(log) if e["event"] == "trainer"), key=lambda e: e["rank"])
@@ -234,7 +246,7 @@ def test_train_and_serve_split(slurm_lab: SlurmLab, tmp_path: Path) -> None:
     assert [e["node"] for e in ranks] == train_nodes
     server = ranks[0]["server"]
     assert ranks[0]["models"] == ["Qwen/Qwen2.5-7B-Instruct"]
-    alloc = job_nodes(slurm_lab, job_id)
+    alloc = job_nodes(each_lab, job_id)
     # the server took the allocation's remaining node; the trainer never ran there
     assert sorted([*train_nodes, server["node"]]) == sorted(alloc)
     assert server["node"] not in train_nodes
@@ -245,26 +257,26 @@ def test_train_and_serve_split(slurm_lab: SlurmLab, tmp_path: Path) -> None:
 
 
 @pytest.mark.torch
-def test_train_and_serve_hetjob(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+def test_train_and_serve_hetjob(each_lab: SlurmLab, tmp_path: Path) -> None:
     serve = {
         "nodes": 1,
         "placement": "hetjob",
         "partition": "debug",
-        "launcher": vllm_launcher(model="Qwen/Qwen2.5-7B-Instruct"),
+        "launcher": vllm_launcher(tmp_path, model="Qwen/Qwen2.5-7B-Instruct"),
     }
     recipe = trainer_recipe(tmp_path, "grpo-het", 1, serve)
-    job_id = submit(slurm_lab, tmp_path, recipe)
-    rec = slurm_lab.wait_job(job_id, timeout=180)
+    job_id = submit(each_lab, tmp_path, recipe)
+    rec = each_lab.wait_job(job_id, timeout=180)
     log = job_log(tmp_path, "grpo-het", job_id)
     assert rec["JobState"] == "COMPLETED", log
     # Both components were allocated: the job record lists the second one as JOBID+1.
-    comps = slurm_lab.run(["scontrol", "show", "job", "-o", job_id]).stdout.strip().splitlines()
+    comps = each_lab.run(["scontrol", "show", "job", "-o", job_id]).stdout.strip().splitlines()
     assert len(comps) == 2, comps
     het = [parse_scontrol_record(c) for c in comps]
     assert [h["HetJobOffset"] for h in het] == ["0", "1"]
     assert het[1]["Partition"] == "debug"
-    serve_node = slurm_lab.hostnames(het[1]["NodeList"])
+    serve_node = each_lab.hostnames(het[1]["NodeList"])
     (ev,) = [e for e in events(log) if e["event"] == "trainer"]
     assert ev["server"]["node"] == serve_node[0]
-    assert ev["node"] == slurm_lab.hostnames(het[0]["NodeList"])[0]
+    assert ev["node"] == each_lab.hostnames(het[0]["NodeList"])[0]
     assert ev["models"] == ["Qwen/Qwen2.5-7B-Instruct"]

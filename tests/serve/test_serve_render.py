@@ -219,3 +219,46 @@ def test_user_values_are_quoted(model: str, extra: list[str]) -> None:
     assert got[4].decode() == model  # python3 -m sglang.launch_server --model-path MODEL
     if extra:
         assert [g.decode() for g in got[-len(extra) :]] == extra
+
+
+def _function(text: str, name: str) -> str:
+    start = text.index(f"{name}() {{")
+    return text[start : text.index("\n}\n", start) + 3]
+
+
+@pytest.mark.parametrize("with_curl", [True, False])
+def test_health_check_with_and_without_curl(with_curl: bool) -> None:
+    """The readiness probe works with curl and, where a node has none, with bash's /dev/tcp."""
+    import shutil
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 503)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    fn = _function(text_of(vllm()), "slurmfm_http_ok")
+    path = "/nonexistent" if not with_curl else str(Path(shutil.which("curl") or "/").parent)
+    try:
+        for url, ok in (
+            (base + "/health", True),
+            (base + "/loading", False),
+            ("http://127.0.0.1:1/h", False),
+        ):
+            proc = subprocess.run(
+                ["/bin/bash", "-c", f'{fn}\nslurmfm_http_ok "$1"', "probe", url],
+                env={"PATH": path},
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+            assert (proc.returncode == 0) == ok, (url, proc.returncode, proc.stderr)
+    finally:
+        srv.shutdown()
