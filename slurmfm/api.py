@@ -189,8 +189,12 @@ def submit(
     env: Mapping[str, str] | None = None,
     placement: Placement | None = None,
     preflight: bool = True,
+    slurm_version: str | None = None,
 ) -> Job:
     """Render for the cluster's real Slurm version and submit; secrets must be in ``env``.
+
+    ``slurm_version``: what the caller already asked the cluster (the CLI does, to plan), so
+    that ``sbatch --version`` is not asked twice; by default the backend is asked.
 
     With ``preflight`` (the default) the job is first checked against the live cluster and
     nothing is queued when it cannot run (:class:`~slurmfm.backends.preflight.PreflightError`).
@@ -209,7 +213,7 @@ def submit(
                 )
             ]
         )
-    script = render(recipe, slurm_version=be.version(), placement=placement)
+    script = render(recipe, slurm_version=slurm_version or be.version(), placement=placement)
     if preflight:
         from slurmfm.backends.preflight import PreflightError
         from slurmfm.backends.preflight import preflight as run_preflight

@@ -233,10 +233,11 @@ def submit(
     from slurmfm import api
 
     r = _load(recipe, sets)
+    probed = None
     if slurm_version is None and not dry_run and topology_src is not None:
         from slurmfm.backends.slurm_cli import SlurmCLI
 
-        slurm_version = SlurmCLI().version()
+        slurm_version = probed = SlurmCLI().version()
     placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
     if check_only:
         report = api.check(r, placement=placement)
@@ -260,6 +261,7 @@ def submit(
         backend=backend,  # type: ignore[arg-type]
         preflight=not no_check,
         placement=placement,
+        slurm_version=probed,  # asked once, for planning; reused for rendering
     )
     if job.script is not None:
         _warn(job.script.warnings)

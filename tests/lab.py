@@ -101,13 +101,16 @@ class SlurmLab:
         kw.setdefault("capture_output", True)
         return subprocess.run(list(args), check=False, **kw)
 
-    def slurmfm(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run the ``slurmfm`` CLI (this checkout's) from the repository root against the lab."""
+    @staticmethod
+    def slurmfm_argv() -> list[str]:
+        """How to run this checkout's ``slurmfm`` CLI."""
         import sys
 
-        return self.run(
-            [sys.executable, "-m", "slurmfm.cli", *args], cwd=REPO_ROOT, timeout=timeout
-        )
+        return [sys.executable, "-m", "slurmfm.cli"]
+
+    def slurmfm(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run the ``slurmfm`` CLI (this checkout's) from the repository root against the lab."""
+        return self.run([*self.slurmfm_argv(), *args], cwd=REPO_ROOT, timeout=timeout)
 
     def lab_command(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``scripts/slurm-lab --lab <dir> ARGS`` (needs root)."""

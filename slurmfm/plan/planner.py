@@ -896,6 +896,7 @@ def plan_for_recipe(
         version = Target.for_recipe(recipe).slurm_version
     else:
         version = slurm_version
+
     def run(job: JobShape) -> Plan:
         return plan(
             topology,
