@@ -101,6 +101,17 @@ class SlurmLab:
         kw.setdefault("capture_output", True)
         return subprocess.run(list(args), check=False, **kw)
 
+    @staticmethod
+    def slurmfm_argv() -> list[str]:
+        """How to run this checkout's ``slurmfm`` CLI."""
+        import sys
+
+        return [sys.executable, "-m", "slurmfm.cli"]
+
+    def slurmfm(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run the ``slurmfm`` CLI (this checkout's) from the repository root against the lab."""
+        return self.run([*self.slurmfm_argv(), *args], cwd=REPO_ROOT, timeout=timeout)
+
     def lab_command(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``scripts/slurm-lab --lab <dir> ARGS`` (needs root)."""
         return self.run([str(LAB_SCRIPT), "--lab", str(self.lab_dir), *args], timeout=300)
