@@ -108,6 +108,7 @@ def main() -> None:
     slurmfm render recipe.yaml           print the sbatch script
     slurmfm submit recipe.yaml           submit it (add --dry-run to only show it)
     slurmfm status JOBID | cancel JOBID
+    slurmfm report JOBID | logs JOBID    what ran where and why it restarted; its logs
     slurmfm endpoint recipe.yaml         URL of the recipe's running server
     """
 
