@@ -495,9 +495,9 @@ def _observe(recipe: Recipe, inst: InstanceType) -> Observe:
     tag = Observe.heredoc_tag
     if tag in agent:  # pragma: no cover - the agent's own source is fixed
         raise RenderError("observe: the agent source contains its own heredoc delimiter")
+    # what `slurmfm logs --rank` needs; nothing that differs between the tasks of a sweep
     job = {
         "recipe": recipe.name,
-        "run_id": recipe.storage.run_id or recipe.name,
         "launcher": recipe.launcher.kind,
         "procs_per_node": recipe.procs_per_node,
         "tasks_per_node": recipe.procs_per_node if recipe.launcher.kind == "nemo" else 1,
