@@ -177,6 +177,27 @@ def render(
     help="Only run the preflight checks against the live cluster; queue nothing.",
 )
 @click.option("--no-check", is_flag=True, help="Skip the preflight that runs before submitting.")
+@click.option(
+    "--then",
+    "then",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="RECIPE",
+    help="Submit RECIPE after this one ends (see --condition); repeat for a chain. --set "
+    "applies to every recipe of the chain.",
+)
+@click.option(
+    "--condition",
+    type=click.Choice(["afterok", "afterany", "afternotok"]),
+    default="afterok",
+    show_default=True,
+    help="With --then: when the next recipe may start (sbatch --dependency).",
+)
+@click.option(
+    "--keep-submitted",
+    is_flag=True,
+    help="With --then: if a later recipe cannot be submitted, keep those already queued.",
+)
 @_placement_options
 @friendly
 def submit(
@@ -194,14 +215,42 @@ def submit(
     mode: str,
     unavailable: str | None,
     topology_order: bool,
+    then: tuple[str, ...],
+    condition: str,
+    keep_submitted: bool,
 ) -> None:
     """Render RECIPE for the cluster's Slurm and submit it with sbatch.
 
     Before submitting, a preflight asks the cluster whether the job can run (partition, node
     count, time limit, features, sbatch --test-only); when it cannot, nothing is queued and
     the reason is printed (exit status 2).
+
+    With --then, RECIPE and every --then recipe form a chain: each starts only after the one
+    before ended as --condition says, and is cancelled when that can no longer happen.
     """
     from slurmfm import api
+
+    if then:
+        if topology_src is not None or topology_order or check_only:
+            raise click.UsageError("--then cannot be combined with --topology/--check")
+        from slurmfm.cli_pipeline import submit_chain
+
+        submit_chain(
+            recipe,
+            then,
+            sets,
+            condition,
+            dry_run=dry_run,
+            output_dir=output,
+            backend=backend,
+            wait=wait,
+            timeout=timeout,
+            slurm_version=slurm_version,
+            no_check=no_check,
+            keep_submitted=keep_submitted,
+            as_json=False,
+        )
+        return
 
     r = _load(recipe, sets)
     if slurm_version is None and not dry_run and topology_src is not None:
@@ -299,11 +348,13 @@ def cancel(job_id: str) -> None:
 
 
 # Command groups in their own modules (each imports only click at the top).
+from slurmfm.cli_pipeline import pipeline as _pipeline_group  # noqa: E402
 from slurmfm.cli_plan import plan_command as _plan_command  # noqa: E402
 from slurmfm.cli_topology import topology as _topology_group  # noqa: E402
 
 main.add_command(_topology_group)
 main.add_command(_plan_command)
+main.add_command(_pipeline_group)
 
 if __name__ == "__main__":  # pragma: no cover
     main()
