@@ -127,6 +127,15 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
         f"world size {r.world_size} (tp={r.parallelism.tp} pp={r.parallelism.pp} "
         f"cp={r.parallelism.cp} ep={r.parallelism.ep} dp={r.dp}), launcher {r.launcher.kind}"
     )
+    if r.sweep is not None:
+        from slurmfm.api import sweep_tasks
+
+        limit = r.sweep.max_concurrent
+        click.echo(
+            f"sweep: {r.sweep.size} array tasks" + (f", at most {limit} at once" if limit else "")
+        )
+        for t in sweep_tasks(r):
+            click.echo(f"  task {t.index}: run id {t.run_id} {t.overrides_json}")
 
 
 @main.command()
@@ -326,6 +335,7 @@ def status(job_id: str, as_json: bool) -> None:
         ("last requeue", st.last_requeue_reason),
         ("last checkpoint", st.last_checkpoint),
         ("from", st.source),
+        ("array tasks", st.raw.get("ArrayTasks", "")),
     ):
         if value:
             table.add_row(key, value)
