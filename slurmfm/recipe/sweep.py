@@ -24,9 +24,16 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
@@ -88,6 +95,16 @@ def _check_key(key: str) -> None:
         )
 
 
+def _check_task(task: dict[str, Any]) -> dict[str, Any]:
+    for key in task:
+        _check_key(key)
+    return task
+
+
+# Checked per item, so an error carries the task's index (and the loader its line).
+TaskOverrides = Annotated[dict[str, Any], AfterValidator(_check_task)]
+
+
 class Sweep(BaseModel):
     """``sweep:`` in a recipe: explicit tasks and/or a grid, run as one job array.
 
@@ -106,7 +123,7 @@ class Sweep(BaseModel):
         default_factory=dict,
         description="grid: dotted field -> list of values; every combination is one task",
     )
-    tasks: list[dict[str, Any]] = Field(
+    tasks: list[TaskOverrides] = Field(
         default_factory=list, description="explicit tasks, each a dict of dotted overrides"
     )
 
@@ -117,17 +134,6 @@ class Sweep(BaseModel):
             _check_key(key)
             if not values:
                 raise ValueError(f"{key}: give at least one value")
-        return v
-
-    @field_validator("tasks")
-    @classmethod
-    def _tasks(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for i, task in enumerate(v):
-            for key in task:
-                try:
-                    _check_key(key)
-                except ValueError as exc:
-                    raise ValueError(f"task {i}: {exc}") from None
         return v
 
     @model_validator(mode="after")
@@ -191,6 +197,32 @@ class SweepTask:
         return json.dumps(dict(self.overrides), sort_keys=True, separators=(",", ":"))
 
 
+_TAGS = {"torchrun", "megatron", "nemo"}
+
+# Fields whose keys are themselves dotted (NeMo recipe attributes): the rest of the path is one
+# key, not nested mappings.
+_DOTTED_KEY_FIELDS = ("launcher.overrides.",)
+
+
+def _set(data: dict[str, Any], key: str, value: Any, set_path: Any) -> None:
+    for prefix in _DOTTED_KEY_FIELDS:
+        if key.startswith(prefix):
+            set_path(
+                data,
+                prefix.rstrip("."),
+                {**(_get(data, prefix.rstrip(".")) or {}), key[len(prefix) :]: value},
+            )
+            return
+    set_path(data, key, value)
+
+
+def _get(data: dict[str, Any], dotted: str) -> Any:
+    cur: Any = data
+    for part in dotted.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return cur
+
+
 def task_run_id(base: str, index: int) -> str:
     """``<run_id>-t<index>``: readable, stable across resubmission, distinct per task."""
     return f"{base}-t{index}"
@@ -216,15 +248,20 @@ def expand(recipe: Recipe) -> list[SweepTask]:
     for i, (origin, overrides) in enumerate(sweep.points()):
         data = copy.deepcopy(base)
         for key, value in overrides.items():
-            set_path(data, key, value)
+            _set(data, key, value, set_path)
         set_path(data, "storage.run_id", task_run_id(base_run, i))
         try:
             task_recipe = Recipe.model_validate(data)
         except ValidationError as exc:
             where = f"sweep.tasks.{origin}" if origin is not None else "sweep.parameters"
-            msgs = []
+            msgs: list[str] = []
+            seen: set[str] = set()
             for err in exc.errors(include_url=False):
-                loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+                parts = [str(p) for p in err["loc"] if str(p) not in _TAGS]
+                loc = ".".join(p for p in parts if not p.startswith("function-"))
+                if loc.rsplit(".", 1)[0] in seen:
+                    continue  # one message per field, not one per member of a type union
+                seen.add(loc.rsplit(".", 1)[0])
                 msg = str(err["msg"]).removeprefix("Value error, ")
                 msgs.append(f"{loc}: {msg}" if loc else msg)
             raise ValueError(
