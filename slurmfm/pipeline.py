@@ -36,7 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from slurmfm.errors import BackendError, Problem, RecipeError, SlurmfmError
 from slurmfm.render.dependency import Condition, Dependency, with_dependency
@@ -61,13 +68,19 @@ class After(_Strict):
     stage: StageName
     condition: Condition = "afterok"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, data: Any) -> Any:
+        # `after: [pretrain]` is short for `after: [{stage: pretrain, condition: afterok}]`.
+        return {"stage": data} if isinstance(data, str) else data
+
 
 class StageSpec(_Strict):
     """A stage: a recipe file, overrides, and the stages it waits for."""
 
     recipe: str = Field(min_length=1, description="recipe path, relative to the pipeline file")
     set: dict[str, Any] = Field(default_factory=dict, description="dotted overrides, like --set")
-    after: list[StageName | After] = Field(default_factory=list)
+    after: list[After] = Field(default_factory=list)
 
 
 class PipelineSpec(_Strict):
@@ -128,7 +141,7 @@ def _graph_problems(spec: PipelineSpec, source: str, lines: LineMap) -> list[Pro
     for name, st in spec.stages.items():
         seen: set[str] = set()
         for k, item in enumerate(st.after):
-            up = item if isinstance(item, str) else item.stage
+            up = item.stage
             fld = f"stages.{name}.after.{k}"
             line = _line(lines, "stages", name, "after", k)
             if up not in spec.stages:
@@ -145,9 +158,13 @@ def _graph_problems(spec: PipelineSpec, source: str, lines: LineMap) -> list[Pro
                 where[(up, name)] = (fld, line)
             seen.add(up)
     if not problems and not nx.is_directed_acyclic_graph(graph):
-        cycle = [u for u, _ in nx.find_cycle(graph)]
+        edges = nx.find_cycle(graph)
+        cycle = [u for u, _ in edges]
+        # start the text at the cycle's first stage in file order (stable messages)
+        first = min(range(len(cycle)), key=lambda i: list(spec.stages).index(cycle[i]))
+        cycle = cycle[first:] + cycle[:first]
         text = " -> ".join([*cycle, cycle[0]])
-        for u, v in nx.find_cycle(graph):
+        for u, v in edges:
             fld, line = where[(u, v)]
             problems.append(Problem(source, line, fld, f"dependency cycle: {text}"))
     return problems
@@ -162,7 +179,7 @@ def _order(spec: PipelineSpec) -> list[str]:
     graph.add_nodes_from(spec.stages)
     for name, st in spec.stages.items():
         for item in st.after:
-            graph.add_edge(item if isinstance(item, str) else item.stage, name)
+            graph.add_edge(item.stage, name)
     return list(nx.lexicographical_topological_sort(graph, key=lambda n: index[n]))
 
 
@@ -208,10 +225,7 @@ def parse_pipeline(text: str, source: str, base_dir: Path) -> Pipeline:
                     p.message = f"{path}: {p.message}"
                 problems.append(p)
             continue
-        after: list[tuple[str, Condition]] = [
-            (item, "afterok") if isinstance(item, str) else (item.stage, item.condition)
-            for item in st.after
-        ]
+        after: list[tuple[str, Condition]] = [(item.stage, item.condition) for item in st.after]
         stages[name] = Stage(name, recipe, tuple(after), str(path))
     if problems:
         raise RecipeError(problems)
