@@ -166,7 +166,12 @@ def render(
 @click.option(
     "--dry-run", is_flag=True, help="Render and show what would be submitted; submit nothing."
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also save the script here.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(),
+    help="Also save the script here (with --then: a directory, one NN-NAME.sh per recipe).",
+)
 @click.option(
     "--backend",
     type=click.Choice(["cli", "pyslurm", "auto"]),

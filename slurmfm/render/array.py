@@ -221,6 +221,11 @@ def render_array(
         else:
             directives.append(d)
     warnings: list[str] = []
+    if placement is not None and placement.mode == "pin" and placement.nodes:
+        warnings.append(
+            "sweep: every array task requests the same pinned nodes (--nodelist), so the tasks "
+            "run one after another; use --mode constrain to let them run side by side"
+        )
     for s in scripts:
         warnings.extend(w for w in s.warnings if w not in warnings)
     notes = (

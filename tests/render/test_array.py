@@ -223,3 +223,13 @@ def test_task_values_arrive_exactly(
         assert argv[-2:] == ["--x", arg]
         assert env["A"] == env_value
         assert env["SLURMFM_CHECKPOINT_DIR"] == f"/ck/sw/run-t{i}"
+
+
+def test_pinned_sweep_warns_that_tasks_serialize() -> None:
+    from slurmfm.plan.types import Placement
+
+    r = validate(base(sweep={"parameters": {"env.A": ["a", "b"]}}))
+    pinned = Placement(mode="pin", nodes=("node001", "node002"))
+    script = api.render(r, slurm_version="22.05", placement=pinned)
+    assert "#SBATCH --nodelist=node[001-002]" in script.text
+    assert any("run one after another" in w for w in script.warnings)
