@@ -108,6 +108,8 @@ def main() -> None:
     slurmfm render recipe.yaml           print the sbatch script
     slurmfm submit recipe.yaml           submit it (add --dry-run to only show it)
     slurmfm status JOBID | cancel JOBID
+    slurmfm submit a.yaml --then b.yaml  chain jobs (--condition afterok|afterany|afternotok)
+    slurmfm pipeline submit FILE         a pipeline of stages in dependency order
     """
 
 
