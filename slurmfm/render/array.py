@@ -200,6 +200,27 @@ def _array_output(log_dir: str) -> str:
     return f"{sbatch_value(log_dir, what='storage.log_dir').rstrip('/')}/%x_%A_%a.out"
 
 
+def _line_break(value: object, path: str) -> str | None:
+    """The dotted path of the first string holding a newline, if any.
+
+    The merge works on physical lines; a quoted value spanning lines could otherwise be split
+    between a task-specific and a shared part. Refusing it keeps the merge exact.
+    """
+    if isinstance(value, str):
+        return path or "(value)" if "\n" in value else None
+    if isinstance(value, dict):
+        items: list[tuple[str, object]] = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [(str(i), v) for i, v in enumerate(value)]
+    else:
+        return None
+    for key, item in items:
+        found = _line_break(item, f"{path}.{key}" if path else key)
+        if found:
+            return found
+    return None
+
+
 def render_array(
     recipe: Recipe, target: Target | None = None, placement: Placement | None = None
 ) -> RenderedScript:
@@ -209,6 +230,13 @@ def render_array(
     if recipe.sweep is None:
         raise RenderError("sweep: the recipe has no sweep section")
     tasks = expand(recipe)
+    for t in tasks:
+        where = _line_break(t.recipe.model_dump(mode="json"), "")
+        if where:
+            raise RenderError(
+                f"sweep: array task {t.index}: {where} contains a line break; a sweep's values "
+                "must be single lines (the array script selects each task's lines by line)"
+            )
     scripts = [render_script(t.recipe, target, placement) for t in tasks]
     array = array_spec(recipe.sweep)
     text = merge_task_scripts(scripts, tasks, array, recipe.storage.log_dir)
