@@ -283,3 +283,25 @@ def test_singleton_segments_never_overlap(slurm_lab: SlurmLab, work: Path) -> No
     recs = {r["job"]: r for r in ran(work)["segment"]}
     assert recs[id2]["t0"] >= recs[id1]["t1"]
     assert job(slurm_lab, id2)["Dependency"] in {"(null)", ""}
+
+
+def test_failed_submission_cancels_queued_stages(slurm_lab: SlurmLab, work: Path) -> None:
+    """sbatch refuses stage b (no such partition; preflight skipped so sbatch itself says it):
+    stage a, already queued, is cancelled and the error names it."""
+    recipe(work, "a", pause=30)
+    recipe(work, "b")
+    pipeline = work / "pipeline.yaml"
+    pipeline.write_text(
+        "stages:\n"
+        "  a: {recipe: a.yaml}\n"
+        "  b: {recipe: b.yaml, after: [a], set: {cluster.partition: nosuchpartition}}\n"
+    )
+    proc = cli(slurm_lab, "pipeline", "submit", str(pipeline), "--no-check")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("pipeline: stage b was not submitted: sbatch: error:")
+    assert "invalid partition" in lines[0].lower()
+    assert lines[1].startswith("pipeline: cancelled the stages already submitted: a=")
+    a_id = lines[1].split("a=")[1].split()[0].rstrip(";")
+    assert slurm_lab.wait_job(a_id, timeout=60)["JobState"] == "CANCELLED"
