@@ -268,6 +268,50 @@ def cancel(job_id: str, *, backend: BackendKind | Backend = "cli") -> None:
     be.cancel(job_id)
 
 
+def endpoint_path(recipe: Recipe) -> Path:
+    """Where a serving job of ``recipe`` writes its endpoint: ``<log_dir>/endpoints/<run_id>.json``.
+
+    The name is the run id (default: the recipe name), not the job id, so a dependent job or
+    a user who only knows the recipe finds the current server, across requeues.
+    """
+    run_id = recipe.storage.run_id or recipe.name
+    return Path(recipe.storage.log_dir) / "endpoints" / f"{run_id}.json"
+
+
+def endpoint(
+    recipe: Recipe,
+    *,
+    wait: float = 0.0,
+    interval: float = 2.0,
+    backend: BackendKind | Backend | None = "cli",
+) -> dict[str, Any] | None:
+    """The endpoint a serving job of ``recipe`` published, or None.
+
+    Waits up to ``wait`` seconds for the file. With a backend, an endpoint whose job is no
+    longer running (a node crash can leave the file behind) counts as absent; pass
+    ``backend=None`` to skip that check where Slurm is out of reach.
+    """
+    import json
+    import time
+
+    path = endpoint_path(recipe)
+    deadline = time.monotonic() + wait
+    while True:
+        info: dict[str, Any] | None = None
+        try:
+            info = dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            info = None
+        if info is not None and backend is not None:
+            be = get_backend(backend) if isinstance(backend, str) else backend
+            st = be.status(str(info.get("job_id", "")))
+            if not st.state.startswith("RUNNING"):
+                info = None
+        if info is not None or time.monotonic() >= deadline:
+            return info
+        time.sleep(interval)
+
+
 # Chains and pipelines (slurmfm.pipeline): stages submitted in order, ids threaded through
 # as #SBATCH --dependency=<condition>:<id> with --kill-on-invalid-dep=yes.
 

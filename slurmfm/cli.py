@@ -108,6 +108,7 @@ def main() -> None:
     slurmfm render recipe.yaml           print the sbatch script
     slurmfm submit recipe.yaml           submit it (add --dry-run to only show it)
     slurmfm status JOBID | cancel JOBID
+    slurmfm endpoint recipe.yaml         URL of the recipe's running server
     slurmfm submit a.yaml --then b.yaml  chain jobs (--condition afterok|afterany|afternotok)
     slurmfm pipeline submit FILE         a pipeline of stages in dependency order
     """
@@ -128,6 +129,11 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
         f"{recipe}: ok: {r.name}, {r.resources.nodes} x {r.cluster.instance_type}, "
         f"world size {r.world_size} (tp={r.parallelism.tp} pp={r.parallelism.pp} "
         f"cp={r.parallelism.cp} ep={r.parallelism.ep} dp={r.dp}), launcher {r.launcher.kind}"
+        + (
+            f"; {r.serve.launcher.kind} server on {r.serve.nodes} node(s) ({r.serve.placement})"
+            if r.serve is not None
+            else ""
+        )
     )
     if r.sweep is not None:
         from slurmfm.api import sweep_tasks
@@ -145,21 +151,44 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
 @_set_option
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write here.")
 @click.option("--slurm-version", help="Render for this Slurm version instead of the recipe's.")
+@click.option(
+    "--no-cache", is_flag=True, help="Render afresh (also: SLURMFM_NO_CACHE=1); see README."
+)
 @friendly
 def render(
-    recipe: str, sets: tuple[str, ...], output: str | None, slurm_version: str | None
+    recipe: str,
+    sets: tuple[str, ...],
+    output: str | None,
+    slurm_version: str | None,
+    no_cache: bool,
 ) -> None:
-    """Print (or write with -o) the sbatch script for RECIPE, without asking any cluster."""
-    from slurmfm.api import render as do_render
+    """Print (or write with -o) the sbatch script for RECIPE, without asking any cluster.
 
-    r = _load(recipe, sets)
-    script = do_render(r, slurm_version=slurm_version)
-    _warn(script.warnings)
+    Unchanged inputs are served from a content-addressed cache (slurmfm.render_cache), which
+    skips importing pydantic and jinja2.
+    """
+    from slurmfm import render_cache
+
+    key = None
+    if not no_cache and render_cache.enabled():
+        key = render_cache.key(recipe, sets, slurm_version)
+    hit = render_cache.get(key) if key else None
+    if hit is not None:
+        text, warnings = hit.text, hit.warnings
+    else:
+        from slurmfm.api import render as do_render
+
+        r = _load(recipe, sets)
+        script = do_render(r, slurm_version=slurm_version)
+        text, warnings = script.text, script.warnings
+        if key:
+            render_cache.put(key, text, warnings)
+    _warn(warnings)
     if output:
-        _write_atomic(output, script.text)
+        _write_atomic(output, text)
         click.echo(f"wrote {output}", err=True)
     else:
-        click.echo(script.text, nl=False)
+        click.echo(text, nl=False)
 
 
 @main.command()
@@ -362,6 +391,32 @@ def cancel(job_id: str) -> None:
 
     api.cancel(job_id)
     click.echo(f"cancelled {job_id}")
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(dir_okay=False))
+@_set_option
+@click.option("--wait", type=float, default=0.0, show_default=True, help="Seconds to wait.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole endpoint record.")
+@friendly
+def endpoint(recipe: str, sets: tuple[str, ...], wait: float, as_json: bool) -> None:
+    """Print the URL of RECIPE's running server (vllm/sglang, or a train-and-serve server).
+
+    Exit status 1 when no running job of RECIPE has published one (within --wait seconds).
+    """
+    from slurmfm import api
+
+    r = _load(recipe, sets)
+    info = api.endpoint(r, wait=wait)
+    if info is None:
+        click.echo(f"no running server has published {api.endpoint_path(r)}", err=True)
+        sys.exit(1)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(info, indent=2))
+    else:
+        click.echo(info["url"])
 
 
 # Command groups in their own modules (each imports only click at the top).

@@ -101,6 +101,14 @@ class SlurmLab:
         kw.setdefault("capture_output", True)
         return subprocess.run(list(args), check=False, **kw)
 
+    def slurmfm(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run the ``slurmfm`` CLI (this checkout's) from the repository root against the lab."""
+        import sys
+
+        return self.run(
+            [sys.executable, "-m", "slurmfm.cli", *args], cwd=REPO_ROOT, timeout=timeout
+        )
+
     def lab_command(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``scripts/slurm-lab --lab <dir> ARGS`` (needs root)."""
         return self.run([str(LAB_SCRIPT), "--lab", str(self.lab_dir), *args], timeout=300)

@@ -51,7 +51,12 @@ def _srun_command(text: str) -> str:
     """The launch srun command (after ``# Launch:``), backslash-continued lines joined."""
     lines = text.splitlines()
     launch = next(i for i, line in enumerate(lines) if line.startswith("# Launch:"))
-    starts = [i for i, line in enumerate(lines) if line.startswith("srun ") and i > launch]
+    # a server step runs with its own host order: SLURMFM_HOST_ORDER=... srun
+    starts = [
+        i
+        for i, line in enumerate(lines)
+        if re.match(r"(SLURMFM_HOST_ORDER=\S+ )?srun ", line) and i > launch
+    ]
     assert len(starts) == 1, f"expected exactly one launch srun command, found {len(starts)}"
     parts: list[str] = []
     for line in lines[starts[0] :]:
@@ -85,6 +90,9 @@ def test_recipes_exist() -> None:
         "llama3-70b-p5en-megatron",
         "nemo-llama3-8b-p6-b200",
         "gb200-llama3-405b",
+        "vllm-llama3-70b-2xp5",
+        "sglang-deepseek-v3-p6-b200",
+        "grpo-train-and-serve-p5",
         "sweep-lr-llama3-8b-p5",
         "sweep-quickstart",
     ):
@@ -195,6 +203,13 @@ def test_processes_per_node_match_gpus(path: Path, flavor: str, version: str) ->
     inst = get_instance(recipe.cluster.instance_type)
     expected = inst.gpus or recipe.procs_per_node
     srun = _srun_command(text)
+    if recipe.launcher.kind in ("vllm", "sglang"):
+        # One server task per node; the server starts its per-GPU workers itself and its
+        # model-parallel layout uses every GPU of the job (tp * pp == GPUs).
+        assert "--ntasks-per-node=1" in srun.split()
+        p = recipe.parallelism
+        assert p.tp * p.pp == recipe.resources.nodes * expected
+        return
     if recipe.launcher.kind == "nemo":
         # NeMo runs one Slurm task per GPU instead of torchrun's per-node launcher.
         assert f"--ntasks-per-node={expected}" in srun.split()

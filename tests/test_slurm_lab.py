@@ -48,7 +48,8 @@ def _topology_path(lab: SlurmLab, node: str) -> list[str]:
 def check_all_nodes_idle(lab: SlurmLab) -> None:
     expected = {f"node{i:03d}" for i in range(1, lab.nodes + 1)}
     states: dict[str, str] = {}
-    deadline = time.monotonic() + 30  # other users' jobs may still be finishing
+    # Other jobs may still be finishing, and 22.05's backfill can leave "plnd" for a cycle.
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         proc = lab.run(["sinfo", "-h", "-N", "-p", "batch", "-o", "%N %t"])
         assert proc.returncode == 0, proc.stderr

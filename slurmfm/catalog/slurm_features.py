@@ -231,6 +231,17 @@ _ALL: tuple[Feature, ...] = (
         verified=False,
     ),
     Feature(
+        "hetjob",
+        _V(20, 2),
+        None,
+        "`#SBATCH hetjob` separates the components of a heterogeneous job and `srun "
+        "--het-group=N` runs a step in one of them (the directive was `packjob` before the "
+        "20.02 rename). Unverified first release: taken from Slurm's 20.02 release notes, "
+        "which are not in the reference sheets; the lab checks it works on 22.05.8.",
+        f"peer-launchers.md (NeMo-Run, TorchX het groups); {SRC_LAB}",
+        verified=False,
+    ),
+    Feature(
         "wait_all_nodes",
         _V(22, 5),
         None,

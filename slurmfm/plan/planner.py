@@ -52,6 +52,7 @@ position-based tie-break.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import re
@@ -806,16 +807,65 @@ def order_nodes(topology: Topology, nodes: Iterable[str], job: JobShape) -> list
         raise PlanError(f"host {exc.args[0]!r} is not in the topology") from exc
 
 
-def job_for_recipe(recipe: Recipe) -> JobShape:
-    """The planner's view of a recipe: whole nodes, GPUs (processes) per node, parallelism."""
+def job_for_recipe(recipe: Recipe, nodes: int | None = None) -> JobShape:
+    """The planner's view of a recipe: whole nodes, GPUs (processes) per node, parallelism.
+
+    SGLang's ``--tp`` may span nodes over EFA by the user's choice (its multi-node guide does),
+    so for SGLang the planner keeps nodes close but applies no NVLink-unit rule.
+    """
     p = recipe.parallelism
+    sglang = recipe.launcher.kind == "sglang"
     return JobShape(
-        nodes=recipe.resources.nodes,
+        nodes=nodes or recipe.resources.nodes,
         gpus_per_node=recipe.procs_per_node,
-        tp=p.tp,
+        tp=1 if sglang else p.tp,
         pp=p.pp,
         cp=p.cp,
-        ep=p.ep,
+        ep=1 if sglang else p.ep,
+    )
+
+
+def _with_serving_group(
+    topology: Topology, trainer: Plan, k: int, unavailable: Iterable[str]
+) -> Plan:
+    """Append ``k`` serving nodes to a pinned trainer plan: the free nodes nearest the trainer.
+
+    Nearest means sharing the deepest switch with the trainer's last node, then closest in the
+    fabric order. They go at the end of the order, which is where the job script takes its
+    serving group from (the last ``serve.nodes`` hosts), so the trainer keeps the planned
+    compact prefix and its ranks.
+    """
+    st = _static(topology)
+    taken = set(trainer.nodes) | set(unavailable)
+    free = [n for n in st.order if topology.nodes[n].free and n not in taken]
+    if len(free) < k:
+        raise PlanError(
+            f"serving group: {k} node(s) needed beside the trainer's {len(trainer.nodes)}, "
+            f"only {len(free)} free"
+        )
+    anchor = trainer.nodes[-1]
+    home = st.ancestors[st.leaf_of[anchor]]
+
+    def shared(n: str) -> int:
+        path = st.ancestors[st.leaf_of[n]]
+        c = 0
+        while c < min(len(path), len(home)) and path[c] == home[c]:
+            c += 1
+        return c
+
+    pick = sorted(free, key=lambda n: (-shared(n), abs(st.pos[n] - st.pos[anchor])))[:k]
+    pick.sort(key=lambda n: st.pos[n])
+    lca = st._lca([st.leaf_of[n] for n in (*pick, anchor)])
+    why = (
+        *trainer.explanation,
+        f"serving group: {', '.join(pick)}, the free nodes nearest the trainer (under "
+        f"{_fmt_switch(st, lca)}); last in the order, where the job takes its server from",
+    )
+    return dataclasses.replace(
+        trainer,
+        nodes=(*trainer.nodes, *pick),
+        leaves=tuple(dict.fromkeys((*trainer.leaves, *(st.leaf_of[n] for n in pick)))),
+        explanation=why,
     )
 
 
@@ -846,13 +896,22 @@ def plan_for_recipe(
         version = Target.for_recipe(recipe).slurm_version
     else:
         version = slurm_version
-    return plan(
-        topology,
-        job_for_recipe(recipe),
-        unavailable=unavailable,
-        mode=mode,
-        slurm_version=version,
-        params=params,
-        switch_wait=switch_wait,
-        switch_order=switch_order,
-    )
+
+    def run(job: JobShape) -> Plan:
+        return plan(
+            topology,
+            job,
+            unavailable=unavailable,
+            mode=mode,
+            slurm_version=version,
+            params=params,
+            switch_wait=switch_wait,
+            switch_order=switch_order,
+        )
+
+    serve = recipe.serve
+    if serve is not None and serve.placement == "split" and mode == "pin":
+        # Plan the trainer alone (its rings decide the cost), then add the server beside it.
+        trainer = run(job_for_recipe(recipe, recipe.train_nodes))
+        return _with_serving_group(topology, trainer, serve.nodes, unavailable)
+    return run(job_for_recipe(recipe))

@@ -10,7 +10,7 @@ characters sbatch parses safely.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -22,6 +22,9 @@ from pydantic import (
 )
 
 from slurmfm.recipe.sweep import Sweep
+
+if TYPE_CHECKING:
+    from slurmfm.catalog.instances import InstanceType
 
 Flavor = Literal["parallelcluster", "pcs", "hyperpod", "generic"]
 
@@ -257,9 +260,104 @@ class NemoLauncher(_Strict):
         return v
 
 
+class _ServeLauncher(_Strict):
+    """What vLLM and SGLang servers share: the model, the HTTP port and the readiness wait.
+
+    The readiness wait polls ``health_path`` on the first node of the serving group (both
+    servers answer ``GET /health`` with 200 once the model is loaded: vLLM's OpenAI server
+    and SGLang's ``launch_server``), fails the job when ``ready_timeout_s`` passes, and then
+    writes the endpoint file ``<log_dir>/endpoints/<run_id>.json`` (and ``.env``).
+    """
+
+    model: str = Field(min_length=1, description="Hugging Face id or a path (e.g. on /fsx)")
+    served_model_name: str | None = None
+    port: int = Field(default=0, ge=0, le=65535, description="HTTP port; 0: the server's default")
+    model_cache: str | None = Field(
+        default=None, description="HF_HOME for downloads, e.g. /fsx/models (shared by nodes)"
+    )
+    extra_args: list[str] = Field(default_factory=list, description="more server arguments")
+    health_path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9_./-]*$")
+    ready_timeout_s: int = Field(default=1800, ge=1, description="model load can take long")
+    ready_poll_s: int = Field(default=5, ge=1)
+
+
+class VllmLauncher(_ServeLauncher):
+    """vLLM OpenAI-compatible server across nodes: a Ray head on node 0, Ray workers on the
+    others, then ``vllm serve`` on the head (vLLM's multi-node serving guide and its
+    ``examples/online_serving/multi-node-serving.sh``). Tensor parallel inside a node (or an
+    NVLink domain), pipeline parallel across nodes: ``parallelism.tp`` x ``parallelism.pp``
+    must equal the group's GPU count.
+    """
+
+    kind: Literal["vllm"]
+    command: str = Field(default="vllm", min_length=1, description="the vllm executable")
+    ray: str = Field(default="ray", min_length=1, description="the ray executable")
+    python: str = Field(
+        default="python3", min_length=1, description="a python with ray, to count Ray nodes"
+    )
+    ray_port: int = Field(default=6379, ge=1024, le=65535, description="Ray's default GCS port")
+    ray_timeout_s: int = Field(default=300, ge=1, description="wait for all Ray nodes to join")
+
+
+class SglangLauncher(_ServeLauncher):
+    """SGLang's own multi-node launch: ``python -m sglang.launch_server`` on every node with
+    ``--nnodes``, ``--node-rank`` (from the planned order) and ``--dist-init-addr`` on node 0
+    (SGLang's multi-node deployment guide). ``parallelism.tp`` is SGLang's total ``--tp``,
+    which may span nodes; ``pp`` and ``ep`` map to ``--pp-size`` and ``--ep-size``.
+    """
+
+    kind: Literal["sglang"]
+    python: str = Field(default="python3", min_length=1)
+    dist_port: int | None = Field(
+        default=None, ge=1024, le=65535, description="--dist-init-addr port; default per job"
+    )
+
+
+ServeLauncher = Annotated[VllmLauncher | SglangLauncher, Field(discriminator="kind")]
+
 Launcher = Annotated[
-    TorchrunLauncher | MegatronLauncher | NemoLauncher, Field(discriminator="kind")
+    TorchrunLauncher | MegatronLauncher | NemoLauncher | VllmLauncher | SglangLauncher,
+    Field(discriminator="kind"),
 ]
+SERVE_KINDS = ("vllm", "sglang")
+
+
+class Serve(_Strict):
+    """A serving group beside the trainer, as in GRPO/RL post-training: the trainer sends
+    prompts to a generation server it starts with.
+
+    ``split`` divides one allocation: the last ``nodes`` hosts of the job's host order serve
+    and the rest train, so the trainer keeps the planner's compact prefix (the TRL GRPO
+    sample on AWS serves from the last node: aws-launch-facts.md section 1, GRPO row).
+    ``hetjob`` asks for a second heterogeneous component (``#SBATCH hetjob``) when the
+    server needs another node shape (instance type, partition).
+    """
+
+    nodes: int = Field(ge=1, le=100_000)
+    placement: Literal["split", "hetjob"] = "split"
+    launcher: ServeLauncher
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    instance_type: str | None = Field(default=None, description="hetjob only")
+    partition: SlurmName | None = Field(default=None, description="hetjob only")
+    procs_per_node: int | None = Field(default=None, ge=1, le=1024)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _itype(cls, v: str | None) -> str | None:
+        from slurmfm.catalog.instances import get_instance
+
+        return None if v is None else get_instance(v).name
+
+    @model_validator(mode="after")
+    def _hetjob_only(self) -> Serve:
+        if self.placement == "split":
+            for name in ("instance_type", "partition"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"serve.{name}: only with placement: hetjob (a split shares the "
+                        "trainer's nodes)"
+                    )
+        return self
 
 
 class Container(_Strict):
@@ -379,6 +477,7 @@ class Recipe(_Strict):
     resources: Resources = Field(default_factory=Resources)
     parallelism: Parallelism = Field(default_factory=Parallelism)
     launcher: Launcher
+    serve: Serve | None = None
     container: Container | None = None
     python_env: PythonEnv | None = None
     env: dict[EnvName, str] = Field(default_factory=dict)
@@ -429,6 +528,41 @@ class Recipe(_Strict):
                 f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
                 f"{inst.gpus} GPUs of {inst.name}"
             )
+        if self.serve is not None and self.launcher.kind in SERVE_KINDS:
+            raise ValueError(
+                "serve: a serving recipe (launcher.kind: "
+                f"{self.launcher.kind}) is the server itself; serve: is for a trainer's server"
+            )
+        split = self.serve is not None and self.serve.placement == "split"
+        if split and self.serve is not None and self.serve.nodes >= self.resources.nodes:
+            raise ValueError(
+                f"serve.nodes: {self.serve.nodes} serving nodes leave none of the "
+                f"{self.resources.nodes} nodes (resources.nodes) for the trainer"
+            )
+        if self.serve is not None:
+            s = self.serve
+            sinst = get_instance(s.instance_type or self.cluster.instance_type)
+            # Same node type as the trainer: the same processes per node unless told.
+            per_node = s.procs_per_node or sinst.gpus
+            if not per_node and sinst.name == inst.name:
+                per_node = self.resources.procs_per_node or 0
+            if not per_node:
+                raise ValueError(
+                    f"serve.procs_per_node: required, because {sinst.name} has no GPUs to count"
+                )
+            _check_serving(
+                s.launcher.kind, s.parallelism, s.nodes, per_node, sinst, "serve.parallelism"
+            )
+        if self.launcher.kind in SERVE_KINDS:
+            _check_serving(
+                self.launcher.kind,
+                self.parallelism,
+                self.resources.nodes,
+                self.procs_per_node,
+                inst,
+                "parallelism",
+            )
+            return self
         clash = set(self.env) & set(self.secrets)
         if clash:
             raise ValueError(f"secrets: {sorted(clash)} are listed both in env and in secrets")
@@ -475,10 +609,51 @@ class Recipe(_Strict):
         return self.resources.procs_per_node or inst.gpus
 
     @property
+    def train_nodes(self) -> int:
+        """Nodes that run the launcher: all, minus a split serving group's."""
+        if self.serve is not None and self.serve.placement == "split":
+            return self.resources.nodes - self.serve.nodes
+        return self.resources.nodes
+
+    @property
     def world_size(self) -> int:
-        return self.resources.nodes * self.procs_per_node
+        return self.train_nodes * self.procs_per_node
 
     @property
     def dp(self) -> int:
         p = self.parallelism
         return self.world_size // (p.tp * p.pp * p.cp)
+
+
+def _check_serving(
+    kind: str, p: Parallelism, nodes: int, per_node: int, inst: InstanceType, where: str
+) -> None:
+    """One server replica per group: its model-parallel layout must use every GPU.
+
+    vLLM: ``tp`` inside a node or NVLink domain, ``pp`` across nodes (vLLM's parallelism and
+    scaling guide: "set tensor_parallel_size to the number of GPUs per node and
+    pipeline_parallel_size to the number of nodes"). SGLang: ``--tp`` is the total and may
+    span nodes (SGLang's multi-node guide runs --tp 16 on 2 x 8 GPUs).
+    """
+    gpus = nodes * per_node
+    if p.cp != 1:
+        raise ValueError(f"{where}.cp: context parallelism is not a serving option here")
+    if p.tp * p.pp != gpus:
+        raise ValueError(
+            f"{where}.tp: tp*pp = {p.tp}*{p.pp} = {p.tp * p.pp} must equal the serving group's "
+            f"{gpus} GPUs ({nodes} nodes x {per_node}); one server replica per job"
+        )
+    if kind == "vllm":
+        domain = inst.nvlink.max_gpus if inst.gpus else per_node
+        if p.tp > max(domain, 1):
+            raise ValueError(
+                f"{where}.tp: vLLM tensor parallel {p.tp} exceeds the NVLink domain of "
+                f"{inst.name} ({domain} GPUs); use pp across nodes"
+            )
+        if p.ep != 1:
+            raise ValueError(
+                f"{where}.ep: for vLLM pass --enable-expert-parallel in launcher.extra_args "
+                "(its expert parallel size follows tp x dp)"
+            )
+    elif p.ep > 1 and p.tp % p.ep:
+        raise ValueError(f"{where}.ep: SGLang's --ep-size {p.ep} must divide --tp {p.tp}")

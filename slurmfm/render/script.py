@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
     from slurmfm.catalog.slurm_features import SlurmVersion
     from slurmfm.recipe.schema import Recipe
+    from slurmfm.render.serve import ServeLaunch
 
 # Default Slurm version per flavor when the recipe says "auto" and no cluster was asked.
 # Conservative on purpose: an assumed version only ever removes options.
@@ -63,9 +64,12 @@ class Directive:
     option: str
     value: str | None = None
     why: str | None = None
+    raw: bool = False  # a bare keyword such as `hetjob`, not an option
 
     @property
     def text(self) -> str:
+        if self.raw:
+            return self.option
         return f"--{self.option}" if self.value is None else f"--{self.option}={self.value}"
 
 
@@ -123,16 +127,21 @@ def _directives(
     r = recipe.resources
     c = recipe.cluster
     tasks_per_node = recipe.procs_per_node if recipe.launcher.kind == "nemo" else 1
+    why_tasks = {
+        "nemo": "one task per GPU (NeMo/Lightning reads Slurm ranks)",
+        "vllm": "one task per node: a Ray head or worker; vLLM starts the per-GPU workers",
+        "sglang": "one launch_server per node; SGLang starts the per-GPU schedulers",
+    }.get(recipe.launcher.kind, "one launcher per node; torchrun starts the per-GPU processes")
     d: list[Directive] = [
         Directive("job-name", sbatch_value(recipe.name, what="name")),
-        Directive("nodes", str(r.nodes)),
         Directive(
-            "ntasks-per-node",
-            str(tasks_per_node),
-            "one task per GPU (NeMo/Lightning reads Slurm ranks)"
-            if recipe.launcher.kind == "nemo"
-            else "one launcher per node; torchrun starts the per-GPU processes",
+            "nodes",
+            str(r.nodes),
+            f"{recipe.serve.nodes} of them serve (the last in the host order), the rest train"
+            if recipe.serve is not None and recipe.serve.placement == "split"
+            else None,
         ),
+        Directive("ntasks-per-node", str(tasks_per_node), why_tasks),
         Directive("time", sbatch_value(r.time_limit, what="resources.time_limit")),
     ]
     for opt, val, what in (
@@ -221,7 +230,53 @@ def _directives(
                 "pinned by the planner",
             )
         )
+    if recipe.serve is not None and recipe.serve.placement == "hetjob":
+        d.extend(_hetjob_component(recipe, inst, v))
     return d, warnings
+
+
+def _hetjob_component(recipe: Recipe, inst: InstanceType, v: SlurmVersion) -> list[Directive]:
+    """Directives of heterogeneous component 1: the server's own node shape."""
+    from slurmfm.catalog.instances import get_instance
+    from slurmfm.catalog.slurm_features import supports
+
+    s = recipe.serve
+    if s is None:  # pragma: no cover - called only for hetjob serve sections
+        raise RenderError("serve: no hetjob component to render")
+    if not supports("hetjob", v):
+        raise UnsupportedError(f"#SBATCH hetjob needs Slurm >= 20.02; target is {v}")
+    sinst = get_instance(s.instance_type) if s.instance_type else inst
+    c = recipe.cluster
+    d = [
+        Directive(
+            "hetjob",
+            why=f"component 1: the {s.launcher.kind} server on {sinst.name} "
+            "(srun --het-group=1 runs it; the trainer is component 0)",
+            raw=True,
+        ),
+        Directive("nodes", str(s.nodes)),
+        Directive("ntasks-per-node", "1"),
+    ]
+    part = s.partition or c.partition
+    if part:
+        d.append(Directive("partition", sbatch_value(part, what="serve.partition")))
+    for opt, val, what in (
+        ("account", c.account, "cluster.account"),
+        ("qos", c.qos, "cluster.qos"),
+        ("reservation", c.reservation, "cluster.reservation"),
+    ):
+        if val:
+            d.append(Directive(opt, sbatch_value(val, what=what)))
+    if recipe.resources.exclusive:
+        d.append(Directive("exclusive"))
+    if sinst.gpus:
+        if supports("gpus_per_node", v):
+            d.append(Directive("gpus-per-node", str(sinst.gpus)))
+        else:
+            d.append(Directive("gres", f"gpu:{sinst.gpus}"))
+        if recipe.resources.exclusive:
+            d.append(Directive("mem", "0"))
+    return d
 
 
 def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[str]]:
@@ -288,7 +343,7 @@ def _launch(recipe: Recipe, checkpoint_dir_expr: str) -> tuple[list[str], int, s
         "torch.distributed.run",
     ]
     common = [
-        f"--nnodes={recipe.resources.nodes}",
+        f"--nnodes={recipe.train_nodes}",
         f"--nproc-per-node={g}",
         '--master-addr="$SLURMFM_RDZV_HOST"',
         '--master-port="$SLURMFM_RDZV_PORT"',
@@ -407,6 +462,20 @@ def _health(recipe: Recipe, inst: InstanceType) -> HealthGate:
     return HealthGate(enabled, inst.gpus, inst.efa_interfaces)
 
 
+def _serve(recipe: Recipe) -> ServeLaunch | None:
+    """The server group of a serving recipe (whole job) or of a train-and-serve recipe."""
+    from slurmfm.recipe.schema import SglangLauncher, VllmLauncher
+    from slurmfm.render.serve import serve_launch
+
+    L = recipe.launcher
+    if isinstance(L, VllmLauncher | SglangLauncher):
+        return serve_launch(L, recipe.parallelism, recipe.resources.nodes, "all")
+    if recipe.serve is None:
+        return None
+    s = recipe.serve
+    return serve_launch(s.launcher, s.parallelism, s.nodes, s.placement)
+
+
 def _nccl_check(recipe: Recipe, inst: InstanceType) -> str:
     mode = recipe.resilience.nccl_transport_check
     if mode == "auto":
@@ -432,17 +501,46 @@ def render_script(
     run_id = s.run_id or recipe.name
     ckpt = s.checkpoint_root.rstrip("/") or "/"
     checkpoint_dir = f"{ckpt}/{recipe.name}/{run_id}" if ckpt != "/" else f"/{recipe.name}/{run_id}"
-    argv, prefix, how = _launch(recipe, "$SLURMFM_CHECKPOINT_DIR")
-    srun = ['--nodes="$SLURM_JOB_NUM_NODES"']
+    serve = _serve(recipe)
+    if serve is not None and serve.group == "all":
+        argv, prefix, how = list(serve.argv), serve.prefix, serve.description
+    else:
+        argv, prefix, how = _launch(recipe, "$SLURMFM_CHECKPOINT_DIR")
+    split = serve is not None and serve.group == "split"
+    # A split trainer runs on the first hosts of the order only; elsewhere the step spans the
+    # (first component of the) allocation.
+    nodes_expr = '"${#slurmfm_order[@]}"' if split else '"$SLURM_JOB_NUM_NODES"'
+    srun = [f"--nodes={nodes_expr}"]
+    if serve is not None and serve.group == "hetjob":
+        srun.insert(0, "--het-group=0")
     if recipe.launcher.kind == "nemo":
         srun.append(f"--ntasks-per-node={recipe.procs_per_node}")
     else:
-        srun.extend(['--ntasks="$SLURM_JOB_NUM_NODES"', "--ntasks-per-node=1"])
+        srun.extend([f"--ntasks={nodes_expr}", "--ntasks-per-node=1"])
+    if split:
+        srun.append('--nodelist="$(IFS=,; echo "${slurmfm_order[*]}")"')
     srun.append("--kill-on-bad-exit=1")
     if recipe.cluster.flavor == "hyperpod":
         # HyperPod's auto-resume is an srun option; sbatch rejects it (aws-launch-facts.md 4.3).
         srun.append("--auto-resume=1")
     srun.extend(_container_opts(recipe))
+    serve_srun: list[str] = []
+    if serve is not None:
+        if serve.group == "all":
+            serve_srun = srun
+        else:
+            k = serve.nodes
+            serve_srun = [f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1"]
+            if serve.group == "hetjob":
+                serve_srun.insert(0, "--het-group=1")
+            else:
+                serve_srun.append('--nodelist="$(IFS=,; echo "${slurmfm_serve_order[*]}")"')
+            serve_srun += [
+                "--kill-on-bad-exit=1",
+                '--output="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}_serve.out"',
+                "--open-mode=append",
+                *_container_opts(recipe),
+            ]
     pe = recipe.python_env
     setup: list[str] = []
     if pe is not None:
@@ -503,9 +601,12 @@ def render_script(
         # exiting); Megatron-LM saves on SIGTERM (--exit-signal-handler); NeMo has no such
         # protocol and is requeued at the signal instead.
         "forward": {"nemo": "none", "megatron": "TERM"}.get(recipe.launcher.kind, "none"),
-        "save_protocol": recipe.launcher.kind != "nemo",
+        # Servers have no state to save: at the signal the job requeues and serves again.
+        "save_protocol": recipe.launcher.kind not in ("nemo", "vllm", "sglang"),
         "hyperpod": recipe.cluster.flavor == "hyperpod",
         "per_restart_log": recipe.resilience.log_mode == "per_restart",
+        "serve": serve,
+        "serve_srun": serve_srun,
     }
     text = _env().get_template("sbatch.sh.j2").render(**ctx)
     return RenderedScript(

@@ -1,0 +1,132 @@
+"""A content-addressed cache of rendered scripts for the CLI's ``render``.
+
+Why: rendering is a pure function of the recipe bytes, the ``--set`` overrides, the target
+Slurm version and slurmfm's own code and templates, but a cold ``slurmfm render`` spends most
+of its ~0.3 s importing and building pydantic models and compiling jinja2 templates. Users and
+CI render the same recipe again and again (render, edit elsewhere, re-render, diff), so the
+second and later renders of unchanged inputs come from here in a fraction of that, importing
+neither pydantic nor jinja2 (``scripts/bench_cli.py`` shows both cold and warm times).
+
+The key covers everything the output depends on: the recipe's path and bytes, overrides, the
+requested Slurm version, every file of the slurmfm package (path, size, mtime), the files of
+the libraries that shape the output (jinja2, pydantic, pydantic_core, ruamel.yaml) and the
+Python version. Only successful renders are stored, with their warnings, which are replayed.
+Nothing secret is stored: scripts never contain secret values. Disable with ``--no-cache`` or
+``SLURMFM_NO_CACHE=1``; the location is ``$SLURMFM_CACHE_DIR`` or
+``${XDG_CACHE_HOME:-~/.cache}/slurmfm/render``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+FORMAT = "1"
+MAX_ENTRIES = 256
+_LIBS = ("jinja2", "pydantic", "pydantic_core", "ruamel.yaml")
+
+
+class Entry(NamedTuple):
+    """A stored render (NamedTuple, not a dataclass: dataclasses imports inspect, ~5 ms)."""
+
+    text: str
+    warnings: tuple[str, ...]
+
+
+def enabled() -> bool:
+    return os.environ.get("SLURMFM_NO_CACHE", "") not in ("1", "true", "yes")
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("SLURMFM_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "slurmfm" / "render"
+
+
+def _package_fingerprint(h: hashlib._Hash) -> None:
+    root = Path(__file__).resolve().parent
+    stack = [root]
+    entries: list[tuple[str, int, int]] = []
+    while stack:
+        d = stack.pop()
+        with os.scandir(d) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    if e.name != "__pycache__":
+                        stack.append(Path(e.path))
+                elif e.name.endswith((".py", ".j2", ".json", ".yaml")):
+                    st = e.stat()
+                    entries.append((os.path.relpath(e.path, root), st.st_size, st.st_mtime_ns))
+    for rel, size, mtime in sorted(entries):
+        h.update(f"{rel}\0{size}\0{mtime}\n".encode())
+
+
+def _library_fingerprint(h: hashlib._Hash) -> None:
+    """Where each library's package file is and when it changed, without importing it."""
+    from importlib.util import find_spec
+
+    for name in _LIBS:
+        try:
+            spec = find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        origin = spec.origin if spec is not None else None
+        if origin and os.path.exists(origin):
+            st = os.stat(origin)
+            h.update(f"{name}\0{origin}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        else:
+            h.update(f"{name}\0missing\n".encode())
+
+
+def key(recipe_path: str, overrides: tuple[str, ...], slurm_version: str | None) -> str | None:
+    """The cache key for rendering ``recipe_path``; None when the file cannot be read."""
+    try:
+        data = Path(recipe_path).read_bytes()
+    except OSError:
+        return None
+    h = hashlib.sha256()
+    h.update(f"format {FORMAT}\npython {sys.version}\n".encode())
+    h.update(f"recipe {os.path.abspath(recipe_path)}\n".encode())
+    h.update(hashlib.sha256(data).digest())
+    h.update(json.dumps([list(overrides), slurm_version]).encode())
+    _package_fingerprint(h)
+    _library_fingerprint(h)
+    return h.hexdigest()
+
+
+def get(k: str) -> Entry | None:
+    try:
+        raw = json.loads((cache_dir() / f"{k}.json").read_text(encoding="utf-8"))
+        return Entry(text=str(raw["text"]), warnings=tuple(str(w) for w in raw["warnings"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def put(k: str, text: str, warnings: tuple[str, ...]) -> None:
+    """Store an entry atomically; a cache that cannot be written is silently skipped."""
+    d = cache_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{k}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"text": text, "warnings": list(warnings)}), encoding="utf-8")
+        os.replace(tmp, d / f"{k}.json")
+        _prune(d)
+    except OSError:
+        return
+
+
+def _prune(d: Path) -> None:
+    files = [e for e in os.scandir(d) if e.name.endswith(".json")]
+    if len(files) <= MAX_ENTRIES:
+        return
+    files.sort(key=lambda e: e.stat().st_mtime_ns)
+    for e in files[: len(files) - MAX_ENTRIES]:
+        with contextlib.suppress(OSError):
+            os.unlink(e.path)

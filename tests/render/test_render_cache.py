@@ -1,0 +1,116 @@
+"""The CLI's render cache: same inputs give the same text without rendering; any input change
+renders afresh; warnings are replayed; failures are never stored."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmfm import render_cache
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPE = REPO / "recipes" / "llama3-70b-p5en-megatron.yaml"
+
+
+def cli(
+    tmp: Path, *args: str, importtime: bool = False, **env: str
+) -> subprocess.CompletedProcess[str]:
+    e = {**os.environ, "SLURMFM_CACHE_DIR": str(tmp / "cache"), **env}
+    e.pop("SLURMFM_NO_CACHE", None)
+    e.update(env)
+    pre = ["-X", "importtime"] if importtime else []
+    return subprocess.run(
+        [sys.executable, *pre, "-m", "slurmfm.cli", "render", *args],
+        env=e,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+
+
+def imported(stderr: str) -> set[str]:
+    return {line.split("|")[-1].strip() for line in stderr.splitlines() if "import time:" in line}
+
+
+def test_second_render_comes_from_the_cache(tmp_path: Path) -> None:
+    first = cli(tmp_path, str(RECIPE), importtime=True)
+    assert first.returncode == 0, first.stderr
+    assert "pydantic" in imported(first.stderr)
+    second = cli(tmp_path, str(RECIPE), importtime=True)
+    assert second.returncode == 0
+    assert second.stdout == first.stdout
+    mods = imported(second.stderr)
+    assert "pydantic" not in mods
+    assert "jinja2" not in mods
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+
+def test_every_input_is_part_of_the_key(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(RECIPE.read_bytes())
+    base = render_cache.key(str(recipe), (), None)
+    assert base is not None
+    assert render_cache.key(str(recipe), ("resources.nodes=8",), None) != base
+    assert render_cache.key(str(recipe), (), "22.05") != base
+    recipe.write_bytes(RECIPE.read_bytes() + b"\n# edited\n")
+    assert render_cache.key(str(recipe), (), None) != base
+    assert render_cache.key(str(tmp_path / "missing.yaml"), (), None) is None
+
+
+def test_a_changed_package_file_changes_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_bytes(RECIPE.read_bytes())
+    before = render_cache.key(str(recipe), (), None)
+    template = REPO / "slurmfm" / "render" / "templates" / "sbatch.sh.j2"
+    st = template.stat()
+    try:
+        os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        assert render_cache.key(str(recipe), (), None) != before
+    finally:
+        os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert render_cache.key(str(recipe), (), None) == before
+
+
+def test_overrides_and_warnings_replayed(tmp_path: Path) -> None:
+    args = (str(RECIPE), "--set", "resilience.save_before_timeout_s=3600")
+    first = cli(tmp_path, *args, "--set", "resources.time_limit=10")
+    assert first.returncode == 0, first.stderr
+    assert "warning: resilience.save_before_timeout_s" in first.stderr
+    second = cli(tmp_path, *args, "--set", "resources.time_limit=10", importtime=True)
+    assert second.stdout == first.stdout
+    assert "pydantic" not in imported(second.stderr)
+    assert "warning: resilience.save_before_timeout_s" in second.stderr
+    other = cli(tmp_path, *args, "--set", "resources.time_limit=20")
+    assert "#SBATCH --time=20" in other.stdout
+
+
+def test_errors_are_not_cached(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(RECIPE.read_text().replace("nodes: 16", "nodes: -1"))
+    for _ in range(2):
+        proc = cli(tmp_path, str(bad))
+        assert proc.returncode == 2
+        assert "resources.nodes" in proc.stderr
+    assert not list((tmp_path / "cache").glob("*.json"))
+
+
+def test_no_cache_switches(tmp_path: Path) -> None:
+    cli(tmp_path, str(RECIPE))
+    flag = cli(tmp_path, "--no-cache", str(RECIPE), importtime=True)
+    assert "pydantic" in imported(flag.stderr)
+    env = cli(tmp_path, str(RECIPE), importtime=True, SLURMFM_NO_CACHE="1")
+    assert "pydantic" in imported(env.stderr)
+
+
+def test_unwritable_cache_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "cache").write_text("a file where the directory should be")
+    proc = cli(tmp_path, str(RECIPE))
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("#!/bin/bash")

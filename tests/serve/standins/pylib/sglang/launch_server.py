@@ -1,0 +1,89 @@
+"""Stand-in for ``python -m sglang.launch_server`` across nodes.
+
+Node 0 listens on ``--dist-init-addr``'s port until the other ``--nnodes - 1`` ranks have
+connected (each says its ``--node-rank``), then serves HTTP; the others connect, retrying while
+node 0 starts, and stay until node 0 goes away, like SGLang's non-zero ranks which serve no HTTP.
+Test-only flags: ``--standin-fail-health``, ``--standin-delay S``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+
+import standin_http
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="sglang.launch_server")
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--tp", "--tp-size", type=int, default=1)
+    p.add_argument("--pp-size", type=int, default=1)
+    p.add_argument("--ep-size", type=int, default=1)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--served-model-name")
+    p.add_argument("--standin-fail-health", action="store_true")
+    p.add_argument("--standin-delay", type=float, default=1.0)
+    a = p.parse_args()
+    if a.tp % a.nnodes:
+        print(f"sglang stand-in: --tp {a.tp} does not split over {a.nnodes} nodes", file=sys.stderr)
+        return 1
+    ranks = [0]
+    if a.nnodes > 1:
+        host, _, port = a.dist_init_addr.rpartition(":")
+        if a.node_rank == 0:
+            srv = socket.socket()
+            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            srv.bind(("0.0.0.0", int(port)))  # noqa: S104 - a server, as SGLang's node 0
+            srv.listen(a.nnodes)
+            srv.settimeout(120)
+            peers = []
+            while len(peers) < a.nnodes - 1:
+                conn, _ = srv.accept()
+                ranks.append(int(conn.makefile("r").readline().split()[1]))
+                peers.append(conn)
+        else:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    conn = socket.create_connection((host, int(port)), timeout=5)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        print(f"sglang stand-in: cannot reach {a.dist_init_addr}", file=sys.stderr)
+                        return 1
+                    time.sleep(0.5)
+            conn.sendall(f"RANK {a.node_rank}\n".encode())
+            conn.settimeout(None)
+            conn.recv(1)
+            return 0
+    info = {
+        "kind": "sglang",
+        "model": a.model_path,
+        "tp": a.tp,
+        "pp": a.pp_size,
+        "ep": a.ep_size,
+        "nnodes": a.nnodes,
+        "ranks": sorted(ranks),
+        "node": os.environ.get("SLURMD_NODENAME"),
+    }
+    standin_http.serve(
+        a.host,
+        a.port,
+        a.served_model_name or a.model_path,
+        fail_health=a.standin_fail_health,
+        delay=a.standin_delay,
+        info=info,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Serving on the real local Slurm: stand-in servers started exactly as the recipes start
+vLLM and SGLang (same launch line, node ranks, Ray/dist-init rendezvous, readiness wait and
+endpoint file), train-and-serve split, and a heterogeneous job.
+
+The stand-ins (``standins/``) answer ``/health`` and ``/v1/models`` like the real servers; the
+vLLM one insists on as many Ray nodes as its pipeline stages, the SGLang one on every node rank
+joining node 0, so a wrong node count, rank or address fails the job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import SlurmLab
+
+from slurmfm.backends.slurm_cli import parse_scontrol_record
+
+pytestmark = [pytest.mark.slurm]
+
+STANDINS = Path(__file__).resolve().parent / "standins"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def base(tmp: Path, name: str, nodes: int, launcher: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "cluster": {"instance_type": "lab-cpu", "partition": "batch"},
+        "resources": {
+            "nodes": nodes,
+            "procs_per_node": 1,
+            "time_limit": "00:05:00",
+            "exclusive": False,
+        },
+        "parallelism": {"tp": 1, "pp": 1},
+        "launcher": launcher,
+        "env": {"PYTHONPATH": str(STANDINS / "pylib"), "OMP_NUM_THREADS": "1"},
+        "storage": {"checkpoint_root": str(tmp / "ckpt"), "log_dir": str(tmp / "logs")},
+        "resilience": {"requeue": False},
+    }
+
+
+def vllm_launcher(**over: Any) -> dict[str, Any]:
+    return {
+        "kind": "vllm",
+        "model": "meta-llama/Llama-3.1-70B-Instruct",
+        "command": str(STANDINS / "bin" / "vllm"),
+        "ray": str(STANDINS / "bin" / "ray"),
+        "python": sys.executable,
+        "port": free_port(),
+        "ray_port": free_port(),
+        "ready_poll_s": 1,
+        "ready_timeout_s": 90,
+        "ray_timeout_s": 60,
+        **over,
+    }
+
+
+def sglang_launcher(**over: Any) -> dict[str, Any]:
+    return {
+        "kind": "sglang",
+        "model": "deepseek-ai/DeepSeek-V3",
+        "python": sys.executable,
+        "port": free_port(),
+        "dist_port": free_port(),
+        "ready_poll_s": 1,
+        "ready_timeout_s": 90,
+        **over,
+    }
+
+
+def trainer_recipe(tmp: Path, name: str, nodes: int, serve: dict[str, Any]) -> dict[str, Any]:
+    """A torchrun trainer (standins/trainer.py) with a ``serve:`` section."""
+    trainer = {"kind": "torchrun", "script": str(STANDINS / "trainer.py"), "python": sys.executable}
+    return {**base(tmp, name, nodes, trainer), "serve": serve}
+
+
+def submit(lab: SlurmLab, tmp: Path, recipe: dict[str, Any]) -> str:
+    path = tmp / "recipe.yaml"
+    path.write_text(json.dumps(recipe))  # JSON is YAML
+    proc = lab.slurmfm("submit", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.split()[0]
+
+
+def job_log(tmp: Path, name: str, job_id: str) -> str:
+    f = tmp / "logs" / f"{name}_{job_id}.out"
+    return f.read_text() if f.exists() else ""
+
+
+def wait_endpoint(lab: SlurmLab, tmp: Path, name: str, job_id: str) -> dict[str, Any]:
+    f = tmp / "logs" / "endpoints" / f"{name}.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if f.exists():
+            return dict(json.loads(f.read_text()))
+        rec = parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+        if rec.get("JobState") not in {"PENDING", "RUNNING", "CONFIGURING"}:
+            break
+        time.sleep(0.5)
+    pytest.fail(f"no endpoint file for job {job_id}:\n{job_log(tmp, name, job_id)}")
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - http only
+        return json.load(r)
+
+
+def cancel_and_wait(lab: SlurmLab, job_id: str) -> dict[str, str]:
+    lab.run(["scancel", job_id])
+    return lab.wait_job(job_id, timeout=60)
+
+
+def job_nodes(lab: SlurmLab, job_id: str) -> list[str]:
+    rec = parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+    return lab.hostnames(rec["NodeList"])
+
+
+def events(log: str) -> list[dict[str, Any]]:
+    return [json.loads(m.group(0)) for m in re.finditer(r'\{"event"[^\n]*\}(?=\n|$)', log)]
+
+
+def test_vllm_two_nodes_ready_and_endpoint(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    recipe = base(tmp_path, "serve-vllm", 2, vllm_launcher(model_cache=str(tmp_path / "hf")))
+    recipe["parallelism"] = {"tp": 1, "pp": 2}
+    job_id = submit(slurm_lab, tmp_path, recipe)
+    try:
+        ep = wait_endpoint(slurm_lab, tmp_path, "serve-vllm", job_id)
+        port = recipe["launcher"]["port"]
+        order = job_nodes(slurm_lab, job_id)
+        assert ep["url"] == f"http://127.0.0.1:{port}"
+        assert ep["port"] == port
+        assert ep["job_id"] == job_id
+        assert ep["run_id"] == "serve-vllm"
+        assert ep["kind"] == "vllm"
+        assert ep["model"] == "meta-llama/Llama-3.1-70B-Instruct"
+        assert sorted(ep["nodes"].split()) == sorted(order)
+        env_file = (tmp_path / "logs" / "endpoints" / "serve-vllm.env").read_text()
+        assert f"SLURMFM_ENDPOINT_URL=http://127.0.0.1:{port}\n" in env_file
+        info = get_json(ep["url"] + "/standin/info")
+        # Two Ray nodes joined (pp=2 needs them); vllm serve ran on the first planned host.
+        assert info["ray_nodes"] == 2
+        assert info["pp"] == 2
+        assert info["tp"] == 1
+        assert info["node"] == ep["nodes"].split()[0]
+        assert info["hf_home"] == str(tmp_path / "hf")
+        assert get_json(ep["url"] + "/v1/models")["data"][0]["id"] == recipe["launcher"]["model"]
+        state = (tmp_path / "logs" / f"serve-vllm_{job_id}.state").read_text()
+        assert f"event=ready url={ep['url']}" in state
+        # `slurmfm endpoint` finds it from the recipe alone
+        cli = slurm_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
+        assert cli.returncode == 0, cli.stderr
+        assert cli.stdout.strip() == ep["url"]
+    finally:
+        cancel_and_wait(slurm_lab, job_id)
+    # the endpoint is withdrawn when the server's job ends
+    assert not (tmp_path / "logs" / "endpoints" / "serve-vllm.json").exists()
+    assert not (tmp_path / "logs" / "endpoints" / "serve-vllm.env").exists()
+    gone = slurm_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
+    assert gone.returncode == 1
+    assert "no running server has published" in gone.stderr
+
+
+def test_sglang_two_nodes_ranks_from_the_host_order(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    recipe = base(tmp_path, "serve-sglang", 2, sglang_launcher())
+    recipe["parallelism"] = {"tp": 2}
+    job_id = submit(slurm_lab, tmp_path, recipe)
+    try:
+        ep = wait_endpoint(slurm_lab, tmp_path, "serve-sglang", job_id)
+        info = get_json(ep["url"] + "/standin/info")
+        assert info["nnodes"] == 2
+        assert info["ranks"] == [0, 1]
+        assert info["tp"] == 2
+        # node 0 of the host order runs rank 0, the HTTP server and the dist-init address
+        assert info["node"] == ep["nodes"].split()[0]
+        assert ep["url"] == f"http://127.0.0.1:{recipe['launcher']['port']}"
+    finally:
+        cancel_and_wait(slurm_lab, job_id)
+
+
+def test_readiness_timeout_fails_the_job_clearly(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    launcher = vllm_launcher(extra_args=["--standin-fail-health"], ready_timeout_s=4)
+    job_id = submit(slurm_lab, tmp_path, base(tmp_path, "serve-sick", 1, launcher))
+    rec = slurm_lab.wait_job(job_id, timeout=90)
+    log = job_log(tmp_path, "serve-sick", job_id)
+    assert rec["JobState"] == "FAILED", log
+    port = launcher["port"]
+    assert (
+        f"slurmfm: the vllm server at http://127.0.0.1:{port}/health did not become healthy "
+        "within 4 s (launcher.ready_timeout_s)"
+    ) in log
+    state = (tmp_path / "logs" / f"serve-sick_{job_id}.state").read_text()
+    assert "event=fail vllm server not healthy" in state
+    assert not (tmp_path / "logs" / "endpoints" / "serve-sick.json").exists()
+
+
+def test_server_that_dies_fails_readiness_at_once(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    # pp=2 on one Ray node: the vLLM stand-in refuses, like vLLM without enough GPUs.
+    launcher = vllm_launcher(command=str(STANDINS / "bin" / "vllm"), ready_timeout_s=300)
+    recipe = base(tmp_path, "serve-dies", 1, launcher)
+    recipe["launcher"]["extra_args"] = ["--distributed-executor-backend", "ray"]
+    t0 = time.monotonic()
+    job_id = submit(slurm_lab, tmp_path, recipe)
+    rec = slurm_lab.wait_job(job_id, timeout=120)
+    log = job_log(tmp_path, "serve-dies", job_id)
+    assert rec["JobState"] == "FAILED", log
+    assert "server step ended before" in log
+    assert time.monotonic() - t0 < 200  # did not sit out the 300 s readiness timeout
+
+
+@pytest.mark.torch
+def test_train_and_serve_split(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    serve = {"nodes": 1, "launcher": sglang_launcher(model="Qwen/Qwen2.5-7B-Instruct")}
+    recipe = trainer_recipe(tmp_path, "grpo-split", 3, serve)
+    job_id = submit(slurm_lab, tmp_path, recipe)
+    rec = slurm_lab.wait_job(job_id, timeout=180)
+    log = job_log(tmp_path, "grpo-split", job_id)
+    assert rec["JobState"] == "COMPLETED", log
+    ranks = sorted((e for e in events(log) if e["event"] == "trainer"), key=lambda e: e["rank"])
+    assert [e["world_size"] for e in ranks] == [2, 2]
+    train_nodes = ranks[0]["host_order"].split()
+    assert [e["node"] for e in ranks] == train_nodes
+    server = ranks[0]["server"]
+    assert ranks[0]["models"] == ["Qwen/Qwen2.5-7B-Instruct"]
+    alloc = job_nodes(slurm_lab, job_id)
+    # the server took the allocation's remaining node; the trainer never ran there
+    assert sorted([*train_nodes, server["node"]]) == sorted(alloc)
+    assert server["node"] not in train_nodes
+    assert f"slurmfm: serving hosts: {server['node']};" in log
+    assert "stopping the sglang server" in log
+    assert (tmp_path / "logs" / f"grpo-split_{job_id}_serve.out").exists()
+    assert not (tmp_path / "logs" / "endpoints" / "grpo-split.json").exists()
+
+
+@pytest.mark.torch
+def test_train_and_serve_hetjob(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    serve = {
+        "nodes": 1,
+        "placement": "hetjob",
+        "partition": "debug",
+        "launcher": vllm_launcher(model="Qwen/Qwen2.5-7B-Instruct"),
+    }
+    recipe = trainer_recipe(tmp_path, "grpo-het", 1, serve)
+    job_id = submit(slurm_lab, tmp_path, recipe)
+    rec = slurm_lab.wait_job(job_id, timeout=180)
+    log = job_log(tmp_path, "grpo-het", job_id)
+    assert rec["JobState"] == "COMPLETED", log
+    # Both components were allocated: the job record lists the second one as JOBID+1.
+    comps = slurm_lab.run(["scontrol", "show", "job", "-o", job_id]).stdout.strip().splitlines()
+    assert len(comps) == 2, comps
+    het = [parse_scontrol_record(c) for c in comps]
+    assert [h["HetJobOffset"] for h in het] == ["0", "1"]
+    assert het[1]["Partition"] == "debug"
+    serve_node = slurm_lab.hostnames(het[1]["NodeList"])
+    (ev,) = [e for e in events(log) if e["event"] == "trainer"]
+    assert ev["server"]["node"] == serve_node[0]
+    assert ev["node"] == slurm_lab.hostnames(het[0]["NodeList"])[0]
+    assert ev["models"] == ["Qwen/Qwen2.5-7B-Instruct"]

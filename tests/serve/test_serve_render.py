@@ -1,0 +1,221 @@
+"""Serving recipes (vLLM, SGLang, train-and-serve, hetjob): validation and rendering, pure."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurmfm.errors import RecipeError, UnsupportedError
+from slurmfm.recipe.loader import validate
+from slurmfm.render.script import Target, render_script
+from slurmfm.render.serve import serve_launch
+
+
+def vllm(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "name": "serve",
+        "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
+        "resources": {"nodes": 2},
+        "parallelism": {"tp": 8, "pp": 2},
+        "launcher": {"kind": "vllm", "model": "meta-llama/Llama-3.1-70B-Instruct"},
+    }
+    base.update(over)
+    return base
+
+
+def grpo(placement: str = "split", **serve: Any) -> dict[str, Any]:
+    return {
+        "name": "grpo",
+        "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
+        "resources": {"nodes": 4},
+        "parallelism": {"tp": 8},
+        "launcher": {"kind": "torchrun", "script": "/fsx/grpo.py"},
+        "serve": {
+            "nodes": 1,
+            "placement": placement,
+            "launcher": {"kind": "vllm", "model": "Qwen/Qwen2.5-7B-Instruct"},
+            "parallelism": {"tp": 8},
+            **serve,
+        },
+    }
+
+
+def text_of(raw: dict[str, Any], version: str = "24.11") -> str:
+    r = validate(raw)
+    return render_script(r, Target.for_recipe(r, version)).text
+
+
+def checked(text: str, tmp: Path) -> str:
+    f = tmp / "job.sh"
+    f.write_text(text)
+    assert subprocess.run(["bash", "-n", str(f)], capture_output=True).returncode == 0
+    proc = subprocess.run(["shellcheck", "-S", "style", str(f)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+    return text
+
+
+def sbatch(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+# ------------------------------------------------------------------ validation
+def test_vllm_layout_must_use_every_gpu() -> None:
+    with pytest.raises(RecipeError, match=re.escape("parallelism.tp: tp*pp = 8*1 = 8 must equal")):
+        validate(vllm(parallelism={"tp": 8}))
+
+
+def test_vllm_tp_stays_in_the_nvlink_domain() -> None:
+    with pytest.raises(RecipeError, match=re.escape("exceeds the NVLink domain of p5.48xlarge")):
+        validate(vllm(parallelism={"tp": 16}))
+
+
+def test_sglang_tp_may_span_nodes_and_ep_must_divide_it() -> None:
+    raw = vllm(
+        parallelism={"tp": 16, "ep": 16},
+        launcher={"kind": "sglang", "model": "deepseek-ai/DeepSeek-V3"},
+    )
+    assert validate(raw).parallelism.tp == 16
+    raw["parallelism"] = {"tp": 16, "ep": 3}
+    with pytest.raises(RecipeError, match="--ep-size 3 must divide --tp 16"):
+        validate(raw)
+
+
+def test_split_needs_a_trainer_node() -> None:
+    with pytest.raises(RecipeError, match=re.escape("serve.nodes: 4 serving nodes leave none")):
+        validate(grpo(nodes=4))
+
+
+def test_split_takes_serving_nodes_out_of_the_world() -> None:
+    r = validate(grpo())
+    assert r.train_nodes == 3
+    assert r.world_size == 24
+
+
+def test_hetjob_only_fields() -> None:
+    with pytest.raises(
+        RecipeError, match=re.escape("serve.instance_type: only with placement: hetjob")
+    ):
+        validate(grpo(instance_type="p5en.48xlarge"))
+
+
+def test_serving_recipe_cannot_nest_a_server() -> None:
+    raw = vllm()
+    raw["serve"] = grpo()["serve"]
+    with pytest.raises(RecipeError, match="serve: a serving recipe"):
+        validate(raw)
+
+
+# ------------------------------------------------------------------ rendering
+def test_vllm_two_nodes_ray_head_then_serve(tmp_path: Path) -> None:
+    raw = vllm()
+    raw["launcher"]["model_cache"] = "/fsx/models"
+    raw["launcher"]["extra_args"] = ["--max-model-len", "8192"]
+    text = checked(text_of(raw), tmp_path)
+    assert 'bash -c "$SLURMFM_NODE_ENTRY" slurmfm-node 4 none' in text
+    assert 'bash -c "$SLURMFM_VLLM_ENTRY" slurmfm-vllm' in text
+    assert "ray python3 6379 2 300" in text
+    assert "vllm serve meta-llama/Llama-3.1-70B-Instruct" in text
+    assert (
+        "--tensor-parallel-size 8 --pipeline-parallel-size 2 --distributed-executor-backend ray"
+        in text
+    )
+    assert "--max-model-len 8192" in text
+    assert "export HF_HOME=/fsx/models" in text
+    assert "SLURMFM_SERVE_PORT=8000" in text
+    assert "slurmfm_wait_ready" in text
+    assert "slurmfm_write_endpoint" in text
+    assert "#SBATCH --ntasks-per-node=1" in sbatch(text)
+
+
+def test_vllm_one_node_needs_no_ray(tmp_path: Path) -> None:
+    raw = vllm(resources={"nodes": 1}, parallelism={"tp": 8})
+    text = checked(text_of(raw), tmp_path)
+    assert "SLURMFM_VLLM_ENTRY" not in text
+    assert "slurmfm-node 0 none" in text
+
+
+def test_sglang_multi_node_launch(tmp_path: Path) -> None:
+    raw = vllm(
+        cluster={"instance_type": "p6-b200.48xlarge", "partition": "gpu"},
+        parallelism={"tp": 16, "ep": 16},
+        launcher={"kind": "sglang", "model": "deepseek-ai/DeepSeek-V3", "port": 30001},
+    )
+    text = checked(text_of(raw), tmp_path)
+    assert "python3 -m sglang.launch_server" in text
+    assert "--model-path deepseek-ai/DeepSeek-V3 --tp 16 --ep-size 16" in text
+    assert '--nnodes 2 --dist-init-addr "$SLURMFM_SERVE_HEAD:$SLURMFM_SERVE_DIST_PORT"' in text
+    assert "slurmfm-node 3 none" in text  # --node-rank=R after `python3 -m sglang.launch_server`
+    assert "SLURMFM_SERVE_DIST_PORT=$((40000 + SLURM_JOB_ID % 20000))" in text
+    assert "SLURMFM_SERVE_PORT=30001" in text
+
+
+def test_split_train_and_serve(tmp_path: Path) -> None:
+    text = checked(text_of(grpo()), tmp_path)
+    assert "--nnodes=3" in text
+    assert 'slurmfm_serve_order=("${slurmfm_order[@]: -1}")' in text
+    assert '--nodelist="$(IFS=,; echo "${slurmfm_order[*]}")"' in text
+    assert '--nodelist="$(IFS=,; echo "${slurmfm_serve_order[*]}")"' in text
+    assert "_serve.out" in text
+    assert "stopping the vllm server" in text
+    # the server starts and is ready before the trainer launches
+    assert text.index("slurmfm_wait_ready; then") < text.index("# Launch: torchrun")
+
+
+def test_hetjob_component_directives(tmp_path: Path) -> None:
+    raw = grpo("hetjob", instance_type="p5en.48xlarge", partition="infer")
+    raw["resources"]["nodes"] = 2
+    text = checked(text_of(raw), tmp_path)
+    lines = sbatch(text)
+    i = lines.index("#SBATCH hetjob")
+    assert lines[i + 1 :] == [
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --partition=infer",
+        "#SBATCH --exclusive",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --mem=0",
+    ]
+    assert "#SBATCH --nodes=2" in lines[:i]
+    assert "--het-group=1 --nodes=1" in text.replace(" \\\n  ", " ")
+    assert "--het-group=0" in text
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_1"' in text
+    assert "--nnodes=2" in text
+
+
+def test_hetjob_gate() -> None:
+    raw = grpo("hetjob")
+    with pytest.raises(UnsupportedError, match=re.escape("hetjob needs Slurm >= 20.02")):
+        text_of(raw, "19.05")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.text(min_size=1, max_size=30).filter(lambda s: "\x00" not in s),
+    extra=st.lists(st.text(max_size=12).filter(lambda s: "\x00" not in s), max_size=3),
+)
+def test_user_values_are_quoted(model: str, extra: list[str]) -> None:
+    """Whatever the model name and extra args, bash sees them as single words."""
+    from slurmfm.recipe.schema import Parallelism, SglangLauncher
+
+    L = SglangLauncher(kind="sglang", model=model, extra_args=extra)
+    s = serve_launch(L, Parallelism(tp=1), 1, "all")
+    words = " ".join(s.argv)
+    proc = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "SLURMFM_SERVE_PORT=1; for w in " + words + '; do printf "%s\\0" "$w"; done',
+        ],
+        capture_output=True,
+    )
+    assert proc.returncode == 0
+    got = proc.stdout.split(b"\0")[:-1]
+    assert got[4].decode() == model  # python3 -m sglang.launch_server --model-path MODEL
+    if extra:
+        assert [g.decode() for g in got[-len(extra) :]] == extra
