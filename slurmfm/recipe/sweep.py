@@ -242,6 +242,13 @@ def expand(recipe: Recipe) -> list[SweepTask]:
     sweep = recipe.sweep
     if sweep is None:
         return []
+    serve = getattr(recipe, "serve", None)
+    if serve is not None and serve.placement == "hetjob":
+        # sbatch on the 22.05 lab: "allocation failure: Invalid job array specification".
+        raise ValueError(
+            "sweep: a heterogeneous job (serve.placement: hetjob) cannot be a job array; "
+            "Slurm refuses --array with hetjob components"
+        )
     base = recipe.model_dump(mode="json", exclude={"sweep"})
     base_run = recipe.storage.run_id or recipe.name
     out: list[SweepTask] = []

@@ -192,3 +192,25 @@ def test_expansion_is_the_cartesian_product(
     spec = array_spec(sweep)
     assert spec.split("%")[0] == ("0" if sweep.size == 1 else f"0-{sweep.size - 1}")
     assert ("%" in spec) == (limit is not None)
+
+
+def test_hetjob_cannot_be_an_array(tmp_path: Path) -> None:
+    """sbatch refuses --array with hetjob components (22.05 lab: "Invalid job array
+    specification"), so a sweep of a hetjob train-and-serve recipe is refused up front."""
+    import shutil
+
+    from lab import REPO_ROOT
+
+    src = REPO_ROOT / "recipes" / "grpo-train-and-serve-p5.yaml"
+    p = tmp_path / "grpo.yaml"
+    shutil.copy(src, p)
+    with p.open("a") as f:
+        f.write("sweep:\n  parameters:\n    env.SWEEP_X: ['1', '2']\n")
+    assert len(api.sweep_tasks(load_recipe(p))) == 2  # the split placement is fine
+    overrides = {
+        "serve.placement": "hetjob",
+        "serve.instance_type": "p5en.48xlarge",
+        "serve.partition": "p5en",
+    }
+    with pytest.raises(RecipeError, match="cannot be a job array"):
+        load_recipe(p, overrides)
