@@ -48,7 +48,9 @@ def array_representative(records: list[dict[str, str]]) -> dict[str, str]:
     first (so waiting goes on), then a task that did not complete (so a failure shows), else
     the first. ``ArrayTasks`` summarizes every task as ``index:STATE``.
     """
-    if len(records) == 1:
+    if len(records) == 1 or not all("ArrayJobId" in r for r in records):
+        # One job, or a heterogeneous job (one line per component): the first record is the
+        # job itself (component 0, where the batch script and its state file live).
         return records[0]
     from slurmfm.backends.base import TERMINAL_STATES
 
