@@ -96,6 +96,11 @@ def _locate(loc: Sequence[str | int], data: Any, lines: LineMap) -> tuple[str, i
         elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
             path.append(part)
             cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, str) and part.isdigit():
+            # "sweep.tasks.2: ..." from a model validator's message names a list item.
+            idx = int(part)
+            path.append(idx)
+            cur = cur[idx] if idx < len(cur) else None
         elif isinstance(part, str) and (
             part in {"torchrun", "megatron", "nemo"} or "[" in part or "function-" in part
         ):
