@@ -236,14 +236,10 @@ def parse_pipeline(text: str, source: str, base_dir: Path) -> Pipeline:
 
 def load_pipeline(path: str | Path) -> Pipeline:
     """Read and validate a pipeline file (``FILE:LINE: field: message`` problems)."""
+    from slurmfm.recipe.loader import read_source
+
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RecipeError([Problem(str(p), None, "(file)", "no such file")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError([Problem(str(p), None, "(file)", f"cannot read: {exc}")]) from None
-    return parse_pipeline(text, str(p), p.parent)
+    return parse_pipeline(read_source(p), str(p), p.parent)
 
 
 def chain(recipes: Sequence[Recipe], condition: Condition = "afterok") -> Pipeline:

@@ -191,15 +191,20 @@ def validate(
         raise RecipeError([Problem(source, None, "(recipe)", str(exc))]) from None
 
 
-def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
-    """Read and validate a recipe file; every problem is reported with its file and line."""
-    p = Path(path)
+def read_source(p: Path) -> str:
+    """A recipe or pipeline file's text; a missing or unreadable file is a located problem."""
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RecipeError([Problem(str(p), None, "(file)", "no such file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RecipeError([Problem(str(p), None, "(file)", f"cannot read: {exc}")]) from None
+
+
+def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """Read and validate a recipe file; every problem is reported with its file and line."""
+    p = Path(path)
+    text = read_source(p)
     data, lines = parse_yaml(text, str(p))
     if data is None:
         raise RecipeError([Problem(str(p), 1, "(recipe)", "the file is empty")])
