@@ -409,34 +409,12 @@ class RealLab:
             time.sleep(0.3)
 
     def make_busy(self, busy: Sequence[str]) -> None:
+        """Occupy exactly ``busy`` with one sleeping job (``slurm-lab hold``)."""
         if not busy:
             return
-        proc = self.run(
-            "sbatch",
-            "--parsable",
-            "-N",
-            str(len(busy)),
-            "-w",
-            ",".join(busy),
-            "--exclusive",
-            "-p",
-            "batch",
-            "-t",
-            "30",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 600",
-        )
+        proc = self.lab("hold", ",".join(busy))
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr)
-        job = proc.stdout.strip().split(";")[0]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING":
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"busy job {job} did not start")
 
     def test_only(self, k: int) -> list[str] | None:
         proc = self.run(

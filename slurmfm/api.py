@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from slurmfm.backends.base import Backend, JobStatus
     from slurmfm.backends.dryrun import DryRunInfo
     from slurmfm.backends.preflight import PreflightReport
+    from slurmfm.pipeline import Pipeline, PipelineDryRun, PipelineRun
     from slurmfm.plan.planner import Plan
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
+    from slurmfm.recipe.sweep import SweepTask
     from slurmfm.render.script import RenderedScript
     from slurmfm.topology.model import Topology
 
@@ -54,7 +56,12 @@ def render(
     """Render the sbatch script; ``slurm_version`` is what a cluster reported, if known."""
     from slurmfm.render.script import Target, render_script
 
-    return render_script(recipe, Target.for_recipe(recipe, slurm_version), placement)
+    target = Target.for_recipe(recipe, slurm_version)
+    if recipe.sweep is not None:
+        from slurmfm.render.array import render_array
+
+        return render_array(recipe, target, placement)
+    return render_script(recipe, target, placement)
 
 
 def load_topology(source: str, *, env: Mapping[str, str] | None = None) -> Topology:
@@ -116,7 +123,16 @@ def dry_run(
         script=script,
         needs_env=tuple(recipe.secrets),
         creates_dirs=(recipe.storage.log_dir,),
+        tasks=tuple(sweep_tasks(recipe)),
     )
+
+
+def sweep_tasks(recipe: Recipe) -> list[SweepTask]:
+    """The array tasks of a recipe with ``sweep`` (index, overrides, own recipe and run id);
+    empty for a single job."""
+    from slurmfm.recipe.sweep import expand
+
+    return expand(recipe)
 
 
 def get_backend(kind: BackendKind = "auto", env: Mapping[str, str] | None = None) -> Backend:
@@ -298,3 +314,51 @@ def endpoint(
         if info is not None or time.monotonic() >= deadline:
             return info
         time.sleep(interval)
+
+
+# Chains and pipelines (slurmfm.pipeline): stages submitted in order, ids threaded through
+# as #SBATCH --dependency=<condition>:<id> with --kill-on-invalid-dep=yes.
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    """Read and validate a pipeline file; problems as ``FILE:LINE: field: message``."""
+    from slurmfm.pipeline import load_pipeline as _load
+
+    return _load(path)
+
+
+def chain(
+    recipes: Iterable[Recipe], condition: Literal["afterok", "afterany", "afternotok"] = "afterok"
+) -> Pipeline:
+    """A linear pipeline: each recipe starts only after the previous one ended as
+    ``condition`` requires."""
+    from slurmfm.pipeline import chain as _chain
+
+    return _chain(list(recipes), condition)
+
+
+def dry_run_pipeline(
+    pipeline: Pipeline, *, slurm_version: str | None = None, output_dir: str | Path | None = None
+) -> PipelineDryRun:
+    """Every stage's :class:`DryRunInfo` and dependency expression; nothing submitted."""
+    from slurmfm.pipeline import dry_run as _dry_run
+
+    return _dry_run(pipeline, slurm_version=slurm_version, output_dir=output_dir)
+
+
+def submit_pipeline(
+    pipeline: Pipeline,
+    *,
+    backend: BackendKind | Backend = "cli",
+    env: Mapping[str, str] | None = None,
+    preflight: bool = True,
+    keep_submitted: bool = False,
+) -> PipelineRun:
+    """Submit every stage in dependency order; if one fails, cancel those already queued
+    (unless ``keep_submitted``) and raise :class:`~slurmfm.pipeline.PipelineSubmitError`."""
+    from slurmfm.pipeline import submit as _submit
+
+    be = get_backend(backend, env) if isinstance(backend, str) else backend
+    return _submit(
+        pipeline, backend=be, env=env, preflight=preflight, keep_submitted=keep_submitted
+    )

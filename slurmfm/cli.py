@@ -110,6 +110,8 @@ def main() -> None:
     slurmfm status JOBID | cancel JOBID
     slurmfm report JOBID | logs JOBID    what ran where and why it restarted; its logs
     slurmfm endpoint recipe.yaml         URL of the recipe's running server
+    slurmfm submit a.yaml --then b.yaml  chain jobs (--condition afterok|afterany|afternotok)
+    slurmfm pipeline submit FILE         a pipeline of stages in dependency order
     """
 
 
@@ -134,6 +136,15 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
             else ""
         )
     )
+    if r.sweep is not None:
+        from slurmfm.api import sweep_tasks
+
+        limit = r.sweep.max_concurrent
+        click.echo(
+            f"sweep: {r.sweep.size} array tasks" + (f", at most {limit} at once" if limit else "")
+        )
+        for t in sweep_tasks(r):
+            click.echo(f"  task {t.index}: run id {t.run_id} {t.overrides_json}")
 
 
 @main.command()
@@ -187,7 +198,12 @@ def render(
 @click.option(
     "--dry-run", is_flag=True, help="Render and show what would be submitted; submit nothing."
 )
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Also save the script here.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(),
+    help="Also save the script here (with --then: a directory, one NN-NAME.sh per recipe).",
+)
 @click.option(
     "--backend",
     type=click.Choice(["cli", "pyslurm", "auto"]),
@@ -207,6 +223,27 @@ def render(
     help="Only run the preflight checks against the live cluster; queue nothing.",
 )
 @click.option("--no-check", is_flag=True, help="Skip the preflight that runs before submitting.")
+@click.option(
+    "--then",
+    "then",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="RECIPE",
+    help="Submit RECIPE after this one ends (see --condition); repeat for a chain. --set "
+    "applies to every recipe of the chain.",
+)
+@click.option(
+    "--condition",
+    type=click.Choice(["afterok", "afterany", "afternotok"]),
+    default="afterok",
+    show_default=True,
+    help="With --then: when the next recipe may start (sbatch --dependency).",
+)
+@click.option(
+    "--keep-submitted",
+    is_flag=True,
+    help="With --then: if a later recipe cannot be submitted, keep those already queued.",
+)
 @_placement_options
 @friendly
 def submit(
@@ -224,14 +261,42 @@ def submit(
     mode: str,
     unavailable: str | None,
     topology_order: bool,
+    then: tuple[str, ...],
+    condition: str,
+    keep_submitted: bool,
 ) -> None:
     """Render RECIPE for the cluster's Slurm and submit it with sbatch.
 
     Before submitting, a preflight asks the cluster whether the job can run (partition, node
     count, time limit, features, sbatch --test-only); when it cannot, nothing is queued and
     the reason is printed (exit status 2).
+
+    With --then, RECIPE and every --then recipe form a chain: each starts only after the one
+    before ended as --condition says, and is cancelled when that can no longer happen.
     """
     from slurmfm import api
+
+    if then:
+        if topology_src is not None or topology_order or check_only:
+            raise click.UsageError("--then cannot be combined with --topology/--check")
+        from slurmfm.cli_pipeline import submit_chain
+
+        submit_chain(
+            recipe,
+            then,
+            sets,
+            condition,
+            dry_run=dry_run,
+            output_dir=output,
+            backend=backend,
+            wait=wait,
+            timeout=timeout,
+            slurm_version=slurm_version,
+            no_check=no_check,
+            keep_submitted=keep_submitted,
+            as_json=False,
+        )
+        return
 
     r = _load(recipe, sets)
     probed = None
@@ -309,6 +374,7 @@ def status(job_id: str, as_json: bool) -> None:
         ("last requeue", st.last_requeue_reason),
         ("last checkpoint", st.last_checkpoint),
         ("from", st.source),
+        ("array tasks", st.raw.get("ArrayTasks", "")),
     ):
         if value:
             table.add_row(key, value)
@@ -358,11 +424,13 @@ def endpoint(recipe: str, sets: tuple[str, ...], wait: float, as_json: bool) -> 
 
 # Command groups in their own modules (each imports only click at the top).
 from slurmfm.cli_observe import logs_command, report_command  # noqa: E402
+from slurmfm.cli_pipeline import pipeline as _pipeline_group  # noqa: E402
 from slurmfm.cli_plan import plan_command as _plan_command  # noqa: E402
 from slurmfm.cli_topology import topology as _topology_group  # noqa: E402
 
 main.add_command(_topology_group)
 main.add_command(_plan_command)
+main.add_command(_pipeline_group)
 main.add_command(report_command)
 main.add_command(logs_command)
 

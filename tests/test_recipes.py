@@ -93,6 +93,8 @@ def test_recipes_exist() -> None:
         "vllm-llama3-70b-2xp5",
         "sglang-deepseek-v3-p6-b200",
         "grpo-train-and-serve-p5",
+        "sweep-lr-llama3-8b-p5",
+        "sweep-quickstart",
     ):
         assert expected in names
 
@@ -191,7 +193,8 @@ def test_megatron_saves_and_loads_one_directory(path: Path, flavor: str, version
     load = re.findall(r"--load=(\S+)", srun)
     assert save == ['"$SLURMFM_CHECKPOINT_DIR"'], save
     assert load == save, (save, load)
-    assert re.search(r"^export SLURMFM_CHECKPOINT_DIR=\S+$", text, re.M)
+    # (a sweep exports it once per array task, inside a case block)
+    assert re.search(r"^\s*export SLURMFM_CHECKPOINT_DIR=\S+$", text, re.M)
 
 
 @pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)
@@ -215,3 +218,44 @@ def test_processes_per_node_match_gpus(path: Path, flavor: str, version: str) ->
         assert re.findall(r"--nproc-per-node=(\d+)", srun) == [str(expected)]
     if inst.gpus:
         assert recipe.procs_per_node == inst.gpus
+
+
+# Pipeline files live in recipes/pipelines/ (beside the stage recipes only they use), so the
+# glob above never takes them for recipes. Every stage of every pipeline renders for every
+# Slurm version into a script that bash parses and shellcheck accepts.
+PIPELINES_DIR = RECIPES_DIR / "pipelines"
+
+
+def _is_pipeline(path: Path) -> bool:
+    from slurmfm.recipe.loader import parse_yaml
+
+    data, _ = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    return isinstance(data, dict) and "stages" in data
+
+
+PIPELINES = [p for p in sorted(PIPELINES_DIR.glob("*.yaml")) if _is_pipeline(p)]
+
+
+def test_pipeline_examples_exist() -> None:
+    assert {p.stem for p in PIPELINES} >= {"pretrain-then-eval", "lab-train-then-sweep"}
+    # every other file there is a stage recipe that some pipeline uses
+    used = {Path(s.source).resolve() for p in PIPELINES for s in api.load_pipeline(p).stages}
+    for path in PIPELINES_DIR.glob("*.yaml"):
+        assert path in PIPELINES or path.resolve() in used, path
+
+
+@pytest.mark.parametrize("version", SLURM_VERSIONS)
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in PIPELINES])
+def test_pipeline_stages_render_clean(
+    path: Path, version: str, tmp_path: Path, shellcheck: str
+) -> None:
+    plan = api.dry_run_pipeline(api.load_pipeline(path), slurm_version=version, output_dir=tmp_path)
+    assert plan.stages
+    for stage in plan.stages:
+        script = Path(stage.script_path or "")
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        proc = subprocess.run(
+            [shellcheck, "-S", "style", "-f", "gcc", str(script)], capture_output=True, text=True
+        )
+        assert proc.stdout == "", proc.stdout

@@ -29,6 +29,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--checkpoint-every", type=int, default=5)
     ap.add_argument("--sleep", type=float, default=0.0, help="seconds per step (slow demo)")
+    ap.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (sweeps vary it)")
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
@@ -49,7 +50,7 @@ def main() -> int:
 
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     ckpt_dir = ck.run_dir()
     stop = ck.SaveRequest()  # SIGUSR2 from slurmfm before the time limit
     start = 0
@@ -100,7 +101,9 @@ def main() -> int:
     if rank == 0:
         ck.report_progress(args.steps, force=True)
         ck.mark_done(ckpt_dir)  # nothing left to do: no requeue even if a save signal came late
-        print(json.dumps({"event": "done", "steps": args.steps, "world_size": world}), flush=True)
+        print(json.dumps({"event": "done", "steps": args.steps, "world_size": world,
+                          "lr": args.lr, "run_id": os.environ.get("SLURMFM_RUN_ID", ""),
+                          "checkpoint_dir": str(ckpt_dir)}), flush=True)
     dist.destroy_process_group()
     return 0
 

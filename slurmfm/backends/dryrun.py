@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
+    from slurmfm.recipe.sweep import SweepTask
     from slurmfm.render.script import RenderedScript
 
 
@@ -23,6 +24,8 @@ class DryRunInfo:
     sbatch_argv: tuple[str, ...] = ("sbatch", "--parsable")
     needs_env: tuple[str, ...] = field(default_factory=tuple)
     creates_dirs: tuple[str, ...] = field(default_factory=tuple)
+    # A sweep's array tasks (index, overrides, own recipe, run id); empty for a single job.
+    tasks: tuple[SweepTask, ...] = field(default_factory=tuple)
 
     @property
     def text(self) -> str:

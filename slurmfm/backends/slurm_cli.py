@@ -41,6 +41,37 @@ def parse_scontrol_record(text: str) -> dict[str, str]:
     return out
 
 
+def array_representative(records: list[dict[str, str]]) -> dict[str, str]:
+    """One record for a job array's id (``scontrol show job`` prints one line per task).
+
+    The array is done only when every task is: a task still pending or running is returned
+    first (so waiting goes on), then a task that did not complete (so a failure shows), else
+    the first. ``ArrayTasks`` summarizes every task as ``index:STATE``.
+    """
+    if len(records) == 1 or not all("ArrayJobId" in r for r in records):
+        # One job, or a heterogeneous job (one line per component): the first record is the
+        # job itself (component 0, where the batch script and its state file live).
+        return records[0]
+    from slurmfm.backends.base import TERMINAL_STATES
+
+    def ended(r: dict[str, str]) -> bool:
+        state = r.get("JobState", "")
+        return bool(state) and state.split()[0].rstrip("+") in TERMINAL_STATES
+
+    pick = next((r for r in records if not ended(r)), None)
+    pick = pick or next((r for r in records if r.get("JobState") != "COMPLETED"), records[0])
+    summary = " ".join(
+        f"{r.get('ArrayTaskId', '?')}:{r.get('JobState', '?')}"
+        for r in sorted(records, key=lambda r: _leading_int(r.get("ArrayTaskId", "")))
+    )
+    return {**pick, "ArrayTasks": summary}
+
+
+def _leading_int(text: str) -> int:
+    m = re.match(r"\d+", text)
+    return int(m.group(0)) if m else -1
+
+
 class SlurmCLI:
     """Talk to Slurm through its command-line tools."""
 
@@ -127,7 +158,9 @@ class SlurmCLI:
         argv = ["scontrol", "show", "job", "-o", job_id]
         proc = self._run(argv)
         if proc.returncode == 0 and proc.stdout.strip():
-            rec = parse_scontrol_record(proc.stdout.strip().splitlines()[0])
+            rec = array_representative(
+                [parse_scontrol_record(line) for line in proc.stdout.strip().splitlines()]
+            )
             return JobStatus(
                 job_id=rec.get("JobId", job_id),
                 state=rec.get("JobState", ""),

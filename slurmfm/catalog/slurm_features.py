@@ -219,6 +219,18 @@ _ALL: tuple[Feature, ...] = (
         verified=False,
     ),
     Feature(
+        "kill_on_invalid_dep",
+        _V(22, 5),
+        None,
+        "sbatch --kill-on-invalid-dep=yes: a job whose dependency can never be satisfied is "
+        "terminated (state CANCELLED) instead of pending with reason DependencyNeverSatisfied "
+        "(the default unless SchedulerParameters=kill_invalid_depend). In sbatch(1) of 22.05.8 "
+        f"on the local lab, and behaviour checked there (tests/e2e/test_dependencies.py). "
+        f"{_FLOOR_NOTE}",
+        f"sbatch(1) 22.05.8 (man page on the local lab, --kill-on-invalid-dep); {SRC_LAB}",
+        verified=False,
+    ),
+    Feature(
         "hetjob",
         _V(20, 2),
         None,

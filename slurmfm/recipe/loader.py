@@ -96,6 +96,11 @@ def _locate(loc: Sequence[str | int], data: Any, lines: LineMap) -> tuple[str, i
         elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
             path.append(part)
             cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, str) and part.isdigit():
+            # "sweep.tasks.2: ..." from a model validator's message names a list item.
+            idx = int(part)
+            path.append(idx)
+            cur = cur[idx] if idx < len(cur) else None
         elif isinstance(part, str) and (
             part in {"torchrun", "megatron", "nemo"} or "[" in part or "function-" in part
         ):
@@ -186,15 +191,20 @@ def validate(
         raise RecipeError([Problem(source, None, "(recipe)", str(exc))]) from None
 
 
-def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
-    """Read and validate a recipe file; every problem is reported with its file and line."""
-    p = Path(path)
+def read_source(p: Path) -> str:
+    """A recipe or pipeline file's text; a missing or unreadable file is a located problem."""
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RecipeError([Problem(str(p), None, "(file)", "no such file")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RecipeError([Problem(str(p), None, "(file)", f"cannot read: {exc}")]) from None
+
+
+def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
+    """Read and validate a recipe file; every problem is reported with its file and line."""
+    p = Path(path)
+    text = read_source(p)
     data, lines = parse_yaml(text, str(p))
     if data is None:
         raise RecipeError([Problem(str(p), 1, "(recipe)", "the file is empty")])

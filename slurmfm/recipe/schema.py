@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from slurmfm.recipe.sweep import Sweep
+
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
 
@@ -131,6 +133,13 @@ class Resources(_Strict):
     )
     mem: str | None = Field(default=None, pattern=r"^\d+[KMGT]?$")
     exclude: str | None = Field(default=None, description="hostlist of nodes to avoid")
+    singleton: bool = Field(
+        default=False,
+        description=(
+            "--dependency=singleton: at most one job of this name and user runs at a time "
+            "(chained training segments that must never overlap)"
+        ),
+    )
 
     @field_validator("time_limit", mode="before")
     @classmethod
@@ -510,6 +519,9 @@ class Recipe(_Strict):
     storage: Storage = Field(default_factory=Storage)
     network: Network = Field(default_factory=Network)
     resilience: Resilience = Field(default_factory=Resilience)
+    sweep: Sweep | None = Field(
+        default=None, description="run as a job array, one task per set of overrides"
+    )
     observability: Observability = Field(default_factory=Observability)
 
     @field_validator("env", mode="before")
@@ -610,6 +622,15 @@ class Recipe(_Strict):
             raise ValueError(
                 f"launcher.kind: {self.launcher.kind} needs GPUs; {inst.name} has none"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _sweep_tasks(self) -> Recipe:
+        # Every array task must be a valid recipe on its own (slurmfm.recipe.sweep).
+        if self.sweep is not None:
+            from slurmfm.recipe.sweep import expand
+
+            expand(self)
         return self
 
     @property

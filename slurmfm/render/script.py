@@ -211,6 +211,15 @@ def _directives(
                 f"--segment needs Slurm >= 24.05 (topology/block segments); target is {v}"
             )
         d.append(Directive("segment", str(placement.segment)))
+    if r.singleton:
+        d.append(
+            Directive(
+                "dependency",
+                "singleton",
+                "at most one running job of this name and user (sbatch(1) --dependency): "
+                "a chained segment never overlaps the previous one",
+            )
+        )
     if placement.mode == "pin" and placement.nodes:
         import hostlist
 

@@ -82,3 +82,26 @@ def test_test_only_reports_where_it_would_run(slurm_lab: SlurmLab) -> None:
 def test_unknown_job(slurm_lab: SlurmLab) -> None:
     with pytest.raises(BackendError):
         SlurmCLI(env=slurm_lab.env).status("999999")
+
+
+def test_array_records_are_summarized_and_hetjobs_keep_component_zero() -> None:
+    from slurmfm.backends.slurm_cli import array_representative
+
+    def rec(**kw: str) -> dict[str, str]:
+        return dict(kw)
+
+    done = [
+        rec(JobId="12", ArrayJobId="10", ArrayTaskId="2", JobState="COMPLETED"),
+        rec(JobId="11", ArrayJobId="10", ArrayTaskId="10", JobState="FAILED"),
+        rec(JobId="10", ArrayJobId="10", ArrayTaskId="0", JobState="COMPLETED"),
+    ]
+    got = array_representative(done)
+    assert got["JobId"] == "11"  # a failure shows
+    assert got["ArrayTasks"] == "0:COMPLETED 2:COMPLETED 10:FAILED"
+    running = [*done, rec(JobId="10", ArrayJobId="10", ArrayTaskId="3-5%2", JobState="PENDING")]
+    assert array_representative(running)["JobState"] == "PENDING"  # not done while one waits
+    het = [
+        rec(JobId="20", HetJobId="20", HetJobOffset="0", JobState="RUNNING"),
+        rec(JobId="21", HetJobId="20", HetJobOffset="1", JobState="PENDING"),
+    ]
+    assert array_representative(het) == het[0]

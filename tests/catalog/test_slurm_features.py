@@ -74,6 +74,7 @@ GATES = [
     ("requeue", V(21, 8), V(22, 5), V(24, 11)),
     ("gpus_per_node", V(18, 8), V(19, 5), V(22, 5, 8)),
     ("wait_all_nodes", V(21, 8), V(22, 5), V(25, 11)),
+    ("kill_on_invalid_dep", V(21, 8), V(22, 5), V(24, 11)),
     ("hetjob", V(19, 5), V(20, 2), V(22, 5, 8)),
 ]
 

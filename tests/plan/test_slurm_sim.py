@@ -290,38 +290,11 @@ def _test_only(lab: SlurmLab, k: int) -> list[str] | None:
     return hosts
 
 
-def _make_busy(lab: SlurmLab, busy: Sequence[str]) -> None:
-    if not busy:
-        return
-    proc = lab.run(
-        [
-            "sbatch",
-            "--parsable",
-            "-N",
-            str(len(busy)),
-            "-w",
-            ",".join(busy),
-            "--exclusive",
-            "-p",
-            "batch",
-            "-t",
-            "30",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 600",
-        ],
-        cwd=lab.jobs_dir,
-    )
-    assert proc.returncode == 0, proc.stderr
-    job = proc.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        state = lab.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
-        if state == "RUNNING":
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"busy job {job} did not start")
+def _make_busy(busy: Sequence[str]) -> None:
+    """Occupy exactly ``busy`` with one sleeping job (``slurm-lab hold``)."""
+    if busy:
+        proc = _lab_cmd("hold", ",".join(busy))
+        assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.slurm
@@ -343,7 +316,7 @@ def test_agrees_with_real_slurm_2205(sim_lab: SlurmLab, seed: int) -> None:
     checked = 0
     for _pattern in range(3):
         busy = sorted(rng.sample(hosts, int(len(hosts) * rng.uniform(0.3, 0.7))), key=natural_key)
-        _make_busy(lab, busy)
+        _make_busy(busy)
         free = set(hosts) - set(busy)
         for k in sorted({1, 2, rng.randint(2, len(free)), rng.randint(2, len(free)), len(free)}):
             real = _test_only(lab, k)

@@ -219,16 +219,16 @@ def test_readiness_timeout_fails_the_job_clearly(each_lab: SlurmLab, tmp_path: P
 
 
 def test_server_that_dies_fails_readiness_at_once(each_lab: SlurmLab, tmp_path: Path) -> None:
-    # pp=2 on one Ray node: the vLLM stand-in refuses, like vLLM without enough GPUs.
-    launcher = vllm_launcher(tmp_path, ready_timeout_s=300)
+    # The server exits while "loading": the wait ends at once, not after ready_timeout_s.
+    launcher = vllm_launcher(tmp_path, ready_timeout_s=300, extra_args=["--standin-crash"])
     recipe = base(tmp_path, "serve-dies", 1, launcher)
-    recipe["launcher"]["extra_args"] = ["--distributed-executor-backend", "ray"]
     t0 = time.monotonic()
     job_id = submit(each_lab, tmp_path, recipe)
     rec = each_lab.wait_job(job_id, timeout=120)
     log = job_log(tmp_path, "serve-dies", job_id)
     assert rec["JobState"] == "FAILED", log
     assert "server step ended before" in log
+    assert "CUDA out of memory while loading the model (simulated)" in log
     assert time.monotonic() - t0 < 200  # did not sit out the 300 s readiness timeout
 
 

@@ -1,0 +1,201 @@
+"""``slurmfm pipeline validate|submit`` and ``slurmfm submit A --then B`` (imports only click).
+
+Exit status: 2 for anything the user can fix (``FILE:LINE: field: message``, preflight, a
+refused submission), 1 for ``--wait`` when a stage did not complete, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from slurmfm.cli_common import F, friendly
+
+if TYPE_CHECKING:
+    from slurmfm.pipeline import Pipeline
+
+CONDITION_CHOICE = click.Choice(["afterok", "afterany", "afternotok"])
+
+
+def _show_dry_run(
+    pipeline: Pipeline, slurm_version: str | None, output_dir: str | None, as_json: bool
+) -> None:
+    import tempfile
+
+    from slurmfm import api
+
+    out = output_dir or tempfile.mkdtemp(prefix="slurmfm-pipeline-")
+    plan = api.dry_run_pipeline(pipeline, slurm_version=slurm_version, output_dir=out)
+    for s in plan.stages:
+        for w in s.info.script.warnings:
+            click.echo(f"warning: {s.name}: {w}", err=True)
+    if as_json:
+        import json
+
+        click.echo(
+            json.dumps(
+                {
+                    "pipeline": pipeline.name,
+                    "stages": [
+                        {
+                            "stage": s.name,
+                            "recipe": s.info.recipe.name,
+                            "dependency": s.dependency,
+                            "script": s.script_path,
+                            "array_tasks": len(s.info.tasks),
+                        }
+                        for s in plan.stages
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(f"# dry run of pipeline {pipeline.name}: nothing submitted; in submission order:")
+    for line in plan.lines():
+        click.echo(line)
+    click.echo(
+        "# at submit time <stage> becomes that stage's job id, added as #SBATCH --dependency "
+        "with --kill-on-invalid-dep=yes"
+    )
+
+
+def _run(
+    pipeline: Pipeline,
+    *,
+    dry_run: bool,
+    output_dir: str | None,
+    backend: str,
+    wait: bool,
+    timeout: float,
+    slurm_version: str | None,
+    no_check: bool,
+    keep_submitted: bool,
+    as_json: bool,
+) -> None:
+    from slurmfm import api
+
+    if dry_run:
+        _show_dry_run(pipeline, slurm_version, output_dir, as_json)
+        return
+    run = api.submit_pipeline(
+        pipeline,
+        backend=backend,  # type: ignore[arg-type]
+        preflight=not no_check,
+        keep_submitted=keep_submitted,
+    )
+    if output_dir:
+        from pathlib import Path
+
+        from slurmfm.fsutil import write_atomic
+
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        for i, s in enumerate(run.stages, 1):
+            write_atomic(str(Path(output_dir) / f"{i:02d}-{s.name}.sh"), s.script.text, mode=0o755)
+    if as_json:
+        import json
+
+        click.echo(
+            json.dumps(
+                [
+                    {"stage": s.name, "job_id": s.job_id, "dependency": s.dependency}
+                    for s in run.stages
+                ]
+            )
+        )
+    else:
+        for s in run.stages:
+            dep = f" after {s.dependency}" if s.dependency else ""
+            click.echo(f"{s.name} {s.job_id}{dep}")
+    if wait:
+        states = run.wait(timeout=timeout)
+        for name, st in states.items():
+            why = f" ({st.reason})" if st.reason and st.reason != "None" else ""
+            click.echo(f"{name} {st.job_id} {st.state}{why} exit={st.exit_code}", err=True)
+        sys.exit(0 if all(st.ok for st in states.values()) else 1)
+
+
+_RUN_OPTIONS = [
+    click.option(
+        "--dry-run", is_flag=True, help="Render every stage and show the plan; submit nothing."
+    ),
+    click.option(
+        "-o",
+        "--output-dir",
+        type=click.Path(file_okay=False),
+        help="Write each stage's script here as NN-STAGE.sh (dry run: default a new temp dir).",
+    ),
+    click.option(
+        "--backend",
+        type=click.Choice(["cli", "pyslurm", "auto"]),
+        default="cli",
+        show_default=True,
+    ),
+    click.option("--wait", is_flag=True, help="Wait for every stage; exit 1 unless all COMPLETED."),
+    click.option("--timeout", type=float, default=3600.0, show_default=True),
+    click.option("--slurm-version", help="With --dry-run: render for this Slurm version."),
+    click.option("--no-check", is_flag=True, help="Skip the preflight of every stage."),
+    click.option(
+        "--keep-submitted",
+        is_flag=True,
+        help="If a later stage cannot be submitted, keep the stages already queued "
+        "(default: cancel them).",
+    ),
+    click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
+]
+
+
+def run_options(fn: F) -> F:
+    """The options shared by ``pipeline submit`` and ``submit --then``."""
+    for opt in reversed(_RUN_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+@click.group("pipeline")
+def pipeline() -> None:
+    """Pipelines of recipes: stages with afterok/afterany/afternotok dependencies."""
+
+
+@pipeline.command("validate")
+@click.argument("file", type=click.Path(dir_okay=False))
+@friendly
+def validate_cmd(file: str) -> None:
+    """Check FILE: its stages, their recipes and overrides, and the dependency graph."""
+    from slurmfm import api
+
+    p = api.load_pipeline(file)
+    click.echo(f"{file}: ok: pipeline {p.name}, {len(p.stages)} stages")
+    for s in p.stages:
+        dep = p.dependency_expression(s)
+        click.echo(f"  {s.name}: {s.recipe.name}" + (f" after {dep}" if dep else ""))
+
+
+@pipeline.command("submit")
+@click.argument("file", type=click.Path(dir_okay=False))
+@run_options
+@friendly
+def submit_cmd(file: str, **kw: Any) -> None:
+    """Submit every stage of FILE in dependency order. Every stage is preflighted first, and
+    nothing is queued when one cannot run. Prints STAGE JOBID per line."""
+    from slurmfm import api
+
+    _run(api.load_pipeline(file), **kw)
+
+
+def submit_chain(
+    first: str,
+    then: tuple[str, ...],
+    sets: tuple[str, ...],
+    condition: str,
+    **kw: Any,
+) -> None:
+    """``slurmfm submit A --then B --then C``: a linear pipeline; ``--set`` applies to all."""
+    from slurmfm import api
+    from slurmfm.recipe.loader import load_recipe, parse_override
+
+    overrides = dict(parse_override(s) for s in sets)
+    recipes = [load_recipe(path, overrides) for path in (first, *then)]
+    _run(api.chain(recipes, condition), **kw)  # type: ignore[arg-type]  # condition: a Choice

@@ -1,0 +1,449 @@
+"""Pipelines: named stages, each a recipe, submitted in dependency order with real job ids.
+
+A pipeline file::
+
+    name: llama3-8b-pretrain-eval
+    stages:
+      pretrain:
+        recipe: ../llama3-8b-p5-fsdp.yaml       # relative to this file
+        set: {resources.nodes: 8}               # overrides, like --set
+      convert:
+        recipe: convert.yaml
+        after: [pretrain]                       # afterok by default
+      eval:
+        recipe: eval.yaml
+        after:
+          - {stage: convert, condition: afterok}
+
+Why its own loader: it keeps the recipe loader's discipline (every problem as
+``FILE:LINE: field: message``, exit 2) for the graph too: unknown stages, self-dependencies and
+cycles are reported at the ``after`` entry that creates them, and an override's problem at its
+line in the pipeline file.
+
+Submission: every stage is rendered and (by default) preflighted before anything is queued;
+then stages are submitted in topological order (file order among independent stages), each with
+``#SBATCH --dependency=<condition>:<ids of its upstream stages>`` and
+``--kill-on-invalid-dep=yes`` (see :mod:`slurmfm.render.dependency`). If a submission fails
+part-way, the stages already queued are cancelled (unless asked to keep them), and the error
+says which were queued and what happened to them: a half-submitted pipeline would otherwise run
+stages whose downstream never comes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+from slurmfm.errors import BackendError, Problem, RecipeError, SlurmfmError
+from slurmfm.render.dependency import Condition, Dependency, with_dependency
+
+if TYPE_CHECKING:
+    from slurmfm.backends.base import Backend, JobStatus
+    from slurmfm.backends.dryrun import DryRunInfo
+    from slurmfm.recipe.loader import LineMap
+    from slurmfm.recipe.schema import Recipe
+    from slurmfm.render.script import RenderedScript
+
+StageName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class After(_Strict):
+    """One upstream stage and the condition on its end state."""
+
+    stage: StageName
+    condition: Condition = "afterok"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, data: Any) -> Any:
+        # `after: [pretrain]` is short for `after: [{stage: pretrain, condition: afterok}]`.
+        return {"stage": data} if isinstance(data, str) else data
+
+
+class StageSpec(_Strict):
+    """A stage: a recipe file, overrides, and the stages it waits for."""
+
+    recipe: str = Field(min_length=1, description="recipe path, relative to the pipeline file")
+    set: dict[str, Any] = Field(default_factory=dict, description="dotted overrides, like --set")
+    after: list[After] = Field(default_factory=list)
+
+
+class PipelineSpec(_Strict):
+    """The whole pipeline file."""
+
+    name: StageName | None = None
+    stages: dict[StageName, StageSpec] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A validated stage: its recipe and its upstream stages with conditions."""
+
+    name: str
+    recipe: Recipe
+    after: tuple[tuple[str, Condition], ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Stages in submission (topological) order."""
+
+    name: str
+    stages: tuple[Stage, ...]
+    source: str = "<pipeline>"
+
+    def stage(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+    def dependency_expression(self, stage: Stage, ids: Mapping[str, str] | None = None) -> str:
+        """``afterok:<pretrain>`` (names as placeholders) or, with ``ids``, the real one."""
+        pairs = [(cond, (ids or {}).get(up, f"<{up}>")) for up, cond in stage.after]
+        grouped: dict[str, list[str]] = {}
+        for cond, job in pairs:
+            grouped.setdefault(cond, []).append(job)
+        parts = [f"{c}:{':'.join(v)}" for c, v in grouped.items()]
+        if stage.recipe.resources.singleton:
+            parts.append("singleton")
+        return ",".join(parts)
+
+
+def _line(lines: LineMap, *path: str | int) -> int | None:
+    for n in range(len(path), -1, -1):
+        if tuple(path[:n]) in lines:
+            return lines[tuple(path[:n])]
+    return None
+
+
+def _graph_problems(spec: PipelineSpec, source: str, lines: LineMap) -> list[Problem]:
+    """Unknown stages, self-dependencies, duplicates and cycles, each at its ``after`` line."""
+    import networkx as nx
+
+    problems: list[Problem] = []
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    graph.add_nodes_from(spec.stages)
+    where: dict[tuple[str, str], tuple[str, int | None]] = {}
+    for name, st in spec.stages.items():
+        seen: set[str] = set()
+        for k, item in enumerate(st.after):
+            up = item.stage
+            fld = f"stages.{name}.after.{k}"
+            line = _line(lines, "stages", name, "after", k)
+            if up not in spec.stages:
+                known = ", ".join(spec.stages)
+                problems.append(
+                    Problem(source, line, fld, f"unknown stage {up!r} (stages: {known})")
+                )
+            elif up == name:
+                problems.append(Problem(source, line, fld, "a stage cannot wait for itself"))
+            elif up in seen:
+                problems.append(Problem(source, line, fld, f"{up!r} is listed twice"))
+            else:
+                graph.add_edge(up, name)
+                where[(up, name)] = (fld, line)
+            seen.add(up)
+    if not problems and not nx.is_directed_acyclic_graph(graph):
+        edges = nx.find_cycle(graph)
+        cycle = [u for u, _ in edges]
+        # start the text at the cycle's first stage in file order (stable messages)
+        first = min(range(len(cycle)), key=lambda i: list(spec.stages).index(cycle[i]))
+        cycle = cycle[first:] + cycle[:first]
+        text = " -> ".join([*cycle, cycle[0]])
+        for u, v in edges:
+            fld, line = where[(u, v)]
+            problems.append(Problem(source, line, fld, f"dependency cycle: {text}"))
+    return problems
+
+
+def _order(spec: PipelineSpec) -> list[str]:
+    """Topological order; among stages free at the same time, the order of the file."""
+    import networkx as nx
+
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    index = {name: i for i, name in enumerate(spec.stages)}
+    graph.add_nodes_from(spec.stages)
+    for name, st in spec.stages.items():
+        for item in st.after:
+            graph.add_edge(item.stage, name)
+    return list(nx.lexicographical_topological_sort(graph, key=lambda n: index[n]))
+
+
+def parse_pipeline(text: str, source: str, base_dir: Path) -> Pipeline:
+    """Validate pipeline YAML text; stage recipes are loaded relative to ``base_dir``."""
+    from slurmfm.recipe.loader import _problems, load_recipe, parse_yaml
+
+    data, lines = parse_yaml(text, source)
+    if not isinstance(data, dict):
+        raise RecipeError([Problem(source, 1, "(pipeline)", "a pipeline file is a YAML mapping")])
+    try:
+        spec = PipelineSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = _problems(exc, data, lines, source)
+        for p in problems:
+            if p.field == "(recipe)":
+                p.field = "(pipeline)"
+            p.message = p.message.replace("see the recipe reference", "see the pipeline reference")
+        raise RecipeError(problems) from None
+    problems = _graph_problems(spec, source, lines)
+    stages: dict[str, Stage] = {}
+    for name, st in spec.stages.items():
+        path = Path(st.recipe)
+        if not path.is_absolute():
+            path = base_dir / path
+        try:
+            recipe = load_recipe(path, st.set)
+        except RecipeError as exc:
+            for p in exc.problems:
+                if p.file == "<override>":
+                    key = (
+                        p.field
+                        if p.field in st.set
+                        else next((k for k in st.set if p.field.startswith(k + ".")), p.field)
+                    )
+                    p.file = source
+                    p.line = _line(lines, "stages", name, "set", key)
+                    p.field = f"stages.{name}.set.{key}"
+                elif p.field == "(file)":
+                    p.file = source
+                    p.line = _line(lines, "stages", name, "recipe")
+                    p.field = f"stages.{name}.recipe"
+                    p.message = f"{path}: {p.message}"
+                problems.append(p)
+            continue
+        after: list[tuple[str, Condition]] = [(item.stage, item.condition) for item in st.after]
+        stages[name] = Stage(name, recipe, tuple(after), str(path))
+    if problems:
+        raise RecipeError(problems)
+    order = _order(spec)
+    name = spec.name or Path(source).stem
+    return Pipeline(name, tuple(stages[n] for n in order), source)
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    """Read and validate a pipeline file (``FILE:LINE: field: message`` problems)."""
+    from slurmfm.recipe.loader import read_source
+
+    p = Path(path)
+    return parse_pipeline(read_source(p), str(p), p.parent)
+
+
+def chain(recipes: Sequence[Recipe], condition: Condition = "afterok") -> Pipeline:
+    """A linear pipeline: each recipe waits for the one before it (``submit a --then b``)."""
+    stages: list[Stage] = []
+    used: set[str] = set()
+    for r in recipes:
+        name, n = r.name, 1
+        while name in used:
+            n += 1
+            name = f"{r.name}-{n}"
+        used.add(name)
+        after = ((stages[-1].name, condition),) if stages else ()
+        stages.append(Stage(name, r, after))
+    return Pipeline("chain", tuple(stages), "<chain>")
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """What submitting one stage would do."""
+
+    name: str
+    info: DryRunInfo
+    dependency: str  # with upstream stage names as placeholders: "afterok:<pretrain>"
+    script_path: str | None = None
+
+
+@dataclass(frozen=True)
+class PipelineDryRun:
+    """The whole plan: stages in submission order, nothing submitted."""
+
+    pipeline: Pipeline
+    stages: tuple[StagePlan, ...]
+
+    def lines(self) -> list[str]:
+        out = []
+        for i, s in enumerate(self.stages, 1):
+            dep = s.dependency or "(none: starts when scheduled)"
+            tasks = f", array of {len(s.info.tasks)} tasks" if s.info.tasks else ""
+            out.append(
+                f"{i}. {s.name}: {s.info.recipe.name}, {s.info.recipe.resources.nodes} x "
+                f"{s.info.recipe.cluster.instance_type}{tasks}; dependency {dep}"
+                + (f"; script {s.script_path}" if s.script_path else "")
+            )
+        return out
+
+
+def dry_run(
+    pipeline: Pipeline, *, slurm_version: str | None = None, output_dir: str | Path | None = None
+) -> PipelineDryRun:
+    """Render every stage; with ``output_dir``, write ``<dir>/<NN>-<stage>.sh`` for each."""
+    from slurmfm import api
+
+    plans = []
+    for i, stage in enumerate(pipeline.stages, 1):
+        info = api.dry_run(stage.recipe, slurm_version=slurm_version)
+        path = None
+        if output_dir is not None:
+            from slurmfm.fsutil import write_atomic
+
+            out = Path(output_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            path = str(out / f"{i:02d}-{stage.name}.sh")
+            write_atomic(path, info.text, mode=0o755)
+        plans.append(StagePlan(stage.name, info, pipeline.dependency_expression(stage), path))
+    return PipelineDryRun(pipeline, tuple(plans))
+
+
+@dataclass
+class SubmittedStage:
+    name: str
+    job_id: str
+    dependency: str
+    script: RenderedScript
+
+
+@dataclass
+class PipelineRun:
+    """Submitted stages (in order) and the backend that can ask about them."""
+
+    pipeline: Pipeline
+    backend: Backend
+    stages: list[SubmittedStage] = field(default_factory=list)
+
+    @property
+    def job_ids(self) -> dict[str, str]:
+        return {s.name: s.job_id for s in self.stages}
+
+    def status(self) -> dict[str, JobStatus]:
+        return {s.name: self.backend.status(s.job_id) for s in self.stages}
+
+    def wait(self, timeout: float = 3600.0, interval: float = 1.0) -> dict[str, JobStatus]:
+        """Until every stage ended (a stage cancelled by an unmet dependency counts as ended)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.status()
+            if all(st.done for st in states.values()):
+                return states
+            if time.monotonic() > deadline:
+                pending = [n for n, st in states.items() if not st.done]
+                raise BackendError(f"pipeline: {', '.join(pending)} not done after {timeout:.0f} s")
+            time.sleep(interval)
+
+    def cancel(self) -> None:
+        for s in reversed(self.stages):
+            self.backend.cancel(s.job_id)
+
+
+class PipelineSubmitError(SlurmfmError):
+    """A stage could not be submitted after others were; says what was queued and its fate."""
+
+    def __init__(self, message: str, submitted: dict[str, str], cancelled: bool) -> None:
+        self.submitted = submitted
+        self.cancelled = cancelled
+        super().__init__(message)
+
+
+def submit(
+    pipeline: Pipeline,
+    *,
+    backend: Backend,
+    env: Mapping[str, str] | None = None,
+    preflight: bool = True,
+    keep_submitted: bool = False,
+) -> PipelineRun:
+    """Render all stages for the cluster's Slurm, preflight them all, then submit in order.
+
+    Nothing is queued when a stage's recipe, secrets or preflight fail. When a later ``sbatch``
+    fails, the stages already queued are cancelled unless ``keep_submitted``.
+    """
+    from slurmfm import api
+
+    version = backend.version()
+    missing = [
+        f"{s.name}: {', '.join(m)}"
+        for s in pipeline.stages
+        if (m := api.missing_secrets(s.recipe, env))
+    ]
+    if missing:
+        raise RecipeError(
+            [
+                Problem(
+                    "<environment>",
+                    None,
+                    "secrets",
+                    "not set in the submitting environment: " + "; ".join(missing),
+                )
+            ]
+        )
+    scripts = {s.name: api.render(s.recipe, slurm_version=version) for s in pipeline.stages}
+    if preflight:
+        from slurmfm.backends.preflight import preflight as run_preflight
+        from slurmfm.backends.slurm_cli import SlurmCLI
+
+        cli = SlurmCLI(dict(env) if env is not None else None)
+        failed: list[str] = []
+        for s in pipeline.stages:
+            report = run_preflight(s.recipe, scripts[s.name].text, cli)
+            failed.extend(f"{s.name}: {c.name}: {c.message}" for c in report.failures())
+        if failed:
+            raise SlurmfmError("\n".join(f"preflight: {line}" for line in failed))
+    for s in pipeline.stages:
+        Path(s.recipe.storage.log_dir).mkdir(parents=True, exist_ok=True)
+    run = PipelineRun(pipeline, backend)
+    for s in pipeline.stages:
+        dep = Dependency.of([(cond, run.job_ids[up]) for up, cond in s.after])
+        script = with_dependency(scripts[s.name], dep)
+        try:
+            result = backend.submit(script.text, env=dict(env) if env is not None else None)
+        except SlurmfmError as exc:
+            _abort(run, s.name, exc, keep_submitted)
+            raise  # pragma: no cover - _abort always raises
+        run.stages.append(
+            SubmittedStage(
+                s.name, result.job_id, pipeline.dependency_expression(s, run.job_ids), script
+            )
+        )
+    return run
+
+
+def _abort(run: PipelineRun, stage: str, exc: SlurmfmError, keep: bool) -> None:
+    done = run.job_ids
+    if not done:
+        raise exc
+    listed = ", ".join(f"{n}={j}" for n, j in done.items())
+    if keep:
+        raise PipelineSubmitError(
+            f"pipeline: stage {stage} was not submitted: {exc}\n"
+            f"pipeline: already submitted and kept (--keep-submitted): {listed}",
+            done,
+            cancelled=False,
+        ) from exc
+    errors = []
+    for s in reversed(run.stages):
+        try:
+            run.backend.cancel(s.job_id)
+        except SlurmfmError as cancel_exc:
+            errors.append(f"{s.name}={s.job_id}: {cancel_exc}")
+    tail = f"; could not cancel {', '.join(errors)}" if errors else ""
+    raise PipelineSubmitError(
+        f"pipeline: stage {stage} was not submitted: {exc}\n"
+        f"pipeline: cancelled the stages already submitted: {listed}{tail}",
+        done,
+        cancelled=not errors,
+    ) from exc

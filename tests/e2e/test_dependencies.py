@@ -1,0 +1,307 @@
+"""Dependencies, pipelines and array sweeps on the real local Slurm (22.05, the host lab).
+
+Every job is a lab-cpu recipe whose torchrun script (``step.py`` below) writes one JSON file per
+job: which stage it is, its arguments, the environment slurmfm gave it (``SLURMFM_*``, the
+array task id, an overridden variable) and when it started and ended; then it sleeps a little
+and exits with the status it was told to. Ordering and "never ran" are checked from those
+files and from Slurm's own records (``scontrol show job``: state, reason, start/end times).
+
+What Slurm 22.05 does when an ``afterok`` dependency fails (checked here): with
+``--kill-on-invalid-dep=yes`` the dependent job is ended at once, state CANCELLED, reason
+DependencyNeverSatisfied; it never starts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import REPO_ROOT, SlurmLab
+
+from slurmfm.backends.slurm_cli import parse_scontrol_record
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch]
+
+STEP = """\
+import json, os, sys, time
+stage, rc, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+out = os.path.join(os.environ["STEP_OUT"], f"{stage}-{os.environ['SLURM_JOB_ID']}.json")
+rec = {
+    "stage": stage, "argv": sys.argv[1:], "t0": time.time(),
+    "job": os.environ["SLURM_JOB_ID"],
+    "array_task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+    "array_job": os.environ.get("SLURM_ARRAY_JOB_ID"),
+    "run_id": os.environ["SLURMFM_RUN_ID"],
+    "checkpoint_dir": os.environ["SLURMFM_CHECKPOINT_DIR"],
+    "lr": os.environ.get("LR"),
+    "overrides": os.environ.get("SLURMFM_SWEEP_OVERRIDES"),
+}
+time.sleep(pause)
+rec["t1"] = time.time()
+with open(out + ".tmp", "w") as f:
+    json.dump(rec, f)
+os.rename(out + ".tmp", out)
+sys.exit(rc)
+"""
+
+
+def recipe(tmp: Path, name: str, rc: int = 0, pause: float = 1.0, extra: str = "") -> Path:
+    """A one-node lab-cpu recipe running step.py; requeue off so a failure is final."""
+    path = tmp / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\n"
+        "cluster: {partition: batch, instance_type: lab-cpu}\n"
+        "resources: {nodes: 1, procs_per_node: 1, time_limit: 5, exclusive: false}\n"
+        f"launcher: {{kind: torchrun, script: {tmp / 'step.py'}, "
+        f"args: [{name}, '{rc}', '{pause}']}}\n"
+        f"env: {{STEP_OUT: {tmp / 'out'}, OMP_NUM_THREADS: '1'}}\n"
+        f"storage: {{checkpoint_root: {tmp / 'ckpt'}, log_dir: {tmp / 'logs'}}}\n"
+        "resilience: {health_gate: 'off', requeue: false, save_before_timeout_s: 0}\n" + extra
+    )
+    return path
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "step.py").write_text(STEP)
+    (tmp_path / "out").mkdir()
+    return tmp_path
+
+
+def cli(lab: SlurmLab, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", *args],
+        cwd=REPO_ROOT,
+        env=lab.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ran(work: Path) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for f in sorted((work / "out").glob("*.json")):
+        rec = json.loads(f.read_text())
+        out.setdefault(rec["stage"], []).append(rec)
+    return out
+
+
+def job(lab: SlurmLab, job_id: str) -> dict[str, str]:
+    proc = lab.run(["scontrol", "show", "job", "-o", job_id])
+    assert proc.returncode == 0, proc.stderr
+    return parse_scontrol_record(proc.stdout.strip().splitlines()[0])
+
+
+def ids(stdout: str) -> dict[str, str]:
+    """``STAGE JOBID [after EXPR]`` lines of ``pipeline submit`` / ``submit --then``."""
+    return {line.split()[0]: line.split()[1] for line in stdout.splitlines() if line.strip()}
+
+
+def ts(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def test_afterok_chain_starts_after_success(slurm_lab: SlurmLab, work: Path) -> None:
+    a, b = recipe(work, "a", pause=3), recipe(work, "b")
+    proc = cli(slurm_lab, "submit", str(a), "--then", str(b), "--wait", "--timeout", "180")
+    assert proc.returncode == 0, proc.stderr
+    jobs = ids(proc.stdout)
+    rec_b = job(slurm_lab, jobs["b"])
+    assert rec_b["Dependency"] in {"(null)", ""}  # satisfied and cleared
+    rec_a = job(slurm_lab, jobs["a"])
+    assert rec_a["JobState"] == rec_b["JobState"] == "COMPLETED"
+    assert ts(rec_b["StartTime"]) >= ts(rec_a["EndTime"])  # Slurm's own record
+    r = ran(work)
+    assert r["b"][0]["t0"] >= r["a"][0]["t1"]  # the jobs' own clocks
+
+
+def test_failure_paths_afterok_afternotok_afterany(slurm_lab: SlurmLab, work: Path) -> None:
+    """a fails: afterok never runs (cancelled), afternotok and afterany run."""
+    recipe(work, "a", rc=3)
+    for name in ("ok", "notok", "anyway"):
+        recipe(work, name)
+    pipeline = work / "pipeline.yaml"
+    pipeline.write_text(
+        "name: failure-paths\n"
+        "stages:\n"
+        "  a: {recipe: a.yaml}\n"
+        "  ok: {recipe: ok.yaml, after: [a]}\n"
+        "  notok: {recipe: notok.yaml, after: [{stage: a, condition: afternotok}]}\n"
+        "  anyway: {recipe: anyway.yaml, after: [{stage: a, condition: afterany}]}\n"
+    )
+    proc = cli(slurm_lab, "pipeline", "submit", str(pipeline), "--wait", "--timeout", "180")
+    assert proc.returncode == 1, proc.stderr  # not every stage COMPLETED, by design
+    jobs = ids(proc.stdout)
+    assert set(jobs) == {"a", "ok", "notok", "anyway"}
+    a = job(slurm_lab, jobs["a"])
+    assert a["JobState"] == "FAILED"
+    assert a["ExitCode"] != "0:0"  # torchrun reports a failed worker as exit 1
+    ok = job(slurm_lab, jobs["ok"])
+    # What 22.05 does with --kill-on-invalid-dep=yes: cancelled at once, never started.
+    assert ok["JobState"] == "CANCELLED", ok
+    assert ok["Reason"] == "DependencyNeverSatisfied", ok
+    assert ok.get("BatchHost", "") in {"", "(null)"}  # never had a batch host
+    assert ok["RunTime"] == "00:00:00"
+    for name in ("notok", "anyway"):
+        rec = job(slurm_lab, jobs[name])
+        assert rec["JobState"] == "COMPLETED", rec
+        assert ts(rec["StartTime"]) >= ts(a["EndTime"])
+    r = ran(work)
+    assert "ok" not in r
+    assert r["notok"][0]["t0"] >= r["a"][0]["t1"]
+    assert r["anyway"][0]["t0"] >= r["a"][0]["t1"]
+    assert f"ok {jobs['ok']} CANCELLED (DependencyNeverSatisfied)" in proc.stderr
+
+
+def test_afternotok_after_success_is_cancelled(slurm_lab: SlurmLab, work: Path) -> None:
+    a, b = recipe(work, "a"), recipe(work, "b")
+    proc = cli(
+        slurm_lab,
+        "submit",
+        str(a),
+        "--then",
+        str(b),
+        "--condition",
+        "afternotok",
+        "--wait",
+        "--timeout",
+        "120",
+    )
+    assert proc.returncode == 1
+    jobs = ids(proc.stdout)
+    assert job(slurm_lab, jobs["a"])["JobState"] == "COMPLETED"
+    b_rec = job(slurm_lab, jobs["b"])
+    assert (b_rec["JobState"], b_rec["Reason"]) == ("CANCELLED", "DependencyNeverSatisfied")
+    assert "b" not in ran(work)
+
+
+def test_array_sweep_each_task_its_own_overrides(slurm_lab: SlurmLab, work: Path) -> None:
+    path = recipe(
+        work,
+        "sweep",
+        pause=4,
+        extra=(
+            "sweep:\n"
+            "  max_concurrent: 2\n"
+            "  tasks:\n"
+            "    - {env.LR: '0.1', launcher.args: [sweep, '0', '4', --tag, first]}\n"
+            "    - {env.LR: '0.01', launcher.args: [sweep, '0', '4', --tag, 'two words']}\n"
+            "    - {env.LR: '0.001', launcher.args: [sweep, '0', '4', --tag, \"it's\"]}\n"
+        ),
+    )
+    proc = cli(slurm_lab, "submit", str(path), "--wait", "--timeout", "180")
+    assert proc.returncode == 0, proc.stderr
+    array_id = proc.stdout.strip().splitlines()[0]
+    recs = sorted(ran(work)["sweep"], key=lambda r: int(r["array_task"]))
+    assert [r["array_task"] for r in recs] == ["0", "1", "2"]
+    assert {r["array_job"] for r in recs} == {array_id}
+    assert [r["lr"] for r in recs] == ["0.1", "0.01", "0.001"]
+    assert [r["argv"][-1] for r in recs] == ["first", "two words", "it's"]
+    assert [r["run_id"] for r in recs] == ["sweep-t0", "sweep-t1", "sweep-t2"]
+    dirs = [r["checkpoint_dir"] for r in recs]
+    assert dirs == [str(work / "ckpt" / "sweep" / f"sweep-t{i}") for i in range(3)]
+    assert all(Path(d).is_dir() for d in dirs)
+    assert json.loads(recs[1]["overrides"])["env.LR"] == "0.01"
+    # at most 2 at once (%2): no instant is inside all three runs
+    assert max(r["t0"] for r in recs) >= min(r["t1"] for r in recs)
+    # Slurm's view: one array, throttle 2, every task COMPLETED, its own log
+    task1 = job(slurm_lab, f"{array_id}_1")
+    assert task1["ArrayTaskThrottle"] == "2"
+    assert task1["StdOut"] == str(work / "logs" / f"sweep_{array_id}_1.out")
+    for r in recs:
+        log = work / "logs" / f"sweep_{array_id}_{r['array_task']}.out"
+        assert f"job {r['job']} start 0" in log.read_text()
+    # slurmfm status per task: its own state file and checkpoint directory
+    st = cli(slurm_lab, "status", f"{array_id}_2", "--json")
+    info = json.loads(st.stdout)
+    assert info["state"] == "COMPLETED"
+    assert any(e.endswith(f"checkpoint-dir {dirs[2]}") for e in info["events"])
+    whole = json.loads(cli(slurm_lab, "status", array_id, "--json").stdout)
+    assert whole["raw"]["ArrayTasks"] == "0:COMPLETED 1:COMPLETED 2:COMPLETED"
+
+
+def test_pipeline_of_three_stages_with_an_array(slurm_lab: SlurmLab, work: Path) -> None:
+    recipe(work, "prep", pause=2)
+    recipe(
+        work,
+        "train",
+        extra="sweep:\n  parameters:\n    env.LR: ['1', '2']\n",
+    )
+    recipe(work, "report")
+    pipeline = work / "pipeline.yaml"
+    pipeline.write_text(
+        "name: three\n"
+        "stages:\n"
+        "  report:\n"
+        "    recipe: report.yaml\n"
+        "    after: [train]\n"
+        "  prep: {recipe: prep.yaml}\n"
+        "  train:\n"
+        "    recipe: train.yaml\n"
+        "    set: {launcher.args: [train, '0', '2']}\n"
+        "    after: [prep]\n"
+    )
+    dry = cli(slurm_lab, "pipeline", "submit", str(pipeline), "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)["stages"]
+    assert [(s["stage"], s["dependency"], s["array_tasks"]) for s in plan] == [
+        ("prep", "", 0),
+        ("train", "afterok:<prep>", 2),
+        ("report", "afterok:<train>", 0),
+    ]
+    proc = cli(slurm_lab, "pipeline", "submit", str(pipeline), "--wait", "--timeout", "240")
+    assert proc.returncode == 0, proc.stderr
+    jobs = ids(proc.stdout)
+    assert list(jobs) == ["prep", "train", "report"]  # submitted in dependency order
+    assert f"after afterok:{jobs['prep']}" in proc.stdout
+    r = ran(work)
+    assert sorted(x["lr"] for x in r["train"]) == ["1", "2"]
+    assert min(x["t0"] for x in r["train"]) >= r["prep"][0]["t1"]
+    # afterok on an array waits for every task
+    assert r["report"][0]["t0"] >= max(x["t1"] for x in r["train"])
+
+
+def test_singleton_segments_never_overlap(slurm_lab: SlurmLab, work: Path) -> None:
+    """Two submissions of one singleton recipe (e.g. chained training segments): the second
+    waits for the first even without an explicit dependency."""
+    path = recipe(work, "segment", pause=3, extra="")
+    text = path.read_text().replace("exclusive: false}", "exclusive: false, singleton: true}")
+    path.write_text(text)
+    first = cli(slurm_lab, "submit", str(path))
+    assert first.returncode == 0, first.stderr
+    second = cli(slurm_lab, "submit", str(path), "--wait", "--timeout", "120")
+    assert second.returncode == 0, second.stderr
+    id1, id2 = first.stdout.split()[0], second.stdout.split()[0]
+    assert slurm_lab.wait_job(id1)["JobState"] == "COMPLETED"
+    recs = {r["job"]: r for r in ran(work)["segment"]}
+    assert recs[id2]["t0"] >= recs[id1]["t1"]
+    assert job(slurm_lab, id2)["Dependency"] in {"(null)", ""}
+
+
+def test_failed_submission_cancels_queued_stages(slurm_lab: SlurmLab, work: Path) -> None:
+    """sbatch refuses stage b (no such partition; preflight skipped so sbatch itself says it):
+    stage a, already queued, is cancelled and the error names it."""
+    recipe(work, "a", pause=30)
+    recipe(work, "b")
+    pipeline = work / "pipeline.yaml"
+    pipeline.write_text(
+        "stages:\n"
+        "  a: {recipe: a.yaml}\n"
+        "  b: {recipe: b.yaml, after: [a], set: {cluster.partition: nosuchpartition}}\n"
+    )
+    proc = cli(slurm_lab, "pipeline", "submit", str(pipeline), "--no-check")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("pipeline: stage b was not submitted: sbatch: error:")
+    assert "invalid partition" in lines[0].lower()
+    assert lines[1].startswith("pipeline: cancelled the stages already submitted: a=")
+    a_id = lines[1].split("a=")[1].split()[0].rstrip(";")
+    assert slurm_lab.wait_job(a_id, timeout=60)["JobState"] == "CANCELLED"
