@@ -222,8 +222,9 @@ def test_up_restarts_a_slurmd_whose_registration_was_lost(tmp_path: Path) -> Non
     lab_dir = lab_root() / "nudge-host"
     env = {
         **os.environ,
-        "SLURMFM_LAB_CTLD_PORT": "16947",
-        "SLURMFM_LAB_SLURMD_PORT": "40001",
+        # ports of no other lab (the tests' labs: scripts/README-lab.md, "Ports")
+        "SLURMFM_LAB_CTLD_PORT": "16977",
+        "SLURMFM_LAB_SLURMD_PORT": "44001",
         "SLURMFM_LAB_HOLD_SLURMD": "node002",
         "SLURMFM_LAB_NUDGE_AFTER": "3",
     }
