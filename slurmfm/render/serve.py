@@ -16,7 +16,10 @@ Sources for the launch shapes:
   ``examples/online_serving/multi-node-serving.sh``. One node needs no Ray.
 * SGLang multi-node: every node runs ``python -m sglang.launch_server`` with the same
   ``--tp`` (the total), ``--nnodes``, its own ``--node-rank`` and ``--dist-init-addr
-  <node 0>:<port>``; node 0 serves HTTP. SGLang docs "Multi-Node Deployment".
+  <node 0>:<port>``; node 0 serves HTTP. SGLang docs "Multi-Node Deployment"; ``--ep-size``
+  (alias ``--expert-parallel-size``) from SGLang's "Server Arguments" reference. ``--pp-size``
+  is SGLang's pipeline-parallel flag in current releases; it is not in the reference sheets
+  (unverified here), and it is emitted only when ``pp > 1``.
 * Default ports: vLLM's server listens on 8000, SGLang's on 30000 (their CLI defaults).
 """
 
