@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import REPO_ROOT, SlurmLab
+from lab import SlurmLab
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -74,15 +73,7 @@ def work(tmp_path: Path) -> Path:
 
 
 def cli(lab: SlurmLab, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "slurmfm.cli", *args],
-        cwd=REPO_ROOT,
-        env=lab.env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return lab.slurmfm(*args, timeout=timeout)
 
 
 def ran(work: Path) -> dict[str, list[dict[str, Any]]]:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import REPO_ROOT, SlurmLab
+from lab import SlurmLab
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -25,28 +23,18 @@ pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 def submit_quickstart(lab: SlurmLab, tmp: Path, *extra: str) -> tuple[str, str, Path]:
     ckpt = tmp / "ckpt"
     logs = tmp / "logs"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "slurmfm.cli",
-            "submit",
-            "recipes/quickstart.yaml",
-            "--set",
-            f"storage.checkpoint_root={ckpt}",
-            "--set",
-            f"storage.log_dir={logs}",
-            "--wait",
-            "--timeout",
-            "240",
-            *extra,
-        ],
-        cwd=REPO_ROOT,
-        env=lab.env,
-        capture_output=True,
-        text=True,
+    proc = lab.slurmfm(
+        "submit",
+        "recipes/quickstart.yaml",
+        "--set",
+        f"storage.checkpoint_root={ckpt}",
+        "--set",
+        f"storage.log_dir={logs}",
+        "--wait",
+        "--timeout",
+        "240",
+        *extra,
         timeout=300,
-        check=False,
     )
     job_id = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
     outs = list(logs.glob(f"quickstart_{job_id}.out"))
@@ -94,13 +82,8 @@ def test_quickstart_runs_torchrun_over_two_nodes(each_lab: SlurmLab, tmp_path: P
 def test_status_and_render_agree_with_slurm(each_lab: SlurmLab, tmp_path: Path) -> None:
     slurm_lab = each_lab
     job_id, _, _ = submit_quickstart(slurm_lab, tmp_path, "-o", str(tmp_path / "job.sh"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "slurmfm.cli", "status", job_id, "--json"],
-        env=slurm_lab.env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    proc = slurm_lab.slurmfm("status", job_id, "--json")
+    assert proc.returncode == 0, proc.stderr
     st = json.loads(proc.stdout)
     assert st["state"] == "COMPLETED"
     assert st["done"] is True

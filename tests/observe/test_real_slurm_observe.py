@@ -19,7 +19,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -82,26 +81,13 @@ def prom(path: str, **params: str) -> Any:
     return body["data"]
 
 
-def cli(lab: SlurmLab, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "slurmfm.cli", *args],
-        cwd=REPO_ROOT,
-        env=lab.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_job_metrics_dashboard_and_report(
     slurm_lab: SlurmLab, obs_stack: dict[str, Path], tmp_path: Path
 ) -> None:
     flaky = tmp_path / "flaky_train.py"
     flaky.write_text(FLAKY.format(train=str(REPO_ROOT / "recipes/scripts/train_tiny.py")))
     t0 = time.time()
-    proc = cli(
-        slurm_lab,
+    proc = slurm_lab.slurmfm(
         "submit",
         "recipes/quickstart.yaml",
         "--set",
@@ -174,7 +160,7 @@ def test_job_metrics_dashboard_and_report(
                 assert m["hpc_job"] == job_id, (title, m)
 
     # --- slurmfm report
-    proc = cli(slurm_lab, "report", job_id, "--json")
+    proc = slurm_lab.slurmfm("report", job_id, "--json")
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     ranks = sorted((e for e in events(log) if e["event"] == "rank"), key=lambda e: e["rank"])
@@ -188,17 +174,17 @@ def test_job_metrics_dashboard_and_report(
     assert rep["progress"]["step"] == 30
     assert rep["wall_time_s"] > 0
     assert set(rep["topology"]) == set(order)
-    text = cli(slurm_lab, "report", job_id).stdout
+    text = slurm_lab.slurmfm("report", job_id).stdout
     assert f"nodes (rank order): {' '.join(order)}" in text
     assert "run 0:" in text
     assert "-> requeue: step failed with exit" in text
 
     # --- slurmfm logs: per restart, per rank
-    first = cli(slurm_lab, "logs", job_id, "--restart", "0")
+    first = slurm_lab.slurmfm("logs", job_id, "--restart", "0")
     assert first.returncode == 0, first.stderr
     assert "flaky: failing run 0 on purpose" in first.stdout
     assert '"event": "step"' not in first.stdout
-    rank2 = cli(slurm_lab, "logs", job_id, "--restart", "1", "--rank", "2")
+    rank2 = slurm_lab.slurmfm("logs", job_id, "--restart", "1", "--rank", "2")
     assert rank2.returncode == 0, rank2.stderr
     seen = {e["rank"] for e in events(rank2.stdout) if e["event"] == "rank"}
     assert seen == {2, 3}, rank2.stdout[-2000:]  # node rank 1 holds ranks 2 and 3
@@ -212,8 +198,7 @@ def test_gpu_job_maps_its_gpus_for_dcgm_exporter(slurm_lab: SlurmLab, tmp_path: 
     the job runs, and remove the mapping at the end."""
     mapdir = tmp_path / "map"
     mapdir.mkdir()
-    proc = cli(
-        slurm_lab,
+    proc = slurm_lab.slurmfm(
         "submit",
         "recipes/quickstart.yaml",
         "--set",

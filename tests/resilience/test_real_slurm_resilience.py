@@ -17,14 +17,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import LAB_SCRIPT, REPO_ROOT, SlurmLab, find_lab, lab_root, slurm_required
+from lab import LAB_SCRIPT, SlurmLab, find_lab, lab_root, slurm_required
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -70,25 +69,14 @@ def events(log: str) -> list[dict[str, Any]]:
 
 
 def submit(lab: SlurmLab, tmp: Path, *sets: str) -> str:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "slurmfm.cli",
-            "submit",
-            "recipes/quickstart.yaml",
-            "--set",
-            f"storage.checkpoint_root={tmp}/ckpt",
-            "--set",
-            f"storage.log_dir={tmp}/logs",
-            *[x for s in sets for x in ("--set", s)],
-        ],
-        cwd=REPO_ROOT,
-        env=lab.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    proc = lab.slurmfm(
+        "submit",
+        "recipes/quickstart.yaml",
+        "--set",
+        f"storage.checkpoint_root={tmp}/ckpt",
+        "--set",
+        f"storage.log_dir={tmp}/logs",
+        *[x for s in sets for x in ("--set", s)],
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip().splitlines()[-1]
@@ -150,13 +138,8 @@ def test_time_limit_save_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> 
     assert "USR2 received: asking the training processes to save and exit" in log
     state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
     assert "event=requeue saved before the time limit" in state
-    st = subprocess.run(
-        [sys.executable, "-m", "slurmfm.cli", "status", job_id, "--json"],
-        env=resil_lab.env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    st = resil_lab.slurmfm("status", job_id, "--json")
+    assert st.returncode == 0, st.stderr
     info = json.loads(st.stdout)
     assert info["restarts"] >= 1
     assert info["last_requeue_reason"].startswith("saved before the time limit")
@@ -234,22 +217,12 @@ def test_preflight_refuses_and_queues_nothing(
     resil_lab: SlurmLab, tmp_path: Path, sets: list[str], reason: str
 ) -> None:
     before = resil_lab.run(["squeue", "-h", "-o", "%i"]).stdout.split()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "slurmfm.cli",
-            "submit",
-            "recipes/quickstart.yaml",
-            "--set",
-            f"storage.log_dir={tmp_path}/logs",
-            *[x for s in sets for x in ("--set", s)],
-        ],
-        cwd=REPO_ROOT,
-        env=resil_lab.env,
-        capture_output=True,
-        text=True,
-        check=False,
+    proc = resil_lab.slurmfm(
+        "submit",
+        "recipes/quickstart.yaml",
+        "--set",
+        f"storage.log_dir={tmp_path}/logs",
+        *[x for s in sets for x in ("--set", s)],
     )
     assert proc.returncode == 2
     assert reason in proc.stderr
