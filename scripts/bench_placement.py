@@ -45,7 +45,6 @@ import json
 import math
 import os
 import random
-import re
 import statistics
 import subprocess
 import sys
@@ -351,7 +350,6 @@ def _indexed(seq: Sequence[str]) -> list[tuple[str, int]]:
 
 
 # ---------------------------------------------------------------------------- real Slurm
-_TEST_ONLY = re.compile(r"to start at (\S+) using \d+ processors on nodes (\S+) in partition")
 
 
 class RealLab:
@@ -417,27 +415,11 @@ class RealLab:
             raise RuntimeError(proc.stderr)
 
     def test_only(self, k: int) -> list[str] | None:
-        proc = self.run(
-            "sbatch",
-            "--test-only",
-            "-N",
-            str(k),
-            "--exclusive",
-            "-p",
-            "batch",
-            "-t",
-            "5",
-            "--wrap",
-            "true",
-        )
-        m = _TEST_ONLY.search(proc.stdout + proc.stderr)
-        if not m:
-            return None
-        start = time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
-        if start > time.time() + 30:
-            return None
-        out = self.run("scontrol", "show", "hostnames", m.group(2)).stdout.split()
-        return out
+        """Slurm's own nodes for a k-node exclusive job now (``slurm-lab pick``), or None."""
+        proc = self.lab("pick", str(k))
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr)
+        return proc.stdout.split() or None
 
     def restore(self) -> None:
         self.cancel_all()
