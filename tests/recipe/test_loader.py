@@ -122,6 +122,71 @@ def test_yaml_errors_are_located(tmp_path: Path, text: str, line: int) -> None:
     assert msgs[0].startswith(f"{tmp_path / 'recipe.yaml'}:{line}: (yaml): invalid YAML"), msgs
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "msg"),
+    [
+        ("name: a\nname: b\n", 2, "duplicate key 'name' (first at line 1)"),
+        ("a: &x [*x]\n", 1, "an alias refers to a value that contains it"),
+        ("a: {b: 1}\nc:\n  <<: [1]\n", 3, "a merge key (<<) takes a mapping"),
+        ("? [a, b]\n: 1\n", 1, "a key must be a plain value"),
+        ("a: 1\n---\nb: 2\n", 2, "expected a single document"),
+        ("a: !custom 1\n", 1, "could not determine a constructor"),
+    ],
+)
+def test_yaml_structure_errors(tmp_path: Path, text: str, line: int, msg: str) -> None:
+    msgs = problems(tmp_path, text)
+    assert len(msgs) == 1
+    assert msgs[0].startswith(f"{tmp_path / 'recipe.yaml'}:{line}: (yaml): invalid YAML"), msgs
+    assert msg in msgs[0], msgs
+
+
+def test_yaml_alias_bomb_is_refused_not_expanded(tmp_path: Path) -> None:
+    rows = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    rows += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 7)]
+    msgs = problems(tmp_path, "\n".join(rows) + "\n")
+    assert len(msgs) == 1, msgs
+    assert "alias expansion" in msgs[0], msgs
+
+
+def test_yaml_1_2_scalars_lines_and_merges() -> None:
+    from slurmfm.recipe.loader import parse_yaml
+
+    text = (
+        "base: &base\n"
+        "  NCCL_DEBUG: WARN\n"
+        "  FI_PROVIDER: efa\n"
+        "env:\n"
+        "  <<: *base\n"
+        "  NCCL_DEBUG: INFO\n"
+        "  FLAG: on\n"
+        "  T: 1:30:00\n"
+        "  OCT: 0755\n"
+        "  N: 12\n"
+        "  B: true\n"
+        "  Q: '12'\n"
+        "list:\n"
+        "  - a\n"
+        "  - {k: v}\n"
+    )
+    data, lines = parse_yaml(text, "r.yaml")
+    # YAML 1.2: "on" and "1:30:00" stay strings; 0755 is decimal; explicit keys beat merges.
+    assert data["env"] == {
+        "NCCL_DEBUG": "INFO",
+        "FLAG": "on",
+        "T": "1:30:00",
+        "OCT": 755,
+        "N": 12,
+        "B": True,
+        "Q": "12",
+        "FI_PROVIDER": "efa",
+    }
+    assert lines[("env", "NCCL_DEBUG")] == 6
+    assert lines[("env", "FI_PROVIDER")] == 3  # a merged key points at its definition
+    assert lines[("list", 1)] == 15
+    assert lines[("list", 1, "k")] == 15
+    assert parse_yaml("", "r.yaml") == (None, {(): 1})
+
+
 def test_all_problems_reported_at_once(tmp_path: Path) -> None:
     text = GOOD.replace("nodes: 4", "nodes: -1").replace("  pp: 2\n", "  pp: 2\n  zz: 1\n")
     msgs = problems(tmp_path, text)
