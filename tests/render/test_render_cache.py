@@ -114,3 +114,28 @@ def test_unwritable_cache_is_skipped(tmp_path: Path) -> None:
     proc = cli(tmp_path, str(RECIPE))
     assert proc.returncode == 0
     assert proc.stdout.startswith("#!/bin/bash")
+
+
+def test_compiled_templates_are_kept_and_change_nothing(tmp_path: Path) -> None:
+    """Jinja bytecode lands in <cache>/templates; a render from it equals one without it."""
+    fresh = cli(tmp_path, "--no-cache", str(RECIPE))
+    assert fresh.returncode == 0, fresh.stderr
+    compiled = sorted((tmp_path / "cache" / "templates").glob("__jinja2_*.cache"))
+    assert compiled
+    assert (tmp_path / "cache" / "templates").stat().st_mode & 0o777 == 0o700
+    from_bytecode = cli(tmp_path, "--no-cache", str(RECIPE))
+    assert from_bytecode.stdout == fresh.stdout
+    off = tmp_path / "off"
+    without = cli(off, str(RECIPE), SLURMFM_NO_CACHE="1")
+    assert without.stdout == fresh.stdout
+    assert not (off / "cache").exists()
+
+
+def test_corrupt_compiled_templates_are_recompiled(tmp_path: Path) -> None:
+    """Jinja checks each entry's magic and source checksum; garbage is compiled over."""
+    good = cli(tmp_path, "--no-cache", str(RECIPE))
+    for f in (tmp_path / "cache" / "templates").glob("__jinja2_*.cache"):
+        f.write_bytes(b"not bytecode")
+    again = cli(tmp_path, "--no-cache", str(RECIPE))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == good.stdout
