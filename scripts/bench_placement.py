@@ -29,7 +29,8 @@ vs slurm2405-*; real-slurm vs the plan for the lab's version): never more leaves
 predicted slowdown never worse than the Slurm baseline. With the 24.11 plan: >= 3x fewer
 DP-ring edges crossing a leaf than name-order ranks in aggregate; within 2 % of the optimum; a
 4,096-node job on a 16,384-node fabric planned in under 0.5 s (median of 5, one core). Exit
-status is always 0: this measures, it does not gate.
+status is 0 whatever the targets show (this measures, it does not gate), and 2 when
+``--real-lab`` names a lab that is not running.
 
 Usage::
 
@@ -352,6 +353,10 @@ def _indexed(seq: Sequence[str]) -> list[tuple[str, int]]:
 # ---------------------------------------------------------------------------- real Slurm
 
 
+class LabNotRunning(Exception):
+    """``--real-lab`` names a lab whose slurmctld does not answer (or that does not exist)."""
+
+
 class RealLab:
     """A running scripts/slurm-lab lab (ports from its lab.conf); never the shared ones."""
 
@@ -374,6 +379,16 @@ class RealLab:
         self.env = dict(item.decode().split("=", 1) for item in out.split(b"\0") if b"=" in item)
         self.saved = (lab_dir / "etc" / "topology.conf").read_text()
         self.jobs = lab_dir / "jobs"
+        # A stopped lab must not quietly turn the real-slurm column into errors (and its
+        # targets into "no data"): ask slurmctld first and stop with one line if it is silent.
+        ping = self.run("scontrol", "ping")
+        if ping.returncode != 0 or "UP" not in ping.stdout:
+            raise LabNotRunning(
+                f"bench_placement: --real-lab {lab_dir}: slurmctld does not answer "
+                f"({(ping.stdout + ping.stderr).strip().splitlines()[-1:] or ['no output']}); "
+                f"start it first: scripts/slurm-lab --lab {lab_dir} up "
+                "(ports in scripts/README-lab.md)"
+            )
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -798,7 +813,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = (lambda s: print(s, flush=True)) if args.verbose else (lambda s: None)
 
     plan, note = load_planner()
-    real = RealLab(args.real_lab) if args.real_lab else None
+    try:
+        real = RealLab(args.real_lab) if args.real_lab else None
+    except (LabNotRunning, OSError, KeyError, subprocess.CalledProcessError) as exc:
+        msg = str(exc) if isinstance(exc, LabNotRunning) else f"not a lab: {exc}"
+        print(
+            msg if msg.startswith("bench_placement") else f"bench_placement: {msg}", file=sys.stderr
+        )
+        return 2
     small_nodes = real.nodes if real else 32
     cases = build_cases(args.quick, args.seed) + build_small_cases(
         args.quick, args.seed, small_nodes
@@ -863,8 +885,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    rc = 0
     try:
-        main()
+        rc = main()
     except Exception as exc:
         print(f"bench_placement: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-    sys.exit(0)
+    sys.exit(rc)
