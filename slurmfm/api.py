@@ -111,6 +111,31 @@ def missing_secrets(recipe: Recipe, env: Mapping[str, str] | None = None) -> lis
     return [name for name in recipe.secrets if not env.get(name)]
 
 
+def require_secrets(recipes: Mapping[str, Recipe], env: Mapping[str, str] | None = None) -> None:
+    """Refuse to submit, with one problem naming every secret the environment lacks.
+
+    ``recipes`` maps a label to a recipe: a pipeline stage's name, or ``""`` for a lone recipe.
+    Checked before anything is queued, so a pipeline never half-submits for want of a token.
+    """
+    missing = {label: m for label, r in recipes.items() if (m := missing_secrets(r, env))}
+    if not missing:
+        return
+    named = "; ".join(
+        f"{label}: {', '.join(m)}" if label else ", ".join(m) for label, m in missing.items()
+    )
+    raise RecipeError(
+        [
+            Problem(
+                "<environment>",
+                None,
+                "secrets",
+                f"not set in the submitting environment: {named} "
+                "(slurmfm passes secrets through the environment, never the script)",
+            )
+        ]
+    )
+
+
 def dry_run(
     recipe: Recipe, *, slurm_version: str | None = None, placement: Placement | None = None
 ) -> DryRunInfo:
@@ -216,19 +241,7 @@ def submit(
     nothing is queued when it cannot run (:class:`~slurmfm.backends.preflight.PreflightError`).
     """
     be = get_backend(backend, env) if isinstance(backend, str) else backend
-    missing = missing_secrets(recipe, env)
-    if missing:
-        raise RecipeError(
-            [
-                Problem(
-                    "<environment>",
-                    None,
-                    "secrets",
-                    f"{', '.join(missing)} not set in the submitting environment "
-                    "(slurmfm passes secrets through the environment, never the script)",
-                )
-            ]
-        )
+    require_secrets({"": recipe}, env)
     script = render(recipe, slurm_version=slurm_version or be.version(), placement=placement)
     if preflight:
         from slurmfm.backends.preflight import PreflightError

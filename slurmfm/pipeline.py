@@ -375,22 +375,7 @@ def submit(
     from slurmfm import api
 
     version = backend.version()
-    missing = [
-        f"{s.name}: {', '.join(m)}"
-        for s in pipeline.stages
-        if (m := api.missing_secrets(s.recipe, env))
-    ]
-    if missing:
-        raise RecipeError(
-            [
-                Problem(
-                    "<environment>",
-                    None,
-                    "secrets",
-                    "not set in the submitting environment: " + "; ".join(missing),
-                )
-            ]
-        )
+    api.require_secrets({s.name: s.recipe for s in pipeline.stages}, env)
     scripts = {s.name: api.render(s.recipe, slurm_version=version) for s in pipeline.stages}
     if preflight:
         from slurmfm.backends.preflight import preflight as run_preflight
