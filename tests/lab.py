@@ -205,3 +205,88 @@ def suite_lab_factory() -> SuiteLabFactory:
         return cache[suite]
 
     return get
+
+
+def _unavailable(msg: str) -> None:
+    """Skip, or fail when the run requires real Slurm (CI)."""
+    if slurm_required():
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+@dataclass(frozen=True)
+class OwnLab:
+    """A test module's own lab, on ports no other lab uses (``scripts/README-lab.md``, "Ports").
+
+    Tests that change a lab (its topology, node states, killed slurmds) bring up one of these
+    so that the shared labs stay as ``scripts/run-tests`` started them, and so that they can
+    run beside each other. ``options`` are further ``slurm-lab`` options for ``up``;
+    ``extra_env`` goes to every ``slurm-lab`` call (fault hooks, bind mounts).
+    """
+
+    name: str
+    ctld_port: int
+    slurmd_port: int
+    nodes: int
+    suite: str = "host"
+    options: tuple[str, ...] = ()
+    extra_env: tuple[tuple[str, str], ...] = ()
+    path: Path | None = None  # default: lab_root() / name
+
+    @property
+    def dir(self) -> Path:
+        return self.path if self.path is not None else lab_root() / self.name
+
+    def env(self) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "SLURMFM_LAB_CTLD_PORT": str(self.ctld_port),
+            "SLURMFM_LAB_SLURMD_PORT": str(self.slurmd_port),
+            **dict(self.extra_env),
+        }
+        if self.suite != "host":  # the chroot must see this checkout at the same path
+            env.setdefault("SLURMFM_LAB_BIND", str(REPO_ROOT))
+        return env
+
+    def command(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """``slurm-lab --suite S --lab DIR ARGS...`` with this lab's ports."""
+        return subprocess.run(
+            [str(LAB_SCRIPT), "--suite", self.suite, "--lab", str(self.dir), *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def healthy(self) -> bool:
+        return (self.dir / "lab.conf").is_file() and self.command(
+            "status", timeout=120
+        ).returncode == 0
+
+    def up(self) -> SlurmLab:
+        """Start this lab (or keep it, when healthy and of this size) and return it.
+
+        The host suite always runs, like the host lab; chroot suites only when
+        ``SLURMFM_LAB_SUITES`` names them. ``up`` restarts missing daemons of a lab of the
+        same size; a lab of another size is taken down first, since ``up`` keeps a lab's saved
+        node count.
+        """
+        shared = {(lab_root() / s).resolve() for s in SUITES}
+        if self.dir.resolve() in shared:
+            pytest.fail(f"{self.dir} is a shared lab (scripts/run-tests starts it); use another")
+        if self.suite != "host" and self.suite not in requested_suites():
+            pytest.skip(f"suite {self.suite} not in SLURMFM_LAB_SUITES")
+        if os.geteuid() != 0:
+            _unavailable("the Slurm lab needs root")
+        conf = self.dir / "lab.conf"
+        same_size = conf.is_file() and f"NODES={self.nodes}\n" in conf.read_text()
+        if not (same_size and self.healthy()):
+            if conf.is_file() and not same_size:
+                self.command("down")
+            proc = self.command("--nodes", str(self.nodes), *self.options, "up")
+            if proc.returncode != 0:
+                _unavailable(
+                    f"cannot bring up {self.dir}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+                )
+        return find_lab(self.dir, required=slurm_required())

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lab import LAB_SCRIPT, SlurmLab, SuiteLabFactory, lab_root, slurm_required
+from lab import OwnLab, SlurmLab, SuiteLabFactory, slurm_required
 
 
 def _job_dir(lab: SlurmLab) -> Path:
@@ -219,25 +218,20 @@ def test_up_restarts_a_slurmd_whose_registration_was_lost(tmp_path: Path) -> Non
     """
     if os.geteuid() != 0:
         (pytest.fail if slurm_required() else pytest.skip)("the Slurm lab needs root")
-    lab_dir = lab_root() / "nudge-host"
-    env = {
-        **os.environ,
-        # ports of no other lab (the tests' labs: scripts/README-lab.md, "Ports")
-        "SLURMFM_LAB_CTLD_PORT": "16977",
-        "SLURMFM_LAB_SLURMD_PORT": "44001",
-        "SLURMFM_LAB_HOLD_SLURMD": "node002",
-        "SLURMFM_LAB_NUDGE_AFTER": "3",
-    }
-    cmd = [str(LAB_SCRIPT), "--suite", "host", "--lab", str(lab_dir)]
-    subprocess.run([*cmd, "down"], env=env, capture_output=True, text=True)
+    nudge = OwnLab(
+        "nudge-host",
+        ctld_port=16977,
+        slurmd_port=44001,
+        nodes=3,
+        extra_env=(("SLURMFM_LAB_HOLD_SLURMD", "node002"), ("SLURMFM_LAB_NUDGE_AFTER", "3")),
+    )
+    nudge.command("down")
     try:
-        up = subprocess.run(
-            [*cmd, "--nodes", "3", "--timeout", "90", "up"], env=env, capture_output=True, text=True
-        )
+        up = nudge.command("--nodes", "3", "--timeout", "90", "up")
         assert up.returncode == 0, up.stdout + up.stderr
         assert "slurmd node002 has not registered yet; restarting it" in up.stderr
         assert "node001 has not registered" not in up.stderr
-        status = subprocess.run([*cmd, "status"], env=env, capture_output=True, text=True)
+        status = nudge.command("status")
         assert status.returncode == 0, status.stdout + status.stderr
     finally:
-        subprocess.run([*cmd, "down"], env=env, capture_output=True, text=True)
+        nudge.command("down")

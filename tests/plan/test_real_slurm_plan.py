@@ -11,23 +11,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import (
-    LAB_SCRIPT,
-    REPO_ROOT,
-    SlurmLab,
-    find_lab,
-    lab_root,
-    requested_suites,
-    slurm_required,
-)
+from lab import REPO_ROOT, OwnLab, SlurmLab
 
 from slurmfm import api
 from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
@@ -37,7 +27,12 @@ from slurmfm.plan.planner import Plan, plan, plan_for_recipe
 from slurmfm.plan.types import Placement
 from slurmfm.topology.model import Node, Topology
 
-OWN_LABS = {"sid": (16947, 40001), "trixie": (16957, 41001)}
+# 36 nodes of 4 GPUs in 2 blocks of 18 (two GB200 NVL72 racks), on ports of no other lab
+_BLOCKS = ("--gpus-per-node", "4", "--topology-plugin", "block", "--block-size", "18")
+OWN_LABS = {
+    suite: OwnLab(f"plan-{suite}", ctld, slurmd, nodes=36, suite=suite, options=_BLOCKS)
+    for suite, ctld, slurmd in (("sid", 16947, 40001), ("trixie", 16957, 41001))
+}
 
 
 def topology_from_lab(lab: SlurmLab) -> Topology:
@@ -200,43 +195,8 @@ def own_block_lab() -> Iterator[Any]:
     cache: dict[str, SlurmLab] = {}
 
     def get(suite: str) -> SlurmLab:
-        if suite not in requested_suites():
-            pytest.skip(f"suite {suite} not in SLURMFM_LAB_SUITES")
-        if suite in cache:
-            return cache[suite]
-        lab_dir = lab_root() / f"plan-{suite}"
-        ctld, slurmd = OWN_LABS[suite]
-        env = dict(os.environ, SLURMFM_LAB_CTLD_PORT=str(ctld), SLURMFM_LAB_SLURMD_PORT=str(slurmd))
-        env.setdefault("SLURMFM_LAB_BIND", str(REPO_ROOT))
-        proc = subprocess.run(
-            [
-                str(LAB_SCRIPT),
-                "--suite",
-                suite,
-                "--lab",
-                str(lab_dir),
-                "--nodes",
-                "36",
-                "--gpus-per-node",
-                "4",
-                "--topology-plugin",
-                "block",
-                "--block-size",
-                "18",
-                "up",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if proc.returncode != 0:
-            msg = f"cannot bring up {lab_dir}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
-            if slurm_required():
-                pytest.fail(msg)
-            pytest.skip(msg)
-        cache[suite] = find_lab(lab_dir, required=slurm_required())
+        if suite not in cache:
+            cache[suite] = OWN_LABS[suite].up()
         return cache[suite]
 
     return get

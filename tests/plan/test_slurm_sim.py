@@ -6,10 +6,10 @@ trees into a real Slurm 22.05.8 lab, makes nodes busy with pinned exclusive ``sl
 asks ``sbatch --test-only`` where a job would go, and compares with ``select_tree(...,
 rules="21.08")`` (22.05 is in the 21.08-24.05.2 rule set, section 8).
 
-The lab is this test's own (not the shared host lab): ``$SLURMFM_SIM_LAB`` (default
-``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports from ``$SLURMFM_LAB_CTLD_PORT`` /
-``$SLURMFM_LAB_SLURMD_PORT`` (default 16967/42001). The fixture brings it up if needed and
-takes it down again if it did so; it restores the lab's topology.conf either way.
+The lab is this test's own (not the shared host lab): ``$SLURMFM_SIM.dir`` (default
+``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports 16967/42001 (``scripts/README-lab.md``,
+"Ports"). The fixture brings it up if needed and takes it down again if it did so; it
+restores the lab's topology.conf either way.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from lab import LAB_SCRIPT, SlurmLab, find_lab
+from lab import OwnLab, SlurmLab, lab_root
 
 from slurmfm.plan.slurm_sim import natural_key, rank_order, select_tree
 from slurmfm.topology.model import Topology
@@ -162,44 +162,28 @@ def test_rank_order_name_and_leaf() -> None:
 
 
 # ------------------------------------------------------------------ real Slurm agreement
-SIM_LAB = Path(os.environ.get("SLURMFM_SIM_LAB", "/var/tmp/slurmfm-lab/sim-host"))
 LAB_NODES = 32
-PROTECTED = (Path("/var/tmp/slurmfm-lab/host"), Path("/trixie"))
 
-
-def _lab_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("SLURMFM_LAB_CTLD_PORT", "16967")
-    env.setdefault("SLURMFM_LAB_SLURMD_PORT", "42001")
-    return env
+SIM = OwnLab(
+    "sim-host",
+    ctld_port=16967,
+    slurmd_port=42001,
+    nodes=LAB_NODES,
+    path=Path(os.environ.get("SLURMFM_SIM_LAB", str(lab_root() / "sim-host"))),
+)
 
 
 def _lab_cmd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LAB_SCRIPT), "--lab", str(SIM_LAB), *args],
-        env=_lab_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return SIM.command(*args, timeout=300)
 
 
 @pytest.fixture(scope="session")
 def sim_lab() -> Iterator[SlurmLab]:
     """This test's own 32-node 22.05 lab, brought up idempotently; restored at the end."""
-    if any(SIM_LAB.resolve() == p or p in SIM_LAB.resolve().parents for p in PROTECTED):
-        pytest.fail(f"{SIM_LAB} is a shared lab; point SLURMFM_SIM_LAB elsewhere")
-    if os.geteuid() != 0:
-        pytest.skip("the Slurm lab needs root")
-    was_up = _lab_cmd("status").returncode == 0
-    if not was_up:
-        proc = _lab_cmd("--nodes", str(LAB_NODES), "up")
-        if proc.returncode != 0:
-            pytest.skip(f"cannot bring up {SIM_LAB}: {proc.stdout}{proc.stderr}")
-    lab = find_lab(SIM_LAB, required=False)
-    saved = SIM_LAB / "topology.conf.before-sim-test"
-    shutil.copy(SIM_LAB / "etc" / "topology.conf", saved)
+    was_up = SIM.healthy()
+    lab = SIM.up()
+    saved = SIM.dir / "topology.conf.before-sim-test"
+    shutil.copy(SIM.dir / "etc" / "topology.conf", saved)
     try:
         yield lab
     finally:

@@ -16,51 +16,28 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import LAB_SCRIPT, SlurmLab, find_lab, lab_root, slurm_required
+from lab import OwnLab, SlurmLab
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
-PORTS = {"SLURMFM_LAB_CTLD_PORT": "16887", "SLURMFM_LAB_SLURMD_PORT": "46001"}
+RESIL = OwnLab("resil", ctld_port=16887, slurmd_port=46001, nodes=4)
 
 
 @pytest.fixture(scope="module")
 def resil_lab() -> Iterator[SlurmLab]:
-    lab_dir = lab_root() / "resil"
-    env = {**os.environ, **PORTS}
-    proc = subprocess.run(
-        [str(LAB_SCRIPT), "--lab", str(lab_dir), "--nodes", "4", "up"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if proc.returncode != 0:
-        msg = f"resilience lab did not come up:\n{proc.stdout}\n{proc.stderr}"
-        if slurm_required():
-            pytest.fail(msg)
-        pytest.skip(msg)
-    lab = find_lab(lab_dir, required=slurm_required())
+    lab = RESIL.up()
     yield lab
     lab.run(["scancel", "--user=root"])
-    # bring killed slurmds back and undrain, for the next run
-    subprocess.run(
-        [str(LAB_SCRIPT), "--lab", str(lab_dir), "--nodes", "4", "up"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    # bring killed slurmds back (slurmctld may not have noticed them yet) and undrain
+    RESIL.command("--nodes", str(RESIL.nodes), "up", timeout=300)
     lab.run(["scontrol", "update", "NodeName=node[001-004]", "State=RESUME"])
 
 

@@ -10,14 +10,12 @@ Take the labs down with ``scripts/slurm-lab --lab /var/tmp/slurmfm-lab/topo-<sui
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lab import LAB_SCRIPT, SlurmLab, find_lab, lab_root, requested_suites, slurm_required
+from lab import OwnLab, SlurmLab
 
 from slurmfm.catalog.slurm_features import SlurmVersion, UnsupportedBySlurm
 from slurmfm.topology.model import Topology
@@ -36,47 +34,13 @@ import ec2gen
 
 from slurmfm.topology.ec2 import parse_topology_json, to_topology
 
-# suite -> (ctld port, first slurmd port, nodes); distinct from the shared labs' ports
-OWN_LABS = {"host": (16917, 37001, 64), "trixie": (16927, 38001, 36), "sid": (16937, 39001, 36)}
+# This module's own labs, on ports of no other lab (scripts/README-lab.md, "Ports").
+OWN_LABS = {
+    "host": OwnLab("topo-host", ctld_port=16917, slurmd_port=37001, nodes=64),
+    "trixie": OwnLab("topo-trixie", ctld_port=16927, slurmd_port=38001, nodes=36, suite="trixie"),
+    "sid": OwnLab("topo-sid", ctld_port=16937, slurmd_port=39001, nodes=36, suite="sid"),
+}
 LabFactory = Callable[[str], SlurmLab]
-
-
-def _lab_dir(suite: str) -> Path:
-    return lab_root() / f"topo-{suite}"
-
-
-def _script(suite: str, *args: str) -> subprocess.CompletedProcess[str]:
-    ctld, slurmd, _ = OWN_LABS[suite]
-    env = {
-        **os.environ,
-        "SLURMFM_LAB_CTLD_PORT": str(ctld),
-        "SLURMFM_LAB_SLURMD_PORT": str(slurmd),
-    }
-    return subprocess.run(
-        [str(LAB_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-
-
-def _bring_up(suite: str) -> SlurmLab:
-    # The host suite (Debian's own Slurm) is always part of the run, like the host lab that
-    # scripts/run-tests starts; chroot suites only when SLURMFM_LAB_SUITES names them.
-    if suite != "host" and suite not in requested_suites():
-        pytest.skip(f"suite {suite} not in SLURMFM_LAB_SUITES")
-    if os.geteuid() != 0:
-        (pytest.fail if slurm_required() else pytest.skip)("the Slurm lab needs root")
-    lab_dir = _lab_dir(suite)
-    nodes = OWN_LABS[suite][2]
-    healthy = _script(suite, "--lab", str(lab_dir), "status").returncode == 0
-    conf = lab_dir / "lab.conf"
-    if healthy and f"NODES={nodes}\n" in conf.read_text():
-        return find_lab(lab_dir, required=slurm_required())
-    if conf.exists():
-        _script(suite, "--lab", str(lab_dir), "down")
-    up = _script(suite, "--suite", suite, "--lab", str(lab_dir), "--nodes", str(nodes), "up")
-    if up.returncode != 0:
-        msg = f"cannot bring up {lab_dir}:\n{up.stdout}{up.stderr}"
-        (pytest.fail if slurm_required() else pytest.skip)(msg)
-    return find_lab(lab_dir, required=slurm_required())
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +50,7 @@ def own_lab() -> LabFactory:
 
     def get(suite: str) -> SlurmLab:
         if suite not in cache:
-            cache[suite] = _bring_up(suite)
+            cache[suite] = OWN_LABS[suite].up()
         return cache[suite]
 
     return get
@@ -95,7 +59,7 @@ def own_lab() -> LabFactory:
 def install(lab: SlurmLab, text: str, plugin: str, tmp_path: Path) -> None:
     f = tmp_path / f"exported.{plugin}"
     f.write_text(text)
-    proc = _script(lab.suite, "--lab", str(lab.lab_dir), "topology", str(f), "--plugin", plugin)
+    proc = OWN_LABS[lab.suite].command("topology", str(f), "--plugin", plugin)
     assert proc.returncode == 0, f"{text}\n{proc.stdout}{proc.stderr}"
 
 
@@ -204,7 +168,7 @@ def test_block_refused_by_exporter_and_real_22_05(own_lab: LabFactory, tmp_path:
     # the lab script refuses too ...
     f = tmp_path / "block.conf"
     f.write_text(export_block(gb, "24.11"))
-    proc = _script("host", "--lab", str(lab.lab_dir), "topology", str(f), "--plugin", "block")
+    proc = OWN_LABS["host"].command("topology", str(f), "--plugin", "block")
     assert proc.returncode != 0
     assert "topology/block needs Slurm >= 23.11" in proc.stderr
     # ... and 22.05.8 really has no such plugin: its PluginDir has topology_tree.so only
@@ -230,7 +194,7 @@ def test_yaml_refused_by_exporter_and_real_24_11(own_lab: LabFactory, tmp_path: 
         export_yaml(parts, lab.version)
     f = tmp_path / "topology.yaml"
     f.write_text(export_yaml(parts, "26.05"))
-    proc = _script("trixie", "--lab", str(lab.lab_dir), "topology", str(f), "--plugin", "yaml")
+    proc = OWN_LABS["trixie"].command("topology", str(f), "--plugin", "yaml")
     assert proc.returncode != 0
     assert "topology.yaml needs Slurm >= 25.05" in proc.stderr
     # 24.11's library does not even know the file name; 26.05's does (sanity check)
