@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from resilience.test_runtime import NVIDIA_SMI, SCONTROL, SRUN
+from resilience.test_runtime import fake_cluster
 
 from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
@@ -42,18 +42,7 @@ exit 0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> dict[str, Any]:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name, body in (
-        ("srun", SRUN),
-        ("scontrol", SCONTROL),
-        ("nvidia-smi", NVIDIA_SMI),
-        ("fake-train", TRAIN),
-    ):
-        (bindir / name).write_text(body)
-        (bindir / name).chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
+    fake = fake_cluster(tmp_path, fake_train=TRAIN)
     for h in ("n1", "n2"):
         hw = tmp_path / "sys" / h / "class/infiniband/rdmap0s0/ports/1/hw_counters"
         hw.mkdir(parents=True)
@@ -61,7 +50,7 @@ def cluster(tmp_path: Path) -> dict[str, Any]:
         (hw / "rx_bytes").write_text("10\n")
     for d in ("map", "textfile", "logs"):
         (tmp_path / d).mkdir()
-    return {"tmp": tmp_path, "bin": bindir, "out": out}
+    return fake
 
 
 def render(tmp: Path, **obs: Any) -> str:

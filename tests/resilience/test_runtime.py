@@ -111,21 +111,23 @@ done
 """
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> dict[str, Any]:
-    bindir = tmp_path / "bin"
+def fake_cluster(tmp: Path, **programs: str) -> dict[str, Any]:
+    """Stub srun, scontrol and nvidia-smi in ``tmp/bin``, plus ``programs`` (name -> script
+    text, ``_`` in a name becomes ``-``), and an empty ``tmp/out`` for what the stubs record."""
+    bindir = tmp / "bin"
     bindir.mkdir()
-    for name, body in (
-        ("srun", SRUN),
-        ("scontrol", SCONTROL),
-        ("nvidia-smi", NVIDIA_SMI),
-        ("fake-torchrun", TORCHRUN),
-    ):
+    stubs = {"srun": SRUN, "scontrol": SCONTROL, "nvidia-smi": NVIDIA_SMI}
+    for name, body in {**stubs, **{k.replace("_", "-"): v for k, v in programs.items()}}.items():
         (bindir / name).write_text(body)
         (bindir / name).chmod(0o755)
-    out = tmp_path / "out"
+    out = tmp / "out"
     out.mkdir()
-    return {"tmp": tmp_path, "bin": bindir, "out": out}
+    return {"tmp": tmp, "bin": bindir, "out": out}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> dict[str, Any]:
+    return fake_cluster(tmp_path, fake_torchrun=TORCHRUN)
 
 
 def make_sysfs(root: Path, hosts: list[str], efa: dict[str, int]) -> None:
