@@ -109,12 +109,17 @@ def _run(
         for s in run.stages:
             dep = f" after {s.dependency}" if s.dependency else ""
             click.echo(f"{s.name} {s.job_id}{dep}")
+    if run.record_path is not None:
+        click.echo(f"# record: {run.record_path} (slurmfm pipeline status)", err=True)
+    elif run.record_error:
+        click.echo(f"warning: {run.record_error}", err=True)
     if wait:
+        from slurmfm.pipeline import status_lines, succeeded
+
         states = run.wait(timeout=timeout)
-        for name, st in states.items():
-            why = f" ({st.reason})" if st.reason and st.reason != "None" else ""
-            click.echo(f"{name} {st.job_id} {st.state}{why} exit={st.exit_code}", err=True)
-        sys.exit(0 if all(st.ok for st in states.values()) else 1)
+        for line in status_lines(states):
+            click.echo(line, err=True)
+        sys.exit(0 if succeeded(states) else 1)
 
 
 _RUN_OPTIONS = [
@@ -133,7 +138,12 @@ _RUN_OPTIONS = [
         default="cli",
         show_default=True,
     ),
-    click.option("--wait", is_flag=True, help="Wait for every stage; exit 1 unless all COMPLETED."),
+    click.option(
+        "--wait",
+        is_flag=True,
+        help="Wait for every stage; exit 1 if one failed (a stage whose condition did not "
+        "hold is skipped, not failed).",
+    ),
     click.option("--timeout", type=float, default=3600.0, show_default=True),
     click.option("--slurm-version", help="With --dry-run: render for this Slurm version."),
     click.option("--no-check", is_flag=True, help="Skip the preflight of every stage."),
@@ -171,6 +181,65 @@ def validate_cmd(file: str) -> None:
     for s in p.stages:
         dep = p.dependency_expression(s)
         click.echo(f"  {s.name}: {s.recipe.name}" + (f" after {dep}" if dep else ""))
+
+
+@pipeline.command("status")
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.option("--backend", type=click.Choice(["cli", "pyslurm", "auto"]), default="cli")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@friendly
+def status_cmd(target: str, backend: str, as_json: bool) -> None:
+    """Each stage's job, state and verdict (waiting, running, completed, skipped, failed).
+
+    TARGET is a pipeline file (its latest submission, from the record that ``pipeline submit``
+    writes under the first stage's ``<log_dir>/pipelines/``) or such a record itself. Exit
+    status: 0 when no stage failed, 1 when one did, 2 when there is no record.
+    """
+    from pathlib import Path
+
+    from slurmfm import api
+    from slurmfm.errors import SlurmfmError
+    from slurmfm.pipeline import latest_record, read_record, status_lines, verdict
+
+    path = Path(target)
+    if path.suffix != ".json":
+        pipe = api.load_pipeline(path)
+        found = latest_record(pipe)
+        if found is None:
+            raise SlurmfmError(
+                f"{target}: no submission on record (looked in "
+                f"{pipe.stages[0].recipe.storage.log_dir}/pipelines)"
+            )
+        path = found
+    ids = read_record(path)
+    be = api.get_backend(backend)  # type: ignore[arg-type]
+    states = {name: be.status(job_id) for name, job_id in ids.items()}
+    if as_json:
+        import json
+
+        click.echo(
+            json.dumps(
+                {
+                    "record": str(path),
+                    "stages": [
+                        {
+                            "stage": n,
+                            "job_id": st.job_id,
+                            "state": st.state,
+                            "reason": st.reason,
+                            "exit_code": st.exit_code,
+                            "verdict": verdict(st),
+                        }
+                        for n, st in states.items()
+                    ],
+                }
+            )
+        )
+    else:
+        click.echo(f"# {path}")
+        for line in status_lines(states):
+            click.echo(line)
+    sys.exit(1 if any(verdict(st) == "failed" for st in states.values()) else 0)
 
 
 @pipeline.command("submit")

@@ -31,10 +31,11 @@ stages whose downstream never comes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -323,6 +324,8 @@ class PipelineRun:
     pipeline: Pipeline
     backend: Backend
     stages: list[SubmittedStage] = field(default_factory=list)
+    record_path: Path | None = None  # written after the last stage was queued
+    record_error: str = ""
 
     @property
     def job_ids(self) -> dict[str, str]:
@@ -348,6 +351,112 @@ class PipelineRun:
     def cancel(self) -> None:
         for s in reversed(self.stages):
             self.backend.cancel(s.job_id)
+
+    def record(self) -> dict[str, Any]:
+        """What ``slurmfm pipeline status`` needs later: stage names, job ids, conditions."""
+        import datetime
+
+        return {
+            "format": RECORD_FORMAT,
+            "pipeline": self.pipeline.name,
+            "source": self.pipeline.source,
+            "submitted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
+            "stages": [
+                {
+                    "name": s.name,
+                    "job_id": s.job_id,
+                    "dependency": s.dependency,
+                    "after": [list(a) for a in self.pipeline.stage(s.name).after],
+                }
+                for s in self.stages
+            ],
+        }
+
+
+# A stage's fate once it ended. "skipped": Slurm ended it because its dependency can never be
+# satisfied (with --kill-on-invalid-dep=yes; 22.05: state CANCELLED, reason
+# DependencyNeverSatisfied, checked in tests/e2e/test_dependencies.py). That is the designed
+# outcome of a condition that did not hold (an afternotok stage after a success), not a failure
+# of its own: when it follows from an upstream failure, the upstream stage already failed.
+Verdict = Literal["waiting", "running", "completed", "skipped", "failed"]
+SKIP_REASON = "DependencyNeverSatisfied"
+
+
+def verdict(st: JobStatus) -> Verdict:
+    """One stage's fate from Slurm's state and reason."""
+    state = st.state.split()[0].rstrip("+") if st.state else ""
+    if not st.done:
+        return "running" if state in ("RUNNING", "COMPLETING", "SUSPENDED") else "waiting"
+    if state == "COMPLETED":
+        return "completed"
+    if state == "CANCELLED" and st.reason == SKIP_REASON:
+        return "skipped"
+    return "failed"
+
+
+def succeeded(states: Mapping[str, JobStatus]) -> bool:
+    """A pipeline succeeded when every stage ended and none failed (skipped ones are fine)."""
+    return all(verdict(st) in ("completed", "skipped") for st in states.values())
+
+
+def status_lines(states: Mapping[str, JobStatus]) -> list[str]:
+    """``STAGE JOBID STATE (reason) exit=X: verdict``, one per stage, in submission order."""
+    out = []
+    for name, st in states.items():
+        why = f" ({st.reason})" if st.reason and st.reason != "None" else ""
+        out.append(f"{name} {st.job_id} {st.state}{why} exit={st.exit_code or '-'}: {verdict(st)}")
+    return out
+
+
+RECORD_FORMAT = 1
+
+
+def records_dir(pipeline: Pipeline) -> Path:
+    """``<first stage's log_dir>/pipelines``: on the shared log storage, so any login node
+    that sees the logs can ask about the pipeline, as with serving endpoints."""
+    return Path(pipeline.stages[0].recipe.storage.log_dir) / "pipelines"
+
+
+def record_path(pipeline: Pipeline, first_job_id: str) -> Path:
+    return records_dir(pipeline) / f"{pipeline.name}_{first_job_id}.json"
+
+
+def write_record(run: PipelineRun) -> Path:
+    import json
+
+    from slurmfm.fsutil import write_atomic
+
+    path = record_path(run.pipeline, run.stages[0].job_id)
+    write_atomic(path, json.dumps(run.record(), indent=1) + "\n")
+    return path
+
+
+def latest_record(pipeline: Pipeline) -> Path | None:
+    """The record of this pipeline's most recent submission (highest first job id)."""
+    found = []
+    for p in records_dir(pipeline).glob(f"{pipeline.name}_*.json"):
+        tail = p.stem[len(pipeline.name) + 1 :]
+        if tail.isdigit():
+            found.append((int(tail), p))
+    return max(found)[1] if found else None
+
+
+def read_record(path: Path) -> dict[str, str]:
+    """``stage -> job id`` from a record, in submission order; one clear error if unreadable."""
+    import json
+
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        stages = {str(s["name"]): str(s["job_id"]) for s in raw["stages"]}
+    except FileNotFoundError:
+        raise SlurmfmError(f"{path}: no such pipeline record") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SlurmfmError(f"{path}: not a slurmfm pipeline record ({exc})") from None
+    if not stages or not all(re.fullmatch(r"[0-9]+(?:[_+][0-9]+)?", j) for j in stages.values()):
+        raise SlurmfmError(f"{path}: not a slurmfm pipeline record (no job ids)")
+    return stages
 
 
 class PipelineSubmitError(SlurmfmError):
@@ -404,6 +513,10 @@ def submit(
                 s.name, result.job_id, pipeline.dependency_expression(s, run.job_ids), script
             )
         )
+    try:
+        run.record_path = write_record(run)
+    except OSError as exc:  # the jobs are queued: say so, do not fail the submission
+        run.record_error = f"pipeline record not written: {exc}"
     return run
 
 

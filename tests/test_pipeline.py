@@ -3,6 +3,7 @@ dependency directives, and submission order / failure handling against a fake ba
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -374,3 +375,118 @@ def test_cli_submit_then_dry_run(stage_dir: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "2. b: b, 1 x lab-cpu; dependency afterany:<a>" in proc.stdout
     assert "3. c: c, 1 x lab-cpu; dependency afterany:<b>" in proc.stdout
+
+
+# ------------------------------------------------------------------ verdicts, records, status
+@pytest.mark.parametrize(
+    ("state", "reason", "want"),
+    [
+        ("PENDING", "Dependency", "waiting"),
+        ("PENDING", "Resources", "waiting"),
+        ("RUNNING", "None", "running"),
+        ("COMPLETING", "None", "running"),
+        ("COMPLETED", "None", "completed"),
+        ("CANCELLED", "DependencyNeverSatisfied", "skipped"),
+        ("CANCELLED by 0", "DependencyNeverSatisfied", "skipped"),
+        ("CANCELLED", "None", "failed"),  # scancel by a person is not a skipped condition
+        ("FAILED", "NonZeroExitCode", "failed"),
+        ("TIMEOUT", "TimeLimit", "failed"),
+        ("NODE_FAIL", "None", "failed"),
+        ("OUT_OF_MEMORY", "None", "failed"),
+    ],
+)
+def test_stage_verdicts(state: str, reason: str, want: str) -> None:
+    from slurmfm.pipeline import verdict
+
+    assert verdict(JobStatus("7", state, reason=reason)) == want
+
+
+def test_a_skipped_condition_is_not_a_failed_pipeline() -> None:
+    from slurmfm.pipeline import status_lines, succeeded
+
+    ok = {
+        "train": JobStatus("1", "COMPLETED", exit_code="0:0"),
+        "cleanup-on-failure": JobStatus("2", "CANCELLED", reason="DependencyNeverSatisfied"),
+    }
+    assert succeeded(ok)
+    assert status_lines(ok)[1] == (
+        "cleanup-on-failure 2 CANCELLED (DependencyNeverSatisfied) exit=-: skipped"
+    )
+    failed = {**ok, "train": JobStatus("1", "FAILED", exit_code="1:0")}
+    assert not succeeded(failed)
+    assert not succeeded({"train": JobStatus("1", "RUNNING")})
+
+
+@dataclass
+class StatusBackend(FakeBackend):
+    states: dict[str, JobStatus] = field(default_factory=dict)
+
+    def status(self, job_id: str) -> JobStatus:
+        return self.states.get(job_id, JobStatus(job_id, "PENDING", reason="Dependency"))
+
+
+def test_submit_writes_a_record_and_status_reads_the_latest(
+    stage_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmfm.pipeline import latest_record, read_record
+
+    pipeline = api.load_pipeline(three_stage(stage_dir))
+    be = StatusBackend()
+    first = api.submit_pipeline(pipeline, backend=be, preflight=False)
+    second = api.submit_pipeline(pipeline, backend=be, preflight=False)
+    assert first.record_path == stage_dir / "logs" / "pipelines" / "pipeline_101.json"
+    assert second.record_path == stage_dir / "logs" / "pipelines" / "pipeline_104.json"
+    assert latest_record(pipeline) == second.record_path
+    assert read_record(second.record_path) == {"a": "104", "b": "105", "c": "106"}
+
+    be.states = {
+        "104": JobStatus("104", "COMPLETED", exit_code="0:0"),
+        "105": JobStatus("105", "COMPLETED", exit_code="0:0"),
+        "106": JobStatus("106", "CANCELLED", reason="DependencyNeverSatisfied"),
+    }
+    monkeypatch.setattr(api, "get_backend", lambda *a, **k: be)
+    runner = CliRunner()
+    res = runner.invoke(main, ["pipeline", "status", str(three_stage(stage_dir))])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[1:] == [
+        "a 104 COMPLETED exit=0:0: completed",
+        "b 105 COMPLETED exit=0:0: completed",
+        "c 106 CANCELLED (DependencyNeverSatisfied) exit=-: skipped",
+    ]
+    be.states["105"] = JobStatus("105", "FAILED", reason="NonZeroExitCode", exit_code="1:0")
+    res = runner.invoke(main, ["pipeline", "status", str(first.record_path), "--json"])
+    assert res.exit_code == 0, res.output  # the older record (101..103): waiting, none failed
+    assert [s["verdict"] for s in json.loads(res.stdout)["stages"]] == ["waiting"] * 3
+    res = runner.invoke(main, ["pipeline", "status", str(second.record_path), "--json"])
+    assert res.exit_code == 1
+    assert [s["verdict"] for s in json.loads(res.stdout)["stages"]] == [
+        "completed",
+        "failed",
+        "skipped",
+    ]
+
+
+def test_status_without_a_record_is_one_line_and_status_2(stage_dir: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(main, ["pipeline", "status", str(three_stage(stage_dir))])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == (
+        f"{stage_dir / 'pipeline.yaml'}: no submission on record "
+        f"(looked in {stage_dir / 'logs'}/pipelines)"
+    )
+    bad = stage_dir / "bad.json"
+    bad.write_text('{"stages": [{"name": "a", "job_id": "1;rm -rf /"}]}')
+    res = runner.invoke(main, ["pipeline", "status", str(bad)])
+    assert res.exit_code == 2
+    assert "not a slurmfm pipeline record" in res.stderr
+
+
+def test_an_unwritable_record_does_not_fail_the_submission(stage_dir: Path) -> None:
+    (stage_dir / "logs").mkdir()
+    (stage_dir / "logs" / "pipelines").write_text("a file where the directory goes")
+    run = api.submit_pipeline(
+        api.load_pipeline(three_stage(stage_dir)), backend=FakeBackend(), preflight=False
+    )
+    assert run.job_ids == {"a": "101", "b": "102", "c": "103"}
+    assert run.record_path is None
+    assert run.record_error.startswith("pipeline record not written:")

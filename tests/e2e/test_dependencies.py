@@ -14,6 +14,7 @@ DependencyNeverSatisfied; it never starts.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -128,7 +129,7 @@ def test_failure_paths_afterok_afternotok_afterany(slurm_lab: SlurmLab, work: Pa
         "  anyway: {recipe: anyway.yaml, after: [{stage: a, condition: afterany}]}\n"
     )
     proc = cli(slurm_lab, "pipeline", "submit", str(pipeline), "--wait", "--timeout", "180")
-    assert proc.returncode == 1, proc.stderr  # not every stage COMPLETED, by design
+    assert proc.returncode == 1, proc.stderr  # a failed (ok was skipped: not a failure itself)
     jobs = ids(proc.stdout)
     assert set(jobs) == {"a", "ok", "notok", "anyway"}
     a = job(slurm_lab, jobs["a"])
@@ -148,7 +149,22 @@ def test_failure_paths_afterok_afternotok_afterany(slurm_lab: SlurmLab, work: Pa
     assert "ok" not in r
     assert r["notok"][0]["t0"] >= r["a"][0]["t1"]
     assert r["anyway"][0]["t0"] >= r["a"][0]["t1"]
-    assert f"ok {jobs['ok']} CANCELLED (DependencyNeverSatisfied)" in proc.stderr
+    assert f"ok {jobs['ok']} CANCELLED (DependencyNeverSatisfied) exit=" in proc.stderr
+    assert re.search(
+        rf"^a {jobs['a']} FAILED \(NonZeroExitCode\) exit=\S+: failed$", proc.stderr, re.M
+    )
+    # later, from any shell: the record under the first stage's log_dir, asked of Slurm again
+    status = cli(slurm_lab, "pipeline", "status", str(pipeline), "--json")
+    assert status.returncode == 1, status.stderr  # a failed
+    got = json.loads(status.stdout)
+    assert got["record"] == str(work / "logs" / "pipelines" / f"failure-paths_{jobs['a']}.json")
+    verdicts = {s["stage"]: (s["job_id"], s["verdict"]) for s in got["stages"]}
+    assert verdicts == {
+        "a": (jobs["a"], "failed"),
+        "ok": (jobs["ok"], "skipped"),
+        "notok": (jobs["notok"], "completed"),
+        "anyway": (jobs["anyway"], "completed"),
+    }
 
 
 def test_afternotok_after_success_is_cancelled(slurm_lab: SlurmLab, work: Path) -> None:
@@ -165,12 +181,15 @@ def test_afternotok_after_success_is_cancelled(slurm_lab: SlurmLab, work: Path) 
         "--timeout",
         "120",
     )
-    assert proc.returncode == 1
+    # b's condition did not hold: skipped by design, so the chain succeeded
+    assert proc.returncode == 0, proc.stderr
     jobs = ids(proc.stdout)
     assert job(slurm_lab, jobs["a"])["JobState"] == "COMPLETED"
     b_rec = job(slurm_lab, jobs["b"])
     assert (b_rec["JobState"], b_rec["Reason"]) == ("CANCELLED", "DependencyNeverSatisfied")
     assert "b" not in ran(work)
+    assert f"b {jobs['b']} CANCELLED (DependencyNeverSatisfied) exit=" in proc.stderr
+    assert proc.stderr.rstrip().endswith(": skipped")
 
 
 def test_array_sweep_each_task_its_own_overrides(slurm_lab: SlurmLab, work: Path) -> None:
