@@ -1,12 +1,13 @@
-"""Dependencies, pipelines and array sweeps on the real local Slurm (22.05, the host lab).
+"""Dependencies, pipelines and array sweeps on the real local Slurm: 22.05 (the host lab),
+24.11 (trixie) and 26.05 (sid), each test on each.
 
-Every job is a lab-cpu recipe whose torchrun script (``step.py`` below) writes one JSON file per
-job: which stage it is, its arguments, the environment slurmfm gave it (``SLURMFM_*``, the
+Every job is a lab-cpu recipe whose torchrun script (``step.py`` below) writes one JSON file
+per job: which stage it is, its arguments, the environment slurmfm gave it (``SLURMFM_*``, the
 array task id, an overridden variable) and when it started and ended; then it sleeps a little
 and exits with the status it was told to. Ordering and "never ran" are checked from those
 files and from Slurm's own records (``scontrol show job``: state, reason, start/end times).
 
-What Slurm 22.05 does when an ``afterok`` dependency fails (checked here): with
+What Slurm 22.05, 24.11 and 26.05 do when an ``afterok`` dependency fails (checked here): with
 ``--kill-on-invalid-dep=yes`` the dependent job is ended at once, state CANCELLED, reason
 DependencyNeverSatisfied; it never starts.
 """
@@ -21,11 +22,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import SlurmLab
+from lab import SlurmLab, SuiteLabFactory, host_lab
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
+
+
+@pytest.fixture(params=["host", "trixie", "sid"])
+def slurm_lab(request: pytest.FixtureRequest) -> SlurmLab:
+    """Every Slurm the project runs: 22.05 (host), 24.11 (trixie), 26.05 (sid, when
+    ``SLURMFM_LAB_SUITES`` names the chroot suites). Dependency handling is the scheduler's,
+    so each behaviour below is checked on each version."""
+    if request.param == "host":
+        return host_lab()
+    factory: SuiteLabFactory = request.getfixturevalue("slurm_lab_suite")
+    return factory(request.param)
+
 
 STEP = """\
 import json, os, sys, time
