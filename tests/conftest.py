@@ -26,3 +26,14 @@ def each_lab(request: pytest.FixtureRequest) -> SlurmLab:
         return lab
     factory: SuiteLabFactory = request.getfixturevalue("slurm_lab_suite")
     return factory(request.param)
+
+
+@pytest.fixture(params=["host", "trixie", "sid"])
+def every_lab(request: pytest.FixtureRequest) -> SlurmLab:
+    """Each Slurm the project runs: 22.05 (host), 24.11 (trixie) and 26.05 (sid); the chroot
+    suites when ``SLURMFM_LAB_SUITES`` names them (``scripts/run-tests`` does)."""
+    if request.param == "host":
+        lab: SlurmLab = request.getfixturevalue("slurm_lab")
+        return lab
+    factory: SuiteLabFactory = request.getfixturevalue("slurm_lab_suite")
+    return factory(request.param)

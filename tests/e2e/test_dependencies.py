@@ -22,22 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import SlurmLab, SuiteLabFactory, host_lab
+from lab import SlurmLab
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
 
-@pytest.fixture(params=["host", "trixie", "sid"])
-def slurm_lab(request: pytest.FixtureRequest) -> SlurmLab:
-    """Every Slurm the project runs: 22.05 (host), 24.11 (trixie), 26.05 (sid, when
-    ``SLURMFM_LAB_SUITES`` names the chroot suites). Dependency handling is the scheduler's,
-    so each behaviour below is checked on each version."""
-    if request.param == "host":
-        return host_lab()
-    factory: SuiteLabFactory = request.getfixturevalue("slurm_lab_suite")
-    return factory(request.param)
+@pytest.fixture
+def slurm_lab(every_lab: SlurmLab) -> SlurmLab:
+    """Dependency handling is the scheduler's: each test runs on every Slurm version."""
+    return every_lab
 
 
 STEP = """\

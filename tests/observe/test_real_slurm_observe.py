@@ -1,8 +1,8 @@
 """Observability end to end: a real Slurm job, a real node_exporter and a real Prometheus.
 
-The quickstart's CPU torchrun job runs on the local Slurm lab with observability on and its
-textfile directory pointed at a node_exporter (textfile collector only) that a Prometheus on
-loopback scrapes every second (``scripts/obs-stack``). The training script fails its first
+The quickstart's CPU torchrun job runs on each local Slurm lab (22.05, 24.11, 26.05) with
+observability on and its textfile directory pointed at a node_exporter (textfile collector
+only) that a Prometheus on loopback scrapes every second (``scripts/obs-stack``). The training script fails its first
 run on purpose, so the job requeues itself once and then trains with checkpoints.
 
 Checked: Prometheus scraped the job's textfile metrics with their labels and the reported
@@ -33,6 +33,13 @@ from resilience.test_real_slurm_resilience import events, wait_done
 from slurmfm.observe import dashboard
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
+
+
+@pytest.fixture
+def slurm_lab(every_lab: SlurmLab) -> SlurmLab:
+    """The agent runs inside each Slurm's job steps: every version, not just 22.05."""
+    return every_lab
+
 
 OBS_STACK = REPO_ROOT / "scripts" / "obs-stack"
 FIXTURES = Path(__file__).parent / "fixtures"
