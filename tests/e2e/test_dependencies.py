@@ -38,7 +38,13 @@ def slurm_lab(every_lab: SlurmLab) -> SlurmLab:
 STEP = """\
 import json, os, sys, time
 stage, rc, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-out = os.path.join(os.environ["STEP_OUT"], f"{stage}-{os.environ['SLURM_JOB_ID']}.json")
+restart = os.environ.get("SLURMFM_RESTART", "0")
+if rc < 0:  # fail only the first run (restart 0) with -rc; later runs succeed
+    rc = -rc if restart == "0" else 0
+out = os.path.join(
+    os.environ["STEP_OUT"],
+    f"{stage}-{os.environ['SLURM_JOB_ID']}-r{restart}.json",
+)
 rec = {
     "stage": stage, "argv": sys.argv[1:], "t0": time.time(),
     "job": os.environ["SLURM_JOB_ID"],
@@ -48,6 +54,7 @@ rec = {
     "checkpoint_dir": os.environ["SLURMFM_CHECKPOINT_DIR"],
     "lr": os.environ.get("LR"),
     "overrides": os.environ.get("SLURMFM_SWEEP_OVERRIDES"),
+    "restart": restart,
 }
 time.sleep(pause)
 rec["t1"] = time.time()
@@ -243,6 +250,35 @@ def test_array_sweep_each_task_its_own_overrides(slurm_lab: SlurmLab, work: Path
     assert any(e.endswith(f"checkpoint-dir {dirs[2]}") for e in info["events"])
     whole = json.loads(cli(slurm_lab, "status", array_id, "--json").stdout)
     assert whole["raw"]["ArrayTasks"] == "0:COMPLETED 1:COMPLETED 2:COMPLETED"
+
+
+def test_a_failed_array_task_requeues_itself_alone(slurm_lab: SlurmLab, work: Path) -> None:
+    """Task 1 fails its first run: with requeue on, that task alone restarts (same array
+    task id, restart 1) and completes; task 0 runs once; the array ends COMPLETED."""
+    path = recipe(
+        work,
+        "flaky",
+        extra=(
+            "sweep:\n"
+            "  tasks:\n"
+            "    - {launcher.args: [flaky, '0', '1']}\n"
+            "    - {launcher.args: [flaky, '-3', '1']}\n"
+        ),
+    )
+    path.write_text(path.read_text().replace("requeue: false", "requeue: true, max_restarts: 2"))
+    proc = cli(slurm_lab, "submit", str(path), "--wait", "--timeout", "240")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    array_id = proc.stdout.strip().splitlines()[0]
+    runs = sorted((r["array_task"], r["restart"]) for r in ran(work)["flaky"])
+    assert runs == [("0", "0"), ("1", "0"), ("1", "1")]
+    assert {r["array_job"] for r in ran(work)["flaky"]} == {array_id}
+    task0 = job(slurm_lab, f"{array_id}_0")
+    task1 = job(slurm_lab, f"{array_id}_1")
+    assert (task0["JobState"], task0["Restarts"]) == ("COMPLETED", "0")
+    assert (task1["JobState"], task1["Restarts"]) == ("COMPLETED", "1")
+    # each task's own state file says why it restarted
+    state = next((work / "logs").glob(f"flaky_{task1['JobId']}.state")).read_text()
+    assert "event=requeue" in state
 
 
 def test_pipeline_of_three_stages_with_an_array(slurm_lab: SlurmLab, work: Path) -> None:
