@@ -155,7 +155,8 @@ def test_failure_paths_afterok_afternotok_afterany(slurm_lab: SlurmLab, work: Pa
     assert ok["JobState"] == "CANCELLED", ok
     assert ok["Reason"] == "DependencyNeverSatisfied", ok
     assert ok.get("BatchHost", "") in {"", "(null)"}  # never had a batch host
-    assert ok["RunTime"] == "00:00:00"
+    # (Not RunTime: 22.05 once reported 20787-01:07:35, the time since the epoch, for this
+    # never-started job in CI. Never running shows in the batch host above and in ran() below.)
     for name in ("notok", "anyway"):
         rec = job(slurm_lab, jobs[name])
         assert rec["JobState"] == "COMPLETED", rec
