@@ -31,7 +31,6 @@ stages whose downstream never comes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -386,7 +385,9 @@ SKIP_REASON = "DependencyNeverSatisfied"
 
 def verdict(st: JobStatus) -> Verdict:
     """One stage's fate from Slurm's state and reason."""
-    state = st.state.split()[0].rstrip("+") if st.state else ""
+    from slurmfm.backends.base import base_state
+
+    state = base_state(st.state)
     if not st.done:
         return "running" if state in ("RUNNING", "COMPLETING", "SUSPENDED") else "waiting"
     if state == "COMPLETED":
@@ -447,6 +448,8 @@ def read_record(path: Path) -> dict[str, str]:
     """``stage -> job id`` from a record, in submission order; one clear error if unreadable."""
     import json
 
+    from slurmfm.backends.slurm_cli import is_job_id
+
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         stages = {str(s["name"]): str(s["job_id"]) for s in raw["stages"]}
@@ -454,7 +457,7 @@ def read_record(path: Path) -> dict[str, str]:
         raise SlurmfmError(f"{path}: no such pipeline record") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SlurmfmError(f"{path}: not a slurmfm pipeline record ({exc})") from None
-    if not stages or not all(re.fullmatch(r"[0-9]+(?:[_+][0-9]+)?", j) for j in stages.values()):
+    if not stages or not all(is_job_id(j) for j in stages.values()):
         raise SlurmfmError(f"{path}: not a slurmfm pipeline record (no job ids)")
     return stages
 

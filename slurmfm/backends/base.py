@@ -22,6 +22,11 @@ TERMINAL_STATES = frozenset(
 )
 
 
+def base_state(state: str) -> str:
+    """The state word alone: sacct's ``CANCELLED by 0`` and a ``+`` suffix dropped."""
+    return state.split(maxsplit=1)[0].rstrip("+") if state.strip() else ""
+
+
 @dataclass(frozen=True)
 class SubmitResult:
     """A submitted job: its id and the cluster it went to."""
@@ -53,7 +58,7 @@ class JobStatus:
 
     @property
     def done(self) -> bool:
-        return self.state.split()[0].rstrip("+") in TERMINAL_STATES if self.state else False
+        return base_state(self.state) in TERMINAL_STATES
 
     @property
     def ok(self) -> bool:

@@ -21,8 +21,13 @@ from slurmfm.errors import BackendError
 _JOB_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
 
 
+def is_job_id(text: str) -> bool:
+    """A job id as Slurm prints it: ``123``, an array task ``123_4`` or a component ``123+1``."""
+    return _JOB_ID.fullmatch(text) is not None
+
+
 def _check_job_id(job_id: str) -> str:
-    if not _JOB_ID.fullmatch(job_id):
+    if not is_job_id(job_id):
         raise BackendError(f"{job_id!r} is not a Slurm job id")
     return job_id
 
@@ -52,11 +57,10 @@ def array_representative(records: list[dict[str, str]]) -> dict[str, str]:
         # One job, or a heterogeneous job (one line per component): the first record is the
         # job itself (component 0, where the batch script and its state file live).
         return records[0]
-    from slurmfm.backends.base import TERMINAL_STATES
+    from slurmfm.backends.base import TERMINAL_STATES, base_state
 
     def ended(r: dict[str, str]) -> bool:
-        state = r.get("JobState", "")
-        return bool(state) and state.split()[0].rstrip("+") in TERMINAL_STATES
+        return base_state(r.get("JobState", "")) in TERMINAL_STATES
 
     pick = next((r for r in records if not ended(r)), None)
     pick = pick or next((r for r in records if r.get("JobState") != "COMPLETED"), records[0])
