@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lab import OwnLab, SlurmLab
+from lab import OwnLab, SlurmLab, own_lab_fixture
 
 from slurmfm.catalog.slurm_features import SlurmVersion, UnsupportedBySlurm
 from slurmfm.topology.model import Topology
@@ -36,14 +36,15 @@ from slurmfm.topology.ec2 import parse_topology_json, to_topology
 
 # This module's own labs, on ports of no other lab (scripts/README-lab.md, "Ports").
 OWN_LABS = {
-    "host": OwnLab("topo-host", ctld_port=16917, slurmd_port=37001, nodes=64),
-    "trixie": OwnLab("topo-trixie", ctld_port=16927, slurmd_port=38001, nodes=36, suite="trixie"),
-    "sid": OwnLab("topo-sid", ctld_port=16937, slurmd_port=39001, nodes=36, suite="sid"),
+    "host": OwnLab("topo-host", ctld_port=16917, slurmd_port=20101, nodes=64),
+    "trixie": OwnLab("topo-trixie", ctld_port=16927, slurmd_port=20201, nodes=36, suite="trixie"),
+    "sid": OwnLab("topo-sid", ctld_port=16937, slurmd_port=20301, nodes=36, suite="sid"),
 }
 LabFactory = Callable[[str], SlurmLab]
 
 
 @pytest.fixture(scope="session")
+@own_lab_fixture(*OWN_LABS.values())
 def own_lab() -> LabFactory:
     """``own_lab(suite)``: this module's private lab of that suite, up and healthy."""
     cache: dict[str, SlurmLab] = {}
