@@ -49,9 +49,12 @@ def lab_root() -> Path:
     return Path(os.environ.get("SLURMFM_LAB_ROOT") or DEFAULT_LAB_ROOT)
 
 
-# Ports tests give to servers inside jobs (serving stand-ins, Prometheus): below every lab port
-# and below the ephemeral range.
-APP_PORTS = range(10000, 16000)
+# Ports tests give to servers inside jobs (serving stand-ins): below every lab port (10000 and
+# up, with any offset run-tests picks), below the rendezvous ports slurmfm's jobs take
+# (20000 + job id % 20000, slurmfm/render/templates/sbatch.sh.j2) and the ephemeral range.
+APP_PORTS = range(5000, 10000)
+# Lab ports stay below these: slurmfm's torch rendezvous ports start here.
+RENDEZVOUS_PORTS_START = 20000
 
 
 def free_port() -> int:
@@ -84,7 +87,8 @@ def lab_requested() -> bool:
 
 
 def port_offset() -> int:
-    """``$SLURMFM_LAB_PORT_OFFSET``: added to every lab port of this run (default 0)."""
+    """``$SLURMFM_LAB_PORT_OFFSET``: added to every lab port of this run (default 0; run-tests
+    picks 0, -3000 or -6000)."""
     raw = os.environ.get("SLURMFM_LAB_PORT_OFFSET", "") or "0"
     return int(raw)
 

@@ -8,6 +8,7 @@ Newer suites via the factory:    SLURMFM_LAB_SUITES=trixie,sid python -m pytest 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import re
 import subprocess
@@ -19,10 +20,12 @@ from pathlib import Path
 
 import pytest
 from lab import (
+    APP_PORTS,
     EPHEMERAL_PORTS,
     LAB_SCRIPT,
     NOT_REQUESTED,
     OWN_LABS,
+    RENDEZVOUS_PORTS_START,
     OwnLab,
     SlurmLab,
     SuiteLabFactory,
@@ -31,8 +34,8 @@ from lab import (
     slurm_required,
 )
 
-# The port offsets scripts/run-tests tries, in order, for a run's labs (its PORT_OFFSETS).
-RUN_TESTS_PORT_OFFSETS = (4200, 8400)
+# The port offsets scripts/run-tests tries, in order, for a run's labs (pick_offset).
+RUN_TESTS_PORT_OFFSETS = (0, -3000, -6000)
 
 
 def _job_dir(lab: SlurmLab) -> Path:
@@ -229,12 +232,12 @@ def test_newer_suite(
 NUDGE = OwnLab(
     "nudge-host",
     ctld_port=16977,
-    slurmd_port=20701,
+    slurmd_port=17801,
     nodes=3,
     extra_env=(("SLURMFM_LAB_HOLD_SLURMD", "node002"), ("SLURMFM_LAB_NUDGE_AFTER", "3")),
 )
 # A lab of the trixie chroot that the down test starts and stops.
-DOWN = OwnLab("down-trixie", ctld_port=16987, slurmd_port=20801, nodes=2, suite="trixie")
+DOWN = OwnLab("down-trixie", ctld_port=16987, slurmd_port=17901, nodes=2, suite="trixie")
 
 
 @pytest.fixture
@@ -365,8 +368,9 @@ def _import_real_test_modules() -> None:
 
 
 def test_lab_ports_stay_out_of_the_ephemeral_range_and_apart() -> None:
-    """Every lab's ports (tests' own and the shared suites') lie below 32768 and no two labs
-    share one, even with the largest offset that scripts/run-tests picks."""
+    """Every lab's ports (tests' own and the shared suites') lie below the ports jobs take
+    (rendezvous from 20000; the ephemeral range from 32768), above the servers' APP_PORTS, and
+    no two labs share one, with every offset that scripts/run-tests picks."""
     _import_real_test_modules()
     labs = {lab.name: lab for lab in OWN_LABS}
     assert {"resil", "topo-host", "plan-sid", "sim-host", "nudge-host", "down-trixie"} <= set(labs)
@@ -379,6 +383,11 @@ def test_lab_ports_stay_out_of_the_ephemeral_range_and_apart() -> None:
         for port in lab.ports:
             assert port not in taken, f"{lab.name} and {taken[port]} share port {port}"
             taken[port] = lab.name
-    for offset in (0, *RUN_TESTS_PORT_OFFSETS):
-        assert max(taken) + offset < EPHEMERAL_PORTS.start, offset
-    assert min(taken) > 1024
+    obs = range(19190, 19190 + 2 * 8)  # tests/observe: 2 ports per xdist worker, up to 8
+    assert not set(obs) & set(taken)
+    span = range(min(taken), max(*taken, obs.stop) + 1)
+    for offset in RUN_TESTS_PORT_OFFSETS:
+        assert span.stop + offset <= RENDEZVOUS_PORTS_START < EPHEMERAL_PORTS.start, offset
+        assert span.start + offset >= APP_PORTS.stop, offset
+    for a, b in itertools.pairwise(RUN_TESTS_PORT_OFFSETS):
+        assert abs(a - b) >= len(span), (a, b)  # two runs' labs never overlap

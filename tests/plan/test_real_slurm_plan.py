@@ -31,7 +31,7 @@ from slurmfm.topology.model import Node, Topology
 _BLOCKS = ("--gpus-per-node", "4", "--topology-plugin", "block", "--block-size", "18")
 OWN_LABS = {
     suite: OwnLab(f"plan-{suite}", ctld, slurmd, nodes=36, suite=suite, options=_BLOCKS)
-    for suite, ctld, slurmd in (("sid", 16947, 20401), ("trixie", 16957, 20501))
+    for suite, ctld, slurmd in (("sid", 16947, 17501), ("trixie", 16957, 17601))
 }
 
 

@@ -7,7 +7,7 @@ asks ``sbatch --test-only`` where a job would go, and compares with ``select_tre
 rules="21.08")`` (22.05 is in the 21.08-24.05.2 rule set, section 8).
 
 The lab is this test's own (not the shared host lab): ``$SLURMFM_SIM.dir`` (default
-``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports 16967/20601 (``scripts/README-lab.md``,
+``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports 16967/17701 (``scripts/README-lab.md``,
 "Ports"). The fixture brings it up if needed and takes it down again if it did so; it
 restores the lab's topology.conf either way.
 """
@@ -167,7 +167,7 @@ LAB_NODES = 32
 SIM = OwnLab(
     "sim-host",
     ctld_port=16967,
-    slurmd_port=20601,
+    slurmd_port=17701,
     nodes=LAB_NODES,
     path=Path(os.environ.get("SLURMFM_SIM_LAB", str(lab_root() / "sim-host"))),
 )

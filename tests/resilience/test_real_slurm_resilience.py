@@ -28,7 +28,7 @@ from slurmfm.backends.slurm_cli import parse_scontrol_record
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
-RESIL = OwnLab("resil", ctld_port=16887, slurmd_port=20001, nodes=4)
+RESIL = OwnLab("resil", ctld_port=16887, slurmd_port=17101, nodes=4)
 
 
 @pytest.fixture(scope="module")

@@ -36,9 +36,9 @@ from slurmfm.topology.ec2 import parse_topology_json, to_topology
 
 # This module's own labs, on ports of no other lab (scripts/README-lab.md, "Ports").
 OWN_LABS = {
-    "host": OwnLab("topo-host", ctld_port=16917, slurmd_port=20101, nodes=64),
-    "trixie": OwnLab("topo-trixie", ctld_port=16927, slurmd_port=20201, nodes=36, suite="trixie"),
-    "sid": OwnLab("topo-sid", ctld_port=16937, slurmd_port=20301, nodes=36, suite="sid"),
+    "host": OwnLab("topo-host", ctld_port=16917, slurmd_port=17201, nodes=64),
+    "trixie": OwnLab("topo-trixie", ctld_port=16927, slurmd_port=17301, nodes=36, suite="trixie"),
+    "sid": OwnLab("topo-sid", ctld_port=16937, slurmd_port=17401, nodes=36, suite="sid"),
 }
 LabFactory = Callable[[str], SlurmLab]
 
