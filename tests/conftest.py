@@ -154,12 +154,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(cache, ignore_errors=True)
 
 
+def _put_in_group(item: pytest.Item, group: str) -> None:
+    """Give an xdist worker's item the ``@group`` node id suffix that ``--dist loadgroup``
+    schedules by.
+
+    Why here: xdist writes the suffix into ``item._nodeid``, which pytest 9.2 no longer reads
+    (node ids are structured, ``item._id``), so the groups are silently ignored and a lab gets
+    driven by two workers at once (pytest-dev/pytest-xdist#1386, fix pending in #1388).
+    """
+    node_id = getattr(item, "_id", None)  # absent before pytest 9.2, where xdist's own works
+    if node_id is not None and not item.nodeid.endswith(f"@{group}"):
+        item._id = type(node_id).parse(f"{item.nodeid}@{group}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads xdist_group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    loadgroup = bool(getattr(config.option, "loadgroup", False))  # set on xdist workers only
     for item in items:
         tier, group = tier_and_group(item)
         item.add_marker(getattr(pytest.mark, tier))
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            if loadgroup:
+                _put_in_group(item, group)
 
 
 @pytest.fixture(scope="session")
