@@ -142,7 +142,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     changed = sorted(name for name, mtime in before.items() if after.get(name, mtime) != mtime)
     if changed:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        msg = "tests changed tracked files (use tmp_path instead): " + ", ".join(changed[:20])
+        msg = (
+            "tracked files changed while the tests ran (a test must write under tmp_path; "
+            "or were they edited meanwhile?): " + ", ".join(changed[:20])
+        )
         if reporter is not None:
             reporter.write_line(msg, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
