@@ -41,15 +41,28 @@ TIERS = ("unit", "script", "real")
 
 
 def _own_lab_names(item: pytest.Item) -> tuple[str, ...]:
-    """Names of the OwnLabs that the item's fixtures declare (lab.own_lab_fixture)."""
+    """The OwnLabs the item drives, from its fixtures' declarations (lab.own_lab_fixture): the
+    one lab of a fixture, or, of a fixture with one lab per suite, the test's ``suite``."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return ()
-    names: list[str] = []
+    params: dict[str, object] = getattr(getattr(item, "callspec", None), "params", {})
+    names: set[str] = set()
     for name in item.fixturenames:  # type: ignore[attr-defined]
         for fixturedef in info.name2fixturedefs.get(name, ()):
-            names.extend(getattr(fixturedef.func, "slurmfm_own_labs", ()))
-    return tuple(sorted(set(names)))
+            by_suite: dict[str, str] = getattr(fixturedef.func, "slurmfm_own_labs", {})
+            if len(by_suite) == 1:
+                names.update(by_suite.values())
+            elif by_suite:
+                suite = params.get("suite")
+                if not isinstance(suite, str) or suite not in by_suite:
+                    raise pytest.UsageError(
+                        f"{item.nodeid}: fixture {name} brings up one lab per suite "
+                        f"({', '.join(sorted(by_suite))}); parametrize the test with `suite` "
+                        "so that its xdist group names the lab it drives"
+                    )
+                names.add(by_suite[suite])
+    return tuple(sorted(names))
 
 
 def _shared_suite(item: pytest.Item) -> str:

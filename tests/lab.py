@@ -408,12 +408,13 @@ def own_lab_fixture(*labs: OwnLab) -> Callable[[F], F]:
     """Declare that a fixture brings up these OwnLabs (put it under ``@pytest.fixture``).
 
     ``tests/conftest.py`` reads the declaration: a test that uses the fixture is in the ``real``
-    tier, and in the one xdist group of the fixture's labs, so that no two workers ever drive
-    the same lab at once.
+    tier, and in the xdist group of the lab it drives, so that no two workers ever drive the
+    same lab at once. A fixture of several labs (one per suite) must be used by tests with a
+    ``suite`` parameter, which names the lab; collection fails otherwise.
     """
 
     def mark(func: F) -> F:
-        func.__dict__["slurmfm_own_labs"] = tuple(lab.name for lab in labs)
+        func.__dict__["slurmfm_own_labs"] = {lab.suite: lab.name for lab in labs}
         return func
 
     return mark
