@@ -13,14 +13,15 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, text: str, *, mode: int | None = None) -> None:
-    """Write ``text`` to ``path`` atomically; ``mode`` defaults to 0666 less the umask."""
+def write_atomic(path: str | Path, text: str | bytes, *, mode: int | None = None) -> None:
+    """Write ``text`` (UTF-8) or bytes to ``path`` atomically; ``mode`` defaults to 0666 less
+    the umask."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
         if mode is None:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
+from slurmfm.backends.slurm_cli import SlurmCLI
 from slurmfm.errors import BackendError, SlurmfmError
 
 if TYPE_CHECKING:
@@ -97,13 +97,13 @@ def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
     part = recipe.cluster.partition
     rec: dict[str, str] = {}
     if part:
-        proc = cli._run(["scontrol", "show", "partition", "-o", part])
-        if proc.returncode or not proc.stdout.strip():
+        found = cli.partition(part)
+        if found is None:
             report.checks.append(
                 Check("partition", False, f"partition {part!r} does not exist on this cluster")
             )
         else:
-            rec = parse_scontrol_record(proc.stdout.strip().splitlines()[0])
+            rec = found
             state = rec.get("State", "UP")
             report.checks.append(Check("partition", state == "UP", f"{part} is {state}"))
     if rec:
@@ -128,11 +128,7 @@ def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
                 )
             )
     if recipe.cluster.constraints:
-        argv = ["sinfo", "-h", "-o", "%f"] + (["-p", part] if part else [])
-        proc = cli._run(argv)
-        have: set[str] = set()
-        for line in proc.stdout.split():
-            have.update(line.split(","))
+        have = cli.node_features(part or None)
         missing = sorted(_features(recipe.cluster.constraints) - have)
         report.checks.append(
             Check(

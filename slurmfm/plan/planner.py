@@ -891,7 +891,7 @@ def plan_for_recipe(
     if isinstance(slurm_version, str):
         version: SlurmVersion | None = SlurmVersion.parse(slurm_version)
     elif slurm_version is None:
-        from slurmfm.render.script import Target
+        from slurmfm.target import Target
 
         version = Target.for_recipe(recipe).slurm_version
     else:

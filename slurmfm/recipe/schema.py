@@ -656,6 +656,20 @@ class Recipe(_Strict):
         p = self.parallelism
         return self.world_size // (p.tp * p.pp * p.cp)
 
+    @property
+    def run_id(self) -> str:
+        """``storage.run_id``, else the recipe's name: names the checkpoint directory and the
+        endpoint file, so a resubmission of the same recipe resumes and serves where the last
+        one did. One definition for the renderer, the API and sweeps."""
+        return self.storage.run_id or self.name
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """``<checkpoint_root>/<name>/<run_id>``, without a doubled ``/`` when the root is
+        ``/``."""
+        root = self.storage.checkpoint_root.rstrip("/")
+        return f"{root}/{self.name}/{self.run_id}"
+
 
 def _check_serving(
     kind: str, p: Parallelism, nodes: int, per_node: int, inst: InstanceType, where: str

@@ -9,7 +9,6 @@ never an empty string in a job. User values enter bash only through
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -18,6 +17,7 @@ from slurmfm import __version__
 from slurmfm.errors import RenderError, UnsupportedError
 from slurmfm.plan.types import Placement
 from slurmfm.render.quote import env_name, sbatch_value, sh_join, sh_quote
+from slurmfm.target import Target as Target  # noqa: PLC0414 - re-exported for callers
 
 if TYPE_CHECKING:
     import jinja2
@@ -26,36 +26,6 @@ if TYPE_CHECKING:
     from slurmfm.catalog.slurm_features import SlurmVersion
     from slurmfm.recipe.schema import Recipe
     from slurmfm.render.serve import ServeLaunch
-
-# Default Slurm version per flavor when the recipe says "auto" and no cluster was asked.
-# Conservative on purpose: an assumed version only ever removes options.
-# Sources: ParallelCluster 3.14 ships 24.11.6, 3.15 ships 25.11.4 (aws-parallelcluster-cookbook
-# CHANGELOG); PCS offers 23.11-25.11 (PCS doc-history); HyperPod partition topology needs 25.11;
-# Debian 12 ships 22.05. See ../shared/reference/aws-launch-facts.md section 4.
-ASSUMED_VERSION = {
-    "parallelcluster": "24.11",
-    "pcs": "24.11",
-    "hyperpod": "24.11",
-    "generic": "22.05",
-}
-
-
-@dataclass(frozen=True)
-class Target:
-    """What the script is rendered for: the Slurm version and whether it was probed."""
-
-    slurm_version: SlurmVersion
-    assumed: bool = False
-
-    @classmethod
-    def for_recipe(cls, recipe: Recipe, probed: str | None = None) -> Target:
-        from slurmfm.catalog.slurm_features import SlurmVersion
-
-        if recipe.cluster.slurm_version != "auto":
-            return cls(SlurmVersion.parse(recipe.cluster.slurm_version))
-        if probed:
-            return cls(SlurmVersion.parse(probed))
-        return cls(SlurmVersion.parse(ASSUMED_VERSION[recipe.cluster.flavor]), assumed=True)
 
 
 @dataclass(frozen=True)
@@ -101,35 +71,17 @@ class RenderedScript:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiled templates kept on disk, as Python keeps ``__pycache__``.
+# Compiled templates kept on disk, as Python keeps ``__pycache__``, when a caller provides a
+# cache (the CLI does: ``slurmfm.cli.cache.template_bytecode_cache``). Why injected: the renderer
+# is a pure function of its inputs and writes no files; where a cache may live, and whether one
+# may be written at all, is the business of the process that runs it.
+_BYTECODE_CACHE: dict[str, jinja2.BytecodeCache | None] = {"cache": None}
 
-    Why: compiling the templates to Python and then to bytecode is ~50 ms of every cold
-    ``slurmfm render`` (measured with cProfile on the largest recipe); loading the marshalled
-    code takes ~1 ms. Jinja keys each entry on the template's name and a checksum of its source,
-    and stamps it with jinja's and Python's bytecode versions, so an edited template or a new
-    interpreter simply compiles again. Lives under the render cache's directory
-    (``slurmfm.render_cache.cache_dir()/templates``, mode 0700); ``SLURMFM_NO_CACHE=1`` turns it
-    off, and a directory that cannot be written only costs the compile time.
-    """
-    import jinja2
 
-    from slurmfm import render_cache
-
-    if not render_cache.enabled():
-        return None
-    directory = render_cache.cache_dir() / "templates"
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError:
-        return None
-
-    class _Quiet(jinja2.FileSystemBytecodeCache):
-        def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-            with contextlib.suppress(OSError):
-                super().dump_bytecode(bucket)
-
-    return _Quiet(str(directory))
+def use_bytecode_cache(cache: jinja2.BytecodeCache | None) -> None:
+    """Compile templates through ``cache`` from now on (call before the first render)."""
+    _BYTECODE_CACHE["cache"] = cache
+    _env.cache_clear()
 
 
 @lru_cache(maxsize=1)
@@ -138,7 +90,7 @@ def _env() -> jinja2.Environment:
 
     return jinja2.Environment(
         loader=jinja2.PackageLoader("slurmfm", "render/templates"),
-        bytecode_cache=_bytecode_cache(),
+        bytecode_cache=_BYTECODE_CACHE["cache"],
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # noqa: S701 - shell text, not HTML; values are shell-quoted
         keep_trailing_newline=True,

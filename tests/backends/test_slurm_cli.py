@@ -9,6 +9,7 @@ from lab import SlurmLab
 
 from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
 from slurmfm.errors import BackendError
+from slurmfm.request import SubmitRequest
 
 SLEEPER = """#!/bin/bash
 #SBATCH --job-name=sleeper
@@ -43,7 +44,7 @@ def test_missing_commands_are_explained() -> None:
 def test_version_submit_status_cancel(slurm_lab: SlurmLab) -> None:
     cli = SlurmCLI(env=slurm_lab.env)
     assert cli.version().split(".")[:2] == slurm_lab.version.split(".")[:2]
-    res = cli.submit(SLEEPER)
+    res = cli.submit(SubmitRequest.of_script(SLEEPER))
     assert res.job_id.isdigit()
     deadline = time.monotonic() + 30
     st = cli.status(res.job_id)
@@ -64,7 +65,11 @@ def test_version_submit_status_cancel(slurm_lab: SlurmLab) -> None:
 def test_slurm_error_is_shown_verbatim(slurm_lab: SlurmLab) -> None:
     cli = SlurmCLI(env=slurm_lab.env)
     with pytest.raises(BackendError) as info:
-        cli.submit(SLEEPER.replace("--nodes=1", "--nodes=1\n#SBATCH --partition=nosuch"))
+        cli.submit(
+            SubmitRequest.of_script(
+                SLEEPER.replace("--nodes=1", "--nodes=1\n#SBATCH --partition=nosuch")
+            )
+        )
     assert "sbatch: error:" in str(info.value)
     assert "invalid partition" in str(info.value).lower()
 

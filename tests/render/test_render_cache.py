@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmfm import render_cache
+from slurmfm.cli import cache as render_cache
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "llama3-70b-p5en-megatron.yaml"

@@ -1,8 +1,8 @@
 """``slurmfm plan``: choose nodes and rank order on a topology, and show why.
 
-Only click is imported at module top (``slurmfm --help`` stays fast; see cli.py). Flags override
-the recipe; without a recipe the flags describe the job. An impossible request exits 2 with the
-planner's reason, like every other user-fixable error.
+Only click is imported at module top (``slurmfm --help`` stays fast; see the package's
+``__init__``). Flags override the recipe; without a recipe the flags describe the job. An
+impossible request exits 2 with the planner's reason, like every other user-fixable error.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmfm.cli_common import friendly
+from slurmfm.cli.common import friendly
 
 if TYPE_CHECKING:
     from slurmfm.plan.planner import Plan
@@ -142,7 +142,7 @@ def plan_command(
     version = None
     if recipe:
         from slurmfm.recipe.loader import load_recipe
-        from slurmfm.render.script import Target
+        from slurmfm.target import Target
 
         rec = load_recipe(recipe)
         base = job_for_recipe(rec)
