@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,45 @@ def test_submit_status_cancel_via_cli(slurm_lab: SlurmLab, tmp_path: Path) -> No
     pys = cli("submit", "recipes/quickstart.yaml", *sets, "--backend", "pyslurm")
     assert pys.returncode == 2
     assert "pyslurm backend unavailable" in pys.stderr
+
+
+def test_plan_does_not_import_the_renderer(tmp_path: Path) -> None:
+    # Version policy lives in slurmfm.target: planning a recipe needs no templates or jinja2.
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=leaf1 Nodes=node[001-004]\n")
+    code = (
+        "import sys\nfrom slurmfm.cli import main\n"
+        "try:\n"
+        f"    main(['plan', {QUICK!r}, '--topology', {str(conf)!r}, '--json'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print(sorted(m for m in sys.modules if m.startswith('slurmfm.render') or m == 'jinja2'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_renderer_writes_no_files(tmp_path: Path) -> None:
+    # A library caller of api.render gets no template cache written anywhere; only the CLI
+    # (slurmfm.cli.cache) keeps one.
+    code = f"from slurmfm import api\nprint(len(api.render(api.load({QUICK!r})).script))"
+    env = {**os.environ, "SLURMFM_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+    env.pop("XDG_CACHE_HOME", None)
+    env.pop("SLURMFM_NO_CACHE", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO_ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "render", QUICK, "--no-cache"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert list((tmp_path / "cache" / "templates").iterdir())  # the CLI's own cache
