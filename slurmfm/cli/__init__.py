@@ -303,6 +303,8 @@ def submit(
 
     r = _load(recipe, sets)
     if check_only:
+        if slurm_version is None and topology_src is not None:
+            slurm_version = api.get_backend("cli").version()  # plan for the cluster's Slurm
         placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
         report = api.check(r, placement=placement)
         for line in report.lines():
