@@ -116,14 +116,9 @@ class Pipeline:
 
     def dependency_expression(self, stage: Stage, ids: Mapping[str, str] | None = None) -> str:
         """``afterok:<pretrain>`` (names as placeholders) or, with ``ids``, the real one."""
-        pairs = [(cond, (ids or {}).get(up, f"<{up}>")) for up, cond in stage.after]
-        grouped: dict[str, list[str]] = {}
-        for cond, job in pairs:
-            grouped.setdefault(cond, []).append(job)
-        parts = [f"{c}:{':'.join(v)}" for c, v in grouped.items()]
-        if stage.recipe.resources.singleton:
-            parts.append("singleton")
-        return ",".join(parts)
+        pairs = [(cond, (ids or {}).get(up, placeholder(up))) for up, cond in stage.after]
+        dep = Dependency.of(pairs, singleton=stage.recipe.resources.singleton)
+        return dep.expression()
 
 
 def _line(lines: LineMap, *path: str | int) -> int | None:

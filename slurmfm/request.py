@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal, get_args
@@ -123,11 +123,12 @@ class ArraySpec:
 class SubmitRequest:
     """Everything one ``sbatch`` call sends, and the context it was made from.
 
-    Sent (compared for equality): ``script`` (stdin of sbatch), ``files`` (runtime files the job
-    reads: name -> bytes; the name is the path the job reads it from, written before sbatch
-    runs), ``sbatch_args`` (extra options), ``dependency``, ``kill_on_invalid_dep``, ``array``,
-    ``job_name``, ``env_names`` (the variables the job needs from the submitting environment,
-    exported by sbatch's default ``--export=ALL``; names only, never values) and ``target``.
+    Sent (compared for equality): ``script`` (stdin of sbatch); ``files``, the runtime files the
+    job uses (name -> bytes; the script carries them itself, so sbatch receives nothing else;
+    listed so a dry run can show and write them); ``sbatch_args`` (extra options);
+    ``dependency``, ``kill_on_invalid_dep`` and ``array`` (sbatch options); ``job_name``;
+    ``env_names``, the variables the job needs from the submitting environment (exported by
+    sbatch's default ``--export=ALL``; names only, never values); and ``target``.
 
     Context (not compared): the recipe, the rendered parts (directives, warnings, notes), sweep
     tasks and the directories a submission creates.
@@ -211,7 +212,7 @@ class SubmitRequest:
 
         out = [f"# dry run: would run {sh_join(list(self.argv()))} with this script on stdin"]
         for name, data in sorted(self.files.items()):
-            out.append(f"# runtime file: {name} ({len(data)} bytes), written before sbatch runs")
+            out.append(f"# runtime file: {name} ({len(data)} bytes), carried in the script")
         return out
 
     def __str__(self) -> str:
@@ -233,13 +234,6 @@ class SubmitRequest:
             write_atomic(path, data)
             written.append(path)
         return written
-
-    def place_files(self) -> None:
-        """Write the runtime files where the job reads them (before sbatch runs)."""
-        from slurmfm.fsutil import write_atomic
-
-        for name, data in self.files.items():
-            write_atomic(name, data)
 
 
 def _relative(name: str) -> PurePosixPath:
@@ -276,15 +270,11 @@ def from_rendered(
         from slurmfm.recipe.sweep import array_spec
 
         array = ArraySpec(array_spec(recipe.sweep), recipe.sweep.size, recipe.sweep.max_concurrent)
-    files = {
-        str(k): v.encode("utf-8") if isinstance(v, str) else bytes(v)
-        for k, v in (getattr(rendered, "files", None) or {}).items()
-    }
     return SubmitRequest(
         script=rendered.text.encode("utf-8"),
         job_name=recipe.name,
         target=rendered.target,
-        files=files,
+        files=_runtime_files(getattr(rendered, "files", None)),
         dependency=Dependency(singleton=True) if recipe.resources.singleton else None,
         array=array,
         env_names=tuple(recipe.secrets),
@@ -293,3 +283,15 @@ def from_rendered(
         tasks=tasks,
         creates_dirs=(recipe.storage.log_dir,),
     )
+
+
+def _runtime_files(found: object) -> dict[str, bytes]:
+    """The renderer's runtime files as name -> bytes: a mapping, or objects with ``name`` and
+    ``data`` (the job runtime that the script carries; see the job runtime's docs)."""
+    if isinstance(found, Mapping):
+        pairs = list(found.items())
+    elif isinstance(found, Iterable):
+        pairs = [(getattr(f, "name", ""), getattr(f, "data", b"")) for f in found]
+    else:
+        return {}
+    return {str(k): v.encode("utf-8") if isinstance(v, str) else bytes(v) for k, v in pairs}

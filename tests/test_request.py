@@ -190,4 +190,18 @@ def test_runtime_files_are_written_with_the_script(tmp_path: Path) -> None:
         "--parsable",
         "--dependency=afterok:3",
     ]
-    assert "# runtime file: job/runtime.py (11 bytes)" in str(req)
+    assert "# runtime file: job/runtime.py (11 bytes), carried in the script" in str(req)
+
+
+def test_runtime_files_come_from_the_renderer_in_either_shape() -> None:
+    # The renderer may list its files as a mapping or as objects with name and data.
+    from slurmfm.request import _runtime_files
+
+    @dataclass(frozen=True)
+    class File:
+        name: str
+        data: bytes
+
+    assert _runtime_files((File("abc.pyz", b"PK"),)) == {"abc.pyz": b"PK"}
+    assert _runtime_files({"x.txt": "text"}) == {"x.txt": b"text"}
+    assert _runtime_files(None) == {}

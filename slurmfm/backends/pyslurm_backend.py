@@ -113,7 +113,6 @@ class PySlurmBackend:
                 f"pyslurm: cannot pass sbatch options {' '.join(request.sbatch_args)}; "
                 "use --backend cli"
             )
-        request.place_files()
         desc = self.mod.JobSubmitDescription(
             script=request.text, environment=dict(env if env is not None else os.environ)
         )

@@ -140,10 +140,9 @@ class SlurmCLI:
         return m.group(1)
 
     def submit(self, request: SubmitRequest, *, env: dict[str, str] | None = None) -> SubmitResult:
-        """Submit ``request``: its runtime files written, then ``request.argv()`` with the
-        script's bytes on stdin; return the job id Slurm printed."""
+        """Submit ``request``: ``request.argv()`` with the script's bytes on stdin (the script
+        carries its runtime files); return the job id Slurm printed."""
         request.check_submittable()
-        request.place_files()
         argv = list(request.argv())
         proc = self._run(argv, stdin=request.script, env=env)
         if proc.returncode:
