@@ -110,3 +110,28 @@ def test_array_records_are_summarized_and_hetjobs_keep_component_zero() -> None:
         rec(JobId="21", HetJobId="20", HetJobOffset="1", JobState="PENDING"),
     ]
     assert array_representative(het) == het[0]
+
+
+def test_only_the_client_runs_slurm_commands() -> None:
+    # One client (SlurmCLI) talks to Slurm: nobody else calls its private _run, and the CLI
+    # package starts no processes of its own (the topology commands had a second runner).
+    import ast
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[2] / "slurmfm"
+    offenders = []
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "_run"
+                and rel != "backends/slurm_cli.py"
+            ):
+                offenders.append(f"{rel}:{node.lineno}: ._run")
+            if rel.startswith("cli/") and isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if "subprocess" in names:
+                    offenders.append(f"{rel}:{node.lineno}: imports subprocess")
+    assert offenders == []
