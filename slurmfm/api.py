@@ -170,7 +170,7 @@ def check(
 
     cli = SlurmCLI(dict(env) if env is not None else None)
     request = render(recipe, slurm_version=cli.version(), placement=placement)
-    return preflight(recipe, request.text, cli)
+    return preflight(recipe, request.text, cli, request.test_only_args())
 
 
 def submit(

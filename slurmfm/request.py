@@ -175,6 +175,11 @@ class SubmitRequest:
             out.append("--kill-on-invalid-dep=yes")
         return tuple(out)
 
+    def test_only_args(self) -> tuple[str, ...]:
+        """The options a preflight's ``sbatch --test-only`` must see as well: the array (not
+        a dependency: its jobs may not exist yet)."""
+        return (f"--array={self.array.indices}",) if self.array is not None else ()
+
     def with_dependency(self, dep: Dependency) -> SubmitRequest:
         """This request after the jobs of ``dep``; ``--kill-on-invalid-dep=yes`` where the
         target Slurm has it (slurmfm.catalog.slurm_features: ``kill_on_invalid_dep``)."""

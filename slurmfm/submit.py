@@ -81,7 +81,7 @@ def _preflight(items: Sequence[tuple[str, SubmitRequest]], env: Mapping[str, str
     for label, req in items:
         if req.recipe is None:
             continue
-        report = preflight(req.recipe, req.text, cli)
+        report = preflight(req.recipe, req.text, cli, req.test_only_args())
         if not report.ok and len(items) == 1 and not label:
             raise PreflightError(report)
         failed.extend(f"{label}: {c.name}: {c.message}" for c in report.failures())

@@ -108,6 +108,7 @@ def test_recipe_and_sweep_dry_run_bytes_are_the_submitted_bytes(
     assert shown.endswith(req.text)
     if recipe == "sw.yaml":
         assert req.array == ArraySpec("0-2%2", 3, 2)
+        assert req.test_only_args() == ("--array=0-2%2",)
         assert "--array=0-2%2" in req.argv()
         assert "--array=0-2%2" in header
 

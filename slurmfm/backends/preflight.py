@@ -11,6 +11,7 @@ Slurm's own reason into one plain line.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -89,8 +90,11 @@ def _features(expr: str) -> set[str]:
     return {w for w in words if w}
 
 
-def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
-    """Run every check against the live cluster (read-only: ``--test-only`` queues nothing)."""
+def preflight(
+    recipe: Recipe, script: str, cli: SlurmCLI, extra_args: Sequence[str] = ()
+) -> PreflightReport:
+    """Run every check against the live cluster (read-only: ``--test-only`` queues nothing);
+    ``extra_args``: command-line options of the submission that the test must see too."""
     from slurmfm.recipe.schema import parse_time_limit
 
     report = PreflightReport()
@@ -138,7 +142,7 @@ def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
             )
         )
     try:
-        where = cli.test_only(script)
+        where = cli.test_only(script, extra_args=extra_args)
         report.checks.append(Check("sbatch --test-only", True, " ".join(where.split())))
     except BackendError as exc:
         msg = str(exc).removeprefix("sbatch:").strip()

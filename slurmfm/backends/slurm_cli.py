@@ -153,9 +153,12 @@ class SlurmCLI:
             raise BackendError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
         return SubmitResult(job_id=job_id, cluster=cluster or None, message=proc.stderr.strip())
 
-    def test_only(self, script: str, *, env: dict[str, str] | None = None) -> str:
-        """Ask the scheduler whether and where the job would start (``sbatch --test-only``)."""
-        argv = ["sbatch", "--test-only"]
+    def test_only(
+        self, script: str, *, env: dict[str, str] | None = None, extra_args: Sequence[str] = ()
+    ) -> str:
+        """Ask the scheduler whether and where the job would start (``sbatch --test-only``),
+        with ``extra_args`` (a request's ``--array``) as the real submission would have them."""
+        argv = ["sbatch", "--test-only", *extra_args]
         proc = self._run(argv, stdin=script.encode("utf-8"), env=env)
         if proc.returncode:
             raise self._fail(proc, argv)

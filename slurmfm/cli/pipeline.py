@@ -52,6 +52,7 @@ def _show_dry_run(
                             "recipe": pipeline.stage(s.name).recipe.name,
                             "dependency": s.dependency,
                             "script": s.script_path,
+                            "argv": list(s.info.argv()),
                             "array_tasks": len(s.info.tasks),
                         }
                         for s in plan.stages
