@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import signal
@@ -143,3 +144,216 @@ def test_save_request_flag() -> None:
         assert req.requested
     finally:
         req.restore()
+
+
+# A training job that resumes and saves again, killed with SIGKILL by itself at the
+# KILL_AT-th file-system call (rename, unlink, rmdir, fsync, mkdir): a real kill (no finally,
+# no atexit) at a point chosen by the test, so every point of a save is reached without
+# timing luck. It first re-saves the step it resumed from (a pre-timeout save right after a
+# restart), then the next steps, printing each completed save.
+SELF_KILL = """
+import hashlib, os, signal, sys
+from pathlib import Path
+from slurmfm import checkpoint as ck
+d, kill_at = Path(sys.argv[1]), int(sys.argv[2])
+calls = [0]
+def hooked(fn):
+    def call(*a, **k):
+        calls[0] += 1
+        if calls[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return fn(*a, **k)
+    return call
+for name in ("rename", "replace", "unlink", "rmdir", "fsync", "mkdir"):
+    setattr(os, name, hooked(getattr(os, name)))
+cur = ck.latest(d)
+start = ck.step_of(cur) if cur else 1
+for step in range(start, start + 4):
+    def w(tmp, step=step):
+        for i in range(3):
+            (tmp / f"shard{i}.bin").write_bytes(hashlib.sha256(str(step).encode()).digest() * 64)
+        (tmp / "meta.txt").write_text(str(step))
+    ck.save(d, step, w, keep_last=2)
+    print(step, flush=True)
+"""
+
+KILLS = 150
+
+
+def _complete_payload(path: Path) -> int:
+    step = int((path / "meta.txt").read_text())
+    for i in range(3):
+        assert (path / f"shard{i}.bin").read_bytes() == hashlib.sha256(
+            str(step).encode()
+        ).digest() * 64, f"{path} is not complete"
+    return step
+
+
+def test_resave_killed_anywhere_always_resumes_a_complete_checkpoint(tmp_path: Path) -> None:
+    """Issue 15 items 5 and 6: 150 kills at random points of saves that re-save a step.
+
+    ``latest`` (resolved by resume_point) always names a complete checkpoint, no work beyond
+    the save in flight is lost, and leftovers of killed saves do not pile up.
+    """
+    import random
+
+    rng = random.Random(15)
+    lost = kills = 0
+    for i in range(KILLS):
+        cur = ck.latest(tmp_path)
+        before = ck.step_of(cur) if cur else None
+        proc = subprocess.run(
+            [sys.executable, "-c", SELF_KILL, str(tmp_path), str(rng.randint(1, 90))],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr
+        done = [int(x) for x in proc.stdout.split()]
+        resumed = ck.latest(tmp_path)
+        assert resumed is not None, f"kill {i}: latest names no complete checkpoint"
+        step = _complete_payload(resumed)
+        assert step == ck.step_of(resumed)
+        kills += proc.returncode != 0
+        floor = done[-1] if done else (before or 0)
+        assert step in (floor, floor + 1), f"kill {i}: resumed {step}, last saved {floor}"
+        lost += 0 if step >= floor else 1
+        leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".step_")]
+        assert len(leftovers) <= 2, leftovers  # at most the killed save's own
+        steps = [p for p in tmp_path.iterdir() if p.name.startswith("step_")]
+        assert len(steps) <= 4
+    assert lost == 0
+    assert kills > KILLS // 2  # most runs were really killed mid-way
+
+
+def test_resume_point_falls_back_from_a_dangling_or_empty_latest(tmp_path: Path) -> None:
+    """Issue 15 item 7: never restart from step 0 over older complete checkpoints."""
+    for s in (3, 5):
+        ck.save(tmp_path, s, writer(s))
+    (tmp_path / "latest").write_text("step_000000009\n")
+    rp = ck.resume_point(tmp_path)
+    assert rp.step == 5
+    assert rp.path == tmp_path / "step_000000005"
+    assert "step_000000009, which does not exist" in rp.message
+    assert "newest complete checkpoint" in rp.message
+    assert str(rp.path) in rp.message
+    assert ck.latest(tmp_path) == rp.path
+    (tmp_path / "latest").write_text("")
+    rp = ck.resume_point(tmp_path)
+    assert rp.step == 5
+    assert "latest is empty" in rp.message
+    (tmp_path / "latest").unlink()
+    assert ck.resume_point(tmp_path).step == 5
+    (tmp_path / "latest").write_text("step_000000003\n")
+    rp = ck.resume_point(tmp_path)
+    assert rp.step == 3
+    assert rp.message == f"resuming from {tmp_path / 'step_000000003'} (named by latest)"
+
+
+def test_resume_point_of_an_empty_directory_says_step_0(tmp_path: Path) -> None:
+    rp = ck.resume_point(tmp_path / "missing")
+    assert rp.path is None
+    assert rp.step is None
+    assert "starting from step 0" in rp.message
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(proc.stdout)
+
+
+def test_clean_removes_dead_leftovers_and_restores_an_aside_copy(tmp_path: Path) -> None:
+    """Issue 15 items 5-6: a kill between the two renames of a re-save loses nothing."""
+    pid = _dead_pid()
+    ck.save(tmp_path, 1, writer(1))
+    ck.save(tmp_path, 2, writer(2))
+    # A re-save of step 2 killed after moving the old copy aside, before the new one landed.
+    os.rename(tmp_path / "step_000000002", tmp_path / f".step_000000002.{pid}.old")
+    (tmp_path / f".step_000000002.{pid}.partial").mkdir()
+    (tmp_path / f".step_000000001.{pid}.deleting").mkdir()
+    assert _complete_payload_v1(ck.resume_point(tmp_path).path) == 2
+    removed = ck.clean(tmp_path)
+    assert sorted(p.name for p in removed) == sorted(
+        [f".step_000000002.{pid}.partial", f".step_000000001.{pid}.deleting"]
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "latest",
+        "step_000000001",
+        "step_000000002",
+    ]
+    assert assert_complete(tmp_path) == 2
+
+
+def _complete_payload_v1(path: Path | None) -> int:
+    assert path is not None
+    step = int((path / "meta.txt").read_text())
+    assert (path / "model.bin").read_bytes() == payload(step)
+    return step
+
+
+def test_clean_leaves_a_live_writer_alone(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        live = tmp_path / f".step_000000004.{proc.pid}.partial"
+        live.mkdir()
+        assert ck.clean(tmp_path) == []
+        assert live.exists()
+    finally:
+        proc.communicate(b"")
+
+
+def _quota_writer(step: int, directory: Path, capacity: int):  # type: ignore[no-untyped-def]
+    """A writer on a disk that holds ``capacity`` checkpoint-sized directories."""
+
+    def write(tmp: Path) -> None:
+        used = [p for p in directory.iterdir() if p.is_dir()]
+        if len(used) > capacity:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "model.bin"))
+        writer(step)(tmp)
+
+    return write
+
+
+def test_partials_of_killed_saves_do_not_fill_the_disk(tmp_path: Path) -> None:
+    """Issue 15 item 6: 97 % of the disk was leftovers of killed saves."""
+    pid = _dead_pid()
+    ck.save(tmp_path, 1, writer(1), keep_last=2)
+    ck.save(tmp_path, 2, writer(2), keep_last=2)
+    for s in (3, 4):
+        (tmp_path / f".step_{s:09d}.{pid}.partial").mkdir()
+    ck.save(tmp_path, 3, _quota_writer(3, tmp_path, capacity=3), keep_last=2)
+    assert assert_complete(tmp_path) == 3
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
+def test_no_space_prunes_then_retries_once(tmp_path: Path) -> None:
+    for s in (1, 2):
+        ck.save(tmp_path, s, writer(s), keep_last=2)
+    ck.save(tmp_path, 3, _quota_writer(3, tmp_path, capacity=2), keep_last=2)
+    assert assert_complete(tmp_path) == 3
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("step_")) == [
+        "step_000000002",
+        "step_000000003",
+    ]
+    # Without keep_last nothing of the user's is deleted: the error stands.
+    with pytest.raises(OSError, match="No space"):
+        ck.save(tmp_path, 4, _quota_writer(4, tmp_path, capacity=1))
+    assert assert_complete(tmp_path) == 3
+
+
+def test_no_space_wrapped_by_a_framework_is_recognised() -> None:
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as inner:
+            raise RuntimeError("PytorchStreamWriter failed writing file") from inner
+    except RuntimeError as exc:
+        assert ck._no_space(exc)
+    assert not ck._no_space(RuntimeError("CUDA error"))
