@@ -31,6 +31,13 @@ def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
     write_atomic(path, text, mode=mode)
 
 
+def _check_output(path: str) -> None:
+    """Refuse an -o target that is not a regular file before any work (or a submission)."""
+    from slurmfm.fsutil import check_target
+
+    check_target(path)
+
+
 def _warn(warnings: tuple[str, ...] | list[str]) -> None:
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
@@ -170,6 +177,8 @@ def render(
     """
     from slurmfm import render_cache
 
+    if output:
+        _check_output(output)
     key = None
     if not no_cache and render_cache.enabled():
         key = render_cache.key(recipe, sets, slurm_version)
@@ -298,6 +307,8 @@ def submit(
         )
         return
 
+    if output:
+        _check_output(output)
     r = _load(recipe, sets)
     probed = None
     if slurm_version is None and not dry_run and topology_src is not None:

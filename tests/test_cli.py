@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +163,64 @@ def test_submit_status_cancel_via_cli(slurm_lab: SlurmLab, tmp_path: Path) -> No
     pys = cli("submit", "recipes/quickstart.yaml", *sets, "--backend", "pyslurm")
     assert pys.returncode == 2
     assert "pyslurm backend unavailable" in pys.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI as a user runs it (bytes: some inputs below are not UTF-8)."""
+    return subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", *args], capture_output=True, cwd=REPO_ROOT
+    )
+
+
+def _one_clean_line(proc: subprocess.CompletedProcess[bytes]) -> str:
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "chardev", "directory"])
+def test_output_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    """Issue 15 item 9: -o replaced a character device and symlinks with 0755 scripts."""
+    target = tmp_path / "out"
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "symlink":
+        target.symlink_to(victim)
+    elif kind == "chardev":
+        if os.geteuid() != 0:
+            pytest.skip("mknod of a character device needs root")
+        os.mknod(target, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # like /dev/null
+    else:
+        target.mkdir()
+    before = os.lstat(target)
+    commands = [["submit", "--dry-run", QUICK]]
+    if kind != "directory":  # render's -o is declared a file: click refuses a directory
+        commands.append(["render", QUICK])
+    for args in commands:
+        err = _one_clean_line(_cli(*args, "-o", str(target)))
+        assert err.startswith(f"{target}: (output): exists and is ")
+        after = os.lstat(target)
+        assert (after.st_mode, after.st_ino, after.st_rdev) == (
+            before.st_mode,
+            before.st_ino,
+            before.st_rdev,
+        )
+    assert victim.read_text() == "keep me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "victim"]
+
+
+def test_output_keeps_an_existing_files_mode(tmp_path: Path) -> None:
+    out = tmp_path / "job.sh"
+    out.write_text("old\n")
+    out.chmod(0o600)
+    proc = _cli("render", QUICK, "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert out.read_text().startswith("#!/bin/bash\n")
+    fresh = tmp_path / "fresh.sh"
+    assert _cli("render", QUICK, "-o", str(fresh)).returncode == 0
+    assert fresh.stat().st_mode & 0o100  # a new script is executable
