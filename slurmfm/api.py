@@ -253,7 +253,9 @@ def submit(
             raise PreflightError(report)
     # sbatch does not create the --output directory; a job whose log dir is missing fails
     # without any output, so create it before submitting.
-    Path(recipe.storage.log_dir).mkdir(parents=True, exist_ok=True)
+    from slurmfm.fsutil import make_dirs
+
+    make_dirs(recipe.storage.log_dir, what="storage.log_dir")
     result = be.submit(script.text, env=dict(env) if env is not None else None)
     return Job(result.job_id, be, script)
 

@@ -90,3 +90,50 @@ def write_atomic(path: str | Path, text: str, *, mode: int | None = None) -> Non
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+# Recipes and pipeline files are a few KiB; the largest shipped recipe is under 4 KiB.
+MAX_INPUT_BYTES = 1 << 20
+
+
+class InputFileError(SlurmfmError):
+    """A file slurmfm will not read as a recipe: not a regular file, or too large."""
+
+
+def read_bounded(path: str | Path, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, refusing anything else or more than ``limit``.
+
+    Why open non-blocking and check after opening: a FIFO with no writer would block ``open``
+    forever, and ``/dev/zero`` would be read until the kernel's OOM killer ends the process
+    (on a shared login node). ``fstat`` of the opened descriptor sees what was really opened.
+    Other ``OSError`` (missing, no permission) propagate for the caller to word.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputFileError(f"is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > limit:
+            raise InputFileError(f"is {st.st_size} bytes, over the limit of {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew while being read
+            raise InputFileError(f"is more than {limit} bytes, over the limit")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: str | Path, *, what: str) -> None:
+    """``mkdir -p`` that fails as one line naming the recipe field, not a traceback."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{what}: cannot create {path}: {exc.strerror or exc}") from None
