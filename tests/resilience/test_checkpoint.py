@@ -357,3 +357,31 @@ def test_no_space_wrapped_by_a_framework_is_recognised() -> None:
     except RuntimeError as exc:
         assert ck._no_space(exc)
     assert not ck._no_space(RuntimeError("CUDA error"))
+
+
+def test_status_resolves_a_relative_checkpoint_dir_in_the_jobs_workdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15 item 16b: `slurmfm status` looked for runs/ck under the caller's directory."""
+    from slurmfm.backends.base import JobStatus
+    from slurmfm.backends.state import read_state
+
+    work, logs, elsewhere = tmp_path / "work", tmp_path / "logs", tmp_path / "elsewhere"
+    for d in (work, logs, elsewhere):
+        d.mkdir()
+    ck.save(work / "runs" / "ck", 7, writer(7))
+    (logs / "demo_42.state").write_text(
+        "2026-12-01T00:00:00 restart=0 event=start\n"
+        "2026-12-01T00:00:01 restart=0 event=checkpoint-dir runs/ck\n"
+    )
+    status = JobStatus(
+        job_id="42",
+        state="RUNNING",
+        name="demo",
+        stdout=str(logs / "demo_42.out"),
+        raw={"WorkDir": str(work)},
+    )
+    monkeypatch.chdir(elsewhere)
+    st = read_state(status)
+    assert st is not None
+    assert st.last_checkpoint == str(work / "runs" / "ck" / "step_000000007")
