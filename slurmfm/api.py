@@ -231,8 +231,12 @@ def submit(
     placement: Placement | None = None,
     preflight: bool = True,
     slurm_version: str | None = None,
+    allow_shared_run_dir: bool = False,
 ) -> Job:
     """Render for the cluster's real Slurm version and submit; secrets must be in ``env``.
+
+    A live job already using the run's checkpoint directory makes this refuse
+    (:class:`~slurmfm.run_lock.RunDirInUse`) unless ``allow_shared_run_dir``.
 
     ``slurm_version``: what the caller already asked the cluster (the CLI does, to plan), so
     that ``sbatch --version`` is not asked twice; by default the backend is asked.
@@ -256,8 +260,25 @@ def submit(
     from slurmfm.fsutil import make_dirs
 
     make_dirs(recipe.storage.log_dir, what="storage.log_dir")
-    result = be.submit(script.text, env=dict(env) if env is not None else None)
+    from slurmfm import run_lock
+
+    with run_lock.exclusive(
+        recipe, lambda job: _live_state(be, job), allow_shared=allow_shared_run_dir
+    ) as record:
+        result = be.submit(script.text, env=dict(env) if env is not None else None)
+        record(result.job_id)
     return Job(result.job_id, be, script)
+
+
+def _live_state(be: Backend, job_id: str) -> str | None:
+    """The job's state while Slurm still has it alive, else None (ended or unknown)."""
+    from slurmfm.errors import BackendError
+
+    try:
+        st = be.status(job_id)
+    except BackendError:
+        return None
+    return None if st.done or not st.state else st.state
 
 
 def status(job_id: str, *, backend: BackendKind | Backend = "cli") -> JobStatus:
