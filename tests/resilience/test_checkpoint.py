@@ -385,3 +385,50 @@ def test_status_resolves_a_relative_checkpoint_dir_in_the_jobs_workdir(
     st = read_state(status)
     assert st is not None
     assert st.last_checkpoint == str(work / "runs" / "ck" / "step_000000007")
+
+
+def _lock_recipe(root: Path, **resources: object):  # type: ignore[no-untyped-def]
+    from slurmfm.recipe.loader import validate
+
+    return validate(
+        {
+            "name": "twice",
+            "cluster": {"instance_type": "lab-cpu"},
+            "resources": {"procs_per_node": 1, **resources},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+            "storage": {"checkpoint_root": str(root)},
+        }
+    )
+
+
+def test_run_lock_refuses_a_live_job_and_allows_the_explicit_choices(tmp_path: Path) -> None:
+    """Issue 15 item 8, without Slurm: the record beside the run directory and its rules."""
+    from slurmfm import run_lock
+    from slurmfm.run_lock import RunDirInUse
+
+    r = _lock_recipe(tmp_path)
+    alive = {"11": "RUNNING"}
+    with run_lock.exclusive(r, alive.get) as record:
+        record("11")
+    assert (tmp_path / "twice" / ".twice.slurmfm-jobs").read_text() == "11\n"
+    refused = r"job 11 \(RUNNING\) already uses the run directory"
+    with pytest.raises(RunDirInUse, match=refused), run_lock.exclusive(r, alive.get):
+        pass
+    with run_lock.exclusive(r, alive.get, allow_shared=True) as record:
+        record("12")
+    with run_lock.exclusive(_lock_recipe(tmp_path, singleton=True), alive.get) as record:
+        record("13")
+    alive.clear()  # every recorded job has ended
+    with run_lock.exclusive(r, alive.get) as record:
+        record("14")
+    assert (tmp_path / "twice" / ".twice.slurmfm-jobs").read_text().split() == [
+        "11",
+        "12",
+        "13",
+        "14",
+    ]
+    # A checkpoint file system that is not mounted here: nothing to check, submission goes on.
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with run_lock.exclusive(_lock_recipe(blocker), alive.get) as record:
+        record("15")
