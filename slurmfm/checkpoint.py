@@ -192,11 +192,11 @@ def clean(directory: Path) -> list[Path]:
     Called at the start of every :func:`save` and by :func:`prune`; a job may call it at
     start. Leftovers of a process that still runs on this host are left alone (a save in
     progress); a save running on another host is not seen, so call this only where no other
-    host saves into the directory (one job per run directory: slurmfm.run_lock). A ``.partial`` directory (a save killed while writing) is removed; a ``.old``
-    aside copy is renamed back to ``step_N`` when the new ``step_N`` never landed, else
-    removed; a ``.deleting`` directory (a prune killed while deleting) is removed. Why
-    prunes rename first: a half-deleted ``step_N`` would look complete. Returns what was
-    removed.
+    host saves into the directory (one job per run directory: slurmfm.run_lock). A
+    ``.partial`` directory (a save killed while writing) is removed; a ``.old`` aside copy
+    is renamed back to ``step_N`` when the new ``step_N`` never landed, else removed; a
+    ``.deleting`` directory (a prune killed while deleting) is removed. Why prunes rename
+    first: a half-deleted ``step_N`` would look complete. Returns what was removed.
     """
     removed: list[Path] = []
     try:

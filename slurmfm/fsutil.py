@@ -22,8 +22,12 @@ from pathlib import Path
 from slurmfm.errors import SlurmfmError
 
 
-class OutputError(SlurmfmError):
-    """An output path slurmfm will not write (exit status 2, one line)."""
+class OutputError(SlurmfmError, OSError):
+    """An output path slurmfm will not write (exit status 2, one line).
+
+    Also an ``OSError``: callers that treat a failed write as best effort (the pipeline
+    record, caches) keep doing so.
+    """
 
 
 def _kind(mode: int) -> str:

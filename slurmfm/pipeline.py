@@ -500,22 +500,43 @@ def submit(
             failed.extend(f"{s.name}: {c.name}: {c.message}" for c in report.failures())
         if failed:
             raise SlurmfmError("\n".join(f"preflight: {line}" for line in failed))
+    import contextlib
+
+    from slurmfm import run_lock
+    from slurmfm.fsutil import make_dirs
+
     for s in pipeline.stages:
-        Path(s.recipe.storage.log_dir).mkdir(parents=True, exist_ok=True)
+        make_dirs(s.recipe.storage.log_dir, what=f"{s.name}: storage.log_dir")
     run = PipelineRun(pipeline, backend)
-    for s in pipeline.stages:
-        dep = Dependency.of([(cond, run.job_ids[up]) for up, cond in s.after])
-        script = with_dependency(scripts[s.name], dep)
-        try:
-            result = backend.submit(script.text, env=dict(env) if env is not None else None)
-        except SlurmfmError as exc:
-            _abort(run, s.name, exc, keep_submitted)
-            raise  # pragma: no cover - _abort always raises
-        run.stages.append(
-            SubmittedStage(
-                s.name, result.job_id, pipeline.dependency_expression(s, run.job_ids), script
+    with contextlib.ExitStack() as held:
+        # One live job per run directory, as for submit (slurmfm.run_lock); the stages of
+        # this pipeline may share one, as they run in dependency order. Sorted: two
+        # pipelines never wait for each other's records in opposite orders.
+        by_path = {run_lock.record_path(s.recipe): s.recipe for s in pipeline.stages}
+        records = {
+            path: held.enter_context(
+                run_lock.exclusive(
+                    by_path[path],
+                    lambda job: api._live_state(backend, job),
+                    override="give the stage its own storage.run_id",
+                )
             )
-        )
+            for path in sorted(by_path)
+        }
+        for s in pipeline.stages:
+            dep = Dependency.of([(cond, run.job_ids[up]) for up, cond in s.after])
+            script = with_dependency(scripts[s.name], dep)
+            try:
+                result = backend.submit(script.text, env=dict(env) if env is not None else None)
+            except SlurmfmError as exc:
+                _abort(run, s.name, exc, keep_submitted)
+                raise  # pragma: no cover - _abort always raises
+            records[run_lock.record_path(s.recipe)](result.job_id)
+            run.stages.append(
+                SubmittedStage(
+                    s.name, result.job_id, pipeline.dependency_expression(s, run.job_ids), script
+                )
+            )
     try:
         run.record_path = write_record(run)
     except OSError as exc:  # the jobs are queued: say so, do not fail the submission

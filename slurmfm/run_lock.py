@@ -62,14 +62,19 @@ def _read(fd: int) -> list[str]:
 
 @contextlib.contextmanager
 def exclusive(
-    recipe: Recipe, live_state: Callable[[str], str | None], *, allow_shared: bool = False
+    recipe: Recipe,
+    live_state: Callable[[str], str | None],
+    *,
+    allow_shared: bool = False,
+    override: str = "pass --allow-shared-run-dir",
 ) -> Iterator[Callable[[str], None]]:
     """Hold the run's record while submitting; yields ``record(job_id)`` for the new job.
 
     ``live_state(job_id)`` returns the job's state while it is alive, else None. Raises
     :class:`RunDirInUse` when a recorded job is alive, unless ``allow_shared`` or the recipe
-    is a singleton. When the record cannot be created (the checkpoint file system is not
-    mounted where slurmfm runs), nothing is checked: submission must not depend on it.
+    is a singleton; ``override`` ends the message (how to submit anyway). When the record
+    cannot be created (the checkpoint file system is not mounted where slurmfm runs),
+    nothing is checked: submission must not depend on it.
     """
     path = record_path(recipe)
     try:
@@ -89,7 +94,7 @@ def exclusive(
                         f"storage.run_id: job {job} ({state}) already uses the run directory "
                         f"{run_dir(recipe)}; a second job would overwrite its checkpoints and "
                         "resume from them. Wait for it or cancel it, give this run its own id "
-                        "(--set storage.run_id=NEW), or pass --allow-shared-run-dir"
+                        f"(--set storage.run_id=NEW), or {override}"
                     )
 
         def record(job_id: str) -> None:
