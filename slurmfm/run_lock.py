@@ -31,7 +31,7 @@ from slurmfm.errors import SlurmfmError
 if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
 
-# Job ids kept in the record: enough to cover chains of requeues and a few resubmissions.
+# Live job ids kept in the record (a pipeline's stages, or jobs allowed to share).
 _KEEP = 20
 
 
@@ -85,23 +85,24 @@ def exclusive(
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        jobs = _read(fd)
-        if not (allow_shared or recipe.resources.singleton):
-            for job in reversed(jobs):
-                state = live_state(job)
-                if state:
-                    raise RunDirInUse(
-                        f"storage.run_id: job {job} ({state}) already uses the run directory "
-                        f"{run_dir(recipe)}; a second job would overwrite its checkpoints and "
-                        "resume from them. Wait for it or cancel it, give this run its own id "
-                        f"(--set storage.run_id=NEW), or {override}"
-                    )
+        # Only jobs still alive are kept: the record stays short, and each submission asks
+        # Slurm about a few jobs at most.
+        alive = [(job, state) for job in _read(fd)[-_KEEP:] if (state := live_state(job))]
+        if alive and not (allow_shared or recipe.resources.singleton):
+            job, state = alive[-1]
+            raise RunDirInUse(
+                f"storage.run_id: job {job} ({state}) already uses the run directory "
+                f"{run_dir(recipe)}; a second job would overwrite its checkpoints and "
+                "resume from them. Wait for it or cancel it, give this run its own id "
+                f"(--set storage.run_id=NEW), or {override}"
+            )
+        kept = [job for job, _ in alive]
 
         def record(job_id: str) -> None:
-            kept = [*jobs, job_id][-_KEEP:]
+            kept.append(job_id.split(";", maxsplit=1)[0])  # sbatch --parsable: "JOBID[;CLUSTER]"
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
-                os.pwrite(fd, ("\n".join(kept) + "\n").encode(), 0)
+                os.pwrite(fd, ("\n".join(kept[-_KEEP:]) + "\n").encode(), 0)
                 os.fsync(fd)
 
         yield record

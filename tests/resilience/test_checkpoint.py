@@ -418,15 +418,13 @@ def test_run_lock_refuses_a_live_job_and_allows_the_explicit_choices(tmp_path: P
         record("12")
     with run_lock.exclusive(_lock_recipe(tmp_path, singleton=True), alive.get) as record:
         record("13")
+    alive["13"] = "PENDING"
+    # Only live jobs stay in the record (12 never was alive here).
+    assert (tmp_path / "twice" / ".twice.slurmfm-jobs").read_text().split() == ["11", "13"]
     alive.clear()  # every recorded job has ended
     with run_lock.exclusive(r, alive.get) as record:
-        record("14")
-    assert (tmp_path / "twice" / ".twice.slurmfm-jobs").read_text().split() == [
-        "11",
-        "12",
-        "13",
-        "14",
-    ]
+        record("14;cluster")
+    assert (tmp_path / "twice" / ".twice.slurmfm-jobs").read_text() == "14\n"
     # A checkpoint file system that is not mounted here: nothing to check, submission goes on.
     blocker = tmp_path / "file"
     blocker.write_text("")
