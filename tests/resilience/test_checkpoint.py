@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,7 @@ def test_interrupted_saves_never_expose_partial_checkpoints(
 
 KILLER = """
 import sys, time
+from collections.abc import Iterator
 from pathlib import Path
 from slurmfm import checkpoint as ck
 d = Path(sys.argv[1])
@@ -153,6 +155,7 @@ def test_save_request_flag() -> None:
 # restart), then the next steps, printing each completed save.
 SELF_KILL = """
 import hashlib, os, signal, sys
+from collections.abc import Iterator
 from pathlib import Path
 from slurmfm import checkpoint as ck
 d, kill_at = Path(sys.argv[1]), int(sys.argv[2])
@@ -430,3 +433,50 @@ def test_run_lock_refuses_a_live_job_and_allows_the_explicit_choices(tmp_path: P
     blocker.write_text("")
     with run_lock.exclusive(_lock_recipe(blocker), alive.get) as record:
         record("15")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MiB file system (tmpfs), so a full disk is the kernel's ENOSPC."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def _big(step: int):  # type: ignore[no-untyped-def]
+    def write(tmp: Path) -> None:
+        (tmp / "model.bin").write_bytes(payload(step)[:32] * (600 * 1024 // 32))
+        (tmp / "meta.txt").write_text(str(step))
+
+    return write
+
+
+def test_a_full_disk_of_leftovers_and_old_checkpoints_does_not_stop_a_save(
+    small_disk: Path,
+) -> None:
+    """Issue 15 item 6 on a real file system: leftovers are cleaned first, and when the disk
+    is still full, keep_last pruning runs before the save gives up."""
+    d = small_disk / "run"
+    for s in (1, 2):
+        ck.save(d, s, _big(s), keep_last=2)
+    leftover = d / f".step_000000003.{_dead_pid()}.partial"  # a save killed mid-write
+    leftover.mkdir()
+    (leftover / "model.bin").write_bytes(b"x" * 600 * 1024)
+    ck.save(d, 3, _big(3), keep_last=2)
+    assert not leftover.exists()
+    assert ck.step_of(ck.latest(d) or d) == 3
+    # Three checkpoints fill the disk: saving a fourth with keep_last=3 prunes to two first.
+    ck.save(d, 4, _big(4), keep_last=3)
+    ck.save(d, 5, _big(5), keep_last=3)
+    names = sorted(p.name for p in d.iterdir() if p.name.startswith("step_"))
+    assert names[-1] == "step_000000005"
+    assert int((d / names[-1] / "meta.txt").read_text()) == 5
+    assert not [p for p in d.iterdir() if p.name.startswith(".step_")]
