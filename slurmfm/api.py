@@ -181,8 +181,12 @@ def submit(
     placement: Placement | None = None,
     preflight: bool = True,
     slurm_version: str | None = None,
+    allow_shared_run_dir: bool = False,
 ) -> Job:
     """Render for the cluster's real Slurm version and submit; secrets must be in ``env``.
+
+    A live job already using the run's checkpoint directory makes this refuse
+    (:class:`~slurmfm.run_lock.RunDirInUse`) unless ``allow_shared_run_dir``.
 
     ``slurm_version``: what the caller already asked the cluster (the CLI does, to plan), so
     that ``sbatch --version`` is not asked twice; by default the backend is asked.
@@ -192,7 +196,13 @@ def submit(
     """
     be = get_backend(backend, env) if isinstance(backend, str) else backend
     request = render(recipe, slurm_version=slurm_version or be.version(), placement=placement)
-    return submit_request(request, backend=be, env=env, preflight=preflight)
+    return submit_request(
+        request,
+        backend=be,
+        env=env,
+        preflight=preflight,
+        allow_shared_run_dir=allow_shared_run_dir,
+    )
 
 
 def submit_request(
@@ -201,13 +211,22 @@ def submit_request(
     backend: BackendKind | Backend = "cli",
     env: Mapping[str, str] | None = None,
     preflight: bool = True,
+    allow_shared_run_dir: bool = False,
 ) -> Job:
     """Submit exactly ``request`` (from :func:`dry_run` or :func:`render`), nothing re-rendered:
-    secrets checked, preflight (unless off), log directory created, then the backend sends it."""
+    secrets checked, preflight (unless off), log directory created, one live job per run
+    directory (:class:`~slurmfm.run_lock.RunDirInUse` unless ``allow_shared_run_dir``), then
+    the backend sends it."""
     from slurmfm.submit import submit_all
 
     be = get_backend(backend, env) if isinstance(backend, str) else backend
-    done = submit_all([("", request)], backend=be, env=env, preflight=preflight)
+    done = submit_all(
+        [("", request)],
+        backend=be,
+        env=env,
+        preflight=preflight,
+        allow_shared_run_dir=allow_shared_run_dir,
+    )
     return Job(done[0].job_id, be, done[0].request)
 
 

@@ -505,6 +505,7 @@ def submit(
         env=env,
         preflight=preflight,
         keep_submitted=keep_submitted,
+        shared_run_dir_hint="give the stage its own storage.run_id",
     )
     run = PipelineRun(pipeline, backend)
     for d in done:

@@ -9,6 +9,7 @@ made here is replacing ``<stage>`` placeholders in a dependency with the job ids
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -109,27 +110,62 @@ def submit_all(
     env: Mapping[str, str] | None = None,
     preflight: bool = True,
     keep_submitted: bool = False,
+    allow_shared_run_dir: bool = False,
+    shared_run_dir_hint: str = "pass --allow-shared-run-dir",
 ) -> list[Submitted]:
     """Submit ``(label, request)`` items in order; later dependencies may name earlier labels.
 
-    Nothing is queued when a recipe's secrets or a preflight fail. When a later ``sbatch``
-    fails, the jobs already queued are cancelled unless ``keep_submitted``.
+    Nothing is queued when a recipe's secrets or a preflight fail, or when a live job already
+    trains in an item's run directory (:mod:`slurmfm.run_lock`; the items of one submission
+    may share one, as they run in dependency order). When a later ``sbatch`` fails, the jobs
+    already queued are cancelled unless ``keep_submitted``.
     """
+    from slurmfm import run_lock
+
     require_secrets({label: r.recipe for label, r in items if r.recipe is not None}, env)
     if preflight:
         _preflight(items, env)
     _make_dirs(items)
     done: list[Submitted] = []
     child_env = dict(env) if env is not None else None
-    for label, req in items:
-        final = req.resolved({s.label: s.job_id for s in done})
-        try:
-            result = backend.submit(final, env=child_env)
-        except SlurmfmError as exc:
-            _abort(backend, done, label, exc, keep_submitted)
-            raise  # pragma: no cover - _abort always raises
-        done.append(Submitted(label, result.job_id, final))
+    with contextlib.ExitStack() as held:
+        # Sorted: two submissions never wait for each other's records in opposite orders.
+        by_path = {
+            run_lock.record_path(r.recipe): r.recipe for _, r in items if r.recipe is not None
+        }
+        records = {
+            path: held.enter_context(
+                run_lock.exclusive(
+                    by_path[path],
+                    lambda job: _live_state(backend, job),
+                    allow_shared=allow_shared_run_dir,
+                    override=shared_run_dir_hint,
+                )
+            )
+            for path in sorted(by_path)
+        }
+        for label, req in items:
+            final = req.resolved({s.label: s.job_id for s in done})
+            try:
+                result = backend.submit(final, env=child_env)
+            except SlurmfmError as exc:
+                _abort(backend, done, label, exc, keep_submitted)
+                raise  # pragma: no cover - _abort always raises
+            if req.recipe is not None:
+                records[run_lock.record_path(req.recipe)](result.job_id)
+            done.append(Submitted(label, result.job_id, final))
     return done
+
+
+def _live_state(backend: Backend, job_id: str) -> str | None:
+    """The job's state while Slurm still has it alive, else None (ended or unknown)."""
+    from slurmfm.errors import BackendError
+
+    try:
+        st = backend.status(job_id)
+    except BackendError:
+        return None
+    return None if st.done or not st.state else st.state
 
 
 def _abort(

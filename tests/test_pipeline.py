@@ -22,6 +22,7 @@ from slurmfm.errors import BackendError, RecipeError, RenderError
 from slurmfm.pipeline import PipelineSubmitError, parse_pipeline
 from slurmfm.recipe.loader import validate
 from slurmfm.request import Dependency, SubmitRequest
+from slurmfm.run_lock import RunDirInUse
 
 RECIPE = """\
 name: {name}
@@ -447,6 +448,12 @@ def test_submit_writes_a_record_and_status_reads_the_latest(
     pipeline = api.load_pipeline(three_stage(stage_dir))
     be = StatusBackend()
     first = api.submit_pipeline(pipeline, backend=be, preflight=False)
+    # While the first run's jobs live, a second run into the same run directories is refused
+    # (issue 15 item 8); once they have ended it is submitted.
+    with pytest.raises(RunDirInUse, match=r"job 10[123] \(PENDING\) already uses"):
+        api.submit_pipeline(pipeline, backend=be, preflight=False)
+    assert len(be.requests) == 3  # nothing queued by the refused run
+    be.states = {j: JobStatus(j, "COMPLETED", exit_code="0:0") for j in ("101", "102", "103")}
     second = api.submit_pipeline(pipeline, backend=be, preflight=False)
     assert first.record_path == stage_dir / "logs" / "pipelines" / "pipeline_101.json"
     assert second.record_path == stage_dir / "logs" / "pipelines" / "pipeline_104.json"

@@ -212,8 +212,8 @@ def test_recipe_run_id_and_checkpoint_dir_are_one_definition(recipes: Path) -> N
     r = api.load(recipes / "a.yaml")
     assert r.run_id == "a"
     assert r.checkpoint_dir == f"{recipes / 'logs'}/a/a"
-    named = api.override(r, {"storage.run_id": "r1", "storage.checkpoint_root": "/"})
-    assert (named.run_id, named.checkpoint_dir) == ("r1", "/a/r1")
+    named = api.override(r, {"storage.run_id": "r1", "storage.checkpoint_root": "/ck/"})
+    assert (named.run_id, named.checkpoint_dir) == ("r1", "/ck/a/r1")
     assert api.endpoint_path(named) == recipes / "logs" / "endpoints" / "r1.json"
     tasks = api.sweep_tasks(api.load(recipes / "sw.yaml"))
     assert [t.checkpoint_dir for t in tasks] == [f"{recipes / 'logs'}/sw/sw-t{i}" for i in range(3)]

@@ -31,6 +31,25 @@ def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
     write_atomic(path, text, mode=mode)
 
 
+def _check_output(path: str) -> None:
+    """Refuse an -o target that is not a regular file before any work (or a submission)."""
+    from slurmfm.fsutil import check_target
+
+    check_target(path)
+
+
+def _say_run_dir(r: Recipe) -> None:
+    """Name the run directory and the one-live-job rule (slurmfm.run_lock)."""
+    from slurmfm.run_lock import run_dir
+
+    alone = (
+        "jobs of this singleton recipe take turns"
+        if r.resources.singleton
+        else ("submit refuses a second live job on it (--allow-shared-run-dir to override)")
+    )
+    click.echo(f"run directory: {run_dir(r)}{'-t<i>' if r.sweep else ''}; {alone}")
+
+
 def _warn(warnings: tuple[str, ...] | list[str]) -> None:
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
@@ -136,6 +155,7 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
             else ""
         )
     )
+    _say_run_dir(r)
     if r.sweep is not None:
         from slurmfm.api import sweep_tasks
 
@@ -170,6 +190,8 @@ def render(
     """
     from slurmfm.cli import cache as render_cache
 
+    if output:
+        _check_output(output)
     key = None
     if not no_cache and render_cache.enabled():
         key = render_cache.key(recipe, sets, slurm_version)
@@ -227,6 +249,11 @@ def render(
 )
 @click.option("--no-check", is_flag=True, help="Skip the preflight that runs before submitting.")
 @click.option(
+    "--allow-shared-run-dir",
+    is_flag=True,
+    help="Submit even if a live job already uses this run's checkpoint directory.",
+)
+@click.option(
     "--then",
     "then",
     multiple=True,
@@ -267,8 +294,12 @@ def submit(
     then: tuple[str, ...],
     condition: str,
     keep_submitted: bool,
+    allow_shared_run_dir: bool,
 ) -> None:
     """Render RECIPE for the cluster's Slurm and submit it with sbatch.
+
+    A live job that already uses RECIPE's run directory (its checkpoints) makes submit refuse
+    unless --allow-shared-run-dir; give the run its own id with --set storage.run_id=NEW.
 
     Before submitting, a preflight asks the cluster whether the job can run (partition, node
     count, time limit, features, sbatch --test-only); when it cannot, nothing is queued and
@@ -335,6 +366,7 @@ def submit(
         request,
         backend=be if be is not None else backend,  # type: ignore[arg-type]
         preflight=not no_check,
+        allow_shared_run_dir=allow_shared_run_dir,
     )
     if output and job.request is not None:
         write_requests(output, [(r.name, job.request)])

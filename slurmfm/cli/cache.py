@@ -90,13 +90,16 @@ def _library_fingerprint(h: hashlib._Hash) -> None:
 
 def key(recipe_path: str, overrides: tuple[str, ...], slurm_version: str | None) -> str | None:
     """The cache key for rendering ``recipe_path``; None when the file cannot be read."""
+    from slurmfm.errors import SlurmfmError
+    from slurmfm.fsutil import read_bounded
+
     try:
-        data = Path(recipe_path).read_bytes()
-    except OSError:
+        data = read_bounded(recipe_path)  # never a FIFO's hang or /dev/zero's OOM
+    except (OSError, SlurmfmError):
         return None
     h = hashlib.sha256()
     h.update(f"format {FORMAT}\npython {sys.version}\n".encode())
-    h.update(f"recipe {os.path.abspath(recipe_path)}\n".encode())
+    h.update(b"recipe " + os.fsencode(os.path.abspath(recipe_path)) + b"\n")
     h.update(hashlib.sha256(data).digest())
     h.update(json.dumps([list(overrides), slurm_version]).encode())
     _package_fingerprint(h)

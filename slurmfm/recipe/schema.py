@@ -9,6 +9,7 @@ characters sbatch parses safely.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -17,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,6 +33,9 @@ Flavor = Literal["parallelcluster", "pcs", "hyperpod", "generic"]
 # Slurm job names, partitions, accounts, QOS, reservations: conservative identifiers.
 SlurmName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+# What an `#SBATCH --output=` path may hold: slurmfm.render.quote's #SBATCH characters less `%`.
+_LOG_DIR_CHARS = re.compile(r"^[A-Za-z0-9_@+=:,./\-\[\]&|!*()]$")
 
 _TIME_RE = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+)(?::(?P<s>\d+))?$")
 
@@ -61,8 +66,147 @@ def parse_time_limit(text: str) -> int:
     return nums[0] * 60 + nums[1] + (1 if nums[2] else 0)
 
 
+# Numbers a YAML boolean must not silently become (pydantic's lax mode reads true as 1).
+_NUMBER_TYPES = (int, float, int | None, float | None)
+# Fields that hold a path. A newline in one would split the job's state-file records
+# (``slurmfm status`` reads them line by line) and the log lines that name it.
+_PATH_FIELDS = frozenset(
+    {
+        "checkpoint_root",
+        "log_dir",
+        "data",
+        "workdir",
+        "mounts",
+        "activate",
+        "script",
+        "megatron_path",
+        "model_cache",
+        "textfile_dir",
+        "dcgm_job_mapping_dir",
+    }
+)
+
+
+def _strings(v: object) -> list[str]:
+    """Every string inside a value (keys and items of dicts and lists too)."""
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, dict):
+        return [s for k, x in v.items() for s in (*_strings(k), *_strings(x))]
+    if isinstance(v, list | tuple):
+        return [s for x in v for s in _strings(x)]
+    return []
+
+
+# Every field of every model below that is not itself a model (nor a discriminator, which
+# pydantic does not let a before-validator touch); tests/recipe check the list is complete.
+_LEAF_FIELDS = (
+    "account",
+    "activate",
+    "args",
+    "aws_ofi_nccl",
+    "checkpoint_root",
+    "command",
+    "conda_env",
+    "constraints",
+    "cp",
+    "data",
+    "dcgm_job_mapping_dir",
+    "dcgm_level",
+    "dist_port",
+    "drain_unhealthy",
+    "efa_counters",
+    "efa_installer",
+    "enabled",
+    "entrypoint",
+    "env",
+    "ep",
+    "exclude",
+    "exclusive",
+    "extra_args",
+    "flavor",
+    "health_gate",
+    "health_path",
+    "image",
+    "instance_type",
+    "interval_s",
+    "keep_last",
+    "libfabric",
+    "log_dir",
+    "log_mode",
+    "max_restarts",
+    "megatron_path",
+    "mem",
+    "min_free_gb",
+    "model",
+    "model_args",
+    "model_cache",
+    "module",
+    "modules",
+    "mount_home",
+    "mounts",
+    "name",
+    "nccl",
+    "nccl_check_timeout_s",
+    "nccl_debug",
+    "nccl_transport_check",
+    "nodes",
+    "overrides",
+    "partition",
+    "placement",
+    "port",
+    "pp",
+    "procs_per_node",
+    "python",
+    "qos",
+    "ray",
+    "ray_port",
+    "ray_timeout_s",
+    "rdzv_port",
+    "ready_poll_s",
+    "ready_timeout_s",
+    "recipe",
+    "requeue",
+    "reservation",
+    "run_id",
+    "save_before_timeout_s",
+    "script",
+    "secrets",
+    "served_model_name",
+    "singleton",
+    "slurm_version",
+    "stripe",
+    "task",
+    "textfile_dir",
+    "time_limit",
+    "tp",
+    "workdir",
+)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+    @field_validator(*_LEAF_FIELDS, mode="before", check_fields=False)
+    @classmethod
+    def _exact_values(cls, v: object, info: ValidationInfo) -> object:
+        """Refuse what the rendered script could not carry exactly, as ``render`` does.
+
+        A NUL byte (bash and the environment cannot hold one) or a lone surrogate anywhere,
+        a line break in a path, and a boolean where a number is meant (``nodes: true``).
+        Checked here so ``validate`` refuses with the field's line what ``render`` would.
+        """
+        name = info.field_name or ""
+        if isinstance(v, bool) and cls.model_fields[name].annotation in _NUMBER_TYPES:
+            raise ValueError(f"{str(v).lower()} is a yes/no value, not a number")
+        for text in _strings(v):
+            if "\x00" in text:
+                raise ValueError(f"{text[:40]!r} contains a NUL byte, which bash cannot carry")
+            if not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text):
+                raise ValueError(f"{text[:40]!r} is not valid Unicode text")
+            if name in _PATH_FIELDS and ("\n" in text or "\r" in text):
+                raise ValueError(f"{text[:40]!r}: a path must not contain a line break")
+        return v
 
 
 class Cluster(_Strict):
@@ -424,6 +568,38 @@ class Storage(_Strict):
         default=None, ge=1, description="keep only the newest K checkpoints (exported for scripts)"
     )
 
+    @field_validator("log_dir")
+    @classmethod
+    def _log_dir(cls, v: str) -> str:
+        # It becomes `#SBATCH --output=<log_dir>/%x_%j.out`: sbatch expands every `%` there
+        # (sbatch(1), "filename pattern") while the job creates the literal directory, so the
+        # output would go nowhere. Same characters as render's #SBATCH check, less `%`.
+        if not v:
+            raise ValueError("must not be empty")
+        bad = sorted({c for c in v if not _LOG_DIR_CHARS.fullmatch(c)})
+        if "%" in bad:
+            raise ValueError(
+                f"{v!r}: '%' is a filename pattern for sbatch --output (sbatch(1)); "
+                "the directory would not match"
+            )
+        if bad:
+            shown = ", ".join(repr(c) for c in bad)
+            raise ValueError(
+                f"{v!r} has characters that #SBATCH lines cannot carry safely ({shown})"
+            )
+        return v
+
+    @field_validator("checkpoint_root")
+    @classmethod
+    def _checkpoint_root(cls, v: str) -> str:
+        # An empty root or `/` would put checkpoints at /<name>/<run_id> on the node's root.
+        if not v.strip("/ "):
+            raise ValueError(
+                f"{v!r}: give a directory for checkpoints, e.g. /fsx/checkpoints (checkpoints "
+                "go to <checkpoint_root>/<name>/<run_id>)"
+            )
+        return v
+
 
 class Resilience(_Strict):
     """Requeue, pre-timeout save, restart cap, health gate and NCCL transport check.
@@ -527,12 +703,19 @@ class Recipe(_Strict):
     @field_validator("env", mode="before")
     @classmethod
     def _env_strings(cls, v: object) -> object:
-        # YAML turns `1` and `true` into numbers/bools; environment values are strings.
+        """Environment values are strings: ``1`` and ``True`` from Python become "1".
+
+        A recipe file keeps each ``env`` value as written (slurmfm.recipe.loader), so numbers
+        and booleans only come from Python dicts. A float is refused when its text is not the
+        number itself (``inf``, ``nan``), as the job would see something else.
+        """
         if isinstance(v, dict):
             out: dict[object, object] = {}
             for k, val in v.items():
                 if isinstance(val, bool):
                     out[k] = "1" if val else "0"
+                elif isinstance(val, float) and not math.isfinite(val):
+                    raise ValueError(f"env.{k}: {val!r} is not a number; quote the value")
                 elif isinstance(val, int | float):
                     out[k] = str(val)
                 else:
@@ -550,6 +733,12 @@ class Recipe(_Strict):
         if inst.gpus == 0 and self.resources.procs_per_node is None:
             raise ValueError(
                 f"resources.procs_per_node: required, because {inst.name} has no GPUs to count"
+            )
+        if not inst.gpus and (self.resources.procs_per_node or 0) > inst.vcpus:
+            raise ValueError(
+                f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
+                f"{inst.vcpus} vCPUs of {inst.name}: the job would wait for a node that "
+                "cannot exist"
             )
         if (
             inst.gpus
