@@ -9,6 +9,7 @@ characters sbatch parses safely.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -320,6 +321,9 @@ Launcher = Annotated[
     Field(discriminator="kind"),
 ]
 SERVE_KINDS = ("vllm", "sglang")
+# Launchers whose training saves when signalled: torchrun scripts through
+# slurmfm.checkpoint.SaveRequest (USR2), Megatron-LM through --exit-signal-handler (TERM).
+SAVE_ON_SIGNAL_LAUNCHERS = ("torchrun", "megatron")
 
 
 class Serve(_Strict):
@@ -367,6 +371,36 @@ class Container(_Strict):
     mounts: list[str] = Field(default_factory=list)
     workdir: str | None = None
     mount_home: bool = False
+    pyxis: str = Field(
+        default="auto",
+        description=(
+            "Pyxis version on the nodes; auto assumes >= 0.15 (AWS stacks install 0.19-0.20), "
+            "which has --container-env (slurmfm.catalog.containers)"
+        ),
+    )
+    enroot: str = Field(
+        default="auto",
+        description=(
+            "Enroot version on the nodes; auto assumes < 4.0 (AWS stacks install 3.4-3.5), "
+            "which does not mount the IMEX channels GB200 needs"
+        ),
+    )
+
+    @field_validator("pyxis", "enroot", mode="before")
+    @classmethod
+    def _version_text(cls, v: object) -> object:
+        # YAML reads 0.20 as a float: take it as written.
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return str(v)
+        return v
+
+    @field_validator("pyxis", "enroot")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        from slurmfm.catalog.containers import parse_version
+
+        parse_version("version", v)
+        return v
 
     @field_validator("mounts")
     @classmethod
@@ -420,6 +454,16 @@ class Storage(_Strict):
         ge=0,
         description="GiB; fail at start when less is free (on Lustre: on the emptiest OST)",
     )
+    write_mb_s: float = Field(
+        default=300,
+        gt=0,
+        description=(
+            "MB/s the checkpoint file system sustains for one job's save. Default: an FSx for "
+            "Lustre PERSISTENT_2 file system of 1.2 TiB at 250 MB/s/TiB, the smallest AWS "
+            "reference size (https://docs.aws.amazon.com/fsx/latest/LustreGuide/performance.html); "
+            "throughput scales with capacity, so set your file system's figure"
+        ),
+    )
     keep_last: int | None = Field(
         default=None, ge=1, description="keep only the newest K checkpoints (exported for scripts)"
     )
@@ -450,6 +494,34 @@ class Resilience(_Strict):
         default="auto", description="auto: fail on EFA instance types, off elsewhere"
     )
     nccl_check_timeout_s: int = Field(default=900, ge=10)
+    save_on_signal: bool | None = Field(
+        default=None,
+        description=(
+            "true: the training saves and exits when told (USR2 for torchrun scripts, TERM for "
+            "Megatron-LM's --exit-signal-handler), then the job requeues; false: the training "
+            "has no such handler, so the job requeues at once at the signal and resumes from "
+            "its last periodic checkpoint. Default by launcher: true for torchrun and megatron, "
+            "false for nemo, vllm and sglang"
+        ),
+    )
+    model_params_b: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "model size in billions of parameters; with it slurmfm checks that "
+            "save_before_timeout_s can hold one save at storage.write_mb_s"
+        ),
+    )
+    checkpoint_bytes_per_param: float = Field(
+        default=14,
+        gt=0,
+        description=(
+            "bytes a checkpoint holds per parameter: 2 (bf16 weights) + 12 (fp32 master "
+            "weights and Adam's two moments), the mixed-precision Adam accounting of ZeRO "
+            "(https://arxiv.org/abs/1910.02054, section 3.1) minus the gradients, which are "
+            "not saved"
+        ),
+    )
 
 
 class Network(_Strict):
@@ -560,6 +632,11 @@ class Recipe(_Strict):
                 f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
                 f"{inst.gpus} GPUs of {inst.name}"
             )
+        if self.resilience.save_on_signal and self.launcher.kind not in SAVE_ON_SIGNAL_LAUNCHERS:
+            raise ValueError(
+                f"resilience.save_on_signal: launcher {self.launcher.kind} has no save-on-signal "
+                "protocol slurmfm can drive; use false (requeue at the signal)"
+            )
         if self.serve is not None and self.launcher.kind in SERVE_KINDS:
             raise ValueError(
                 "serve: a serving recipe (launcher.kind: "
@@ -632,6 +709,53 @@ class Recipe(_Strict):
 
             expand(self)
         return self
+
+    @property
+    def save_on_signal(self) -> bool:
+        """The save protocol in effect: the recipe's choice, else the launcher's default."""
+        if self.resilience.save_on_signal is not None:
+            return self.resilience.save_on_signal
+        return self.launcher.kind in SAVE_ON_SIGNAL_LAUNCHERS
+
+    @property
+    def save_mode(self) -> str:
+        """One line for `validate`: which save protocol the job uses at the time limit."""
+        s = self.resilience.save_before_timeout_s
+        if not s:
+            return "save mode: none (resilience.save_before_timeout_s is 0: no pre-timeout signal)"
+        how = "explicit" if self.resilience.save_on_signal is not None else "launcher default"
+        if self.save_on_signal:
+            sig = "TERM (--exit-signal-handler)" if self.launcher.kind == "megatron" else "USR2"
+            return (
+                f"save mode: save-on-signal ({how}): {s} s before the time limit the training "
+                f"gets {sig}, saves and exits; the job requeues and resumes"
+            )
+        return (
+            f"save mode: requeue-at-signal ({how}): {s} s before the time limit the job "
+            "requeues at once and resumes from its last periodic checkpoint"
+        )
+
+    def save_window_warning(self) -> str | None:
+        """A warning when the pre-timeout window cannot hold one save at the storage speed.
+
+        Why: 300 s at 300 MB/s writes 90 GB; a 405B checkpoint is about 5.7 TB. A window too
+        short for the save ends the job in TIMEOUT, which Slurm does not requeue, with a
+        partial checkpoint.
+        """
+        r = self.resilience
+        if r.model_params_b is None or not r.save_before_timeout_s or not self.save_on_signal:
+            return None
+        gb = r.model_params_b * r.checkpoint_bytes_per_param  # 1e9 params x bytes = GB
+        need_s = gb * 1000 / self.storage.write_mb_s
+        if need_s <= r.save_before_timeout_s:
+            return None
+        return (
+            f"resilience.save_before_timeout_s: {r.save_before_timeout_s} s cannot hold one "
+            f"save of {gb:,.0f} GB ({r.model_params_b:g}B params x "
+            f"{r.checkpoint_bytes_per_param:g} bytes) at storage.write_mb_s "
+            f"{self.storage.write_mb_s:g} MB/s, which takes about {math.ceil(need_s):,} s; "
+            "raise the window, or set write_mb_s to the file system's real throughput"
+        )
 
     @property
     def procs_per_node(self) -> int:
