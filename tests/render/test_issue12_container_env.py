@@ -162,7 +162,8 @@ def test_old_pyxis_gets_no_container_env_and_a_warning(tmp_path: Path) -> None:
     rendered = render_script(r, Target.for_recipe(r, "24.11"))
     assert "--container-env" not in rendered.text
     (warning,) = [w for w in rendered.warnings if w.startswith("container.pyxis")]
-    assert "0.15.0" in warning and "NCCL_SOCKET_IFNAME" in warning
+    assert "0.15.0" in warning
+    assert "NCCL_SOCKET_IFNAME" in warning
     seen = _run(tmp_path, rendered.text)
     assert seen["n1"]["NCCL_SOCKET_IFNAME"] == "eth0"  # the documented loss, now warned about
 
