@@ -1,11 +1,11 @@
 """Preflight: ask the live cluster whether a job can run before queueing it.
 
-Why: a job that can never be scheduled (too many nodes, a time over the partition limit, a
-feature no node has) otherwise sits in the queue, or is rejected only after the user walked
-away. None of the peer launchers calls ``sbatch --test-only`` (peer-launchers.md section 9,
-item 6). The checks here read the partition with ``scontrol show partition -o`` and the node
-features with ``sinfo``, then run ``sbatch --test-only`` on the exact rendered script, and put
-Slurm's own reason into one plain line.
+Why: a job that can never be scheduled (too many nodes, a time over the partition limit, a feature
+no node has) otherwise sits in the queue, or is rejected only after the user walked away. None of
+the peer launchers calls ``sbatch --test-only`` (submitit, TorchX and NeMo-Run's Slurm executors).
+The checks here read the partition with ``scontrol show partition -o`` and the node features with
+``sinfo``, then run ``sbatch --test-only`` on the exact rendered script, and put Slurm's own reason
+into one plain line.
 """
 
 from __future__ import annotations

@@ -332,7 +332,7 @@ class Serve(_Strict):
 
     ``split`` divides one allocation: the last ``nodes`` hosts of the job's host order serve
     and the rest train, so the trainer keeps the planner's compact prefix (the TRL GRPO
-    sample on AWS serves from the last node: aws-launch-facts.md section 1, GRPO row).
+    sample on AWS serves from the last node: aws-samples/awsome-distributed-training:3.test_cases).
     ``hetjob`` asks for a second heterogeneous component (``#SBATCH hetjob``) when the
     server needs another node shape (instance type, partition).
     """
@@ -473,7 +473,7 @@ class Resilience(_Strict):
     """Requeue, pre-timeout save, restart cap, health gate and NCCL transport check.
 
     The pre-timeout signal is SIGUSR2: NCCL catches SIGUSR1 for itself, which is why submitit
-    moved to USR2 (peer-launchers.md section 2, submitit PR #1697).
+    moved to USR2 (https://github.com/facebookincubator/submitit/pull/1697).
     """
 
     requeue: bool = True
@@ -550,7 +550,8 @@ class Observability(_Strict):
     ``prometheus-node-exporter`` package reads ``/var/lib/prometheus/node-exporter`` instead.
     ``dcgm_job_mapping_dir`` is DCGM-Exporter's ``--hpc-job-mapping-dir`` (no default upstream);
     the default is the directory the HyperPod lifecycle scripts' Slurm prolog fills
-    (aws-launch-facts.md section 1.7). A directory that does not exist on a node is skipped with
+    (aws-samples/awsome-distributed-training:1.architectures/5.sagemaker-hyperpod/
+    LifecycleScripts). A directory that does not exist on a node is skipped with
     one warning: the job never fails because of metrics. ``null`` turns a part off.
     """
 
