@@ -214,7 +214,7 @@ _ALL: tuple[Feature, ...] = (
         _V(19, 5),
         None,
         "sbatch --gpus-per-node (select/cons_tres GPU options). 19.05 is the commonly cited first "
-        "release but has no source here; the lab shows it works on 22.05.8 and 26.05.",
+        "release but has no source here (unverified); the lab shows it works on 22.05.8 and 26.05.",
         f"{SRC_LAB}; {SRC_NEWER}",
         verified=False,
     ),
