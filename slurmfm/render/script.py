@@ -801,7 +801,7 @@ def render_script(
         )
     else:
         srun.extend([f"--ntasks={nodes_expr}", "--ntasks-per-node=1"])
-    if split:
+    if split and not nemo:  # NeMo's node list above already names the trainer's hosts
         srun.append('--nodelist="$(IFS=,; echo "${slurmfm_order[*]}")"')
     srun.append("--kill-on-bad-exit=1")
     observe = _observe(recipe, inst)

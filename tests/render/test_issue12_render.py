@@ -291,3 +291,15 @@ def test_nemo_step_uses_arbitrary_distribution_in_host_order() -> None:
     assert '--ntasks="$((${#slurmfm_order[@]} * 8))"' in line
     assert "--nodes=" not in line  # Slurm >= 24.11 refuses --nodes with arbitrary
     assert '--nodelist="$(for slurmfm_h in "${slurmfm_order[@]}"' in line
+
+
+def test_nemo_trainer_beside_a_split_server_has_one_node_list() -> None:
+    r = recipe(
+        cluster__instance_type="p6-b200.48xlarge",
+        resources__nodes=3,
+        launcher={"kind": "nemo", "recipe": "llama3_8b"},
+        serve={"nodes": 1, "launcher": {"kind": "vllm", "model": "m"}, "parallelism": {"tp": 8}},
+    )
+    line = launch_line(rendered(r).text)
+    assert line.count("--nodelist=") == 1
+    assert "--distribution=arbitrary" in line
