@@ -60,9 +60,14 @@ class Check:
 
 @dataclass
 class PreflightReport:
-    """The outcome of every check; ``ok`` only when all passed."""
+    """The outcome of every check; ``ok`` only when all passed.
+
+    ``warnings`` are risks that do not stop the job (for example a pre-timeout window too
+    short for one checkpoint save): shown with the checks, never a reason to refuse.
+    """
 
     checks: list[Check] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -72,7 +77,9 @@ class PreflightReport:
         return [c for c in self.checks if not c.ok]
 
     def lines(self) -> list[str]:
-        return [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}" for c in self.checks]
+        return [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}" for c in self.checks] + [
+            f"warn {w}" for w in self.warnings
+        ]
 
 
 class PreflightError(SlurmfmError):
@@ -94,6 +101,9 @@ def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
     from slurmfm.recipe.schema import parse_time_limit
 
     report = PreflightReport()
+    window = recipe.save_window_warning()
+    if window:
+        report.warnings.append(window)
     part = recipe.cluster.partition
     rec: dict[str, str] = {}
     if part:
