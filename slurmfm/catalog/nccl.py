@@ -566,6 +566,13 @@ CUMEM_OFF_HANG = (
 )
 
 
+MNNVL_FORCED = (
+    "1 restates NCCL's default (auto: multi-node NVLink is used where it works) and also "
+    f"forces the MNNVL check on single-node communicators ({SRC_NCCL_ENV}#nccl-mnnvl-enable; "
+    "NVIDIA/nccl:src/mnnvl.cc)"
+)
+
+
 def user_env_warnings(
     instance: InstanceType,
     stack: StackVersions,
@@ -589,6 +596,8 @@ def user_env_warnings(
             warnings.append(f"{name}: not needed on this stack/instance: {LEGACY_ONLY[name]}")
         elif name == "NCCL_CUMEM_ENABLE" and user[name] == "0" and job.internode_send_recv:
             warnings.append(f"{name}: {CUMEM_OFF_HANG}")
+        elif name == "NCCL_MNNVL_ENABLE" and user[name] == "1":
+            warnings.append(f"{name}: {MNNVL_FORCED}")
     return warnings
 
 

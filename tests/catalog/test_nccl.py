@@ -523,3 +523,12 @@ def test_property_profile_invariants(
         else:
             legacy = efa is not None and Version(efa.base_version) < Version("1.36.0")
             assert names.count("LD_LIBRARY_PATH") == int(legacy)
+
+
+def test_user_forcing_mnnvl_is_warned() -> None:
+    out = user_env_warnings(I("p6e-gb200.36xlarge"), AUTO, "container", {"NCCL_MNNVL_ENABLE": "1"})
+    assert len(out) == 1
+    assert "single-node communicators" in out[0]
+    assert not user_env_warnings(
+        I("p6e-gb200.36xlarge"), AUTO, "container", {"NCCL_MNNVL_ENABLE": "0"}
+    )
