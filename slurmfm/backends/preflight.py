@@ -1,11 +1,11 @@
 """Preflight: ask the live cluster whether a job can run before queueing it.
 
-Why: a job that can never be scheduled (too many nodes, a time over the partition limit, a
-feature no node has) otherwise sits in the queue, or is rejected only after the user walked
-away. None of the peer launchers calls ``sbatch --test-only`` (peer-launchers.md section 9,
-item 6). The checks here read the partition with ``scontrol show partition -o`` and the node
-features with ``sinfo``, then run ``sbatch --test-only`` on the exact rendered script, and put
-Slurm's own reason into one plain line.
+Why: a job that can never be scheduled (too many nodes, a time over the partition limit, a feature
+no node has) otherwise sits in the queue, or is rejected only after the user walked away. None of
+the peer launchers calls ``sbatch --test-only`` (submitit, TorchX and NeMo-Run's Slurm executors).
+The checks here read the partition with ``scontrol show partition -o`` and the node features with
+``sinfo``, then run ``sbatch --test-only`` on the exact rendered script, and put Slurm's own reason
+into one plain line.
 """
 
 from __future__ import annotations
@@ -61,9 +61,14 @@ class Check:
 
 @dataclass
 class PreflightReport:
-    """The outcome of every check; ``ok`` only when all passed."""
+    """The outcome of every check; ``ok`` only when all passed.
+
+    ``warnings`` are risks that do not stop the job (for example a pre-timeout window too
+    short for one checkpoint save): shown with the checks, never a reason to refuse.
+    """
 
     checks: list[Check] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -73,7 +78,9 @@ class PreflightReport:
         return [c for c in self.checks if not c.ok]
 
     def lines(self) -> list[str]:
-        return [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}" for c in self.checks]
+        return [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}" for c in self.checks] + [
+            f"warn {w}" for w in self.warnings
+        ]
 
 
 class PreflightError(SlurmfmError):
@@ -98,6 +105,9 @@ def preflight(
     from slurmfm.recipe.schema import parse_time_limit
 
     report = PreflightReport()
+    window = recipe.save_window_warning()
+    if window:
+        report.warnings.append(window)
     part = recipe.cluster.partition
     rec: dict[str, str] = {}
     if part:

@@ -156,6 +156,11 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
         )
     )
     _say_run_dir(r)
+    # Which save protocol the job uses at the time limit, and whether its window holds a save.
+    click.echo(r.save_mode)
+    window = r.save_window_warning()
+    if window:
+        click.echo(f"warning: {window}", err=True)
     if r.sweep is not None:
         from slurmfm.api import sweep_tasks
 

@@ -1,8 +1,8 @@
 """Predicted communication time of one placement: an alpha-beta model per parallel group.
 
 Why a model at all: Slurm's ``topology/tree`` minimises leaf switches only as a side effect and
-orders ranks by node name (slurm-topology-and-placement.md sections 0, 1.3, 1.6), so "how good is
-this placement" needs a number that sees rank order. The model follows section 6(b) of that sheet:
+orders ranks by node name (https://slurm.schedmd.com/topology.html), so "how good is
+this placement" needs a number that sees rank order. The model:
 
 * Ranks follow Megatron's default order ``tp-cp-ep-dp-pp`` (section 3.1): TP groups are
   consecutive ranks, CP strides by TP, DP by TP*CP inside one pipeline stage, PP by world/PP.
@@ -69,9 +69,9 @@ class Tier:
     oversubscription: float = 1.0
 
 
-# Nominal per-GPU figures (slurm-topology-and-placement.md 3.3): NVLink 900 GB/s bidirectional
-# on H100/H200 -> 450 GB/s one way; EFA on p5-class 3,200 Gb/s per node = 50 GB/s per GPU
-# (aws-launch-facts.md section 2 table, "Net (Gbps)" 3200 for p5/p5e/p5en; 1.8 gives the
+# Nominal per-GPU figures (https://www.nvidia.com/en-us/data-center/h100/): NVLink 900 GB/s
+# bidirectional on H100/H200 -> 450 GB/s one way; EFA on p5-class 3,200 Gb/s per node = 50 GB/s
+# per GPU (https://aws.amazon.com/ec2/instance-types/p5/: 3200 Gbps for p5/p5e/p5en; a run gave the
 # measured 2x p5 all_reduce busbw of ~480-487 GB/s, which is NVLink-dominated and so is not used
 # as an EFA figure). Crossing a pod/core costs collectives up to 17% (Arnold, section 3.4): the
 # core tier's bandwidth is 1/1.17 of the leaf's. Latencies are NOT published for EFA
@@ -279,8 +279,8 @@ class CostReport:
 def nvlink_domain(topology: Topology, node: str) -> str:
     """NVLink domain: the node's UltraServer, else for a block topology its block, else itself.
 
-    Block topologies for GB200 put one ``BlockName`` per NVLink domain (slurm-topology-and-
-    placement.md section 2, "Block configuration"), so a block without explicit domain ids is
+    Block topologies for GB200 put one ``BlockName`` per NVLink domain (topology.conf(5),
+    BlockName), so a block without explicit domain ids is
     taken as the UltraServer. Tree topologies carry UltraServers as ``Node.nvlink_domain``.
     """
     dom = topology.nodes[node].nvlink_domain

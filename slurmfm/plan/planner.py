@@ -1,9 +1,10 @@
 """Choose a job's nodes and rank order on the fabric, and what to ask Slurm for.
 
 Why not leave it to Slurm: ``topology/tree`` is a greedy, config-order-dependent best-fit whose
-rank order is node-name order, not topology order, before 26.05 (slurm-topology-and-placement.md
-sections 0, 1.3, 1.6, 8); ``topology/block`` places ``--segment`` chunks one at a time (1.4). The
-planner does the selection the documentation promises and then fixes the rank order:
+rank order is node-name order, not topology order, before 26.05
+(https://slurm.schedmd.com/topology.html; checked on the lab's 22.05.8); ``topology/block`` places
+``--segment`` chunks one at a time. The planner does the selection the documentation promises
+and then fixes the rank order:
 
 1. **NVLink rule (hard).** TP*CP and EP groups are blocks of consecutive ranks (Megatron order
    ``tp-cp-ep-dp-pp``, section 3.1); they must not leave their NVLink domain, the node itself

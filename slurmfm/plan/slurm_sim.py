@@ -3,9 +3,9 @@
 Why: the planner's claims ("never more leaves than Slurm", "fewer ring edges crossing a leaf")
 need a baseline that is exactly what Slurm would have done with the same free nodes, not a
 plausible approximation. This module is that baseline. It follows
-slurm-topology-and-placement.md section 1.3 (``_eval_nodes_topo``, the greedy best-fit over
-leaf switches guided by hop distance) and section 6(a) (the baseline recipe), with the
-correction of section 8: two rule sets, checked against a real Slurm 22.05.8.
+Slurm's ``_eval_nodes_topo`` (SchedMD/slurm, select/cons_tres: the greedy best-fit over
+leaf switches guided by hop distance), with the tree-selection fix of SchedMD/slurm commits
+2ec1d02624 and 64263118c3: two rule sets, checked against a real Slurm 22.05.8.
 
 * ``rules="21.08"``: Slurm 21.08 through 24.05.2. A closer leaf replaces the current best
   whenever ``compare(i, best) >= 0`` (ties allowed), fit or not; once a leaf is used, only its

@@ -105,6 +105,7 @@ _LEAF_FIELDS = (
     "activate",
     "args",
     "aws_ofi_nccl",
+    "checkpoint_bytes_per_param",
     "checkpoint_root",
     "command",
     "conda_env",
@@ -118,6 +119,7 @@ _LEAF_FIELDS = (
     "efa_counters",
     "efa_installer",
     "enabled",
+    "enroot",
     "entrypoint",
     "env",
     "ep",
@@ -141,6 +143,7 @@ _LEAF_FIELDS = (
     "model",
     "model_args",
     "model_cache",
+    "model_params_b",
     "module",
     "modules",
     "mount_home",
@@ -158,6 +161,7 @@ _LEAF_FIELDS = (
     "pp",
     "procs_per_node",
     "python",
+    "pyxis",
     "qos",
     "ray",
     "ray_port",
@@ -170,6 +174,7 @@ _LEAF_FIELDS = (
     "reservation",
     "run_id",
     "save_before_timeout_s",
+    "save_on_signal",
     "script",
     "secrets",
     "served_model_name",
@@ -181,6 +186,7 @@ _LEAF_FIELDS = (
     "time_limit",
     "tp",
     "workdir",
+    "write_mb_s",
 )
 
 
@@ -464,6 +470,9 @@ Launcher = Annotated[
     Field(discriminator="kind"),
 ]
 SERVE_KINDS = ("vllm", "sglang")
+# Launchers whose training saves when signalled: torchrun scripts through
+# slurmfm.checkpoint.SaveRequest (USR2), Megatron-LM through --exit-signal-handler (TERM).
+SAVE_ON_SIGNAL_LAUNCHERS = ("torchrun", "megatron")
 
 
 class Serve(_Strict):
@@ -472,7 +481,7 @@ class Serve(_Strict):
 
     ``split`` divides one allocation: the last ``nodes`` hosts of the job's host order serve
     and the rest train, so the trainer keeps the planner's compact prefix (the TRL GRPO
-    sample on AWS serves from the last node: aws-launch-facts.md section 1, GRPO row).
+    sample on AWS serves from the last node: aws-samples/awsome-distributed-training:3.test_cases).
     ``hetjob`` asks for a second heterogeneous component (``#SBATCH hetjob``) when the
     server needs another node shape (instance type, partition).
     """
@@ -511,6 +520,36 @@ class Container(_Strict):
     mounts: list[str] = Field(default_factory=list)
     workdir: str | None = None
     mount_home: bool = False
+    pyxis: str = Field(
+        default="auto",
+        description=(
+            "Pyxis version on the nodes; auto assumes >= 0.15 (AWS stacks install 0.19-0.20), "
+            "which has --container-env (slurmfm.catalog.containers)"
+        ),
+    )
+    enroot: str = Field(
+        default="auto",
+        description=(
+            "Enroot version on the nodes; auto assumes < 4.0 (AWS stacks install 3.4-3.5), "
+            "which does not mount the IMEX channels GB200 needs"
+        ),
+    )
+
+    @field_validator("pyxis", "enroot", mode="before")
+    @classmethod
+    def _version_text(cls, v: object) -> object:
+        # YAML reads 0.20 as a float: take it as written.
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return str(v)
+        return v
+
+    @field_validator("pyxis", "enroot")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        from slurmfm.catalog.containers import parse_version
+
+        parse_version("version", v)
+        return v
 
     @field_validator("mounts")
     @classmethod
@@ -564,6 +603,16 @@ class Storage(_Strict):
         ge=0,
         description="GiB; fail at start when less is free (on Lustre: on the emptiest OST)",
     )
+    write_mb_s: float = Field(
+        default=300,
+        gt=0,
+        description=(
+            "MB/s the checkpoint file system sustains for one job's save. Default: an FSx for "
+            "Lustre PERSISTENT_2 file system of 1.2 TiB at 250 MB/s/TiB, the smallest AWS "
+            "reference size (https://docs.aws.amazon.com/fsx/latest/LustreGuide/performance.html); "
+            "throughput scales with capacity, so set your file system's figure"
+        ),
+    )
     keep_last: int | None = Field(
         default=None, ge=1, description="keep only the newest K checkpoints (exported for scripts)"
     )
@@ -605,7 +654,7 @@ class Resilience(_Strict):
     """Requeue, pre-timeout save, restart cap, health gate and NCCL transport check.
 
     The pre-timeout signal is SIGUSR2: NCCL catches SIGUSR1 for itself, which is why submitit
-    moved to USR2 (peer-launchers.md section 2, submitit PR #1697).
+    moved to USR2 (https://github.com/facebookincubator/submitit/pull/1697).
     """
 
     requeue: bool = True
@@ -626,6 +675,34 @@ class Resilience(_Strict):
         default="auto", description="auto: fail on EFA instance types, off elsewhere"
     )
     nccl_check_timeout_s: int = Field(default=900, ge=10)
+    save_on_signal: bool | None = Field(
+        default=None,
+        description=(
+            "true: the training saves and exits when told (USR2 for torchrun scripts, TERM for "
+            "Megatron-LM's --exit-signal-handler), then the job requeues; false: the training "
+            "has no such handler, so the job requeues at once at the signal and resumes from "
+            "its last periodic checkpoint. Default by launcher: true for torchrun and megatron, "
+            "false for nemo, vllm and sglang"
+        ),
+    )
+    model_params_b: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "model size in billions of parameters; with it slurmfm checks that "
+            "save_before_timeout_s can hold one save at storage.write_mb_s"
+        ),
+    )
+    checkpoint_bytes_per_param: float = Field(
+        default=14,
+        gt=0,
+        description=(
+            "bytes a checkpoint holds per parameter: 2 (bf16 weights) + 12 (fp32 master "
+            "weights and Adam's two moments), the mixed-precision Adam accounting of ZeRO "
+            "(https://arxiv.org/abs/1910.02054, section 3.1) minus the gradients, which are "
+            "not saved"
+        ),
+    )
 
 
 class Network(_Strict):
@@ -654,7 +731,8 @@ class Observability(_Strict):
     ``prometheus-node-exporter`` package reads ``/var/lib/prometheus/node-exporter`` instead.
     ``dcgm_job_mapping_dir`` is DCGM-Exporter's ``--hpc-job-mapping-dir`` (no default upstream);
     the default is the directory the HyperPod lifecycle scripts' Slurm prolog fills
-    (aws-launch-facts.md section 1.7). A directory that does not exist on a node is skipped with
+    (aws-samples/awsome-distributed-training:1.architectures/5.sagemaker-hyperpod/
+    LifecycleScripts). A directory that does not exist on a node is skipped with
     one warning: the job never fails because of metrics. ``null`` turns a part off.
     """
 
@@ -749,6 +827,11 @@ class Recipe(_Strict):
                 f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
                 f"{inst.gpus} GPUs of {inst.name}"
             )
+        if self.resilience.save_on_signal and self.launcher.kind not in SAVE_ON_SIGNAL_LAUNCHERS:
+            raise ValueError(
+                f"resilience.save_on_signal: launcher {self.launcher.kind} has no save-on-signal "
+                "protocol slurmfm can drive; use false (requeue at the signal)"
+            )
         if self.serve is not None and self.launcher.kind in SERVE_KINDS:
             raise ValueError(
                 "serve: a serving recipe (launcher.kind: "
@@ -821,6 +904,53 @@ class Recipe(_Strict):
 
             expand(self)
         return self
+
+    @property
+    def save_on_signal(self) -> bool:
+        """The save protocol in effect: the recipe's choice, else the launcher's default."""
+        if self.resilience.save_on_signal is not None:
+            return self.resilience.save_on_signal
+        return self.launcher.kind in SAVE_ON_SIGNAL_LAUNCHERS
+
+    @property
+    def save_mode(self) -> str:
+        """One line for `validate`: which save protocol the job uses at the time limit."""
+        s = self.resilience.save_before_timeout_s
+        if not s:
+            return "save mode: none (resilience.save_before_timeout_s is 0: no pre-timeout signal)"
+        how = "explicit" if self.resilience.save_on_signal is not None else "launcher default"
+        if self.save_on_signal:
+            sig = "TERM (--exit-signal-handler)" if self.launcher.kind == "megatron" else "USR2"
+            return (
+                f"save mode: save-on-signal ({how}): {s} s before the time limit the training "
+                f"gets {sig}, saves and exits; the job requeues and resumes"
+            )
+        return (
+            f"save mode: requeue-at-signal ({how}): {s} s before the time limit the job "
+            "requeues at once and resumes from its last periodic checkpoint"
+        )
+
+    def save_window_warning(self) -> str | None:
+        """A warning when the pre-timeout window cannot hold one save at the storage speed.
+
+        Why: 300 s at 300 MB/s writes 90 GB; a 405B checkpoint is about 5.7 TB. A window too
+        short for the save ends the job in TIMEOUT, which Slurm does not requeue, with a
+        partial checkpoint.
+        """
+        r = self.resilience
+        if r.model_params_b is None or not r.save_before_timeout_s or not self.save_on_signal:
+            return None
+        gb = r.model_params_b * r.checkpoint_bytes_per_param  # 1e9 params x bytes = GB
+        need_s = gb * 1000 / self.storage.write_mb_s
+        if need_s <= r.save_before_timeout_s:
+            return None
+        return (
+            f"resilience.save_before_timeout_s: {r.save_before_timeout_s} s cannot hold one "
+            f"save of {gb:,.0f} GB ({r.model_params_b:g}B params x "
+            f"{r.checkpoint_bytes_per_param:g} bytes) at storage.write_mb_s "
+            f"{self.storage.write_mb_s:g} MB/s, which takes about {math.ceil(need_s):,} s; "
+            "raise the window, or set write_mb_s to the file system's real throughput"
+        )
 
     @property
     def procs_per_node(self) -> int:

@@ -11,11 +11,11 @@ Conventions:
 * Switch levels count from the leaves: a leaf switch (one that holds nodes) is level 0, its
   parent level 1, and so on, as in Slurm's ``scontrol show topology``.
 * EC2 network nodes are listed top-down (``NetworkNodes[0]`` is the top layer, the last is the
-  node the instance attaches to; aws-launch-facts.md section 3.1). :meth:`Topology.from_paths`
-  takes paths in that order.
+  node the instance attaches to; EC2 docs, how-ec2-instance-topology-works.html).
+  :meth:`Topology.from_paths` takes paths in that order.
 * Every pair of nodes is connected: if the fabric has several top switches, a synthetic common
   root named :data:`ROOT` is added above them (Slurm's tree needs a common ancestor for a job to
-  span switches; slurm-topology-and-placement.md section 1.2).
+  span switches; topology.conf(5)).
 * An NVLink domain is the instance itself for 8-GPU HGX types, or a GB200 UltraServer
   identified by EC2's ``CapacityBlockId`` (9 or 18 instances x 4 GPUs).
 """

@@ -8,12 +8,11 @@ order) hold in both directions and round trips can be tested against real slurmc
 Formats and their sources:
 
 * ``topology.conf`` tree (``SwitchName= Switches= Nodes= LinkSpeed=``) and block (``BlockName=
-  Nodes=`` + ``BlockSizes=``): slurm-topology-and-placement.md sections 1.2 and 1.4
-  (topology.conf(5)).
-* ``topology.yaml`` (Slurm >= 25.05): slurm-topology-and-placement.md section 1.5; the exact shape
-  emitted here is the one real Slurm 26.05.5 loaded in newer-slurm.md section 3.4.
+  Nodes=`` + ``BlockSizes=``): topology.conf(5).
+* ``topology.yaml`` (Slurm >= 25.05): topology.yaml(5); the exact shape emitted here is the one
+  real Slurm 26.05.5 loaded on this repository's lab (scripts/slurm-lab).
 * ``scontrol show topology``: lines as printed by real 22.05.8 (tree), 24.11.5 and 26.05.5
-  (block; newer-slurm.md sections 3.2 and 4), checked again on this repo's slurm-lab.
+  (block), checked on this repo's slurm-lab.
 
 Design choices (stated because the model cannot hold everything Slurm files can):
 
@@ -629,7 +628,7 @@ def _wants_block(t: Topology) -> bool:
 
 
 def _yaml_scalar(text: str) -> str:
-    """A YAML scalar: plain when safe (as in newer-slurm.md 3.4), else double-quoted."""
+    """A YAML scalar: plain when safe (as 26.05.5 loaded it), else double-quoted."""
     if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-\[\],]*", text) and text.lower() not in {
         "true",
         "false",
@@ -655,7 +654,7 @@ def export_yaml(
     GB200-style topologies (block kind, or nodes sharing NVLink domains) become ``block:`` entries,
     others ``tree:``; the shape (list of ``topology``/``cluster_default``/``tree.switches`` or
     ``block.block_sizes``/``block.blocks``, hostlist strings) is exactly what real 26.05.5 loaded
-    (newer-slurm.md 3.4). ``default`` (else the first partition) is the ``cluster_default``. Each
+    (as 26.05.5 loaded it). ``default`` (else the first partition) is the ``cluster_default``. Each
     partition must name its topology in slurm.conf: ``PartitionName=<p> ... Topology=<p>``.
     """
     v = _version(version)
@@ -694,7 +693,7 @@ def export_yaml(
             out.extend(f"  {n}" for n in notes)
             out.append("  tree:")
             out.append("    switches:")
-            # top level first (names in order within a level), as in newer-slurm.md 3.4
+            # top level first (names in order within a level), as 26.05.5 loaded it
             for _, line in sorted(lines, key=lambda e: -e[0]):
                 fields = dict(tok.split("=", 1) for tok in line.split())
                 out.append(f"      - switch: {_yaml_scalar(fields['SwitchName'])}")
@@ -886,7 +885,7 @@ _STATE_MAP: dict[str, StateName] = {
     "completing": "allocated",
     "resv": "allocated",
     "reserved": "allocated",
-    "blocked": "allocated",  # idle but held by --exclusive=topo (26.05; newer-slurm.md 3.2)
+    "blocked": "allocated",  # idle but held by --exclusive=topo (26.05, seen on the lab)
     "mix": "mixed",
     "mixed": "mixed",
     "drain": "drain",
