@@ -63,7 +63,9 @@ def test_nemo_ranks_follow_the_planned_order(every_lab: SlurmLab, tmp_path: Path
             "resources": {
                 "nodes": 3,
                 "procs_per_node": PER_NODE,
-                "exclusive": False,
+                # whole nodes: a shared p6-b200 node would ask 24 CPUs per task (each GPU's
+                # share of 192 vCPUs), more than a lab node's 16
+                "exclusive": True,
                 "time_limit": "00:05:00",
             },
             "launcher": {"kind": "nemo", "recipe": "llama3_8b", "python": str(probe)},
