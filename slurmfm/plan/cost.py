@@ -82,7 +82,7 @@ _DEFAULT_TIERS = {
     "nvlink": Tier("nvlink", 3e-6, 1 / 450e9),
     "leaf": Tier("leaf", 10e-6, 1 / 50e9),
     "spine": Tier("spine", 12e-6, 1 / 50e9),
-    "core": Tier("core", 14e-6, 1.17 / 50e9),
+    "core": Tier("core", 14e-6, 1 / 50e9),
 }
 
 # Bytes each group moves per training step. Illustrative (no source gives per-step volumes;
