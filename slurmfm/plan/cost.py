@@ -69,15 +69,17 @@ class Tier:
     oversubscription: float = 1.0
 
 
-# Nominal per-GPU figures (slurm-topology-and-placement.md 3.3): NVLink 900 GB/s bidirectional
-# on H100/H200 -> 450 GB/s one way; EFA on p5-class 3,200 Gb/s per node = 50 GB/s per GPU
-# (aws-launch-facts.md section 2 table, "Net (Gbps)" 3200 for p5/p5e/p5en; 1.8 gives the
-# measured 2x p5 all_reduce busbw of ~480-487 GB/s, which is NVLink-dominated and so is not used
-# as an EFA figure). Crossing a pod/core costs collectives up to 17% (Arnold, section 3.4): the
-# core tier's bandwidth is 1/1.17 of the leaf's. Latencies are NOT published for EFA
-# (section 7: "not public. Calibrate them empirically"): 3 us NVLink, 10 us EFA in a leaf and one
-# extra 2 us hop per tier crossed (section 3.3 "Latency adds one a_hop per tier crossed") are
-# placeholders to calibrate with nccl-tests. Oversubscription is 1 everywhere for the same reason.
+# Nominal per-GPU figures: NVLink4 900 GB/s bidirectional per H100/H200 GPU
+# (https://www.nvidia.com/en-us/data-center/nvlink/) -> 450 GB/s one way; EFA on p5-class
+# 3,200 Gb/s per instance (aws/karpenter-provider-aws:pkg/providers/instancetype/
+# zz_generated.bandwidth.go) = 50 GB/s per GPU. Every EFA tier has the same per-GPU bandwidth:
+# ByteDance's Arnold (arXiv 2509.15940) measured up to 17 % slower collectives across pods
+# under production load, which is congestion, and congestion is what ``oversubscription``
+# models; charging it as a slower core on top made the model disagree with the flow-level
+# simulation (slurmfm.plan.simulate) on uncongested placements. Latencies are not published
+# for EFA: 3 us NVLink, 10 us EFA in a leaf and 2 us per extra tier crossed are placeholders
+# to calibrate with nccl-tests. Oversubscription defaults to 1 (not published either); pass
+# the fabric's with ``--params`` (the benchmark reports 1, 2 and 4).
 _DEFAULT_TIERS = {
     "nvlink": Tier("nvlink", 3e-6, 1 / 450e9),
     "leaf": Tier("leaf", 10e-6, 1 / 50e9),
