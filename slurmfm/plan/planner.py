@@ -21,20 +21,23 @@ planner does the selection the documentation promises and then fixes the rank or
    completes it); then take bins largest-first and finish with the closest, tightest bin that
    fits the remainder (the shape of Slurm's and Kueue's best-fit, 1.3 step 6, without its
    config-order quirks). Whole leaves/UltraServers stay free.
-3a. **Slurm guard (tree).** Fewest leaves can cost more (two leaves across a core switch vs
-   three under one spine). So Slurm's own choice is simulated (``slurm_sim``, with the real
-   ``topology.conf`` switch order: ``switch_order=``, else the order recorded when the
-   topology was parsed from topology.conf/scontrol, else slurm_sim's default), and Slurm's
-   node sets (in the planner's rank order) join the candidates (the planner's own and its
-   selections under lower switches); the cheapest predicted candidate with no more leaves
-   than Slurm's choice wins. With ``slurm_version`` known, only the rule set that version
-   runs is simulated (feature ``tree_selection_rules_2405_3``: "24.05.3" rules from 24.05.3,
-   "21.08" rules before), so the plan never uses more leaves nor costs more than that Slurm's
-   choice (it is itself a candidate). Without a version both rule sets are simulated and the
-   bound is the fewer of the two choices' leaves: never more leaves nor a higher cost than
-   either, unless the two conflict (the fewer-leaf one costs more than the other). Run when
-   the fabric has <= 4,096 nodes or the job <= 1,024 nodes (the simulation is linear in leaves
-   per leaf used); otherwise fewest leaves, then cost.
+3a. **Objective: predicted time (tree).** Fewest leaves is a starting point, not the goal:
+   it can cost more (two leaves across a core switch vs three under one spine, or a 512-node
+   PP=4 job whose stages each fit under one spine). So Slurm's own choice is simulated
+   (``slurm_sim``, with the real ``topology.conf`` switch order: ``switch_order=``, else the
+   order recorded when the topology was parsed from topology.conf/scontrol, else slurm_sim's
+   default), and candidates compete on the cost model's predicted communication time
+   (:func:`_better`: time, then DP ring edges crossing a leaf, then leaves): the planner's
+   own selection, its selections under lower switches, one selection per PP stage (each
+   stage placed as its own job, so a stage can take one spine), and Slurm's node sets, each
+   in the planner's rank order (in pin mode also in Slurm's name and leaf orders). Slurm's
+   choices are candidates, so the plan is never predicted slower than them, and on a
+   predicted tie never crosses more leaves on DP rings. With ``slurm_version`` known, only
+   the rule set that version runs is simulated (feature ``tree_selection_rules_2405_3``:
+   "24.05.3" rules from 24.05.3, "21.08" rules before); without it, both. Run when the fabric
+   has <= 4,096 nodes or the job <= 1,024 nodes (the simulation is linear in leaves per leaf
+   used); otherwise fewest leaves, then cost. ``slurmfm.plan.simulate`` checks the model's
+   ranking against a flow-level simulation (scripts/bench_placement.py).
 4. **Rank order.** Nodes grouped by leaf (by UltraServer when units span nodes), leaves in fabric
    DFS order, so consecutive DP ring members share a leaf and each ring crosses each uplink the
    minimum number of times (3.1 (ii), 3.2); PP stages are contiguous node blocks (3.1 (iii)). A
@@ -390,6 +393,10 @@ def plan(
                 alts.append(
                     [n for b, t in _select(st, bins, cap, s_alt, n_need) for n in b.members[:t]]
                 )
+        if job.pp > 1:
+            staged = _stagewise(st, free_nodes, n_need, job.pp)
+            if staged is not None:
+                alts.append(staged)
         rule_sets = guard_rule_sets(slurm_version)
         better, counts = _slurm_guard(
             topology, st, free_nodes, job, mode, order, report, params, alts, sw_order, rule_sets
@@ -401,10 +408,11 @@ def plan(
             + (
                 f"; Slurm {slurm_version} runs only these rules"
                 if slurm_version is not None
-                else "; Slurm version unknown: both rule sets, bound by the fewer leaves"
+                else "; Slurm version unknown: both rule sets"
             )
         )
         if better is not None:
+            before = report
             order, report, origin = better
             nodes_set = list(order)
             scope = (
@@ -413,8 +421,15 @@ def plan(
                 else "Slurm's own choice under either rule set"
             )
             why.append(
-                f"guard: {origin}, {report.leaves_used} leaves (no more than {scope}), is "
-                f"predicted cheaper ({report.predicted_s * 1e3:.3f} ms/step); using it"
+                f"guard: {origin}, {report.leaves_used} leaves (vs {scope}), is "
+                + (
+                    f"predicted cheaper ({report.predicted_s * 1e3:.3f} ms/step vs "
+                    f"{before.predicted_s * 1e3:.3f}); using it"
+                    if report.predicted_s < before.predicted_s * (1 - 1e-9)
+                    else f"predicted as fast ({report.predicted_s * 1e3:.3f} ms/step) with "
+                    f"fewer DP ring edges crossing a leaf ({report.dp_edges_cross_leaf} vs "
+                    f"{before.dp_edges_cross_leaf}) or leaves; using it"
+                )
             )
     if order is fabric_order:
         why.append(
@@ -475,6 +490,62 @@ def plan(
         explanation=tuple(why),
         rank_key=st.rank_key if mode == "constrain" else {},
     )
+
+
+def _pick(st: _Static, free_nodes: Sequence[str], need: int) -> list[str] | None:
+    """The planner's own selection (steps 2-3) of ``need`` single-node units, or None.
+
+    ``free_nodes`` in fabric order. Fewest leaves, under the lowest and tightest switch that
+    achieves it, largest leaves first and the tightest leaf for the remainder.
+    """
+    bins_by_key: dict[str, _Bin] = {}
+    for n in free_nodes:
+        leaf = st.leaf_of[n]
+        b = bins_by_key.get(leaf)
+        if b is None:
+            b = bins_by_key[leaf] = _Bin(leaf, leaf, [], 0, st.pos[n])
+        b.members.append(n)
+    bins = list(bins_by_key.values())
+    cap: Counter[str] = Counter()
+    caps_under: dict[str, list[int]] = {}
+    for b in bins:
+        b.cap = len(b.members)
+        for sw in st.ancestors[b.attach]:
+            cap[sw] += b.cap
+            caps_under.setdefault(sw, []).append(b.cap)
+    feasible = [s for s, c in cap.items() if c >= need]
+    if not feasible:
+        return None
+    k_of = {s: _min_bins(caps_under[s], need) for s in feasible}
+    k_best = min(k_of.values())
+    top = min(
+        (s for s in feasible if k_of[s] == k_best),
+        key=lambda s: (st.level[s], cap[s], st.switch_pos[s]),
+    )
+    return [n for b, t in _select(st, bins, cap, top, need) for n in b.members[:t]]
+
+
+def _stagewise(st: _Static, free_nodes: Sequence[str], need: int, pp: int) -> list[str] | None:
+    """One selection per PP stage, stage after stage, each as its own job (or None).
+
+    Fewest leaves for the whole job can scatter every stage's DP rings over many spines; a
+    stage is what a DP ring spans, so placing each stage alone (its own lowest switch) keeps
+    rings under one spine when a spine holds a stage (issue 14: a 512-node PP=4 job, one
+    128-node stage per spine). Returned in stage order, each stage in fabric order.
+    """
+    if need % pp:
+        return None
+    per = need // pp
+    left = list(free_nodes)
+    out: list[str] = []
+    for _ in range(pp):
+        got = _pick(st, left, per)
+        if got is None:
+            return None
+        taken = set(got)
+        left = [n for n in left if n not in taken]
+        out.extend(sorted(got, key=st.pos.__getitem__))
+    return out
 
 
 def _names(names: Sequence[str], limit: int = 8) -> str:
@@ -584,7 +655,7 @@ def _slurm_guard(
     switch_order: Sequence[str] | None,
     rule_sets: Sequence[Rules],
 ) -> tuple[tuple[list[str], CostReport, str] | None, list[int]]:
-    """A cheaper placement that uses no more leaves than Slurm would (or None), Slurm's leaves.
+    """A better placement by :func:`_better` (or None), and each Slurm choice's leaves.
 
     Slurm's selection is simulated under each of ``rule_sets`` (:func:`guard_rule_sets`: the
     one the cluster's Slurm version runs, or both when it is unknown) with ``switch_order``
@@ -592,11 +663,11 @@ def _slurm_guard(
     fabric's fewest leaves), ``alternatives`` (selections under lower switches, more leaves)
     and Slurm's node sets, each in the planner's rank order (in pin mode also
     fuller-subtrees-first with PP, and Slurm's own name and leaf rank orders for Slurm's sets).
-    Among those with no more leaves than the fewest of Slurm's choices, the lowest predicted
-    cost wins (then fewer leaves). Slurm's own sets are candidates, so with one rule set the
-    result is never worse than Slurm's choice; with two it is never worse than either unless
-    they conflict (the fewer-leaf one costs more than the other). The second value: each rule
-    set's leaf count, in ``rule_sets`` order.
+    Alternatives are also tried in their own order (stage order) in pin mode. The best by
+    :func:`_better` wins (predicted time, then DP ring edges crossing a leaf, then leaves);
+    Slurm's own sets are candidates, so the result is never predicted slower than any
+    simulated Slurm choice. The second value: each rule set's leaf count, in ``rule_sets``
+    order.
     """
     from slurmfm.plan.slurm_sim import rank_order, select_tree
 
@@ -618,14 +689,13 @@ def _slurm_guard(
             counts.append(len({st.leaf_of[n] for n in chosen}))
         else:  # pragma: no cover - one root: Slurm starts the job whenever it fits
             counts.append(1 << 30)
-    bound = min(counts)
-    best: tuple[float, int] = (report.predicted_s, report.leaves_used)
+    best = report
     found: tuple[list[str], CostReport, str] | None = None
     seen: set[tuple[str, ...]] = {tuple(order)}
     for nodes, origin, slurms in sets:
-        if len({st.leaf_of[n] for n in nodes}) > bound:
-            continue
         cands = [(order_nodes(topology, nodes, job), "in the planner's rank order")]
+        if mode == "pin" and not slurms:
+            cands.append((list(nodes), "in stage order"))
         if mode == "pin" and job.pp > 1 and job.nodes <= _ALT_ORDER_MAX_NODES:
             cands.append((_fuller_first(st, nodes), "fuller subtrees first"))
         if mode == "pin" and slurms:
@@ -649,10 +719,24 @@ def _slurm_guard(
                 continue
             seen.add(tuple(cand))
             rep = evaluate(topology, cand, job, params)
-            if (rep.predicted_s * (1 + 1e-12), rep.leaves_used) < best:
-                best = (rep.predicted_s, rep.leaves_used)
+            if _better(rep, best):
+                best = rep
                 found = (cand, rep, f"{origin} {how or 'in its own rank order'}")
     return found, counts
+
+
+def _better(a: CostReport, b: CostReport) -> bool:
+    """The planner's objective: predicted time, then DP ring edges crossing a leaf, then leaves.
+
+    Times within a relative 1e-9 are a tie (the same placement scored twice, or placements the
+    model cannot tell apart, as at oversubscription 1): then fewer DP ring edges that leave a
+    leaf (they are what congestion would slow down), then fewer leaves.
+    """
+    if a.predicted_s < b.predicted_s * (1 - 1e-9):
+        return True
+    if a.predicted_s > b.predicted_s * (1 + 1e-9):
+        return False
+    return (a.dp_edges_cross_leaf, a.leaves_used) < (b.dp_edges_cross_leaf, b.leaves_used)
 
 
 def _top_sum(caps: list[int], k: int) -> int:
