@@ -916,18 +916,21 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
         orders: dict[str, list[str]] = {}
         plan_s = 0.0
         for version in FM_VERSIONS:
-            t0 = time.perf_counter()
-            p = plan(
-                topo,
-                job,
-                unavailable=sorted(busy),
-                mode="pin",
-                switch_order=fab.switch_order,
-                slurm_version=SlurmVersion.parse(version),
-                params=params,
-            )
-            plan_s = max(plan_s, time.perf_counter() - t0)
-            orders[f"slurmfm@{version}"] = list(p.nodes)
+            for prefix, check in (("slurmfm", False), ("slurmfm+sim", True)):
+                t0 = time.perf_counter()
+                p = plan(
+                    topo,
+                    job,
+                    unavailable=sorted(busy),
+                    mode="pin",
+                    switch_order=fab.switch_order,
+                    slurm_version=SlurmVersion.parse(version),
+                    params=params,
+                    simulate=check,
+                )
+                if not check:
+                    plan_s = max(plan_s, time.perf_counter() - t0)
+                orders[f"{prefix}@{version}"] = list(p.nodes)
         orders.update(slurm)
         for i, r in enumerate(randoms):
             orders[f"random{i}"] = r
@@ -951,8 +954,12 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
         )
 
 
-def sim_summary(cases: list[SimCase]) -> dict[str, Any]:
-    """Per oversubscription: plan vs Slurm (same rules, topology and name order), agreement."""
+def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
+    """Per oversubscription: plan vs Slurm (same rules, topology and name order), agreement.
+
+    ``prefix``: ``slurmfm`` (the cost model alone) or ``slurmfm+sim`` (plus the planner's
+    simulation check against Slurm's choice).
+    """
     from slurmfm.plan import simulate as sim
 
     out: dict[str, Any] = {}
@@ -973,7 +980,7 @@ def sim_summary(cases: list[SimCase]) -> dict[str, Any]:
                 ("22.05", ("slurm21-name", "slurm21-leaf")),
                 ("24.11", ("slurm2405-name", "slurm2405-leaf")),
             ):
-                fm = f"slurmfm@{version}"
+                fm = f"{prefix}@{version}"
                 r_leaf = s[fm] / s[leaf_b]
                 ratios["leaf"].append(r_leaf)
                 ratios["name"].append(s[fm] / s[name_b])
@@ -1010,10 +1017,10 @@ def sim_summary(cases: list[SimCase]) -> dict[str, Any]:
     return out
 
 
-def print_sim(summary: dict[str, Any], seconds: float, n_cases: int) -> None:
+def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str) -> None:
     print(
-        f"\nsimulated communication time (SimGrid, {n_cases} cases, {seconds:.1f} s); ratio = "
-        "plan / baseline (< 1: the plan is faster); Slurm's choice with its own rule set"
+        f"\nsimulated communication time (SimGrid, {n_cases} cases, {seconds:.1f} s), {prefix}: "
+        "ratio = plan / baseline (< 1: the plan is faster); Slurm's choice with its own rule set"
     )
     print(
         f"{'o':>3} {'vs Slurm topo order':>22} {'vs Slurm name order':>22} "
@@ -1068,8 +1075,11 @@ def run_sim_section(
     sim_cases = build_sim_cases(quick, seed)
     for sc in sim_cases:
         run_sim_case(sc, plan, log)
-    out = sim_summary(sim_cases)
-    print_sim(out, time.perf_counter() - t1, len(sim_cases))
+    seconds = time.perf_counter() - t1
+    out = {}
+    for prefix in ("slurmfm", "slurmfm+sim"):
+        out[prefix] = sim_summary(sim_cases, prefix)
+        print_sim(out[prefix], seconds, len(sim_cases), prefix)
     return out
 
 

@@ -254,8 +254,15 @@ def plan(
     params: CostParams | None = None,
     switch_wait: str = DEFAULT_SWITCH_WAIT,
     switch_order: Sequence[str] | None = None,
+    simulate: bool = False,
 ) -> Plan:
     """Plan ``job`` on the free nodes of ``topology`` minus ``unavailable``.
+
+    ``simulate``: in pin mode on tree fabrics, also check the plan against Slurm's own choice
+    in Slurm's topology (leaf) and name rank orders in simulated time (SimGrid,
+    :mod:`slurmfm.plan.simulate`, at the oversubscription of ``params``) and keep the fastest
+    (the cost model cannot tell near-ties apart). Raises :class:`PlanError` when SimGrid is
+    missing.
 
     Raises :class:`PlanError` when no placement satisfies the NVLink rule and the node count.
     ``switch_wait`` is the ``@T`` of ``--switches`` in constrain mode (Slurm caps it at
@@ -398,8 +405,20 @@ def plan(
             if staged is not None:
                 alts.append(staged)
         rule_sets = guard_rule_sets(slurm_version)
+        slurm_sets: list[tuple[Rules, list[str]]] = []
         better, counts = _slurm_guard(
-            topology, st, free_nodes, job, mode, order, report, params, alts, sw_order, rule_sets
+            topology,
+            st,
+            free_nodes,
+            job,
+            mode,
+            order,
+            report,
+            params,
+            alts,
+            sw_order,
+            rule_sets,
+            slurm_sets,
         )
         label = {"21.08": "21.08-24.05.2 rules", "24.05.3": "24.05.3+ rules"}
         why.append(
@@ -431,6 +450,15 @@ def plan(
                     f"{before.dp_edges_cross_leaf}) or leaves; using it"
                 )
             )
+        if simulate and mode == "pin":
+            order, report = _simulation_check(
+                topology, st, job, order, report, params, slurm_sets, sw_order, why
+            )
+    elif simulate:
+        why.append(
+            "simulation check: skipped (tree fabrics with single-node NVLink units, fabrics "
+            f"<= {_GUARD_MAX_FABRIC} nodes or jobs <= {_GUARD_MAX_JOB})"
+        )
     if order is fabric_order:
         why.append(
             "rank order: nodes grouped by "
@@ -654,6 +682,7 @@ def _slurm_guard(
     alternatives: Sequence[Sequence[str]],
     switch_order: Sequence[str] | None,
     rule_sets: Sequence[Rules],
+    slurm_sets: list[tuple[Rules, list[str]]],
 ) -> tuple[tuple[list[str], CostReport, str] | None, list[int]]:
     """A better placement by :func:`_better` (or None), and each Slurm choice's leaves.
 
@@ -667,7 +696,7 @@ def _slurm_guard(
     :func:`_better` wins (predicted time, then DP ring edges crossing a leaf, then leaves);
     Slurm's own sets are candidates, so the result is never predicted slower than any
     simulated Slurm choice. The second value: each rule set's leaf count, in ``rule_sets``
-    order.
+    order. ``slurm_sets`` is filled with each rule set's chosen nodes.
     """
     from slurmfm.plan.slurm_sim import rank_order, select_tree
 
@@ -686,6 +715,7 @@ def _slurm_guard(
             raise PlanError(f"switch_order: {exc}") from exc
         if chosen is not None:
             sets.append((chosen, f"Slurm's own choice ({rules} rules)", True))
+            slurm_sets.append((rules, chosen))
             counts.append(len({st.leaf_of[n] for n in chosen}))
         else:  # pragma: no cover - one root: Slurm starts the job whenever it fits
             counts.append(1 << 30)
@@ -723,6 +753,70 @@ def _slurm_guard(
                 best = rep
                 found = (cand, rep, f"{origin} {how or 'in its own rank order'}")
     return found, counts
+
+
+def _simulation_check(
+    topology: Topology,
+    st: _Static,
+    job: JobShape,
+    order: list[str],
+    report: CostReport,
+    params: CostParams | None,
+    slurm_sets: Sequence[tuple[Rules, list[str]]],
+    switch_order: Sequence[str] | None,
+    why: list[str],
+) -> tuple[list[str], CostReport]:
+    """Keep the plan or Slurm's own choice (its leaf and name orders), whichever simulates faster.
+
+    The cost model decides among many candidates; on near-ties (fractions of a percent, e.g.
+    PP pairs sharing uplinks with DP rings) it cannot see what the flow-level simulation
+    sees, so the few placements the plan must never lose to are simulated (issue 14: "evaluate
+    both and keep the better"). Equal times (within 1e-6) go to fewer DP ring edges crossing a
+    leaf, then fewer leaves, then the plan.
+    """
+    from slurmfm.plan import simulate as sim
+    from slurmfm.plan.slurm_sim import rank_order
+
+    if not sim.available():
+        raise PlanError(
+            "simulate: SimGrid is not installed (apt-get install python3-simgrid, or set "
+            "SLURMFM_SIMGRID_PYTHON)"
+        )
+    table = st.slurm_node_table()
+    cands: list[tuple[list[str], str]] = [(order, "the plan")]
+    for rules, nodes in slurm_sets:
+        for policy in ("leaf", "name"):
+            cand = rank_order(
+                nodes,
+                topology,
+                policy=policy,
+                node_order=table,
+                switch_order=switch_order,
+            )
+            if all(cand != c for c, _ in cands):
+                cands.append((cand, f"Slurm's own choice ({rules} rules, {policy} order)"))
+    cost = params or CostParams.default()
+    reps = sim.simulate_many(
+        topology, [c for c, _ in cands], job, cost, sim.SimParams.from_cost(cost)
+    )
+    times = [r.makespan_s for r in reps]
+    reports = [report, *(evaluate(topology, c, job, params) for c, _ in cands[1:])]
+    best = 0
+    for i in range(1, len(cands)):
+        # Faster wins; within 1e-6 (the same time) fewer DP ring edges crossing a leaf, then
+        # fewer leaves: more crossings only where the simulation says they pay.
+        if times[i] < times[best] * (1 - 1e-6) or (
+            times[i] <= times[best] * (1 + 1e-6)
+            and (reports[i].dp_edges_cross_leaf, reports[i].leaves_used)
+            < (reports[best].dp_edges_cross_leaf, reports[best].leaves_used)
+        ):
+            best = i
+    why.append(
+        "simulation check (SimGrid): "
+        + ", ".join(f"{name} {t * 1e3:.3f} ms" for (_, name), t in zip(cands, times, strict=True))
+        + ("; keeping the plan" if best == 0 else f"; using {cands[best][1]}")
+    )
+    return cands[best][0], reports[best]
 
 
 def _better(a: CostReport, b: CostReport) -> bool:

@@ -104,6 +104,14 @@ class SimParams:
     max_rounds: int = 8
 
     @classmethod
+    def from_cost(cls, cost: CostParams, **kw: Any) -> SimParams:
+        """The cost model's oversubscription per tier, so model and simulation agree on it."""
+        return cls(
+            oversubscription={t: cost.tiers[t].oversubscription for t in ("leaf", "spine", "core")},
+            **kw,
+        )
+
+    @classmethod
     def uniform(cls, oversubscription: float, **kw: Any) -> SimParams:
         """Every tier at the same oversubscription."""
         o = float(oversubscription)

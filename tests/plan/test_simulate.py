@@ -147,3 +147,50 @@ def test_concordance_ignores_near_ties() -> None:
     assert sim.concordance([1.0, 2.0, 3.0], [10.0, 10.1, 20.0]) == 1.0
     assert sim.concordance([3.0, 2.0, 1.0], [10.0, 10.1, 20.0]) == 0.0
     assert sim.concordance([1.0, 1.0], [5.0, 5.0]) == 1.0
+
+
+def _uneven() -> tuple[Topology, list[str]]:
+    """Three spines of uneven leaves; busy nodes scattered so Slurm's greedy scan spreads."""
+    paths = {}
+    sizes = [[5, 3, 2], [4, 4], [6, 1, 1]]
+    k = 0
+    for s, leaves in enumerate(sizes):
+        for li, size in enumerate(leaves):
+            for _ in range(size):
+                paths[f"h{k:02d}"] = ("core", f"spine{s}", f"leaf{s}{li}")
+                k += 1
+    topo = Topology.from_paths(paths)
+    return topo, ["h00", "h05", "h10", "h14", "h19"]
+
+
+def test_plan_simulation_check_is_never_slower_than_slurm(simgrid: None) -> None:
+    from slurmfm.plan.planner import plan
+    from slurmfm.plan.slurm_sim import rank_order, select_tree
+
+    topo, busy = _uneven()
+    job = JobShape(8, 8, tp=8, pp=2)
+    cost = CostParams.from_mapping(
+        {"tiers": {t: {"oversubscription": 4} for t in ("leaf", "spine", "core")}}
+    )
+    p = plan(topo, job, unavailable=busy, params=cost, simulate=True)
+    assert any(w.startswith("simulation check (SimGrid): ") for w in p.explanation)
+    free = set(topo.nodes) - set(busy)
+    orders = [list(p.nodes)]
+    for rules in ("21.08", "24.05.3"):
+        chosen = select_tree(topo, free, 8, rules=rules)  # type: ignore[arg-type]
+        assert chosen is not None
+        orders += [rank_order(chosen, topo, policy=pol) for pol in ("leaf", "name")]  # type: ignore[arg-type]
+    times = [
+        r.makespan_s
+        for r in sim.simulate_many(topo, orders, job, cost, sim.SimParams.from_cost(cost))
+    ]
+    assert times[0] <= min(times[1:]) * (1 + 1e-9)
+
+
+def test_plan_simulation_check_needs_simgrid(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurmfm.plan.planner import PlanError, plan
+
+    monkeypatch.setattr(sim, "available", lambda: False)
+    topo, busy = _uneven()
+    with pytest.raises(PlanError, match="python3-simgrid"):
+        plan(topo, JobShape(4, 8, tp=8), unavailable=busy, simulate=True)
