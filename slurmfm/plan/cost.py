@@ -38,7 +38,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -256,6 +256,9 @@ class CostReport:
     pp_pairs_cross_leaf: int
     nvlink_violations: int
     per_group: Mapping[str, float]
+    # Per dimension: the tier that bounds its slowest group ("nvlink", "leaf", "spine",
+    # "core"), with " x<f>" when uplink congestion slows it by the factor f (DP only).
+    bound_by: Mapping[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {
@@ -485,6 +488,7 @@ def evaluate(
     violations = 0
 
     # TP, CP, EP: collectives that must stay inside an NVLink domain.
+    bound_by: dict[str, str] = {}
     for dim in ("tp", "cp", "ep"):
         worst = best = 0.0
         for nodes, count in _node_groups(groups[dim], g).items():
@@ -494,7 +498,9 @@ def evaluate(
                 violations += count
             ilevel = spans.ideal_level(len(set(nodes)))
             fn = _alltoall if dim == "ep" else _ring
-            worst = max(worst, fn(p, nbytes[dim], tiers[_tier_name(level)]))
+            t = fn(p, nbytes[dim], tiers[_tier_name(level)])
+            if t > worst or dim not in bound_by:
+                worst, bound_by[dim] = max(worst, t), _tier_name(level)
             best = max(best, fn(p, nbytes[dim], tiers[_tier_name(ilevel)]))
         per_group[dim], ideal_group[dim] = worst, best
 
@@ -543,7 +549,12 @@ def evaluate(
             c = _common(pa, pb)
             for sw in (*pa[c:], *pb[c:]):
                 congestion = max(congestion, ratio.get(sw, 0.0))
-        worst = max(worst, _ring(p, nbytes["dp"], tiers[_tier_name(level)], congestion))
+        t = _ring(p, nbytes["dp"], tiers[_tier_name(level)], congestion)
+        if t > worst or "dp" not in bound_by:
+            worst = max(worst, t)
+            bound_by["dp"] = _tier_name(level) + (
+                f" x{congestion:.2f}" if congestion > 1 + 1e-9 else ""
+            )
         ilevel = spans.ideal_level(len(set(nodes)))
         best = max(best, _ring(p, nbytes["dp"], tiers[_tier_name(ilevel)]))
     per_group["dp"], ideal_group["dp"] = worst, best
@@ -553,11 +564,15 @@ def evaluate(
     worst = best = 0.0
     for nodes in _node_groups(groups["pp"], g):
         t = tb = 0.0
+        top = -1
         for a, b in itertools.pairwise(nodes):
             pairs.add((a, b))
             lvl = fab.pair_level(a, b)
+            top = max(top, lvl)
             t += _p2p(nbytes["pp"], tiers[_tier_name(lvl)])
             tb += _p2p(nbytes["pp"], tiers[_tier_name(spans.ideal_level(len({a, b})))])
+        if t > worst or "pp" not in bound_by:
+            bound_by["pp"] = _tier_name(top)
         worst, best = max(worst, t), max(best, tb)
     per_group["pp"], ideal_group["pp"] = worst, best
     pp_cross = sum(1 for a, b in pairs if fab.pair_level(a, b) >= 1)
@@ -576,5 +591,6 @@ def evaluate(
         pp_pairs_cross_leaf=pp_cross,
         nvlink_violations=violations,
         per_group={d: per_group[d] for d in DIMS},
+        bound_by={d: bound_by[d] for d in DIMS if d in bound_by and per_group[d] > 0},
         # per_group keeps a fixed key order (tp, cp, ep, dp, pp) for stable JSON.
     )

@@ -118,6 +118,7 @@ class Plan:
             "segment": self.segment,
             "sbatch_options": list(self.sbatch_options),
             "predicted": self.predicted.as_dict(),
+            "bound_by": dict(self.predicted.bound_by),
             "explanation": list(self.explanation),
         }
 
@@ -474,6 +475,18 @@ def plan(
         f"{report.dp_edges_cross_spine}; PP pairs crossing a leaf "
         f"{report.pp_pairs_cross_leaf}/{report.pp_pairs}; NVLink violations "
         f"{report.nvlink_violations}"
+    )
+    why.append(
+        "per group (the slowest of each kind, and the tier that bounds it; xF = uplink "
+        "congestion): "
+        + (
+            ", ".join(
+                f"{d} {report.per_group[d] * 1e3:.3f} ms ({report.bound_by.get(d, '-')})"
+                for d in sorted(report.per_group, key=lambda d: -report.per_group[d])
+                if report.per_group[d] > 0
+            )
+            or "no communication"
+        )
     )
 
     switches: str | None = None
