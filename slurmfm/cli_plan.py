@@ -114,6 +114,30 @@ def _print_plan(p: Plan, *, as_json: bool, explain: bool) -> None:
     metavar="TIME",
     help="The @TIME of --switches in constrain mode.",
 )
+@click.option(
+    "--oversubscription",
+    type=click.FloatRange(min=1),
+    help="Uplink oversubscription of every EFA tier (leaf, spine, core) for the cost model; "
+    "AWS does not publish it (default 1, or the --params file's).",
+)
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="Also check the plan against Slurm's own choice in simulated time (SimGrid, "
+    "python3-simgrid) and keep the faster (pin mode, tree fabrics).",
+)
+@click.option(
+    "--avoid-failed-since",
+    metavar="DURATION",
+    help="Leave out nodes that failed slurmfm's health gate in the last DURATION (24h, 90m, "
+    "2d): from Slurm's slurmfm drain reasons and the state files under --failed-records.",
+)
+@click.option(
+    "--failed-records",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="A log directory whose *.state job records to read for --avoid-failed-since (repeatable).",
+)
 @friendly
 def plan_command(
     recipe: str | None,
@@ -131,6 +155,10 @@ def plan_command(
     slurm_version: str | None,
     params_file: str | None,
     switch_wait: str,
+    oversubscription: float | None,
+    simulate: bool,
+    avoid_failed_since: str | None,
+    failed_records: tuple[str, ...],
 ) -> None:
     """Plan nodes and rank order for RECIPE (or for the job the flags describe)."""
     from slurmfm.catalog.slurm_features import SlurmVersion
@@ -172,6 +200,15 @@ def plan_command(
     except TopologyError as exc:
         raise SlurmfmError(f"--topology: {exc}") from exc
     params = CostParams.from_file(params_file) if params_file else None
+    if oversubscription is not None:
+        params = (params or CostParams.default()).with_oversubscription(oversubscription)
+    avoid = None
+    if avoid_failed_since:
+        from slurmfm.plan.failed import parse_duration, recent_failures
+
+        avoid = recent_failures(parse_duration(avoid_failed_since), failed_records)
+    elif failed_records:
+        raise SlurmfmError("--failed-records needs --avoid-failed-since")
     result = plan(
         topo,
         job,
@@ -180,5 +217,7 @@ def plan_command(
         slurm_version=version,
         params=params,
         switch_wait=switch_wait,
+        simulate=simulate,
+        avoid=avoid,
     )
     _print_plan(result, as_json=as_json, explain=explain)

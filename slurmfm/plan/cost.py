@@ -125,6 +125,14 @@ class CostParams:
     def default(cls) -> CostParams:
         return cls(dict(_DEFAULT_TIERS), dict(_DEFAULT_BYTES))
 
+    def with_oversubscription(self, oversubscription: float) -> CostParams:
+        """The same parameters with every EFA tier (leaf, spine, core) at ``oversubscription``."""
+        tiers = dict(self.tiers)
+        for name in ("leaf", "spine", "core"):
+            t = tiers[name]
+            tiers[name] = Tier(t.name, t.alpha_s, t.beta_s_per_byte, float(oversubscription))
+        return CostParams(tiers, dict(self.message_bytes))
+
     @classmethod
     def from_file(cls, path: str | Path) -> CostParams:
         p = Path(path)

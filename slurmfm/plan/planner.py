@@ -256,6 +256,7 @@ def plan(
     switch_wait: str = DEFAULT_SWITCH_WAIT,
     switch_order: Sequence[str] | None = None,
     simulate: bool = False,
+    avoid: Mapping[str, str] | None = None,
 ) -> Plan:
     """Plan ``job`` on the free nodes of ``topology`` minus ``unavailable``.
 
@@ -272,7 +273,9 @@ def plan(
     (simulated by the guard, step 3a); default: the order recorded when ``topology`` was parsed
     from topology.conf or ``scontrol show topology``
     (:func:`slurmfm.topology.slurm_formats.switch_order`), else
-    :func:`slurmfm.plan.slurm_sim.config_switch_order`.
+    :func:`slurmfm.plan.slurm_sim.config_switch_order`. ``avoid``: node -> reason for nodes to
+    leave out because they failed recently (:func:`slurmfm.plan.failed.recent_failures`);
+    like ``unavailable``, but each is named in the explanation.
     """
     problems = job.problems()
     if problems:
@@ -281,6 +284,9 @@ def plan(
         raise PlanError(f"mode must be pin or constrain, not {mode!r}")
     st = _static(topology)
     bad = set(unavailable)
+    avoid = avoid or {}
+    avoided = sorted(set(avoid) & set(topology.nodes), key=natural_key)
+    bad.update(avoided)
     unknown = sorted(bad - set(topology.nodes), key=natural_key)
     n_need = job.nodes
     u = job.nvlink_unit()
@@ -303,6 +309,11 @@ def plan(
         raise PlanError(
             f"{n_need} nodes is not a whole number of {u}-node NVLink units (tp*cp and tp*ep "
             "blocks); choose a multiple"
+        )
+    if avoided:
+        why.append(
+            f"avoided {len(avoided)} node(s) that failed recently: "
+            + _names([f"{n} ({avoid[n]})" for n in avoided], 5)
         )
     free_nodes = [n for n in st.order if topology.nodes[n].free and n not in bad]
     why.append(
@@ -1070,10 +1081,13 @@ def plan_for_recipe(
     params: CostParams | None = None,
     switch_wait: str = DEFAULT_SWITCH_WAIT,
     switch_order: Sequence[str] | None = None,
+    simulate: bool = False,
+    avoid: Mapping[str, str] | None = None,
 ) -> Plan:
     """Plan a recipe; the Slurm version defaults to the recipe's (or its flavor's assumed one).
 
-    ``switch_order``: the cluster's topology.conf switch order (see :func:`plan`).
+    ``switch_order``: the cluster's topology.conf switch order; ``simulate``, ``avoid``: see
+    :func:`plan`.
 
     Feed ``plan.placement()`` to ``api.submit(recipe, placement=...)`` or ``api.render``.
     """
@@ -1098,11 +1112,13 @@ def plan_for_recipe(
             params=params,
             switch_wait=switch_wait,
             switch_order=switch_order,
+            simulate=simulate,
+            avoid=avoid,
         )
 
     serve = recipe.serve
     if serve is not None and serve.placement == "split" and mode == "pin":
         # Plan the trainer alone (its rings decide the cost), then add the server beside it.
         trainer = run(job_for_recipe(recipe, recipe.train_nodes))
-        return _with_serving_group(topology, trainer, serve.nodes, unavailable)
+        return _with_serving_group(topology, trainer, serve.nodes, [*unavailable, *(avoid or {})])
     return run(job_for_recipe(recipe))

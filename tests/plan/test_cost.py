@@ -92,3 +92,26 @@ def test_evaluate_rejects_bad_shapes() -> None:
         evaluate(tree(), NAMES[:3], JobShape(3, 8, tp=16))
     with pytest.raises(ValueError, match="order has"):
         evaluate(tree(), NAMES[:3], JobShape(4, 8))
+
+
+def test_bound_by_names_the_tier_and_the_congestion() -> None:
+    job = JobShape(16, 8, tp=8, pp=2)
+    r = evaluate(tree(), NAMES, job)
+    # Each stage's ring stays under one spine; PP pairs (i, i+8) cross the core.
+    assert r.bound_by == {"tp": "nvlink", "dp": "spine", "pp": "core"}
+    scrambled = [NAMES[i // 2 + (8 if i % 2 else 0)] for i in range(16)]
+    params = CostParams.from_mapping({"tiers": {"leaf": {"oversubscription": 4}}})
+    r4 = evaluate(tree(), scrambled, JobShape(16, 8, tp=8), params)
+    assert r4.bound_by["dp"].startswith("core x")
+    assert CostParams.default().with_oversubscription(2).tiers["spine"].oversubscription == 2
+
+
+def test_explain_shows_time_per_group_and_its_tier() -> None:
+    from slurmfm.plan.planner import plan
+
+    p = plan(tree(), JobShape(16, 8, tp=8, pp=2))
+    (line,) = [w for w in p.explanation if w.startswith("per group")]
+    assert "dp " in line
+    assert "(spine)" in line
+    assert "pp " in line
+    assert "(nvlink)" in line
