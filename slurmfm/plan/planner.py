@@ -58,7 +58,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-import re
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -68,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from slurmfm.errors import SlurmfmError
 from slurmfm.plan.cost import CostParams, CostReport, JobShape, evaluate, nvlink_domain
 from slurmfm.plan.types import Placement
+from slurmfm.topology.model import natural_key
 
 if TYPE_CHECKING:
     from slurmfm.catalog.slurm_features import SlurmVersion
@@ -126,14 +126,6 @@ class Plan:
 # ---------------------------------------------------------------------------- fabric
 
 
-_DIGITS = re.compile(r"(\d+)")
-
-
-def natural_key(name: str) -> tuple[str, ...]:
-    """Natural order (node2 < node10), as Slurm's ``strnatcmp`` node table (section 1.6)."""
-    return tuple(f"{int(p):020d}" if p.isdigit() else p for p in _DIGITS.split(name))
-
-
 class _Static:
     """What does not change between plans on one topology: DFS order, ancestry, domains."""
 
@@ -181,15 +173,13 @@ class _Static:
         for n, d in self.domain.items():
             dom_leaves.setdefault(d, set()).add(self.leaf_of[n])
         self.domain_attach = {d: self._lca(ls) for d, ls in dom_leaves.items()}
-        self._nodes = list(topology.nodes)
+        self._natural_order = topology.natural_order
         self._slurm_table: list[str] | None = None
 
     def slurm_node_table(self) -> list[str]:
         """Slurm's node table (natural name order, exactly as ``slurm_sim`` sorts it), cached."""
         if self._slurm_table is None:
-            from slurmfm.plan import slurm_sim
-
-            self._slurm_table = sorted(self._nodes, key=slurm_sim.natural_key)
+            self._slurm_table = list(self._natural_order)
         return self._slurm_table
 
     def _lca(self, switches: Iterable[str]) -> str:

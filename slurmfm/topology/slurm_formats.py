@@ -52,7 +52,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from slurmfm.catalog.slurm_features import SlurmVersion, require, supports
-from slurmfm.topology.model import ROOT, Node, Topology, TopologyError
+from slurmfm.topology.model import ROOT, Node, Topology, TopologyError, natural_key
 
 __all__ = [
     "BLOCK_ORDER_PREFIX",
@@ -92,12 +92,6 @@ def _version(v: Version) -> SlurmVersion:
     return v if isinstance(v, SlurmVersion) else SlurmVersion.parse(v)
 
 
-def _natural_key(name: str) -> tuple[Any, ...]:
-    """Sort "leaf2" before "leaf10" so exported files read in the order people expect."""
-    parts = re.split(r"(\d+)", name)
-    return tuple((0, int(p), len(p)) if p.isdigit() else (1, p, 0) for p in parts)
-
-
 def expand_hostlist(expr: str) -> list[str]:
     """Slurm hostlist expression -> names (python-hostlist); ``ValueError`` when malformed."""
     import hostlist
@@ -123,12 +117,12 @@ def compress_hostlist(names: Iterable[str]) -> str:
             plain.append(name)
         else:
             groups.setdefault((m.group(1), len(m.group(2))), []).append(int(m.group(2)))
-    items: list[tuple[tuple[Any, ...], str]] = [(_natural_key(p), p) for p in plain]
+    items: list[tuple[str, str]] = [(natural_key(p), p) for p in plain]
     for (prefix, width), nums in groups.items():
         nums.sort()
         if len(nums) == 1:
             text = f"{prefix}{nums[0]:0{width}d}"
-            items.append((_natural_key(text), text))
+            items.append((natural_key(text), text))
             continue
         ranges: list[str] = []
         start = prev = nums[0]
@@ -142,7 +136,7 @@ def compress_hostlist(names: Iterable[str]) -> str:
             if x is not None:
                 start = prev = x
         text = f"{prefix}[{','.join(ranges)}]"
-        items.append((_natural_key(f"{prefix}{nums[0]:0{width}d}"), text))
+        items.append((natural_key(f"{prefix}{nums[0]:0{width}d}"), text))
     return ",".join(t for _, t in sorted(items))
 
 
@@ -156,7 +150,7 @@ def _slurm_names(names: Iterable[str]) -> dict[str, str]:
     """Model switch name -> Slurm-valid, unique switch name (kept when already valid)."""
     out: dict[str, str] = {}
     used: set[str] = set()
-    ordered = sorted(names, key=_natural_key)
+    ordered = sorted(names, key=natural_key)
     for n in ordered:  # valid names first claim themselves
         if _NAME_RE.match(n):
             out[n] = n
@@ -183,11 +177,11 @@ def block_order(t: Topology) -> list[str]:
     blocks follow, in natural name order.
     """
 
-    def key(b: str) -> tuple[int, int, tuple[Any, ...]]:
+    def key(b: str) -> tuple[int, int, str]:
         src = t.source_ids.get(b, "")
         if src.startswith(BLOCK_ORDER_PREFIX) and src[len(BLOCK_ORDER_PREFIX) :].isdigit():
-            return (0, int(src[len(BLOCK_ORDER_PREFIX) :]), ())
-        return (1, 0, _natural_key(b))
+            return (0, int(src[len(BLOCK_ORDER_PREFIX) :]), "")
+        return (1, 0, natural_key(b))
 
     return sorted(t.leaves, key=key)
 
@@ -216,7 +210,7 @@ def switch_order(t: Topology) -> list[str] | None:
             return None
     if not pos:
         return None
-    return sorted(pos, key=lambda s: (pos[s], _natural_key(s)))
+    return sorted(pos, key=lambda s: (pos[s], natural_key(s)))
 
 
 def block_topology(
@@ -466,7 +460,7 @@ def _tree_lines(t: Topology, key: str = "SwitchName") -> tuple[list[tuple[int, s
         nodes_of.setdefault(leaf, []).append(n)
     lines: list[tuple[int, str]] = []
     notes: list[str] = []
-    for s in sorted(t.parent_of, key=lambda s: (t.level(s), _natural_key(names[s]))):
+    for s in sorted(t.parent_of, key=lambda s: (t.level(s), natural_key(names[s]))):
         src = t.source_ids.get(s)
         if _order_mark(src):
             src = None
@@ -536,7 +530,7 @@ def _blocks_of(
     else:
         with_domain = [n for n, node in t.nodes.items() if node.nvlink_domain]
         if with_domain:
-            missing = sorted(set(t.nodes) - set(with_domain), key=_natural_key)
+            missing = sorted(set(t.nodes) - set(with_domain), key=natural_key)
             if missing:
                 raise TopologyError(
                     f"{len(missing)} node(s) have no NVLink domain (UltraServer CapacityBlockId), "
@@ -550,9 +544,9 @@ def _blocks_of(
             def proximity(dom: str) -> tuple[Any, ...]:
                 members = groups[dom]
                 counts = Counter(t.leaf(n) for n in members)
-                leaf = min(counts, key=lambda lf: (-counts[lf], _natural_key(lf)))
+                leaf = min(counts, key=lambda lf: (-counts[lf], natural_key(lf)))
                 sample = next(n for n in members if t.leaf(n) == leaf)
-                return (tuple(_natural_key(s) for s in t.path(sample)), _natural_key(dom))
+                return (tuple(natural_key(s) for s in t.path(sample)), natural_key(dom))
 
             for dom in sorted(groups, key=proximity):
                 raw.append((dom, sorted(groups[dom])))
@@ -560,7 +554,7 @@ def _blocks_of(
         else:
             for leaf in sorted(
                 t.leaves,
-                key=lambda lf: tuple(_natural_key(s) for s in t.path(t.nodes_under(lf)[0])),
+                key=lambda lf: tuple(natural_key(s) for s in t.path(t.nodes_under(lf)[0])),
             ):
                 raw.append((leaf, sorted(t.nodes_under(leaf))))
                 if leaf in t.source_ids and not _order_mark(t.source_ids[leaf]):
