@@ -21,9 +21,8 @@ def _unavailable(value: str | None) -> list[str]:
     """A Slurm hostlist, or ``@FILE`` with hostlists separated by whitespace or commas."""
     if not value:
         return []
-    import hostlist
-
     from slurmfm.errors import SlurmfmError
+    from slurmfm.topology.slurm_formats import expand_hostlist
 
     text = value
     if value.startswith("@"):
@@ -36,9 +35,9 @@ def _unavailable(value: str | None) -> list[str]:
         lines = [ln.split("#", 1)[0] for ln in text.splitlines()]
         text = ",".join(w for ln in lines for w in ln.split())
     try:
-        return list(hostlist.expand_hostlist(text.strip().strip(",")))
-    except hostlist.BadHostlist as exc:
-        raise SlurmfmError(f"--unavailable: bad hostlist {text!r}: {exc}") from exc
+        return expand_hostlist(text.strip().strip(","))
+    except ValueError as exc:
+        raise SlurmfmError(f"--unavailable: {exc}") from exc
 
 
 def _print_plan(p: Plan, *, as_json: bool, explain: bool) -> None:

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from slurmfm.errors import SlurmfmError
-from slurmfm.plan.cost import CostParams, CostReport, JobShape, evaluate, nvlink_domain
+from slurmfm.plan.cost import CostParams, CostReport, JobShape, evaluate
 from slurmfm.plan.types import Placement
 from slurmfm.topology.model import natural_key
 
@@ -135,12 +135,13 @@ class _Static:
         for sw, par in parent_of.items():
             if par is not None:
                 children[par].append(sw)
+        # Leaf members in Slurm's node-table order: one natural key per node, cached on the
+        # topology (the same order slurm_sim uses).
+        leaf_of = topology.leaf_of
         leaf_members: dict[str, list[str]] = {}
-        for n, leaf in topology.leaf_of.items():
-            leaf_members.setdefault(leaf, []).append(n)
+        for n in topology.natural_order:
+            leaf_members.setdefault(leaf_of[n], []).append(n)
         for v in children.values():
-            v.sort(key=natural_key)
-        for v in leaf_members.values():
             v.sort(key=natural_key)
         self.children = children
         self.level = {s: topology.level(s) for s in parent_of}
@@ -157,24 +158,40 @@ class _Static:
                 self.ancestors[c] = (*self.ancestors[sw], c)
                 stack.append(c)
             dfs_nodes.extend(leaf_members.get(sw, ()))
-        self.domain = {n: nvlink_domain(topology, n) for n in dfs_nodes}
-        first: dict[str, int] = {}
-        for i, n in enumerate(dfs_nodes):
-            first.setdefault(self.domain[n], i)
-        # Fabric order: DFS, with the nodes of one NVLink domain kept together.
-        dfs_index = {n: i for i, n in enumerate(dfs_nodes)}
-        self.order = sorted(dfs_nodes, key=lambda n: (first[self.domain[n]], dfs_index[n]))
-        self.pos = {n: i for i, n in enumerate(self.order)}
-        width = max(6, len(str(len(self.order))))
-        self.rank_key = {n: f"{i:0{width}d}" for i, n in enumerate(self.order)}
-        self.leaf_of = dict(topology.leaf_of)
+        nodes = topology.nodes
+        block = topology.kind == "block"
+        self.domain = {
+            n: nodes[n].nvlink_domain or ("block:" + leaf_of[n] if block else n) for n in dfs_nodes
+        }  # nvlink_domain(topology, n), inlined: this loop runs once per node
         self.domain_size = Counter(self.domain.values())
+        if len(self.domain_size) == len(dfs_nodes):
+            self.order = dfs_nodes  # every node is its own domain: DFS order as is
+        else:
+            first: dict[str, int] = {}
+            for i, n in enumerate(dfs_nodes):
+                first.setdefault(self.domain[n], i)
+            # Fabric order: DFS, with the nodes of one NVLink domain kept together.
+            dfs_index = {n: i for i, n in enumerate(dfs_nodes)}
+            self.order = sorted(dfs_nodes, key=lambda n: (first[self.domain[n]], dfs_index[n]))
+        self.pos = {n: i for i, n in enumerate(self.order)}
+        self._rank_key: dict[str, str] | None = None
+        self.leaf_of = dict(leaf_of)
         dom_leaves: dict[str, set[str]] = {}
         for n, d in self.domain.items():
-            dom_leaves.setdefault(d, set()).add(self.leaf_of[n])
-        self.domain_attach = {d: self._lca(ls) for d, ls in dom_leaves.items()}
+            dom_leaves.setdefault(d, set()).add(leaf_of[n])
+        self.domain_attach = {
+            d: next(iter(ls)) if len(ls) == 1 else self._lca(ls) for d, ls in dom_leaves.items()
+        }
         self._natural_order = topology.natural_order
         self._slurm_table: list[str] | None = None
+
+    @property
+    def rank_key(self) -> dict[str, str]:
+        """Node -> zero-padded fabric position (constrain mode's rank map), built on first use."""
+        if self._rank_key is None:
+            width = max(6, len(str(len(self.order))))
+            self._rank_key = {n: f"{i:0{width}d}" for i, n in enumerate(self.order)}
+        return self._rank_key
 
     def slurm_node_table(self) -> list[str]:
         """Slurm's node table (natural name order, exactly as ``slurm_sim`` sorts it), cached."""

@@ -92,15 +92,61 @@ def _version(v: Version) -> SlurmVersion:
     return v if isinstance(v, SlurmVersion) else SlurmVersion.parse(v)
 
 
-def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist expression -> names (python-hostlist); ``ValueError`` when malformed."""
-    import hostlist
+# A comma outside brackets: the next bracket after it is an opening one (or there is none).
+_TOP_COMMA = re.compile(r",(?![^\[]*\])")
+_SIMPLE_RANGE = re.compile(r"([^\[\],]*)\[([0-9,-]+)\]([^\[\],]*)")
 
-    try:
-        names: list[str] = list(hostlist.expand_hostlist(expr.strip()))
-    except hostlist.BadHostlist as exc:
-        raise ValueError(f"bad hostlist {expr!r}: {exc}") from exc
-    return names
+
+def _expand_simple(part: str) -> list[str] | None:
+    """``prefix[a-b,c]suffix`` (one bracket, ascending ranges) -> names; None for anything else."""
+    m = _SIMPLE_RANGE.fullmatch(part)
+    if m is None:
+        return None
+    prefix, body, suffix = m.groups()
+    out: list[str] = []
+    for r in body.split(","):
+        lo, sep, hi = r.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            return None
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            return None
+        width = len(lo)  # Slurm pads every number of a range to the width of its first
+        out.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(a, b + 1))
+    return out
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """Slurm hostlist expression -> names; ``ValueError`` when malformed.
+
+    Plain names and one-bracket ranges (``node[001-128,200]``, the forms Slurm and slurmfm
+    write) are expanded here: a 64k-node topology.conf spends most of its parse time in
+    python-hostlist otherwise. Anything else (several brackets) goes to python-hostlist.
+    Duplicates are dropped, first occurrence kept, as python-hostlist does.
+    """
+    text = expr.strip()
+    if "[" not in text and "]" not in text:
+        return list(dict.fromkeys(p for p in text.split(",") if p and not p.isspace()))
+    if text.count("[") != text.count("]"):
+        raise ValueError(f"bad hostlist {expr!r}: unbalanced brackets")
+    parts = _TOP_COMMA.split(text)
+    names: list[str] = []
+    for part in parts:
+        if "[" not in part and "]" not in part:
+            if part and not part.isspace():
+                names.append(part)
+            continue
+        simple = _expand_simple(part)
+        if simple is not None:
+            names.extend(simple)
+            continue
+        import hostlist
+
+        try:
+            names.extend(hostlist.expand_hostlist(part))
+        except hostlist.BadHostlist as exc:
+            raise ValueError(f"bad hostlist {expr!r}: {exc}") from exc
+    return list(dict.fromkeys(names))
 
 
 def compress_hostlist(names: Iterable[str]) -> str:
