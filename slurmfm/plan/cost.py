@@ -404,7 +404,11 @@ def _spans(topology: Topology) -> _Spans:
     hit = _SPANS_CACHE.get(id(topology))
     if hit is not None and hit[0]() is topology:
         return hit[1]
-    dom_sizes = Counter(nvlink_domain(topology, n) for n in topology.nodes)
+    nodes = topology.nodes
+    if topology.kind == "tree" and not any(n.nvlink_domain for n in nodes.values()):
+        dom_sizes: Counter[str] = Counter({"": 1})  # every node is its own domain
+    else:
+        dom_sizes = Counter(nvlink_domain(topology, n) for n in nodes)
     leaf_sizes = Counter(topology.leaf_of.values())
     spine_sizes: Counter[str] = Counter()
     for leaf, cnt in leaf_sizes.items():

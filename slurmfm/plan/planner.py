@@ -176,12 +176,15 @@ class _Static:
         self.pos = {n: i for i, n in enumerate(self.order)}
         self._rank_key: dict[str, str] | None = None
         self.leaf_of = dict(leaf_of)
-        dom_leaves: dict[str, set[str]] = {}
-        for n, d in self.domain.items():
-            dom_leaves.setdefault(d, set()).add(leaf_of[n])
-        self.domain_attach = {
-            d: next(iter(ls)) if len(ls) == 1 else self._lca(ls) for d, ls in dom_leaves.items()
-        }
+        if len(self.domain_size) == len(dfs_nodes):
+            self.domain_attach = {self.domain[n]: leaf_of[n] for n in dfs_nodes}
+        else:
+            dom_leaves: dict[str, set[str]] = {}
+            for n, d in self.domain.items():
+                dom_leaves.setdefault(d, set()).add(leaf_of[n])
+            self.domain_attach = {
+                d: next(iter(ls)) if len(ls) == 1 else self._lca(ls) for d, ls in dom_leaves.items()
+            }
         self._natural_order = topology.natural_order
         self._slurm_table: list[str] | None = None
 
@@ -322,7 +325,8 @@ def plan(
             f"avoided {len(avoided)} node(s) that failed recently: "
             + _names([f"{n} ({avoid[n]})" for n in avoided], 5)
         )
-    free_nodes = [n for n in st.order if topology.nodes[n].free and n not in bad]
+    nodes_of = topology.nodes
+    free_nodes = [n for n in st.order if n not in bad and nodes_of[n].free]
     why.append(
         f"free: {len(free_nodes)} of {len(st.order)} nodes"
         + (f" ({len(bad) - len(unknown)} marked unavailable)" if bad else "")

@@ -250,7 +250,8 @@ class Topology:
         return levels
 
     @cached_property
-    def _paths(self) -> dict[str, tuple[str, ...]]:
+    def _switch_paths(self) -> dict[str, tuple[str, ...]]:
+        """Switch -> the switches from the root down to it (one tuple per switch, shared)."""
         cache: dict[str, tuple[str, ...]] = {}
 
         def up(sw: str) -> tuple[str, ...]:
@@ -259,7 +260,14 @@ class Topology:
                 cache[sw] = (sw,) if par is None else (*up(par), sw)
             return cache[sw]
 
-        return {n: up(leaf) for n, leaf in self.leaf_of.items()}
+        for sw in self.parent_of:
+            up(sw)
+        return cache
+
+    @cached_property
+    def _paths(self) -> dict[str, tuple[str, ...]]:
+        sp = self._switch_paths
+        return {n: sp[leaf] for n, leaf in self.leaf_of.items()}
 
     @cached_property
     def _under(self) -> dict[str, tuple[str, ...]]:
@@ -311,8 +319,9 @@ class Topology:
         return self.leaf_of[node]
 
     def path(self, node: str) -> tuple[str, ...]:
-        """Switches from the root down to the node's leaf."""
-        return self._paths[node]
+        """Switches from the root down to the node's leaf (per leaf, not per node: a plan
+        on 64k nodes asks for a few thousand)."""
+        return self._switch_paths[self.leaf_of[node]]
 
     def lca(self, a: str, b: str) -> str:
         """Lowest common ancestor switch of two nodes."""
