@@ -320,8 +320,9 @@ class _Fabric:
     def lca_level(self, nodes: Sequence[int]) -> int:
         """Level of the lowest switch above all ``nodes`` (-1: one NVLink domain)."""
         first = nodes[0]
-        dom = self.domains[first]
-        if all(self.domains[i] == dom for i in nodes):
+        doms = self.domains
+        dom = doms[first]
+        if all(doms[i] == dom for i in nodes):
             return -1
         p0 = self.paths[first]
         common = len(p0)
@@ -343,8 +344,10 @@ class _Fabric:
     def pair_level(self, a: int, b: int) -> int:
         if self.domains[a] == self.domains[b]:
             return -1
-        pa = self.paths[a]
-        c = _common(pa, self.paths[b])
+        pa, pb = self.paths[a], self.paths[b]
+        if pa is pb:  # same leaf (paths are shared per leaf)
+            return self._level(pa[-1])
+        c = _common(pa, pb)
         return self._level(pa[c - 1]) if c else 1 << 20
 
 
@@ -458,7 +461,8 @@ def _groups(job: JobShape) -> dict[str, list[range]]:
 
 def _node_groups(ranges: list[range], g: int) -> Counter[tuple[int, ...]]:
     """Distinct node sequences of groups (rank // G), with how many groups map to each."""
-    return Counter(tuple(r // g for r in rg) for rg in ranges)
+    div = g.__rfloordiv__  # r // g, without a Python frame per rank (64k-node plans)
+    return Counter(tuple(map(div, rg)) for rg in ranges)
 
 
 def _ring_edges(nodes: tuple[int, ...]) -> list[tuple[int, int]]:
