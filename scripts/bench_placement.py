@@ -850,6 +850,9 @@ def print_tables(
 
 # ---------------------------------------------------------------------------- simulated time
 SIM_OVERSUB = (1, 2, 4)
+# Exact optima (MILP, slurmfm.plan.optimum) for PP=1 jobs in this size range.
+OPT_MIN_NODES = 64
+OPT_MAX_NODES = 2048
 
 
 def make_fabric4(rng: random.Random, n_nodes: int) -> Fabric:
@@ -914,7 +917,8 @@ def build_sim_cases(quick: bool, seed: int) -> list[SimCase]:
         kind = kinds[i % len(kinds)]
         gpus, tp = (4, 4) if kind == "gb200" else (GPUS, TP)
         pps = [p for p in (1, 2, 4, 8) if nodes % p == 0 and nodes // p >= 2]
-        pp = rng.choice(pps)
+        # Every other job without PP: the exact optimum (slurmfm.plan.optimum) covers those.
+        pp = 1 if i % 2 == 0 else rng.choice(pps)
         busy = rng.uniform(0.3, 0.7)
         need = nodes / (1 - busy) * 1.25
         fabric = next(f for f in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if f >= need)
@@ -988,6 +992,12 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
         orders.update(slurm)
         for i, r in enumerate(randoms):
             orders[f"random{i}"] = r
+        if OPT_MIN_NODES <= job.nodes <= OPT_MAX_NODES:
+            from slurmfm.plan import optimum as opt
+
+            best = opt.exact(topo, job, free, params)
+            if best is not None:
+                orders["optimum"] = list(best.order)
         names = list(orders)
         reps = sim.simulate_many(
             topo, [orders[n] for n in names], job, params, sim.SimParams.uniform(o)
@@ -1023,6 +1033,8 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
         rhos: list[float] = []
         conc: list[float] = []
         gain_err: list[float] = []
+        opt_gap_model: list[float] = []
+        opt_gap_sim: list[float] = []
         slower: list[str] = []
         more_cross: list[str] = []
         for c in cases:
@@ -1047,6 +1059,9 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
                 gain_s = 1 - s[fm] / s[leaf_b]
                 gain_m = 1 - m[fm] / m[leaf_b]
                 gain_err.append(abs(gain_m - gain_s))
+                if "optimum" in m:
+                    opt_gap_model.append(m[fm] / m["optimum"] - 1)
+                    opt_gap_sim.append(s[fm] / s["optimum"] - 1)
             names = list(s)
             rhos.append(sim.spearman([m[n] for n in names], [s[n] for n in names]))
             conc.append(sim.concordance([m[n] for n in names], [s[n] for n in names]))
@@ -1067,6 +1082,11 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
             "concordance_min": min(conc),
             "gain_error_median": statistics.median(gain_err),
             "gain_error_max": max(gain_err),
+            "optimum_cases": len(opt_gap_model),
+            "optimum_gap_model_median": statistics.median(opt_gap_model) if opt_gap_model else None,
+            "optimum_gap_model_max": max(opt_gap_model) if opt_gap_model else None,
+            "optimum_gap_sim_median": statistics.median(opt_gap_sim) if opt_gap_sim else None,
+            "optimum_gap_sim_max": max(opt_gap_sim) if opt_gap_sim else None,
         }
     return out
 
@@ -1091,6 +1111,16 @@ def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str
             f"{r['gain_error_median']:>6.3f} / {r['gain_error_max']:<5.3f}"
         )
     print("(median / worst; spearman, concordance: median / min per case; gain err: median / max)")
+    for o, r in summary.items():
+        if r["optimum_cases"]:
+            print(
+                f"o={o}: gap to the exact optimum (MILP, PP=1, {OPT_MIN_NODES}-{OPT_MAX_NODES} "
+                f"nodes, {r['optimum_cases']} plans): model median "
+                f"{100 * r['optimum_gap_model_median']:.2f} % / max "
+                f"{100 * r['optimum_gap_model_max']:.2f} %; simulated median "
+                f"{100 * r['optimum_gap_sim_median']:.2f} % / max "
+                f"{100 * r['optimum_gap_sim_max']:.2f} %"
+            )
     for o, r in summary.items():
         target = r["ge64_vs_slurm_leaf_median"]
         print(
