@@ -423,6 +423,14 @@ def plan(
                 alts.append(
                     [n for b, t in _select(st, bins, cap, s_alt, n_need) for n in b.members[:t]]
                 )
+        # Balanced fills: the fewest largest leaves under each switch with room, every one
+        # given at least need/k nodes, so no leaf uplink carries a ring for a sliver of nodes.
+        for s_bal in sorted(feasible, key=lambda s: (st.level[s], st.switch_pos[s]))[
+            :_BALANCED_MAX
+        ]:
+            balanced = _balanced(bins, st, s_bal, n_need)
+            if balanced is not None:
+                alts.append(balanced)
         if job.pp > 1:
             staged = _stagewise(st, free_nodes, n_need, job.pp)
             if staged is not None:
@@ -588,6 +596,34 @@ def _pick(st: _Static, free_nodes: Sequence[str], need: int) -> list[str] | None
     return [n for b, t in _select(st, bins, cap, top, need) for n in b.members[:t]]
 
 
+def _balanced(bins: Sequence[_Bin], st: _Static, top: str, need: int) -> list[str] | None:
+    """The fewest largest leaves under ``top``, filled evenly (or None if they cannot hold it).
+
+    The best-fit selection finishes with the tightest leaf for the remainder, which can be one
+    node: its uplink then carries a whole ring for one node's share of capacity, the worst
+    congestion of the job once uplinks are oversubscribed. Here every chosen leaf gets at least
+    ``min(smallest chosen leaf, need // k)`` nodes and the rest goes to the largest first.
+    """
+    under = sorted(
+        (b for b in bins if b.cap > 0 and top in st.ancestors[b.attach]),
+        key=lambda b: (-b.cap, b.pos),
+    )
+    k = _min_bins([b.cap for b in under], need)
+    if k > len(under):
+        return None
+    chosen = under[:k]
+    floor = min(chosen[-1].cap, need // k)
+    take = [floor] * k
+    rem = need - floor * k
+    for i, b in enumerate(chosen):
+        extra = min(b.cap - take[i], rem)
+        take[i] += extra
+        rem -= extra
+    if rem:
+        return None
+    return [n for b, t in zip(chosen, take, strict=True) for n in b.members[:t]]
+
+
 def _stagewise(st: _Static, free_nodes: Sequence[str], need: int, pp: int) -> list[str] | None:
     """One selection per PP stage, stage after stage, each as its own job (or None).
 
@@ -666,6 +702,8 @@ _ALT_ORDER_MAX_NODES = 1024
 # 4,096-node job on 16,384 nodes would take ~1 s per rule set).
 _GUARD_MAX_FABRIC = 4096
 _GUARD_MAX_JOB = 1024
+# Balanced fills are tried under at most this many switches (lowest first).
+_BALANCED_MAX = 8
 
 
 def _switch_order(topology: Topology, given: Sequence[str] | None) -> tuple[list[str] | None, str]:

@@ -100,8 +100,11 @@ def test_cli_oversubscription_changes_the_prediction(tmp_path: Path) -> None:
     base = ["--topology", str(conf), "--nodes", "6", "--tp", "8", "--json"]
     one = json.loads(CliRunner().invoke(plan_command, base).stdout)
     four = json.loads(CliRunner().invoke(plan_command, [*base, "--oversubscription", "4"]).stdout)
-    # 6 nodes over two 4-node leaves: the ring (bounded by the level-1 switch) crosses the
-    # uplink of the 2-node leaf, worth 2 nodes / 4: congested by 2.
-    assert four["predicted"]["dp_s"] > one["predicted"]["dp_s"]
+    # 6 nodes over two 4-node leaves. At 1 nothing is congested and the fewest-leaves fill
+    # (4 + 2) stays; at 4 the 2-node leaf's uplink would slow the ring by 4/2, so the plan
+    # balances 3 + 3 (4/3) and says which tier bounds the ring and by how much.
+    assert one["nodes"] == ["n00", "n01", "n02", "n03", "n04", "n05"]
     assert one["bound_by"]["dp"] == "spine"
-    assert four["bound_by"]["dp"] == "spine x2.00"
+    assert four["nodes"] == ["n00", "n01", "n02", "n04", "n05", "n06"]
+    assert four["bound_by"]["dp"] == "spine x1.33"
+    assert four["predicted"]["dp_s"] > one["predicted"]["dp_s"]
