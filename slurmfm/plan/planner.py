@@ -485,6 +485,10 @@ def plan(
             order, report = _simulation_check(
                 topology, st, job, order, report, params, slurm_sets, sw_order, why
             )
+        elif simulate:
+            why.append(
+                "simulation check: pin mode only (constrain mode ranks whatever Slurm gives)"
+            )
     elif simulate:
         why.append(
             "simulation check: skipped (tree fabrics with single-node NVLink units, fabrics "

@@ -8,6 +8,7 @@ there a missing simulator fails instead of skipping).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,22 @@ def test_plan_simulation_check_needs_simgrid(monkeypatch: pytest.MonkeyPatch) ->
     topo, busy = _uneven()
     with pytest.raises(PlanError, match="python3-simgrid"):
         plan(topo, JobShape(4, 8, tp=8), unavailable=busy, simulate=True)
+
+
+def test_cli_simulate_flag(simgrid: None, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from slurmfm.cli_plan import plan_command
+
+    conf = tmp_path / "topology.conf"
+    conf.write_text(
+        "SwitchName=leaf0 Nodes=n[00-03]\nSwitchName=leaf1 Nodes=n[04-07]\n"
+        "SwitchName=core Switches=leaf[0-1]\n"
+    )
+    base = ["--topology", str(conf), "--nodes", "6", "--tp", "8", "--explain"]
+    res = CliRunner().invoke(plan_command, [*base, "--simulate", "--oversubscription", "2"])
+    assert res.exit_code == 0, res.output
+    assert "simulation check (SimGrid): the plan " in res.stdout
+    res = CliRunner().invoke(plan_command, [*base, "--simulate", "--mode", "constrain"])
+    assert res.exit_code == 0, res.output
+    assert "simulation check: pin mode only" in res.stdout
