@@ -364,6 +364,24 @@ def _tier_name(level: int) -> str:
     return "nvlink" if level < 0 else _tier_of_level(level)
 
 
+def _tier_at(tiers: Mapping[str, Tier], level: int) -> Tier:
+    """The tier a group whose lowest common switch is at ``level`` pays (-1: NVLink).
+
+    Levels above 2 (4-level fabrics: p6-b200/b300 report 4 network layers) cost the core's
+    bandwidth and one more hop each way per level: the core's alpha plus the spine-to-core
+    alpha step per extra level, so a ring that crosses the top of a 4-level fabric is not
+    charged like one that stays under a level-2 switch (the flow-level simulation adds a hop
+    latency per uplink crossed).
+    """
+    if level <= 2:
+        return tiers[_tier_name(level)]
+    core, spine = tiers["core"], tiers["spine"]
+    step = max(0.0, core.alpha_s - spine.alpha_s)
+    return Tier(
+        core.name, core.alpha_s + (level - 2) * step, core.beta_s_per_byte, core.oversubscription
+    )
+
+
 def _ring(p: int, n: float, t: Tier, congestion: float = 1.0) -> float:
     if p <= 1:
         return 0.0
@@ -514,10 +532,10 @@ def evaluate(
                 violations += count
             ilevel = spans.ideal_level(len(set(nodes)))
             fn = _alltoall if dim == "ep" else _ring
-            t = fn(p, nbytes[dim], tiers[_tier_name(level)])
+            t = fn(p, nbytes[dim], _tier_at(tiers, level))
             if t > worst or dim not in bound_by:
                 worst, bound_by[dim] = max(worst, t), _tier_name(level)
-            best = max(best, fn(p, nbytes[dim], tiers[_tier_name(ilevel)]))
+            best = max(best, fn(p, nbytes[dim], _tier_at(tiers, ilevel)))
         per_group[dim], ideal_group[dim] = worst, best
 
     # DP: ring all-reduce with uplink congestion from all DP rings at once.
@@ -565,14 +583,14 @@ def evaluate(
             c = _common(pa, pb)
             for sw in (*pa[c:], *pb[c:]):
                 congestion = max(congestion, ratio.get(sw, 0.0))
-        t = _ring(p, nbytes["dp"], tiers[_tier_name(level)], congestion)
+        t = _ring(p, nbytes["dp"], _tier_at(tiers, level), congestion)
         if t > worst or "dp" not in bound_by:
             worst = max(worst, t)
             bound_by["dp"] = _tier_name(level) + (
                 f" x{congestion:.2f}" if congestion > 1 + 1e-9 else ""
             )
         ilevel = spans.ideal_level(len(set(nodes)))
-        best = max(best, _ring(p, nbytes["dp"], tiers[_tier_name(ilevel)]))
+        best = max(best, _ring(p, nbytes["dp"], _tier_at(tiers, ilevel)))
     per_group["dp"], ideal_group["dp"] = worst, best
 
     # PP: point-to-point between neighbouring stages along each pipeline.
@@ -585,8 +603,8 @@ def evaluate(
             pairs.add((a, b))
             lvl = fab.pair_level(a, b)
             top = max(top, lvl)
-            t += _p2p(nbytes["pp"], tiers[_tier_name(lvl)])
-            tb += _p2p(nbytes["pp"], tiers[_tier_name(spans.ideal_level(len({a, b})))])
+            t += _p2p(nbytes["pp"], _tier_at(tiers, lvl))
+            tb += _p2p(nbytes["pp"], _tier_at(tiers, spans.ideal_level(len({a, b}))))
         if t > worst or "pp" not in bound_by:
             bound_by["pp"] = _tier_name(top)
         worst, best = max(worst, t), max(best, tb)

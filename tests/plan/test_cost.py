@@ -115,3 +115,21 @@ def test_explain_shows_time_per_group_and_its_tier() -> None:
     assert "(spine)" in line
     assert "pp " in line
     assert "(nvlink)" in line
+
+
+def test_levels_above_the_core_add_a_hop_each() -> None:
+    # 4 levels: two pods, each with one top, one spine, one leaf of 2 nodes.
+    paths = {
+        "a0": ("root", "pod0", "top0", "spine0", "leaf0"),
+        "a1": ("root", "pod0", "top0", "spine0", "leaf0"),
+        "b0": ("root", "pod0", "top1", "spine1", "leaf1"),
+        "b1": ("root", "pod0", "top1", "spine1", "leaf1"),
+        "c0": ("root", "pod1", "top2", "spine2", "leaf2"),
+        "c1": ("root", "pod1", "top2", "spine2", "leaf2"),
+    }
+    topo = Topology.from_paths(paths)
+    job = JobShape(4, 8, tp=8)
+    in_pod = evaluate(topo, ["a0", "a1", "b0", "b1"], job)  # common switch pod0 (level 3)
+    across = evaluate(topo, ["a0", "a1", "c0", "c1"], job)  # common switch root (level 4)
+    assert in_pod.bound_by["dp"] == across.bound_by["dp"] == "core"
+    assert across.per_group["dp"] > in_pod.per_group["dp"]
