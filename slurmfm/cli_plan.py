@@ -164,9 +164,11 @@ def plan_command(
     from slurmfm.errors import SlurmfmError
     from slurmfm.plan.cost import CostParams, JobShape
     from slurmfm.plan.planner import job_for_recipe, plan
+    from slurmfm.recipe.schema import MegatronLauncher
     from slurmfm.topology.model import TopologyError
 
     version = None
+    rec = None
     if recipe:
         from slurmfm.recipe.loader import load_recipe
         from slurmfm.render.script import Target
@@ -199,6 +201,13 @@ def plan_command(
     except TopologyError as exc:
         raise SlurmfmError(f"--topology: {exc}") from exc
     params = CostParams.from_file(params_file) if params_file else None
+    launcher = rec.launcher if rec is not None else None
+    if isinstance(launcher, MegatronLauncher) and not params_file:
+        from slurmfm.plan.cost import message_bytes_for_megatron
+
+        sizes = message_bytes_for_megatron(launcher.model_args, tp=job.tp, pp=job.pp, dp=job.dp)
+        if sizes:  # the recipe's model and batch, not the illustrative defaults
+            params = CostParams.default().with_message_bytes(sizes)
     if oversubscription is not None:
         params = (params or CostParams.default()).with_oversubscription(oversubscription)
     avoid = None

@@ -125,6 +125,10 @@ class CostParams:
     def default(cls) -> CostParams:
         return cls(dict(_DEFAULT_TIERS), dict(_DEFAULT_BYTES))
 
+    def with_message_bytes(self, sizes: Mapping[str, float]) -> CostParams:
+        """The same tiers with some per-step message sizes replaced."""
+        return CostParams(dict(self.tiers), {**self.message_bytes, **sizes})
+
     def with_oversubscription(self, oversubscription: float) -> CostParams:
         """The same parameters with every EFA tier (leaf, spine, core) at ``oversubscription``."""
         tiers = dict(self.tiers)
@@ -199,6 +203,55 @@ class CostParams:
             if sizes[dim] < 0:
                 raise CostParamsError(f"{source}: message_bytes.{dim}: must be >= 0")
         return cls(tiers, sizes)
+
+
+def message_bytes_for_megatron(
+    model_args: Mapping[str, Any], *, tp: int, pp: int, dp: int
+) -> dict[str, float] | None:
+    """Per-step message sizes from a Megatron recipe's model arguments (None if too few).
+
+    Needs ``num-layers``, ``hidden-size``, ``seq-length`` and ``global-batch-size``; the rest
+    has Megatron's defaults (NVIDIA/Megatron-LM ``megatron/training/arguments.py``:
+    ``ffn-hidden-size`` 4h, ``micro-batch-size`` 1, fp32 gradient reduction unless
+    ``grad-reduce-in-bf16``). Parameters per layer: attention ``h^2 (2 + 2 g/a)`` (query and
+    output, key and value shrunk by grouped-query attention), MLP ``3 h f`` with SwiGLU else
+    ``2 h f``; embeddings are left out (a few percent). Then per rank and step:
+
+    * ``dp``: the gradient bytes of its shard, ``params / (tp * pp)`` at 4 (or 2) bytes;
+    * ``pp``: one stage boundary's activations for every micro-batch, ``m * s * b * h * 2``
+      (bf16), where ``m = global batch / (b * dp)``;
+    * ``tp``: four all-reduces of ``s * b * h`` bf16 values per layer and micro-batch
+      (two forward, two backward; Megatron-LM paper, arXiv 1909.08053 section 3).
+    """
+
+    def num(key: str, default: float | None = None) -> float | None:
+        v = model_args.get(key, default)
+        if isinstance(v, bool) or v is None:
+            return default
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return default
+
+    layers, h, s = num("num-layers"), num("hidden-size"), num("seq-length")
+    gbs = num("global-batch-size")
+    if layers is None or h is None or s is None or gbs is None:
+        return None
+    f = num("ffn-hidden-size", 4 * h) or 4 * h
+    b = num("micro-batch-size", 1.0) or 1.0
+    heads = num("num-attention-heads")
+    groups = num("num-query-groups") if model_args.get("group-query-attention") else None
+    kv = 2 * (groups / heads) if groups and heads else 2.0
+    mlp = 3 * h * f if model_args.get("swiglu") else 2 * h * f
+    params = layers * (h * h * (2 + kv) + mlp)
+    grad_bytes = 2 if model_args.get("grad-reduce-in-bf16") else 4
+    micro = max(1.0, gbs / (b * max(1, dp)))
+    act = s * b * h * 2
+    return {
+        "dp": grad_bytes * params / (tp * pp),
+        "pp": micro * act,
+        "tp": 4 * (layers / pp) * micro * act,
+    }
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,22 @@ def test_levels_above_the_core_add_a_hop_each() -> None:
     across = evaluate(topo, ["a0", "a1", "c0", "c1"], job)  # common switch root (level 4)
     assert in_pod.bound_by["dp"] == across.bound_by["dp"] == "core"
     assert across.per_group["dp"] > in_pod.per_group["dp"]
+
+
+def test_message_bytes_from_a_megatron_recipe() -> None:
+    from pathlib import Path
+
+    from slurmfm.plan.cost import message_bytes_for_megatron
+    from slurmfm.recipe.loader import load_recipe
+
+    repo = Path(__file__).resolve().parents[2]
+    rec = load_recipe(str(repo / "recipes" / "llama3-70b-p5en-megatron.yaml"))
+    args = rec.launcher.model_args  # type: ignore[union-attr]
+    sizes = message_bytes_for_megatron(args, tp=8, pp=4, dp=4)
+    assert sizes is not None
+    # Llama-3-70B without embeddings: 68.5e9 parameters; fp32 gradients over tp*pp = 32.
+    params = sizes["dp"] * 32 / 4
+    assert 68e9 < params < 69e9
+    # GBS 512 = dp 4 x mbs 1 x 128 micro-batches of 8192 x 8192 bf16 activations.
+    assert sizes["pp"] == 128 * 8192 * 8192 * 2
+    assert message_bytes_for_megatron({"num-layers": 2}, tp=1, pp=1, dp=1) is None
