@@ -19,7 +19,8 @@ time 0, so they contend for links through SimGrid's bandwidth sharing. Output:
 ``{"results": [{"groups": [finish_s, ...], "makespan": s}, ...]}``.
 
 Network model: ``CM02`` (max-min fair sharing without the TCP corrections of the default
-``LV08``; SimGrid docs, "Configuring SimGrid", ``network/model``), cross-traffic off (no TCP
+``LV08``; https://simgrid.org/doc/latest/Configuring_SimGrid.html, ``network/model``),
+cross-traffic off (no TCP
 acknowledgements) and the TCP window bound off: EFA and NVLink are RDMA fabrics, not TCP.
 """
 
