@@ -20,8 +20,8 @@ time 0, so they contend for links through SimGrid's bandwidth sharing. Output:
 
 Network model: ``CM02`` (max-min fair sharing without the TCP corrections of the default
 ``LV08``; https://simgrid.org/doc/latest/Configuring_SimGrid.html, ``network/model``),
-cross-traffic off (no TCP
-acknowledgements) and the TCP window bound off: EFA and NVLink are RDMA fabrics, not TCP.
+cross-traffic off (no TCP acknowledgements) and the TCP window bound off: EFA and NVLink
+are RDMA fabrics, not TCP.
 """
 
 from __future__ import annotations
