@@ -707,7 +707,7 @@ _ALT_ORDER_MAX_NODES = 1024
 _GUARD_MAX_FABRIC = 4096
 _GUARD_MAX_JOB = 1024
 # Balanced fills are tried under at most this many switches (lowest first).
-_BALANCED_MAX = 8
+_BALANCED_MAX = 4
 
 
 def _switch_order(topology: Topology, given: Sequence[str] | None) -> tuple[list[str] | None, str]:
