@@ -912,10 +912,12 @@ class SimCase:
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)  # per oversubscription
 
 
-def build_sim_cases(quick: bool, seed: int) -> list[SimCase]:
-    """Jobs of 8-4,096 nodes (quick: 8-256) on 3- and 4-level fabrics and GB200 blocks."""
+def build_sim_cases(quick: bool, seed: int, max_nodes: int = 4096) -> list[SimCase]:
+    """Jobs of 8-4,096 nodes (quick: 8-256; at most ``max_nodes``) on 3- and 4-level fabrics
+    and GB200 blocks."""
     rng = random.Random(seed + 99)
     sizes = [8, 32, 64, 128, 256] if quick else [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    sizes = [n for n in sizes if n <= max_nodes]
     kinds = ("3-level", "4-level", "gb200")
     out = []
     for i, nodes in enumerate(sizes * (1 if quick else 2)):
@@ -1150,7 +1152,11 @@ def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str
 
 
 def run_sim_section(
-    quick: bool, seed: int, plan: PlanFn | None, log: Callable[[str], None]
+    quick: bool,
+    seed: int,
+    plan: PlanFn | None,
+    log: Callable[[str], None],
+    max_nodes: int = 4096,
 ) -> dict[str, Any]:
     """The simulated-time section (needs SimGrid; says so and returns {} without it)."""
     from slurmfm.plan import simulate as sim
@@ -1161,7 +1167,7 @@ def run_sim_section(
         print("\nsimulated time: skipped, SimGrid is not installed (python3-simgrid)")
         return {}
     t1 = time.perf_counter()
-    sim_cases = build_sim_cases(quick, seed)
+    sim_cases = build_sim_cases(quick, seed, max_nodes)
     for sc in sim_cases:
         run_sim_case(sc, plan, log)
     seconds = time.perf_counter() - t1
@@ -1193,12 +1199,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--sim-only", action="store_true", help="only the SimGrid section (simulated time)"
     )
+    ap.add_argument(
+        "--sim-max-nodes",
+        type=int,
+        default=4096,
+        help="largest job of the SimGrid section (default 4096)",
+    )
     args = ap.parse_args(argv)
     log = (lambda s: print(s, flush=True)) if args.verbose else (lambda s: None)
 
     plan, note = load_planner()
     if args.sim_only:
-        out = run_sim_section(args.quick, args.seed, plan, log)
+        out = run_sim_section(args.quick, args.seed, plan, log, args.sim_max_nodes)
         if args.json:
             args.json.write_text(json.dumps({"simulated": out}, indent=1, default=str))
         return 0
@@ -1248,7 +1260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{sum(bool(a) for a in agree)}/{len(agree)} identical node sets"
         )
     print_tables(cases, agg, tg, speed, note)
-    sim_out = {} if args.no_sim else run_sim_section(args.quick, args.seed, plan, log)
+    sim_out = (
+        {} if args.no_sim else run_sim_section(args.quick, args.seed, plan, log, args.sim_max_nodes)
+    )
     if args.json:
         args.json.write_text(
             json.dumps(
