@@ -14,7 +14,7 @@ Targets: ``slurmfm --help`` < 0.100 s, ``slurmfm render <recipe>`` < 0.150 s (me
 ``render`` is measured three ways: ``--no-cache`` (a new or edited recipe: pydantic, ruamel and
 jinja2 are imported, the schema built and the recipe validated; the templates' compiled
 bytecode is on disk, as after any earlier render), with ``SLURMFM_NO_CACHE=1`` (the very first
-render: templates are compiled too) and with unchanged inputs, which ``slurmfm.render_cache``
+render: templates are compiled too) and with unchanged inputs, which ``slurmfm.cli.cache``
 serves without importing pydantic or jinja2. The ``click+pydantic-model`` baseline is the floor
 of any click CLI that validates with pydantic (one one-field model); on these machines it alone
 is above the render target, so only the cached path can meet it.
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             target=TARGETS["slurmfm render"],
             env={"SLURMFM_NO_CACHE": "1"},
         ),
-        # Unchanged inputs: served by slurmfm.render_cache (filled by the warm-up runs).
+        # Unchanged inputs: served by slurmfm.cli.cache (filled by the warm-up runs).
         Result(
             "slurmfm render (cached)",
             [*cli, "render", str(recipe)],

@@ -6,26 +6,25 @@ so that what a script does and what ``slurmfm submit`` does are the same code pa
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from slurmfm.errors import Problem, RecipeError
+from slurmfm.submit import missing_secrets as missing_secrets  # noqa: PLC0414 - re-exported
+from slurmfm.submit import require_secrets as require_secrets  # noqa: PLC0414 - re-exported
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from slurmfm.backends.base import Backend, JobStatus
-    from slurmfm.backends.dryrun import DryRunInfo
     from slurmfm.backends.preflight import PreflightReport
     from slurmfm.pipeline import Pipeline, PipelineDryRun, PipelineRun
     from slurmfm.plan.planner import Plan
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
     from slurmfm.recipe.sweep import SweepTask
-    from slurmfm.render.script import RenderedScript
+    from slurmfm.request import SubmitRequest
     from slurmfm.topology.model import Topology
 
 BackendKind = Literal["auto", "cli", "pyslurm"]
@@ -52,16 +51,13 @@ def override(recipe: Recipe, overrides: Mapping[str, Any]) -> Recipe:
 
 def render(
     recipe: Recipe, *, slurm_version: str | None = None, placement: Placement | None = None
-) -> RenderedScript:
-    """Render the sbatch script; ``slurm_version`` is what a cluster reported, if known."""
-    from slurmfm.render.script import Target, render_script
+) -> SubmitRequest:
+    """The submit request for ``recipe`` (script, runtime files, sbatch arguments, array):
+    rendered for ``slurm_version``, what a cluster reported, if known. Pure: nothing is asked
+    and nothing written."""
+    from slurmfm.request import build
 
-    target = Target.for_recipe(recipe, slurm_version)
-    if recipe.sweep is not None:
-        from slurmfm.render.array import render_array
-
-        return render_array(recipe, target, placement)
-    return render_script(recipe, target, placement)
+    return build(recipe, slurm_version=slurm_version, placement=placement)
 
 
 def load_topology(source: str, *, env: Mapping[str, str] | None = None) -> Topology:
@@ -72,18 +68,11 @@ def load_topology(source: str, *, env: Mapping[str, str] | None = None) -> Topol
 
         return load_any(source)
     from slurmfm.backends.slurm_cli import SlurmCLI
-    from slurmfm.errors import BackendError
     from slurmfm.topology.slurm_formats import parse_scontrol_topology, slurm_node_states
 
     cli = SlurmCLI(dict(env) if env is not None else None)
-    topo = cli._run(["scontrol", "show", "topology"])
-    if topo.returncode or not topo.stdout.strip():
-        raise BackendError(
-            "scontrol show topology: "
-            + (topo.stderr.strip() or "no topology configured (TopologyPlugin is not tree/block)")
-        )
-    states = cli._run(["sinfo", "-N", "-h", "-o", "%N %T"])
-    return parse_scontrol_topology(topo.stdout).with_states(slurm_node_states(states.stdout))
+    topo = parse_scontrol_topology(cli.show_topology())
+    return topo.with_states(slurm_node_states(cli.node_states()))
 
 
 def plan(
@@ -105,51 +94,12 @@ def plan(
     )
 
 
-def missing_secrets(recipe: Recipe, env: Mapping[str, str] | None = None) -> list[str]:
-    """Names in ``recipe.secrets`` that the submitting environment does not provide."""
-    env = os.environ if env is None else env
-    return [name for name in recipe.secrets if not env.get(name)]
-
-
-def require_secrets(recipes: Mapping[str, Recipe], env: Mapping[str, str] | None = None) -> None:
-    """Refuse to submit, with one problem naming every secret the environment lacks.
-
-    ``recipes`` maps a label to a recipe: a pipeline stage's name, or ``""`` for a lone recipe.
-    Checked before anything is queued, so a pipeline never half-submits for want of a token.
-    """
-    missing = {label: m for label, r in recipes.items() if (m := missing_secrets(r, env))}
-    if not missing:
-        return
-    named = "; ".join(
-        f"{label}: {', '.join(m)}" if label else ", ".join(m) for label, m in missing.items()
-    )
-    raise RecipeError(
-        [
-            Problem(
-                "<environment>",
-                None,
-                "secrets",
-                f"not set in the submitting environment: {named} "
-                "(slurmfm passes secrets through the environment, never the script)",
-            )
-        ]
-    )
-
-
 def dry_run(
     recipe: Recipe, *, slurm_version: str | None = None, placement: Placement | None = None
-) -> DryRunInfo:
-    """Everything ``submit`` would do, without doing it."""
-    from slurmfm.backends.dryrun import DryRunInfo
-
-    script = render(recipe, slurm_version=slurm_version, placement=placement)
-    return DryRunInfo(
-        recipe=recipe,
-        script=script,
-        needs_env=tuple(recipe.secrets),
-        creates_dirs=(recipe.storage.log_dir,),
-        tasks=tuple(sweep_tasks(recipe)),
-    )
+) -> SubmitRequest:
+    """Everything ``submit`` would send, without sending it: the same request
+    :func:`submit_request` takes (``str()`` of it is what ``submit --dry-run`` prints)."""
+    return render(recipe, slurm_version=slurm_version, placement=placement)
 
 
 def sweep_tasks(recipe: Recipe) -> list[SweepTask]:
@@ -185,7 +135,7 @@ class Job:
 
     job_id: str
     backend: Backend
-    script: RenderedScript | None = None
+    request: SubmitRequest | None = None
 
     def status(self) -> JobStatus:
         return self.backend.status(self.job_id)
@@ -219,8 +169,8 @@ def check(
     from slurmfm.backends.slurm_cli import SlurmCLI
 
     cli = SlurmCLI(dict(env) if env is not None else None)
-    script = render(recipe, slurm_version=cli.version(), placement=placement)
-    return preflight(recipe, script.text, cli)
+    request = render(recipe, slurm_version=cli.version(), placement=placement)
+    return preflight(recipe, request.text, cli, request.test_only_args())
 
 
 def submit(
@@ -231,8 +181,12 @@ def submit(
     placement: Placement | None = None,
     preflight: bool = True,
     slurm_version: str | None = None,
+    allow_shared_run_dir: bool = False,
 ) -> Job:
     """Render for the cluster's real Slurm version and submit; secrets must be in ``env``.
+
+    A live job already using the run's checkpoint directory makes this refuse
+    (:class:`~slurmfm.run_lock.RunDirInUse`) unless ``allow_shared_run_dir``.
 
     ``slurm_version``: what the caller already asked the cluster (the CLI does, to plan), so
     that ``sbatch --version`` is not asked twice; by default the backend is asked.
@@ -241,21 +195,39 @@ def submit(
     nothing is queued when it cannot run (:class:`~slurmfm.backends.preflight.PreflightError`).
     """
     be = get_backend(backend, env) if isinstance(backend, str) else backend
-    require_secrets({"": recipe}, env)
-    script = render(recipe, slurm_version=slurm_version or be.version(), placement=placement)
-    if preflight:
-        from slurmfm.backends.preflight import PreflightError
-        from slurmfm.backends.preflight import preflight as run_preflight
-        from slurmfm.backends.slurm_cli import SlurmCLI
+    request = render(recipe, slurm_version=slurm_version or be.version(), placement=placement)
+    return submit_request(
+        request,
+        backend=be,
+        env=env,
+        preflight=preflight,
+        allow_shared_run_dir=allow_shared_run_dir,
+    )
 
-        report = run_preflight(recipe, script.text, SlurmCLI(dict(env) if env else None))
-        if not report.ok:
-            raise PreflightError(report)
-    # sbatch does not create the --output directory; a job whose log dir is missing fails
-    # without any output, so create it before submitting.
-    Path(recipe.storage.log_dir).mkdir(parents=True, exist_ok=True)
-    result = be.submit(script.text, env=dict(env) if env is not None else None)
-    return Job(result.job_id, be, script)
+
+def submit_request(
+    request: SubmitRequest,
+    *,
+    backend: BackendKind | Backend = "cli",
+    env: Mapping[str, str] | None = None,
+    preflight: bool = True,
+    allow_shared_run_dir: bool = False,
+) -> Job:
+    """Submit exactly ``request`` (from :func:`dry_run` or :func:`render`), nothing re-rendered:
+    secrets checked, preflight (unless off), log directory created, one live job per run
+    directory (:class:`~slurmfm.run_lock.RunDirInUse` unless ``allow_shared_run_dir``), then
+    the backend sends it."""
+    from slurmfm.submit import submit_all
+
+    be = get_backend(backend, env) if isinstance(backend, str) else backend
+    done = submit_all(
+        [("", request)],
+        backend=be,
+        env=env,
+        preflight=preflight,
+        allow_shared_run_dir=allow_shared_run_dir,
+    )
+    return Job(done[0].job_id, be, done[0].request)
 
 
 def status(job_id: str, *, backend: BackendKind | Backend = "cli") -> JobStatus:
@@ -291,8 +263,7 @@ def endpoint_path(recipe: Recipe) -> Path:
     The name is the run id (default: the recipe name), not the job id, so a dependent job or
     a user who only knows the recipe finds the current server, across requeues.
     """
-    run_id = recipe.storage.run_id or recipe.name
-    return Path(recipe.storage.log_dir) / "endpoints" / f"{run_id}.json"
+    return Path(recipe.storage.log_dir) / "endpoints" / f"{recipe.run_id}.json"
 
 
 def endpoint(
@@ -329,8 +300,8 @@ def endpoint(
         time.sleep(interval)
 
 
-# Chains and pipelines (slurmfm.pipeline): stages submitted in order, ids threaded through
-# as #SBATCH --dependency=<condition>:<id> with --kill-on-invalid-dep=yes.
+# Chains and pipelines (slurmfm.pipeline): stages submitted in order through slurmfm.submit, ids
+# threaded through as sbatch --dependency=<condition>:<id> with --kill-on-invalid-dep=yes.
 
 
 def load_pipeline(path: str | Path) -> Pipeline:
@@ -353,7 +324,8 @@ def chain(
 def dry_run_pipeline(
     pipeline: Pipeline, *, slurm_version: str | None = None, output_dir: str | Path | None = None
 ) -> PipelineDryRun:
-    """Every stage's :class:`DryRunInfo` and dependency expression; nothing submitted."""
+    """Every stage's :class:`~slurmfm.request.SubmitRequest` (dependencies name upstream
+    stages as ``<stage>``) and dependency expression; nothing submitted."""
     from slurmfm.pipeline import dry_run as _dry_run
 
     return _dry_run(pipeline, slurm_version=slurm_version, output_dir=output_dir)

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import re
 import shutil
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -30,6 +32,10 @@ POINTER = "latest"
 DONE = "DONE"
 PROGRESS_ENV = "SLURMFM_PROGRESS_FILE"
 _STEP = re.compile(r"^step_(\d+)$")
+# A complete copy of step N moved aside while step N is saved again (see save()).
+_ASIDE = re.compile(r"^\.step_(\d+)\.\d+\.old$")
+# What interrupted saves and prunes leave behind (see clean()).
+_LEFTOVER = re.compile(r"^\.step_(?P<step>\d+)\.(?P<pid>\d+)\.(?P<kind>partial|old|deleting)$")
 
 
 def run_dir(env: dict[str, str] | None = None) -> Path:
@@ -69,24 +75,166 @@ def publish(directory: Path, name: str) -> None:
     _fsync_dir(directory)
 
 
-def latest(directory: Path | None = None) -> Path | None:
-    """The newest complete checkpoint, or None. Never a partially written one."""
-    d = directory or run_dir()
+@dataclass(frozen=True)
+class ResumePoint:
+    """What a (re)starting job resumes from, and the words to log about it.
+
+    ``path`` is None only when no complete checkpoint exists at all. ``message`` says what is
+    really resumed, including why it is not the one ``latest`` names when they differ, so a
+    log never says "resuming from X" while training restarts from step 0.
+    """
+
+    path: Path | None
+    step: int | None
+    message: str
+
+
+def _complete(directory: Path) -> dict[int, Path]:
+    """Complete checkpoints by step: every ``step_N`` directory, and an aside copy of a step.
+
+    A ``step_N`` directory only ever appears by a rename of a fully written and flushed
+    temporary directory, and leaves only by a rename to an aside name before it is deleted,
+    so its presence means it is complete. ``.step_N.PID.old`` is the complete previous copy
+    of a step being saved again; it counts only while ``step_N`` itself is missing (a kill
+    between the two renames of :func:`save`).
+    """
+    found: dict[int, Path] = {}
+    asides: dict[int, Path] = {}
     try:
-        name = (d / POINTER).read_text(encoding="utf-8").strip()
+        entries = list(os.scandir(directory))
+    except OSError:
+        return found
+    for e in entries:
+        m = _STEP.match(e.name)
+        if m and e.is_dir(follow_symlinks=False):
+            found[int(m.group(1))] = Path(e.path)
+            continue
+        m = _ASIDE.match(e.name)
+        if m and e.is_dir(follow_symlinks=False):
+            asides[int(m.group(1))] = Path(e.path)
+    for step, path in asides.items():
+        found.setdefault(step, path)
+    return found
+
+
+def resume_point(directory: Path) -> ResumePoint:
+    """The checkpoint a job must resume from; pure (reads only) and standard library only.
+
+    Normally the one ``latest`` names. When ``latest`` is missing, empty, garbage or names a
+    checkpoint that is gone (a kill during a save or a prune, a file system restored from a
+    snapshot), the newest complete checkpoint instead: restarting from step 0 would retrain
+    everything and then overwrite the older complete checkpoints.
+    """
+    complete = _complete(directory)
+    try:
+        raw = (directory / POINTER).read_text(encoding="utf-8", errors="replace")
+        name = raw.splitlines()[0].strip() if raw.strip() else ""
+        pointer: str | None = name
     except FileNotFoundError:
-        return None
-    if not _STEP.match(name):
-        return None
-    path = d / name
-    return path if path.exists() else None
+        pointer = None
+    except OSError as exc:
+        pointer = f"<unreadable: {exc.strerror}>"
+    m = _STEP.match(pointer or "")
+    if m and int(m.group(1)) in complete:
+        step = int(m.group(1))
+        path = complete[step]
+        return ResumePoint(path, step, f"resuming from {path} (named by {POINTER})")
+    if pointer is None:
+        why = f"no {POINTER} pointer"
+    elif not pointer:
+        why = f"{POINTER} is empty"
+    elif m:
+        why = f"{POINTER} names {pointer}, which does not exist"
+    else:
+        why = f"{POINTER} holds {pointer[:80]!r}, not a step_N name"
+    if not complete:
+        if pointer is None:
+            return ResumePoint(None, None, f"no checkpoint in {directory}: starting from step 0")
+        return ResumePoint(
+            None, None, f"{why} and no complete checkpoint is in {directory}: starting from step 0"
+        )
+    step = max(complete)
+    path = complete[step]
+    return ResumePoint(
+        path, step, f"{why}; resuming from the newest complete checkpoint {path} (step {step})"
+    )
+
+
+def latest(directory: Path | None = None) -> Path | None:
+    """The checkpoint to resume from, or None. Never a partially written one.
+
+    See :func:`resume_point`: a dangling or empty ``latest`` falls back to the newest
+    complete checkpoint.
+    """
+    return resume_point(directory or run_dir()).path
 
 
 def step_of(path: Path) -> int:
-    m = _STEP.match(path.name)
+    m = _STEP.match(path.name) or _ASIDE.match(path.name)
     if not m:
         raise ValueError(f"{path} is not a step_N checkpoint")
     return int(m.group(1))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean(directory: Path) -> list[Path]:
+    """Remove what interrupted saves and prunes left, and put back an aside copy of a step.
+
+    Called at the start of every :func:`save` and by :func:`prune`; a job may call it at
+    start. Leftovers of a process that still runs on this host are left alone (a save in
+    progress); a save running on another host is not seen, so call this only where no other
+    host saves into the directory (one job per run directory: slurmfm.run_lock). A
+    ``.partial`` directory (a save killed while writing) is removed; a ``.old`` aside copy
+    is renamed back to ``step_N`` when the new ``step_N`` never landed, else removed; a
+    ``.deleting`` directory (a prune killed while deleting) is removed. Why prunes rename
+    first: a half-deleted ``step_N`` would look complete. Returns what was removed.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for e in entries:
+        m = _LEFTOVER.match(e.name)
+        if not m or not e.is_dir(follow_symlinks=False):
+            continue
+        pid, kind = int(m.group("pid")), m.group("kind")
+        path = Path(e.path)
+        if pid != os.getpid() and _pid_alive(pid):
+            continue  # a save or prune in progress (only a writer on this host has this pid)
+        if kind == "old":
+            final = directory / f"step_{m.group('step')}"
+            if not final.exists():
+                with contextlib.suppress(OSError):
+                    os.rename(path, final)
+                    _fsync_dir(directory)
+                    continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _no_space(exc: BaseException) -> bool:
+    """Whether a failed write ran out of space (also when a framework wrapped the OSError)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, OSError) and cur.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(cur) or "Disk quota exceeded" in str(cur):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def save(
@@ -100,36 +248,71 @@ def save(
 
     ``write`` receives a temporary directory to fill (any number of files). Only after it
     returns, and its files are flushed to disk, is the directory renamed to ``step_N`` and
-    ``latest`` switched to it.
+    ``latest`` switched to it. One process writes a run's checkpoints (rank 0).
+
+    Saving a step that exists (a job that resumed before its last save) moves the existing
+    ``step_N`` aside first, renames the new one in, and only then deletes the old copy: a
+    kill at any point leaves a complete ``step_N`` or its complete aside copy, which
+    :func:`resume_point` and :func:`clean` use. When the write runs out of space, leftovers
+    are removed and, with ``keep_last``, older checkpoints pruned, and the write is retried
+    once.
     """
     directory.mkdir(parents=True, exist_ok=True)
+    if keep_last is None and os.environ.get("SLURMFM_KEEP_LAST"):
+        keep_last = int(os.environ["SLURMFM_KEEP_LAST"])
+    clean(directory)
+    if keep_last:
+        prune(directory, keep_last)
     name = f"step_{step:09d}"
     tmp = directory / f".{name}.{os.getpid()}.partial"
+    try:
+        _write_tmp(tmp, write)
+    except BaseException as exc:
+        if not _no_space(exc):
+            raise
+        clean(directory)
+        if keep_last:
+            prune(directory, max(1, keep_last - 1))
+        _write_tmp(tmp, write)
+    final = directory / name
+    aside = directory / f".{name}.{os.getpid()}.old"
+    try:
+        if final.exists():  # a save of the same step by an earlier, interrupted run
+            os.rename(final, aside)
+        os.rename(tmp, final)
+        _fsync_dir(directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish(directory, name)
+    shutil.rmtree(aside, ignore_errors=True)
+    report_progress(step, checkpoint_step=step, force=True)
+    if keep_last:
+        prune(directory, keep_last)
+    return final
+
+
+def _write_tmp(tmp: Path, write: Callable[[Path], None]) -> None:
+    """Fill a fresh temporary directory and flush it; remove it on any failure."""
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
         write(tmp)
         _fsync_tree(tmp)
-        final = directory / name
-        if final.exists():  # a save of the same step by an earlier, interrupted run
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    publish(directory, name)
-    report_progress(step, checkpoint_step=step, force=True)
-    if keep_last is None and os.environ.get("SLURMFM_KEEP_LAST"):
-        keep_last = int(os.environ["SLURMFM_KEEP_LAST"])
-    if keep_last:
-        prune(directory, keep_last)
-    return final
 
 
 def prune(directory: Path, keep_last: int) -> list[Path]:
-    """Remove all but the newest ``keep_last`` checkpoints; never the one ``latest`` names."""
+    """Remove all but the newest ``keep_last`` checkpoints; never the one ``latest`` names.
+
+    Leftovers of interrupted saves go first (:func:`clean`). A checkpoint is renamed to a
+    ``.deleting`` name before it is deleted, so a kill during the deletion never leaves a
+    half-deleted ``step_N`` that looks complete.
+    """
+    clean(directory)
     current = latest(directory)
     steps = sorted(
         (p for p in directory.iterdir() if _STEP.match(p.name) and p.is_dir()), key=step_of
@@ -138,7 +321,12 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
     for p in steps[: max(0, len(steps) - keep_last)]:
         if current is not None and p.name == current.name:
             continue
-        shutil.rmtree(p, ignore_errors=True)
+        doomed = directory / f".{p.name}.{os.getpid()}.deleting"
+        try:
+            os.rename(p, doomed)
+        except OSError:
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
         removed.append(p)
     return removed
 

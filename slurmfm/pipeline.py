@@ -20,13 +20,16 @@ Why its own loader: it keeps the recipe loader's discipline (every problem as
 cycles are reported at the ``after`` entry that creates them, and an override's problem at its
 line in the pipeline file.
 
-Submission: every stage is rendered and (by default) preflighted before anything is queued;
-then stages are submitted in topological order (file order among independent stages), each with
-``#SBATCH --dependency=<condition>:<ids of its upstream stages>`` and
-``--kill-on-invalid-dep=yes`` (see :mod:`slurmfm.render.dependency`). If a submission fails
-part-way, the stages already queued are cancelled (unless asked to keep them), and the error
-says which were queued and what happened to them: a half-submitted pipeline would otherwise run
-stages whose downstream never comes.
+Submission: every stage is rendered once into a :class:`~slurmfm.request.SubmitRequest` whose
+dependency names its upstream stages (``afterok:<pretrain>``); the dry run shows exactly these
+requests. Submitting hands them to :func:`slurmfm.submit.submit_all` (the path a lone recipe
+takes too): everything is preflighted before anything is queued, then stages are submitted in
+topological order (file order among independent stages), each with sbatch
+``--dependency=<condition>:<ids of its upstream stages>`` and ``--kill-on-invalid-dep=yes`` on
+its command line (see :mod:`slurmfm.request`). If a submission fails part-way, the stages
+already queued are cancelled (unless asked to keep them), and the error says which were queued
+and what happened to them: a half-submitted pipeline would otherwise run stages whose
+downstream never comes.
 """
 
 from __future__ import annotations
@@ -46,14 +49,14 @@ from pydantic import (
 )
 
 from slurmfm.errors import BackendError, Problem, RecipeError, SlurmfmError
-from slurmfm.render.dependency import Condition, Dependency, with_dependency
+from slurmfm.request import Condition, Dependency, placeholder
+from slurmfm.submit import PipelineSubmitError as PipelineSubmitError  # noqa: PLC0414
 
 if TYPE_CHECKING:
     from slurmfm.backends.base import Backend, JobStatus
-    from slurmfm.backends.dryrun import DryRunInfo
     from slurmfm.recipe.loader import LineMap
     from slurmfm.recipe.schema import Recipe
-    from slurmfm.render.script import RenderedScript
+    from slurmfm.request import SubmitRequest
 
 StageName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
@@ -113,14 +116,9 @@ class Pipeline:
 
     def dependency_expression(self, stage: Stage, ids: Mapping[str, str] | None = None) -> str:
         """``afterok:<pretrain>`` (names as placeholders) or, with ``ids``, the real one."""
-        pairs = [(cond, (ids or {}).get(up, f"<{up}>")) for up, cond in stage.after]
-        grouped: dict[str, list[str]] = {}
-        for cond, job in pairs:
-            grouped.setdefault(cond, []).append(job)
-        parts = [f"{c}:{':'.join(v)}" for c, v in grouped.items()]
-        if stage.recipe.resources.singleton:
-            parts.append("singleton")
-        return ",".join(parts)
+        pairs = [(cond, (ids or {}).get(up, placeholder(up))) for up, cond in stage.after]
+        dep = Dependency.of(pairs, singleton=stage.recipe.resources.singleton)
+        return dep.expression()
 
 
 def _line(lines: LineMap, *path: str | int) -> int | None:
@@ -259,10 +257,10 @@ def chain(recipes: Sequence[Recipe], condition: Condition = "afterok") -> Pipeli
 
 @dataclass(frozen=True)
 class StagePlan:
-    """What submitting one stage would do."""
+    """What submitting one stage would send."""
 
     name: str
-    info: DryRunInfo
+    info: SubmitRequest  # its dependency names upstream stages: afterok:<pretrain>
     dependency: str  # with upstream stage names as placeholders: "afterok:<pretrain>"
     script_path: str | None = None
 
@@ -279,32 +277,49 @@ class PipelineDryRun:
         for i, s in enumerate(self.stages, 1):
             dep = s.dependency or "(none: starts when scheduled)"
             tasks = f", array of {len(s.info.tasks)} tasks" if s.info.tasks else ""
+            recipe = self.pipeline.stage(s.name).recipe
             out.append(
-                f"{i}. {s.name}: {s.info.recipe.name}, {s.info.recipe.resources.nodes} x "
-                f"{s.info.recipe.cluster.instance_type}{tasks}; dependency {dep}"
+                f"{i}. {s.name}: {recipe.name}, {recipe.resources.nodes} x "
+                f"{recipe.cluster.instance_type}{tasks}; dependency {dep}"
                 + (f"; script {s.script_path}" if s.script_path else "")
             )
         return out
 
 
+def requests(pipeline: Pipeline, *, slurm_version: str | None = None) -> list[SubmitRequest]:
+    """Every stage's request, in submission order, its dependency on upstream stages as
+    ``<stage>`` placeholders; the same objects the dry run shows and ``submit`` sends."""
+    from slurmfm.request import build
+
+    out = []
+    for stage in pipeline.stages:
+        req = build(stage.recipe, slurm_version=slurm_version)
+        dep = Dependency.of(
+            [(cond, placeholder(up)) for up, cond in stage.after],
+            singleton=stage.recipe.resources.singleton,
+        )
+        out.append(req.with_dependency(dep))
+    return out
+
+
+def stem(index: int, stage: str) -> str:
+    """``NN-STAGE``: how a stage's files are named in an output directory."""
+    return f"{index:02d}-{stage}"
+
+
 def dry_run(
     pipeline: Pipeline, *, slurm_version: str | None = None, output_dir: str | Path | None = None
 ) -> PipelineDryRun:
-    """Render every stage; with ``output_dir``, write ``<dir>/<NN>-<stage>.sh`` for each."""
-    from slurmfm import api
-
+    """Render every stage; with ``output_dir``, write each stage's exact bytes there
+    (``NN-STAGE.sh``, ``NN-STAGE.argv.json``, runtime files; see SubmitRequest.write)."""
     plans = []
-    for i, stage in enumerate(pipeline.stages, 1):
-        info = api.dry_run(stage.recipe, slurm_version=slurm_version)
+    for i, (stage, req) in enumerate(
+        zip(pipeline.stages, requests(pipeline, slurm_version=slurm_version), strict=True), 1
+    ):
         path = None
         if output_dir is not None:
-            from slurmfm.fsutil import write_atomic
-
-            out = Path(output_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            path = str(out / f"{i:02d}-{stage.name}.sh")
-            write_atomic(path, info.text, mode=0o755)
-        plans.append(StagePlan(stage.name, info, pipeline.dependency_expression(stage), path))
+            path = str(req.write(output_dir, stem(i, stage.name))[0])
+        plans.append(StagePlan(stage.name, req, pipeline.dependency_expression(stage), path))
     return PipelineDryRun(pipeline, tuple(plans))
 
 
@@ -313,7 +328,7 @@ class SubmittedStage:
     name: str
     job_id: str
     dependency: str
-    script: RenderedScript
+    request: SubmitRequest  # exactly what was sent, job ids in its dependency
 
 
 @dataclass
@@ -462,15 +477,6 @@ def read_record(path: Path) -> dict[str, str]:
     return stages
 
 
-class PipelineSubmitError(SlurmfmError):
-    """A stage could not be submitted after others were; says what was queued and its fate."""
-
-    def __init__(self, message: str, submitted: dict[str, str], cancelled: bool) -> None:
-        self.submitted = submitted
-        self.cancelled = cancelled
-        super().__init__(message)
-
-
 def submit(
     pipeline: Pipeline,
     *,
@@ -478,42 +484,35 @@ def submit(
     env: Mapping[str, str] | None = None,
     preflight: bool = True,
     keep_submitted: bool = False,
+    planned: Sequence[SubmitRequest] | None = None,
 ) -> PipelineRun:
-    """Render all stages for the cluster's Slurm, preflight them all, then submit in order.
+    """Render all stages for the cluster's Slurm (or take ``planned``, the requests a dry run
+    showed), then submit them through :func:`slurmfm.submit.submit_all`.
 
     Nothing is queued when a stage's recipe, secrets or preflight fail. When a later ``sbatch``
     fails, the stages already queued are cancelled unless ``keep_submitted``.
     """
-    from slurmfm import api
+    from slurmfm.submit import submit_all
 
-    version = backend.version()
-    api.require_secrets({s.name: s.recipe for s in pipeline.stages}, env)
-    scripts = {s.name: api.render(s.recipe, slurm_version=version) for s in pipeline.stages}
-    if preflight:
-        from slurmfm.backends.preflight import preflight as run_preflight
-        from slurmfm.backends.slurm_cli import SlurmCLI
-
-        cli = SlurmCLI(dict(env) if env is not None else None)
-        failed: list[str] = []
-        for s in pipeline.stages:
-            report = run_preflight(s.recipe, scripts[s.name].text, cli)
-            failed.extend(f"{s.name}: {c.name}: {c.message}" for c in report.failures())
-        if failed:
-            raise SlurmfmError("\n".join(f"preflight: {line}" for line in failed))
-    for s in pipeline.stages:
-        Path(s.recipe.storage.log_dir).mkdir(parents=True, exist_ok=True)
+    reqs = (
+        list(planned)
+        if planned is not None
+        else requests(pipeline, slurm_version=backend.version())
+    )
+    done = submit_all(
+        [(s.name, r) for s, r in zip(pipeline.stages, reqs, strict=True)],
+        backend=backend,
+        env=env,
+        preflight=preflight,
+        keep_submitted=keep_submitted,
+        shared_run_dir_hint="give the stage its own storage.run_id",
+    )
     run = PipelineRun(pipeline, backend)
-    for s in pipeline.stages:
-        dep = Dependency.of([(cond, run.job_ids[up]) for up, cond in s.after])
-        script = with_dependency(scripts[s.name], dep)
-        try:
-            result = backend.submit(script.text, env=dict(env) if env is not None else None)
-        except SlurmfmError as exc:
-            _abort(run, s.name, exc, keep_submitted)
-            raise  # pragma: no cover - _abort always raises
+    for d in done:
+        stage = pipeline.stage(d.label)
         run.stages.append(
             SubmittedStage(
-                s.name, result.job_id, pipeline.dependency_expression(s, run.job_ids), script
+                d.label, d.job_id, pipeline.dependency_expression(stage, run.job_ids), d.request
             )
         )
     try:
@@ -521,30 +520,3 @@ def submit(
     except OSError as exc:  # the jobs are queued: say so, do not fail the submission
         run.record_error = f"pipeline record not written: {exc}"
     return run
-
-
-def _abort(run: PipelineRun, stage: str, exc: SlurmfmError, keep: bool) -> None:
-    done = run.job_ids
-    if not done:
-        raise exc
-    listed = ", ".join(f"{n}={j}" for n, j in done.items())
-    if keep:
-        raise PipelineSubmitError(
-            f"pipeline: stage {stage} was not submitted: {exc}\n"
-            f"pipeline: already submitted and kept (--keep-submitted): {listed}",
-            done,
-            cancelled=False,
-        ) from exc
-    errors = []
-    for s in reversed(run.stages):
-        try:
-            run.backend.cancel(s.job_id)
-        except SlurmfmError as cancel_exc:
-            errors.append(f"{s.name}={s.job_id}: {cancel_exc}")
-    tail = f"; could not cancel {', '.join(errors)}" if errors else ""
-    raise PipelineSubmitError(
-        f"pipeline: stage {stage} was not submitted: {exc}\n"
-        f"pipeline: cancelled the stages already submitted: {listed}{tail}",
-        done,
-        cancelled=not errors,
-    ) from exc

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from lab import REPO_ROOT, SlurmLab
 
 from slurmfm.cli import main
@@ -161,3 +165,231 @@ def test_submit_status_cancel_via_cli(slurm_lab: SlurmLab, tmp_path: Path) -> No
     pys = cli("submit", "recipes/quickstart.yaml", *sets, "--backend", "pyslurm")
     assert pys.returncode == 2
     assert "pyslurm backend unavailable" in pys.stderr
+
+
+def test_plan_does_not_import_the_renderer(tmp_path: Path) -> None:
+    # Version policy lives in slurmfm.target: planning a recipe needs no templates or jinja2.
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=leaf1 Nodes=node[001-004]\n")
+    code = (
+        "import sys\nfrom slurmfm.cli import main\n"
+        "try:\n"
+        f"    main(['plan', {QUICK!r}, '--topology', {str(conf)!r}, '--json'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print(sorted(m for m in sys.modules if m.startswith('slurmfm.render') or m == 'jinja2'))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_renderer_writes_no_files(tmp_path: Path) -> None:
+    # A library caller of api.render gets no template cache written anywhere; only the CLI
+    # (slurmfm.cli.cache) keeps one.
+    code = f"from slurmfm import api\nprint(len(api.render(api.load({QUICK!r})).script))"
+    env = {**os.environ, "SLURMFM_CACHE_DIR": str(tmp_path / "cache"), "HOME": str(tmp_path)}
+    env.pop("XDG_CACHE_HOME", None)
+    env.pop("SLURMFM_NO_CACHE", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO_ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "render", QUICK, "--no-cache"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert list((tmp_path / "cache" / "templates").iterdir())  # the CLI's own cache
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI as a user runs it (bytes: some inputs below are not UTF-8)."""
+    return subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", *args], capture_output=True, cwd=REPO_ROOT
+    )
+
+
+def _one_clean_line(proc: subprocess.CompletedProcess[bytes]) -> str:
+    err = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "chardev", "directory"])
+def test_output_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    """Issue 15 item 9: -o replaced a character device and symlinks with 0755 scripts."""
+    target = tmp_path / "out"
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "symlink":
+        target.symlink_to(victim)
+    elif kind == "chardev":
+        if os.geteuid() != 0:
+            pytest.skip("mknod of a character device needs root")
+        os.mknod(target, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # like /dev/null
+    else:
+        target.mkdir()
+    before = os.lstat(target)
+    # render's -o is a file; submit's -o is a directory (the request's files, slurmfm.request):
+    # each refuses what it would not write into, in one line, touching nothing.
+    commands: list[tuple[list[str], str]] = []
+    if kind != "directory":
+        commands.append((["render", QUICK], f"{target}: (output): exists and is "))
+        commands.append((["submit", "--dry-run", QUICK], f"-o {target}: exists and is not a dir"))
+    for args, expected in commands:
+        err = _one_clean_line(_cli(*args, "-o", str(target)))
+        assert err.startswith(expected), err
+        after = os.lstat(target)
+        assert (after.st_mode, after.st_ino, after.st_rdev) == (
+            before.st_mode,
+            before.st_ino,
+            before.st_rdev,
+        )
+    assert victim.read_text() == "keep me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "victim"]
+
+
+def test_output_keeps_an_existing_files_mode(tmp_path: Path) -> None:
+    out = tmp_path / "job.sh"
+    out.write_text("old\n")
+    out.chmod(0o600)
+    proc = _cli("render", QUICK, "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert out.read_text().startswith("#!/bin/bash\n")
+    fresh = tmp_path / "fresh.sh"
+    assert _cli("render", QUICK, "-o", str(fresh)).returncode == 0
+    assert fresh.stat().st_mode & 0o100  # a new script is executable
+
+
+def test_non_utf8_file_names_and_set_values_are_one_line(tmp_path: Path) -> None:
+    """Issue 15 item 14: these ended in tracebacks."""
+    name = os.fsdecode(bytes(tmp_path) + b"/caf\xe9.yaml")
+    Path(name).write_bytes(Path(QUICK).read_bytes())
+    for cache in ([], ["--no-cache"]):
+        proc = _cli("render", *cache, name)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith(b"#!/bin/bash\n")
+    bad = Path(name).with_name("bad\udcff.yaml")
+    bad.write_text("name: [\n")
+    err = _one_clean_line(_cli("render", "--no-cache", str(bad)))
+    assert err.startswith(f"{tmp_path}/bad\\xff.yaml:")
+    for value in ("env.A=caf\udce9", "resources.nodes=\udcff"):
+        for cmd in ("render", "validate"):
+            err = _one_clean_line(_cli(cmd, QUICK, "--set", value))
+            assert err == f"<override>: {value.split('=')[0]}: not UTF-8 text"
+
+
+def test_submit_with_an_uncreatable_log_dir_is_one_line(tmp_path: Path) -> None:
+    """Issue 15 item 14: the log directory is made before sbatch; failing there was a traceback."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    asked = tmp_path / "asked"
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(f'#!/bin/sh\necho "$@" >> {asked}\necho "slurm 24.11.0"\n')
+    sbatch.chmod(0o755)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.cli", "submit", "--no-check", QUICK, "--set"]
+        + [f"storage.log_dir={blocker}/logs"],
+        capture_output=True,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    err = _one_clean_line(proc)
+    assert err == f"storage.log_dir: cannot create {blocker}/logs: Not a directory"
+    assert asked.read_text().split() == ["--version"]  # nothing was submitted
+
+
+# Values an attacker (or a typo) puts in a recipe: control characters, shell syntax, Slurm
+# filename patterns, YAML-typed scalars, huge or nested values.
+_HOSTILE_TEXT = st.text(
+    alphabet=st.sampled_from(list("a/%$`'\"\\;|&*!\n\r\t\x00 é\u2028{}[]:#-.0")), max_size=12
+)
+_HOSTILE = st.one_of(
+    _HOSTILE_TEXT,
+    st.sampled_from(["3.10", "0x1F", "1e400", "true", "~", "-1", "0", "9" * 30, ".nan"]),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.booleans(),
+    st.none(),
+    st.lists(_HOSTILE_TEXT, max_size=3),
+    st.dictionaries(st.sampled_from(["A", "b-c", "", "1"]), _HOSTILE_TEXT, max_size=2),
+)
+_FIELDS = [
+    "name",
+    "env.A",
+    "resources.nodes",
+    "resources.procs_per_node",
+    "resources.time_limit",
+    "resources.exclusive",
+    "storage.log_dir",
+    "storage.checkpoint_root",
+    "storage.run_id",
+    "storage.data.D",
+    "storage.keep_last",
+    "launcher.script",
+    "launcher.args",
+    "launcher.python",
+    "cluster.partition",
+    "cluster.constraints",
+    "container.image",
+    "container.mounts",
+    "parallelism.tp",
+    "resilience.max_restarts",
+]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(field=st.sampled_from(_FIELDS), value=_HOSTILE, data=st.data())
+def test_hostile_values_never_traceback(
+    tmp_path_factory: pytest.TempPathFactory, field: str, value: object, data: st.DataObject
+) -> None:
+    """Issue 15 item 14: exit 0 or 2, one located line per problem, never a traceback; and
+    validate refuses what render refuses."""
+    import json
+
+    d = tmp_path_factory.mktemp("hostile")
+    recipe = d / "r.yaml"
+    recipe.write_text(Path(QUICK).read_text())
+    as_set = data.draw(st.booleans(), label="as --set")
+    if as_set:
+        args = ["--set", f"{field}={json.dumps(value)}"]
+    else:
+        # the same value written into the file, as the last key of its section (YAML allows
+        # JSON flow values)
+        from ruamel.yaml import YAML
+
+        raw = YAML(typ="safe").load(recipe.read_text())
+        cur = raw
+        parts = field.split(".")
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {}) if isinstance(cur.get(p), dict | None) else cur
+        cur[parts[-1]] = value
+        recipe.write_text(json.dumps(raw, indent=1))
+        args = []
+    codes = {}
+    for cmd in ("validate", "render"):
+        extra = ["--no-cache"] if cmd == "render" else []
+        res = CliRunner().invoke(main, [cmd, *extra, str(recipe), *args])
+        assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+        assert res.exit_code in (0, 2), res.stderr
+        if res.exit_code == 2:  # one located line per problem
+            lines = res.stderr.strip().splitlines()
+            assert lines, "a refusal without a reason"
+            for line in lines:
+                assert line.startswith((f"{recipe}:", "<override>:")), line
+        codes[cmd] = res.exit_code
+    assert codes["validate"] == codes["render"], (field, value, codes)

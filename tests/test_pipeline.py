@@ -1,5 +1,5 @@
 """Pipelines and chains without a cluster: validation with located errors, graph properties,
-dependency directives, and submission order / failure handling against a fake backend."""
+dependency options, and submission order / failure handling against a fake backend."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from slurmfm.cli import main
 from slurmfm.errors import BackendError, RecipeError, RenderError
 from slurmfm.pipeline import PipelineSubmitError, parse_pipeline
 from slurmfm.recipe.loader import validate
-from slurmfm.render.dependency import Dependency, with_dependency
-from slurmfm.render.script import Target, render_script
+from slurmfm.request import Dependency, SubmitRequest
+from slurmfm.run_lock import RunDirInUse
 
 RECIPE = """\
 name: {name}
@@ -212,43 +212,50 @@ def lab_recipe(name: str = "r", singleton: bool = False) -> object:
     )
 
 
-def test_with_dependency_merges_singleton_and_gates_kill_on_invalid_dep() -> None:
+def test_dependency_is_an_sbatch_argument_merged_with_singleton_and_gated() -> None:
     r = lab_recipe(singleton=True)
-    plain = render_script(r, Target.for_recipe(r, "22.05"))  # type: ignore[arg-type]
-    assert "#SBATCH --dependency=singleton" in plain.text
+    plain = api.render(r, slurm_version="22.05")
+    assert "#SBATCH --dependency=singleton" in plain.text  # the script's own, untouched
+    assert plain.argv() == ("sbatch", "--parsable")
     dep = Dependency.of([("afterok", "5"), ("afterany", "6"), ("afterok", "7")])
-    out = with_dependency(plain, dep)
-    lines = [x for x in out.text.splitlines() if x.startswith("#SBATCH --dependency")]
-    assert lines == ["#SBATCH --dependency=afterok:5:7,afterany:6,singleton"]
-    assert "#SBATCH --kill-on-invalid-dep=yes" in out.text
-    assert "at most one running job" not in out.text  # the singleton's comment went with it
-    assert [d.text for d in out.directives if d.option == "dependency"] == [
-        "--dependency=afterok:5:7,afterany:6,singleton"
-    ]
-    old = render_script(r, Target.for_recipe(r, "21.08"))  # type: ignore[arg-type]
-    assert (
-        "--kill-on-invalid-dep" not in with_dependency(old, Dependency.of([("afterok", "5")])).text
+    out = plain.with_dependency(dep)
+    assert out.script == plain.script  # nothing spliced into the script
+    assert out.argv() == (
+        "sbatch",
+        "--parsable",
+        "--dependency=afterok:5:7,afterany:6,singleton",
+        "--kill-on-invalid-dep=yes",
     )
-    assert with_dependency(plain, Dependency()) is plain
+    old = api.render(r, slurm_version="21.08").with_dependency(Dependency.of([("afterok", "5")]))
+    assert "--kill-on-invalid-dep=yes" not in old.argv()
+    assert plain.with_dependency(Dependency()) is plain
     with pytest.raises(RenderError, match="not a Slurm job id"):
-        with_dependency(plain, Dependency.of([("afterok", "5;rm")]))
+        Dependency.of([("afterok", "5;rm")])
+    pending = plain.with_dependency(Dependency.of([("afterok", "<up>")]))
+    assert "--dependency=afterok:<up>,singleton" in pending.argv()
+    with pytest.raises(RenderError, match="no job id yet"):
+        pending.check_submittable()
+    assert "--dependency=afterok:42,singleton" in pending.resolved({"up": "42"}).argv()
 
 
 @dataclass
 class FakeBackend:
+    """Records every request it receives (exactly the object a backend would send)."""
+
     name: str = "fake"
     fail_at: int | None = None
-    scripts: list[str] = field(default_factory=list)
+    requests: list[SubmitRequest] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
 
     def version(self) -> str:
         return "22.05.8"
 
-    def submit(self, script: str, *, env: dict[str, str] | None = None) -> SubmitResult:
-        if self.fail_at is not None and len(self.scripts) == self.fail_at:
+    def submit(self, request: SubmitRequest, *, env: dict[str, str] | None = None) -> SubmitResult:
+        if self.fail_at is not None and len(self.requests) == self.fail_at:
             raise BackendError("sbatch: error: Batch job submission failed: QOSMaxSubmitJobs")
-        self.scripts.append(script)
-        return SubmitResult(str(100 + len(self.scripts)))
+        request.check_submittable()
+        self.requests.append(request)
+        return SubmitResult(str(100 + len(self.requests)))
 
     def status(self, job_id: str) -> JobStatus:
         return JobStatus(job_id, "COMPLETED")
@@ -272,10 +279,11 @@ def test_submit_threads_ids_in_order(stage_dir: Path) -> None:
         api.load_pipeline(three_stage(stage_dir)), backend=be, preflight=False
     )
     assert run.job_ids == {"a": "101", "b": "102", "c": "103"}
-    assert "--dependency" not in be.scripts[0]
-    assert "#SBATCH --dependency=afterok:101\n" in be.scripts[1]
-    assert "#SBATCH --dependency=afternotok:102,afterok:101\n" in be.scripts[2]
-    assert all("#SBATCH --kill-on-invalid-dep=yes" in s for s in be.scripts[1:])
+    argv = [r.argv() for r in be.requests]
+    assert argv[0] == ("sbatch", "--parsable")
+    assert argv[1][2:] == ("--dependency=afterok:101", "--kill-on-invalid-dep=yes")
+    assert argv[2][2:] == ("--dependency=afternotok:102,afterok:101", "--kill-on-invalid-dep=yes")
+    assert not any("--dependency" in r.text for r in be.requests)  # nothing spliced in
     assert [s.dependency for s in run.stages] == ["", "afterok:101", "afternotok:102,afterok:101"]
     assert (stage_dir / "logs").is_dir()  # sbatch would not create --output's directory
     assert {k: v.state for k, v in run.wait(timeout=5).items()} == dict.fromkeys("abc", "COMPLETED")
@@ -311,7 +319,7 @@ def test_missing_secret_in_any_stage_queues_nothing(
     be = FakeBackend()
     with pytest.raises(RecipeError, match="b: SOME_TOKEN"):
         api.submit_pipeline(api.load_pipeline(p), backend=be, preflight=False)
-    assert be.scripts == []
+    assert be.requests == []
 
 
 def test_chain_names_and_dry_run(stage_dir: Path, tmp_path: Path) -> None:
@@ -327,6 +335,13 @@ def test_chain_names_and_dry_run(stage_dir: Path, tmp_path: Path) -> None:
     ]
     for s in plan.stages:
         subprocess.run(["bash", "-n", s.script_path or ""], check=True)
+    argv = json.loads((tmp_path / "plan" / "02-a-2.argv.json").read_text())
+    assert argv == [
+        "sbatch",
+        "--parsable",
+        "--dependency=afterany:<a>",
+        "--kill-on-invalid-dep=yes",
+    ]
 
 
 def test_cli_pipeline_validate_and_dry_run(stage_dir: Path) -> None:
@@ -433,6 +448,12 @@ def test_submit_writes_a_record_and_status_reads_the_latest(
     pipeline = api.load_pipeline(three_stage(stage_dir))
     be = StatusBackend()
     first = api.submit_pipeline(pipeline, backend=be, preflight=False)
+    # While the first run's jobs live, a second run into the same run directories is refused
+    # (issue 15 item 8); once they have ended it is submitted.
+    with pytest.raises(RunDirInUse, match=r"job 10[123] \(PENDING\) already uses"):
+        api.submit_pipeline(pipeline, backend=be, preflight=False)
+    assert len(be.requests) == 3  # nothing queued by the refused run
+    be.states = {j: JobStatus(j, "COMPLETED", exit_code="0:0") for j in ("101", "102", "103")}
     second = api.submit_pipeline(pipeline, backend=be, preflight=False)
     assert first.record_path == stage_dir / "logs" / "pipelines" / "pipeline_101.json"
     assert second.record_path == stage_dir / "logs" / "pipelines" / "pipeline_104.json"

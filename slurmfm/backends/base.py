@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from slurmfm.request import SubmitRequest
 
 TERMINAL_STATES = frozenset(
     {
@@ -66,13 +69,19 @@ class JobStatus:
 
 
 class Backend(Protocol):
-    """The operations slurmfm needs from a Slurm cluster."""
+    """The operations slurmfm needs from a Slurm cluster.
+
+    ``submit`` receives the whole :class:`~slurmfm.request.SubmitRequest` (script bytes, runtime
+    files, sbatch options, dependency, array): the very object a dry run showed.
+    """
 
     name: str
 
     def version(self) -> str: ...
 
-    def submit(self, script: str, *, env: dict[str, str] | None = None) -> SubmitResult: ...
+    def submit(
+        self, request: SubmitRequest, *, env: dict[str, str] | None = None
+    ) -> SubmitResult: ...
 
     def status(self, job_id: str) -> JobStatus: ...
 

@@ -1,20 +1,21 @@
 """Preflight: ask the live cluster whether a job can run before queueing it.
 
-Why: a job that can never be scheduled (too many nodes, a time over the partition limit, a
-feature no node has) otherwise sits in the queue, or is rejected only after the user walked
-away. None of the peer launchers calls ``sbatch --test-only`` (peer-launchers.md section 9,
-item 6). The checks here read the partition with ``scontrol show partition -o`` and the node
-features with ``sinfo``, then run ``sbatch --test-only`` on the exact rendered script, and put
-Slurm's own reason into one plain line.
+Why: a job that can never be scheduled (too many nodes, a time over the partition limit, a feature
+no node has) otherwise sits in the queue, or is rejected only after the user walked away. None of
+the peer launchers calls ``sbatch --test-only`` (submitit, TorchX and NeMo-Run's Slurm executors).
+The checks here read the partition with ``scontrol show partition -o`` and the node features with
+``sinfo``, then run ``sbatch --test-only`` on the exact rendered script, and put Slurm's own reason
+into one plain line.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
+from slurmfm.backends.slurm_cli import SlurmCLI
 from slurmfm.errors import BackendError, SlurmfmError
 
 if TYPE_CHECKING:
@@ -60,9 +61,14 @@ class Check:
 
 @dataclass
 class PreflightReport:
-    """The outcome of every check; ``ok`` only when all passed."""
+    """The outcome of every check; ``ok`` only when all passed.
+
+    ``warnings`` are risks that do not stop the job (for example a pre-timeout window too
+    short for one checkpoint save): shown with the checks, never a reason to refuse.
+    """
 
     checks: list[Check] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -72,7 +78,9 @@ class PreflightReport:
         return [c for c in self.checks if not c.ok]
 
     def lines(self) -> list[str]:
-        return [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}" for c in self.checks]
+        return [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}" for c in self.checks] + [
+            f"warn {w}" for w in self.warnings
+        ]
 
 
 class PreflightError(SlurmfmError):
@@ -89,21 +97,27 @@ def _features(expr: str) -> set[str]:
     return {w for w in words if w}
 
 
-def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
-    """Run every check against the live cluster (read-only: ``--test-only`` queues nothing)."""
+def preflight(
+    recipe: Recipe, script: str, cli: SlurmCLI, extra_args: Sequence[str] = ()
+) -> PreflightReport:
+    """Run every check against the live cluster (read-only: ``--test-only`` queues nothing);
+    ``extra_args``: command-line options of the submission that the test must see too."""
     from slurmfm.recipe.schema import parse_time_limit
 
     report = PreflightReport()
+    window = recipe.save_window_warning()
+    if window:
+        report.warnings.append(window)
     part = recipe.cluster.partition
     rec: dict[str, str] = {}
     if part:
-        proc = cli._run(["scontrol", "show", "partition", "-o", part])
-        if proc.returncode or not proc.stdout.strip():
+        found = cli.partition(part)
+        if found is None:
             report.checks.append(
                 Check("partition", False, f"partition {part!r} does not exist on this cluster")
             )
         else:
-            rec = parse_scontrol_record(proc.stdout.strip().splitlines()[0])
+            rec = found
             state = rec.get("State", "UP")
             report.checks.append(Check("partition", state == "UP", f"{part} is {state}"))
     if rec:
@@ -128,11 +142,7 @@ def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
                 )
             )
     if recipe.cluster.constraints:
-        argv = ["sinfo", "-h", "-o", "%f"] + (["-p", part] if part else [])
-        proc = cli._run(argv)
-        have: set[str] = set()
-        for line in proc.stdout.split():
-            have.update(line.split(","))
+        have = cli.node_features(part or None)
         missing = sorted(_features(recipe.cluster.constraints) - have)
         report.checks.append(
             Check(
@@ -142,7 +152,7 @@ def preflight(recipe: Recipe, script: str, cli: SlurmCLI) -> PreflightReport:
             )
         )
     try:
-        where = cli.test_only(script)
+        where = cli.test_only(script, extra_args=extra_args)
         report.checks.append(Check("sbatch --test-only", True, " ".join(where.split())))
     except BackendError as exc:
         msg = str(exc).removeprefix("sbatch:").strip()

@@ -1,10 +1,10 @@
 """Optional backend over pyslurm, used only when it imports and matches the cluster's Slurm.
 
 Why so guarded: ``import pyslurm`` with no reachable slurm.conf makes libslurm call ``fatal()``,
-which ends the interpreter (no exception to catch; slurm-on-one-host.md, pyslurm pitfall 1). So
+which ends the interpreter (no exception to catch; seen on the lab of scripts/slurm-lab). So
 availability is probed in a child process first. PyPI carries pyslurm only for Slurm 25.11, and a
 pyslurm built for another Slurm release refuses to build or is ABI-incompatible, so the probe
-also compares pyslurm's major.minor with the cluster's (newer-slurm.md section 5).
+also compares pyslurm's major.minor with the cluster's (README.md, Backends).
 
 The calls used follow pyslurm's documented object API (``JobSubmitDescription``,
 ``load_sbatch_options``, ``submit``, ``Job.load``, ``Job.cancel``); known pitfalls are handled:
@@ -20,10 +20,13 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurmfm.backends.base import JobStatus, SubmitResult
 from slurmfm.errors import BackendError
+
+if TYPE_CHECKING:
+    from slurmfm.request import SubmitRequest
 
 _PROBE = (
     "import json, pyslurm\n"
@@ -99,12 +102,28 @@ class PySlurmBackend:
         v = self.mod.version() if callable(getattr(self.mod, "version", None)) else None
         return str(v or self.mod.__version__)
 
-    def submit(self, script: str, *, env: dict[str, str] | None = None) -> SubmitResult:
+    def submit(self, request: SubmitRequest, *, env: dict[str, str] | None = None) -> SubmitResult:
+        """Submit ``request`` through ``JobSubmitDescription``: the script's ``#SBATCH`` lines
+        are loaded as sbatch would, then the request's structured options set the attributes
+        that sbatch's command line would (``dependencies``, ``array``,
+        ``kill_on_invalid_dependency``; pyslurm's documented JobSubmitDescription)."""
+        request.check_submittable()
+        if request.sbatch_args:
+            raise BackendError(
+                f"pyslurm: cannot pass sbatch options {' '.join(request.sbatch_args)}; "
+                "use --backend cli"
+            )
         desc = self.mod.JobSubmitDescription(
-            script=script, environment=dict(env if env is not None else os.environ)
+            script=request.text, environment=dict(env if env is not None else os.environ)
         )
         try:
             desc.load_sbatch_options()
+            if request.array is not None:
+                desc.array = request.array.indices
+            if request.dependency is not None and request.dependency.has_jobs:
+                desc.dependencies = request.dependency.expression()
+            if request.kill_on_invalid_dep:
+                desc.kill_on_invalid_dependency = True
             job_id = desc.submit()
         except Exception as exc:  # pyslurm raises RPCError and plain ValueErrors
             raise BackendError(f"pyslurm: {exc}") from None

@@ -14,9 +14,13 @@ import shutil
 import subprocess
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from slurmfm.backends.base import JobStatus, SubmitResult
 from slurmfm.errors import BackendError
+
+if TYPE_CHECKING:
+    from slurmfm.request import SubmitRequest
 
 _JOB_ID = re.compile(r"^\d+(?:_\d+|\+\d+)?$")
 
@@ -86,8 +90,9 @@ class SlurmCLI:
         self.timeout = timeout
 
     def _run(
-        self, argv: Sequence[str], *, stdin: str | None = None, env: dict[str, str] | None = None
+        self, argv: Sequence[str], *, stdin: bytes | None = None, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm command without a shell; ``stdin`` is sent byte for byte."""
         exe = shutil.which(argv[0], path=(env or self.env).get("PATH"))
         if exe is None:
             raise BackendError(
@@ -96,11 +101,10 @@ class SlurmCLI:
                 command=list(argv),
             )
         try:
-            return subprocess.run(
+            proc = subprocess.run(
                 [exe, *argv[1:]],
                 input=stdin,
                 capture_output=True,
-                text=True,
                 env=env or self.env,
                 timeout=self.timeout,
                 check=False,
@@ -109,6 +113,12 @@ class SlurmCLI:
             raise BackendError(
                 f"{argv[0]} did not answer within {self.timeout:.0f} s", command=list(argv)
             ) from None
+        return subprocess.CompletedProcess(
+            proc.args,
+            proc.returncode,
+            proc.stdout.decode("utf-8", errors="replace"),
+            proc.stderr.decode("utf-8", errors="replace"),
+        )
 
     @staticmethod
     def _fail(proc: subprocess.CompletedProcess[str], argv: Sequence[str]) -> BackendError:
@@ -129,17 +139,12 @@ class SlurmCLI:
             raise BackendError(f"cannot read a version from {proc.stdout.strip()!r}")
         return m.group(1)
 
-    def submit(
-        self,
-        script: str,
-        *,
-        env: dict[str, str] | None = None,
-        extra_args: Sequence[str] = (),
-        cwd: str | None = None,
-    ) -> SubmitResult:
-        """Submit ``script`` through stdin; return the job id Slurm printed."""
-        argv = ["sbatch", "--parsable", *extra_args]
-        proc = self._run(argv, stdin=script, env=env)
+    def submit(self, request: SubmitRequest, *, env: dict[str, str] | None = None) -> SubmitResult:
+        """Submit ``request``: ``request.argv()`` with the script's bytes on stdin (the script
+        carries its runtime files); return the job id Slurm printed."""
+        request.check_submittable()
+        argv = list(request.argv())
+        proc = self._run(argv, stdin=request.script, env=env)
         if proc.returncode:
             raise self._fail(proc, argv)
         first = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
@@ -148,13 +153,63 @@ class SlurmCLI:
             raise BackendError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
         return SubmitResult(job_id=job_id, cluster=cluster or None, message=proc.stderr.strip())
 
-    def test_only(self, script: str, *, env: dict[str, str] | None = None) -> str:
-        """Ask the scheduler whether and where the job would start (``sbatch --test-only``)."""
-        argv = ["sbatch", "--test-only"]
-        proc = self._run(argv, stdin=script, env=env)
+    def test_only(
+        self, script: str, *, env: dict[str, str] | None = None, extra_args: Sequence[str] = ()
+    ) -> str:
+        """Ask the scheduler whether and where the job would start (``sbatch --test-only``),
+        with ``extra_args`` (a request's ``--array``) as the real submission would have them."""
+        argv = ["sbatch", "--test-only", *extra_args]
+        proc = self._run(argv, stdin=script.encode("utf-8"), env=env)
         if proc.returncode:
             raise self._fail(proc, argv)
         return (proc.stderr or proc.stdout).strip()
+
+    # Read-only questions about the cluster (topology, node states, partitions), here so that
+    # nothing outside the backends runs a Slurm command of its own.
+    def show_topology(self) -> str:
+        """``scontrol show topology``: the switch/block text; an error when none is set."""
+        argv = ["scontrol", "show", "topology"]
+        proc = self._run(argv)
+        if proc.returncode or not proc.stdout.strip():
+            raise BackendError(
+                "scontrol show topology: "
+                + (
+                    proc.stderr.strip()
+                    or "no topology configured (TopologyPlugin is not tree/block)"
+                ),
+                command=argv,
+            )
+        return proc.stdout
+
+    def node_states(self) -> str:
+        """``sinfo -N -h -o "%N %T"``: one ``NODE STATE`` line per node and partition."""
+        return self._query(["sinfo", "-N", "-h", "-o", "%N %T"])
+
+    def show_nodes(self) -> str:
+        """``scontrol show nodes -o``: one record per node (addresses, features, state)."""
+        return self._query(["scontrol", "show", "nodes", "-o"])
+
+    def partition(self, name: str) -> dict[str, str] | None:
+        """``scontrol show partition -o NAME`` as a record; None when there is no such one."""
+        proc = self._run(["scontrol", "show", "partition", "-o", name])
+        if proc.returncode or not proc.stdout.strip():
+            return None
+        return parse_scontrol_record(proc.stdout.strip().splitlines()[0])
+
+    def node_features(self, partition: str | None = None) -> set[str]:
+        """Every feature some node has (``sinfo -h -o %f``), in ``partition`` if given."""
+        argv = ["sinfo", "-h", "-o", "%f"] + (["-p", partition] if partition else [])
+        proc = self._run(argv)
+        have: set[str] = set()
+        for line in proc.stdout.split():
+            have.update(line.split(","))
+        return have
+
+    def _query(self, argv: list[str]) -> str:
+        proc = self._run(argv)
+        if proc.returncode:
+            raise self._fail(proc, argv)
+        return proc.stdout
 
     def status(self, job_id: str) -> JobStatus:
         """Current state: ``scontrol show job`` first (live and recently ended), then sacct."""

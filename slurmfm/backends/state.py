@@ -61,6 +61,19 @@ def read_state(status: JobStatus) -> JobState | None:
     if st.checkpoint_dir:
         from slurmfm.checkpoint import latest
 
-        cur = latest(Path(st.checkpoint_dir))
+        cur = latest(checkpoint_dir(st.checkpoint_dir, status))
         st.last_checkpoint = str(cur) if cur else ""
     return st
+
+
+def checkpoint_dir(recorded: str, status: JobStatus) -> Path:
+    """The checkpoint directory the job used, as a path valid for the caller.
+
+    A relative ``checkpoint_root`` is relative to the job's working directory (sbatch runs the
+    script there: Slurm's ``WorkDir``), not to wherever ``slurmfm status`` is run.
+    """
+    path = Path(recorded)
+    workdir = status.raw.get("WorkDir", "")
+    if not path.is_absolute() and workdir:
+        return Path(workdir) / path
+    return path

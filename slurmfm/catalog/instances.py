@@ -5,9 +5,9 @@ Why this exists: every later stage needs the same handful of hardware facts (GPU
 size for block topology, CPU architecture for container images and plugin paths, and the length
 of ``DescribeInstanceTopology`` ``NetworkNodes`` for the topology converter). Hard-coding them at
 call sites is how generators end up assuming "8 GPUs" on p6e-gb200 (4) or "3 network layers" on
-p6-b200 (4). All figures come from ``/work/shared/reference/aws-launch-facts.md`` section 2 (and
-sections 3 and 6); each entry lists its sources, and figures the sheet marks as third-party,
-approximate or inconsistent are written into ``notes`` and clear ``verified``.
+p6-b200 (4). Each entry lists its primary sources; figures that only third-party summaries
+give, or that are approximate or inconsistent across sources, are written into ``notes`` and
+clear ``verified``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = [
     "known_instance_names",
 ]
 
-# Short citation strings (see aws-launch-facts.md section 0 for the conventions).
+# Short citation strings: owner/repo:path for repository files, URLs for documentation.
 SRC_KARPENTER = "aws/karpenter-provider-aws:website/content/en/preview/reference/instance-types.md"
 SRC_CHEATSHEET = "aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md"
 SRC_TORCHX = "meta-pytorch/torchx:torchx/specs/named_resources_aws.py"
@@ -46,8 +46,11 @@ SRC_HYPERPOD_TOPOLOGY = (
     "https://docs.aws.amazon.com/ja_jp/sagemaker/latest/dg/sagemaker-hyperpod-topology.html"
 )
 SRC_NIC_LAYOUT = "awslabs/awsome-distributed-ai:architectures/aws-pcs/docs/OPERATIONS.md#5"
-SRC_FACTS_SUMMARY = "aws-launch-facts.md#6 (items 1, 5, 12)"
-SRC_LAB = "slurm-on-one-host.md (lab slurm.conf: Sockets=2 CoresPerSocket=8 RealMemory=64000)"
+SRC_LAB = "scripts/slurm-lab (the lab's slurm.conf: Sockets=2 CoresPerSocket=8 RealMemory=64000)"
+SRC_IMEX = (
+    "https://docs.aws.amazon.com/pcs/latest/userguide/capacity-blocks-nvidia-imex.html; "
+    "NVIDIA/nccl:src/mnnvl.cc"
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,18 @@ class InstanceType:
         if not self.sources:
             raise ValueError(f"{self.name}: every instance type must cite a source")
 
+    @property
+    def needs_imex(self) -> bool:
+        """NVLink across instances goes through NVIDIA IMEX channels.
+
+        Why it matters: NCCL's multi-node NVLink (MNNVL) needs the channel device
+        ``/dev/nvidia-caps-imex-channels/channel0`` in the process's namespace and fails with
+        "MNNVL ... available but not working" without it (NVIDIA/nccl:src/mnnvl.cc); the IMEX
+        service must know the job's nodes (AWS PCS capacity-blocks-nvidia-imex guide). Today
+        that is exactly the types whose NVLink domain spans instances (GB200 UltraServers).
+        """
+        return self.nvlink.is_multi_node
+
 
 def _hgx(
     name: str,
@@ -160,7 +175,7 @@ _CATALOG: tuple[InstanceType, ...] = (
         memory_gib=1152,
         topology_depth=3,
         sources=(SRC_KARPENTER, SRC_HEALTHCHECK, SRC_EC2_TOPOLOGY, SRC_CHEATSHEET),
-        notes=("EFA link split 4x100G is a third-party summary (aws-launch-facts.md#2).",),
+        notes=("EFA link split 4x100G is a third-party summary (not an AWS page).",),
     ),
     _hgx(
         "p4de.24xlarge",
@@ -185,7 +200,7 @@ _CATALOG: tuple[InstanceType, ...] = (
         topology_depth=3,
         sources=(SRC_KARPENTER, SRC_HEALTHCHECK, SRC_EC2_TOPOLOGY, SRC_CHEATSHEET),
         notes=(
-            "EFAv2 / 32x100G label is a third-party summary (aws-launch-facts.md#2).",
+            "EFAv2 / 32x100G label is a third-party summary (not an AWS page).",
             "Two PCIe/NUMA domains with 4 GPUs each (" + SRC_HYPERPOD_TOPOLOGY + ").",
         ),
     ),
@@ -199,7 +214,7 @@ _CATALOG: tuple[InstanceType, ...] = (
         memory_gib=2048,
         topology_depth=3,
         sources=(SRC_KARPENTER, SRC_HEALTHCHECK, SRC_EC2_TOPOLOGY),
-        notes=("EFAv2 label is a third-party summary (aws-launch-facts.md#2).",),
+        notes=("EFAv2 label is a third-party summary (not an AWS page).",),
     ),
     _hgx(
         "p5en.48xlarge",
@@ -212,7 +227,7 @@ _CATALOG: tuple[InstanceType, ...] = (
         topology_depth=3,
         sources=(SRC_KARPENTER, SRC_HEALTHCHECK, SRC_EC2_TOPOLOGY),
         notes=(
-            "EFAv3 / 16x200G label is a third-party summary (aws-launch-facts.md#2).",
+            "EFAv3 / 16x200G label is a third-party summary (not an AWS page).",
             "Known late EFA initialisation; the AWS health check retries 3x5 s.",
         ),
     ),
@@ -237,7 +252,7 @@ _CATALOG: tuple[InstanceType, ...] = (
         vcpus=192,
         memory_gib=4096,
         topology_depth=4,
-        sources=(SRC_KARPENTER, SRC_FACTS_SUMMARY, SRC_NIC_LAYOUT, SRC_EC2_TOPOLOGY, SRC_TORCHX),
+        sources=(SRC_KARPENTER, SRC_NIC_LAYOUT, SRC_EC2_TOPOLOGY, SRC_TORCHX),
         notes=(
             "17 NICs: card 0 is ENA-only, EFA on cards 1-16 (" + SRC_NIC_LAYOUT + ").",
             "Not in the AWS health-check instance-profiles.conf; 16 EFA is from the NIC layout.",
@@ -259,7 +274,13 @@ _CATALOG: tuple[InstanceType, ...] = (
         vcpus=144,
         memory_gib=960,
         topology_depth=3,
-        sources=(SRC_KARPENTER, SRC_ULTRASERVER, SRC_HYPERPOD_TOPOLOGY, SRC_EC2_TOPOLOGY),
+        sources=(
+            SRC_KARPENTER,
+            SRC_ULTRASERVER,
+            SRC_HYPERPOD_TOPOLOGY,
+            SRC_EC2_TOPOLOGY,
+            SRC_IMEX,
+        ),
         notes=(
             "Sold only inside UltraServers: u-p6e-gb200x36 = 9 instances, x72 = 18 instances.",
             "GPU memory is approximate (sheet: ~185 GB per GPU); stored as decimal GB -> MiB.",

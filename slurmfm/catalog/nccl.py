@@ -9,22 +9,29 @@ default, legacy flags only for the versions that need them". So each flag is a :
 with the condition under which it is needed and the source that says so, and everything the
 guidance says not to set is in :data:`FORBIDDEN` for a validator to warn about.
 
-Facts: ``/work/shared/reference/aws-launch-facts.md`` sections 1.3, 1.4 and 6 (item 3 and 4).
-
 Conventions:
 
 * A stack version of ``None`` ("auto") means "unknown, assume the current stack" (EFA >= 1.43,
   aws-ofi-nccl >= 1.14, NCCL >= 2.27). Legacy rules therefore fire only on *known* old versions,
   and :func:`check_minimums` only warns about *known* versions.
+* A workaround for an NCCL bug fires only where the bug's trigger is present in the job
+  (:class:`JobTraits`, e.g. a permuted ``CUDA_VISIBLE_DEVICES``), never for a whole instance
+  family: ``Rule.trigger`` holds that condition as data, with its source.
 * :func:`nccl_env` applies :data:`RULES` in order. When two rules set the same variable the later
   rule wins: its value and reason replace the earlier ones, in the position of the first
   occurrence (so the output order stays stable when a legacy rule re-states a default).
-* ``raw_shell`` values are the only place shell syntax appears (``$(uname -m)`` and the
-  ``${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}`` prepend idiom). They are constants of this module,
-  never user input; :class:`EnvSetting` refuses ``$`` in non-raw values and quote/backslash
-  characters in raw ones, so a renderer can emit ``export NAME="value"`` safely. Note that they
-  expand where the batch script runs (the host); with Pyxis the host environment is passed into
-  the container, so ``$(uname -m)`` is the container's architecture too (same machine).
+* ``raw_shell`` values are the only place shell syntax appears (the
+  ``${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}`` prepend idiom of the legacy source-built plugin).
+  They are constants of this module, never user input; :class:`EnvSetting` refuses ``$`` in
+  non-raw values and quote/backslash characters in raw ones, so a renderer can emit
+  ``export NAME="value"`` safely.
+* The bundled plugin is *not* put on ``LD_LIBRARY_PATH``: its directory depends on the package
+  version and distribution (``lib/<arch>-linux-gnu`` up to 1.16 on Ubuntu, ``lib`` from 1.17,
+  ``lib64`` on RPM systems, ``/opt/amazon/aws-ofi-nccl/lib`` in NGC images), and every package
+  registers it with the dynamic loader in ``/etc/ld.so.conf.d/100_ofinccl.conf``
+  (aws/aws-ofi-nccl:contrib/fedora/aws-ofi-nccl.spec, contrib/debian-template/rules), which is
+  how NCCL's ``dlopen("libnccl-net.so")`` finds it. A guessed path would be wrong on some of
+  these layouts and would shadow the loader's right answer.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ __all__ = [
     "LEGACY_ONLY",
     "RULES",
     "EnvSetting",
+    "JobTraits",
     "Rule",
     "Runtime",
     "StackVersions",
@@ -58,21 +66,13 @@ Runtime = Literal["host", "container"]
 _RUNTIMES: tuple[str, ...] = ("host", "container")
 
 # ---------------------------------------------------------------------------------------------
-# Citations (short strings; see aws-launch-facts.md section 0)
+# Citations: primary sources only (repository paths, commits, issues, URLs)
 # ---------------------------------------------------------------------------------------------
 SRC_CHEATSHEET = "aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md"
 SRC_EFA_ENV = "aws/aws-ofi-nccl:doc/efa-env-var.md"
 SRC_REVIEW = "awslabs/awsome-distributed-ai commit a59b4db5 (May-2026 NCCL/EFA review)"
-SRC_NCCL_TESTS = (
-    "awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch"
-)
 SRC_DEEPSPEED = "awslabs/awsome-distributed-ai:3.test_cases/pytorch/deepspeed/README.md"
-SRC_NEMO_RL = "awslabs/awsome-distributed-ai:3.test_cases/megatron/nemo-rl/grpo/README.md"
-SRC_GB200_EKS = (
-    "awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/kubernetes/nccl-tests-gb200.yaml"
-)
 SRC_BUNDLED = "aws-samples/awsome-distributed-training commit e5732423 (#861)"
-SRC_DOCKERFILE = "awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/nccl-tests.Dockerfile"
 SRC_AMI_SBATCH = (
     "awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch"
 )
@@ -82,7 +82,13 @@ SRC_VJEPA = (
 )
 SRC_TUNER = "aws/aws-ofi-nccl:doc/tuner.md"
 SRC_GDR = "awslabs/awsome-distributed-ai commit 45e8f55d"
-SRC_SUMMARY = "aws-launch-facts.md#6 item 3"
+SRC_NCCL_ENV = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
+SRC_LDSO = (
+    "aws/aws-ofi-nccl:contrib/fedora/aws-ofi-nccl.spec and contrib/debian-template/rules "
+    "(/etc/ld.so.conf.d/100_ofinccl.conf)"
+)
+SRC_NVLS_BUG = "https://github.com/NVIDIA/nccl/issues/1906"
+SRC_CUMEM_HANG = "https://github.com/NVIDIA/nccl/issues/1721"
 
 # ---------------------------------------------------------------------------------------------
 # Version thresholds (each cited where it is used)
@@ -91,13 +97,13 @@ OFI_LEGACY_PROVIDER_BELOW = Version("1.6.0")  # aws-ofi-nccl <= 1.5.x
 OFI_DEVICE_RDMA_BELOW = Version("1.7.0")  # aws-ofi-nccl 1.6.x (and older)
 EFA_SYNC_MEMOPS_BELOW = Version("1.29.1")
 NCCL_SYNC_MEMOPS_FROM = Version("2.19")
-# "aws-ofi-nccl is bundled with the EFA installer since ~1.36" -- approximate in the sheet.
+# aws-ofi-nccl is bundled with the EFA installer from about 1.36 (SRC_BUNDLED); approximate.
 EFA_BUNDLES_OFI_FROM = Version("1.36.0")
+# NVIDIA/nccl#1906: "regression in NCCL 2.26.2; NCCL 2.21.5 OK"; no release with the fix yet.
+NCCL_NVLS_ORDER_BUG_FROM = Version("2.22")
 
 _PREPEND = "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 EFA_LIB = "/opt/amazon/efa/lib"
-OFI_HOST_LIB = "/opt/amazon/ofi-nccl/lib"
-OFI_CONTAINER_LIB = "/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu"
 OFI_LEGACY_LIB = "/opt/aws-ofi-nccl/install/lib"
 
 _AMZN_SUFFIX = re.compile(r"^(v?\d+(?:\.\d+)*)amzn[\d.]*$", re.IGNORECASE)
@@ -189,14 +195,48 @@ class EnvSetting:
             raise ValueError(f"EnvSetting {self.name!r}: shell expansion requires raw_shell=True")
 
 
+@dataclass(frozen=True)
+class JobTraits:
+    """What a job does that an NCCL bug's trigger depends on (not the hardware or versions).
+
+    Why: a workaround such as ``NCCL_NVLS_ENABLE=0`` costs bandwidth for every job it is set on,
+    so it belongs only on the jobs that meet the bug's trigger. ``cuda_visible_devices`` is the
+    recipe's own value (``None``: Slurm's ascending GPU order); ``pipeline_parallel`` and
+    ``nodes`` tell whether the job sends point-to-point traffic between nodes.
+    """
+
+    cuda_visible_devices: str | None = None
+    pipeline_parallel: int = 1
+    nodes: int = 1
+
+    @property
+    def permuted_devices(self) -> bool:
+        """True when CUDA_VISIBLE_DEVICES lists GPU indices out of ascending order."""
+        if not self.cuda_visible_devices:
+            return False
+        parts = [p.strip() for p in self.cuda_visible_devices.split(",") if p.strip()]
+        if not all(p.isdigit() for p in parts):
+            return False  # UUIDs / MIG names: no index order to compare
+        nums = [int(p) for p in parts]
+        return nums != sorted(nums)
+
+    @property
+    def internode_send_recv(self) -> bool:
+        """Pipeline stages on different nodes talk through NCCL send/recv."""
+        return self.pipeline_parallel > 1 and self.nodes > 1
+
+
 RuleCheck = Callable[[InstanceType, StackVersions, Runtime], bool]
 RuleSettings = Callable[[InstanceType, StackVersions, Runtime], tuple[EnvSetting, ...]]
+RuleTrigger = Callable[[JobTraits], bool]
 
 
 @dataclass(frozen=True)
 class Rule:
     """A condition on (instance, stack, runtime) and the variables it requires, with a source.
 
+    ``trigger``, when set, is the further condition on the job itself (:class:`JobTraits`) under
+    which a bug workaround is needed; ``trigger_text`` says it in words for the reader.
     ``verified`` is False when the only evidence is indirect (e.g. an EKS test rather than a
     Slurm job, or an approximate version boundary).
     """
@@ -207,6 +247,12 @@ class Rule:
     applies: RuleCheck
     settings: RuleSettings
     verified: bool = True
+    trigger: RuleTrigger | None = None
+    trigger_text: str = ""
+
+    def fires(self, i: InstanceType, s: StackVersions, r: Runtime, traits: JobTraits) -> bool:
+        """Both the stack condition and, if any, the job trigger hold."""
+        return self.applies(i, s, r) and (self.trigger is None or self.trigger(traits))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,21 +273,16 @@ def _legacy_ofi_install(s: StackVersions) -> bool:
     return _known_below(s.efa_installer, EFA_BUNDLES_OFI_FROM)
 
 
+def _nvls_order_bug(s: StackVersions) -> bool:
+    """NCCL releases with the NVLS rank-order regression: unknown counts as affected."""
+    return s.nccl is None or _base(s.nccl) >= NCCL_NVLS_ORDER_BUG_FROM
+
+
 def _const(*settings: EnvSetting) -> RuleSettings:
     def produce(_i: InstanceType, _s: StackVersions, _r: Runtime) -> tuple[EnvSetting, ...]:
         return settings
 
     return produce
-
-
-def _ld_path(prefix: str, reason: str, source: str) -> EnvSetting:
-    return EnvSetting(
-        name="LD_LIBRARY_PATH",
-        value=f"{prefix}:{EFA_LIB}{_PREPEND}",
-        reason=reason,
-        source=source,
-        raw_shell=True,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,17 +311,18 @@ RULES: tuple[Rule, ...] = (
         id="socket-ifname",
         description=(
             "Keep NCCL's bootstrap/socket traffic off docker, loopback and veth interfaces; the "
-            "data path is EFA and unaffected. The exclusion form works on every instance type "
-            "without knowing interface names."
+            "data path is EFA and unaffected. The exclusion form (a leading ^, NCCL's env var "
+            "docs) works on every instance type without knowing interface names; the AWS AMI "
+            "nccl-tests job and the B200 V-JEPA2 job set exactly this value."
         ),
-        source=f"{SRC_NCCL_TESTS}; {SRC_SUMMARY}",
+        source=f"{SRC_AMI_SBATCH}; {SRC_VJEPA}; {SRC_NCCL_ENV}#nccl-socket-ifname",
         applies=lambda i, s, r: _uses_efa(i),
         settings=_const(
             EnvSetting(
                 "NCCL_SOCKET_IFNAME",
                 "^docker,lo,veth",
                 "NCCL bootstrap sockets: exclude docker/loopback/veth interfaces",
-                f"{SRC_NCCL_TESTS}; {SRC_SUMMARY}",
+                f"{SRC_AMI_SBATCH}; {SRC_NCCL_ENV}#nccl-socket-ifname",
             )
         ),
     ),
@@ -289,50 +331,16 @@ RULES: tuple[Rule, ...] = (
         description=(
             "NCCL_DEBUG=WARN: NCCL errors get an explicit message at no cost, without INFO's "
             "per-rank init output in every training log. Set NCCL_DEBUG=INFO in the recipe env "
-            "(user wins) to see 'NET/OFI Selected provider is efa' when diagnosing."
+            "(user wins) to see which network plugin NCCL selected when diagnosing."
         ),
-        source=SRC_SUMMARY,
+        source=f"{SRC_NCCL_ENV}#nccl-debug",
         applies=lambda i, s, r: _uses_efa(i),
         settings=_const(
             EnvSetting(
                 "NCCL_DEBUG",
                 "WARN",
                 "report NCCL errors; set NCCL_DEBUG=INFO to debug EFA selection",
-                SRC_SUMMARY,
-            )
-        ),
-    ),
-    Rule(
-        id="plugin-path-host",
-        description=(
-            "Host (DLAMI/AMI) runs: put the bundled aws-ofi-nccl plugin and libfabric on the "
-            "library path, prepended so the site's own LD_LIBRARY_PATH is kept. NCCL loads the "
-            "plugin automatically when it is on the path."
-        ),
-        source=f"{SRC_AMI_SBATCH}; {SRC_NEMO_RL}",
-        applies=lambda i, s, r: _uses_efa(i) and r == "host" and not _legacy_ofi_install(s),
-        settings=_const(
-            _ld_path(
-                OFI_HOST_LIB,
-                "prepend aws-ofi-nccl + libfabric (EFA installer layout) to the library path",
-                SRC_AMI_SBATCH,
-            )
-        ),
-    ),
-    Rule(
-        id="plugin-path-container",
-        description=(
-            "Container runs: the EFA installer puts the plugin in an arch-specific directory "
-            "(x86_64-linux-gnu or aarch64-linux-gnu), so the path is resolved by the shell with "
-            "$(uname -m); prepended to the existing LD_LIBRARY_PATH."
-        ),
-        source=f"{SRC_DOCKERFILE}; {SRC_NCCL_TESTS}",
-        applies=lambda i, s, r: _uses_efa(i) and r == "container" and not _legacy_ofi_install(s),
-        settings=_const(
-            _ld_path(
-                OFI_CONTAINER_LIB,
-                "prepend the arch-specific aws-ofi-nccl dir + libfabric to the library path",
-                SRC_DOCKERFILE,
+                f"{SRC_NCCL_ENV}#nccl-debug",
             )
         ),
     ),
@@ -340,16 +348,22 @@ RULES: tuple[Rule, ...] = (
         id="plugin-path-legacy",
         description=(
             "EFA installer older than ~1.36 did not bundle aws-ofi-nccl; the samples built it "
-            "from source into /opt/aws-ofi-nccl/install/lib (host and container alike). The "
-            "1.36 boundary is approximate in the reference sheet, hence unverified."
+            "from source into /opt/aws-ofi-nccl/install/lib (host and container alike), which "
+            "no ld.so.conf.d entry names, so it must be on LD_LIBRARY_PATH. The 1.36 boundary "
+            "is approximate, hence unverified. Bundled packages need no path: they register "
+            "their directory with the loader."
         ),
         source=f"{SRC_BUNDLED}; {SRC_LEGACY_PATH}",
         applies=lambda i, s, r: _uses_efa(i) and _legacy_ofi_install(s),
         settings=_const(
-            _ld_path(
-                OFI_LEGACY_LIB,
-                "prepend the source-built aws-ofi-nccl (pre-bundling EFA installer) + libfabric",
-                f"{SRC_BUNDLED}; {SRC_LEGACY_PATH}",
+            EnvSetting(
+                name="LD_LIBRARY_PATH",
+                value=f"{OFI_LEGACY_LIB}:{EFA_LIB}{_PREPEND}",
+                reason=(
+                    "prepend the source-built aws-ofi-nccl (pre-bundling EFA installer) + libfabric"
+                ),
+                source=f"{SRC_BUNDLED}; {SRC_LEGACY_PATH}",
+                raw_shell=True,
             )
         ),
         verified=False,
@@ -421,64 +435,25 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        id="p5en-nvls-disable",
+        id="nvls-permuted-devices",
         description=(
-            "p5en: disable NVLS to work around the NVLS rank-ordering bug NVIDIA/nccl#1906. "
-            "Source is the NeMo-RL sample README; no NCCL version with a fix is recorded, so it "
-            "applies to every stack."
+            "NVLS AllGather/ReduceScatter inside a node returns chunks in the wrong rank order "
+            "when CUDA_VISIBLE_DEVICES permutes the GPUs (NVIDIA/nccl#1906, a regression after "
+            "2.21.5, no fixed release recorded): silent wrong results. Disable NVLS only for "
+            "jobs that permute the devices; it is not specific to p5en."
         ),
-        source=f"{SRC_NEMO_RL}; NVIDIA/nccl#1906",
-        applies=lambda i, s, r: _uses_efa(i) and i.family == "p5en",
+        source=SRC_NVLS_BUG,
+        applies=lambda i, s, r: _uses_efa(i) and i.gpus > 1 and _nvls_order_bug(s),
         settings=_const(
             EnvSetting(
                 "NCCL_NVLS_ENABLE",
                 "0",
-                "p5en workaround for NVLS rank-ordering bug NVIDIA/nccl#1906",
-                f"{SRC_NEMO_RL}; NVIDIA/nccl#1906",
+                "CUDA_VISIBLE_DEVICES is permuted: NVLS rank-order bug NVIDIA/nccl#1906",
+                SRC_NVLS_BUG,
             )
         ),
-    ),
-    Rule(
-        id="p5en-cumem-disable",
-        description=(
-            "p5en: disable cuMem to avoid a ~3660 ms cuMem import penalty (NVIDIA/nccl#1749), "
-            "per the NeMo-RL sample README; no fixed NCCL version is recorded."
-        ),
-        source=f"{SRC_NEMO_RL}; NVIDIA/nccl#1749",
-        applies=lambda i, s, r: _uses_efa(i) and i.family == "p5en",
-        settings=_const(
-            EnvSetting(
-                "NCCL_CUMEM_ENABLE",
-                "0",
-                "p5en workaround for cuMem import penalty NVIDIA/nccl#1749",
-                f"{SRC_NEMO_RL}; NVIDIA/nccl#1749",
-            )
-        ),
-    ),
-    Rule(
-        id="gb200-mnnvl",
-        description=(
-            "GB200 UltraServers: enable multi-node NVLink and NVLS so NCCL uses the NVLink domain "
-            "across instances (requires IMEX). UNVERIFIED for Slurm: the only AWS reference is an "
-            "EKS nccl-test (72 ranks, 4 per node, 18 nodes); no AWS Slurm GB200 sbatch exists."
-        ),
-        source=f"{SRC_GB200_EKS} (history, EKS only)",
-        applies=lambda i, s, r: _uses_efa(i) and i.nvlink.is_multi_node,
-        settings=_const(
-            EnvSetting(
-                "NCCL_MNNVL_ENABLE",
-                "1",
-                "GB200 multi-node NVLink (unverified on Slurm: AWS reference is an EKS nccl-test)",
-                f"{SRC_GB200_EKS} (history, EKS only)",
-            ),
-            EnvSetting(
-                "NCCL_NVLS_ENABLE",
-                "1",
-                "GB200 NVLink SHARP (unverified on Slurm: AWS reference is an EKS nccl-test)",
-                f"{SRC_GB200_EKS} (history, EKS only)",
-            ),
-        ),
-        verified=False,
+        trigger=lambda t: t.permuted_devices,
+        trigger_text="the recipe's CUDA_VISIBLE_DEVICES lists GPU indices out of order",
     ),
 )
 
@@ -551,18 +526,23 @@ def _check_runtime(runtime: str) -> None:
 
 
 def nccl_env(
-    instance: InstanceType, stack: StackVersions, runtime: Runtime
+    instance: InstanceType,
+    stack: StackVersions,
+    runtime: Runtime,
+    traits: JobTraits | None = None,
 ) -> tuple[EnvSetting, ...]:
-    """The NCCL/EFA environment for one instance type, stack and runtime.
+    """The NCCL/EFA environment for one instance type, stack, runtime and job.
 
     Deterministic and duplicate-free: rules are applied in :data:`RULES` order; on a repeated
     name the later rule's setting replaces the earlier one at the earlier position. Empty for
     virtual/no-EFA types (the local lab), where any of these variables would only mislead.
+    ``traits`` defaults to a job that meets no bug trigger.
     """
     _check_runtime(runtime)
+    job = traits or JobTraits()
     merged: dict[str, EnvSetting] = {}
     for rule in RULES:
-        if rule.applies(instance, stack, runtime):
+        if rule.fires(instance, stack, runtime, job):
             for setting in rule.settings(instance, stack, runtime):
                 merged[setting.name] = setting
     return tuple(merged.values())
@@ -574,10 +554,23 @@ def merge_env(
     """Split into (profile settings the user did not override, the user's env unchanged).
 
     A user value always wins, including ``LD_LIBRARY_PATH``: a user who sets it replaces the
-    profile's prepend and must include the plugin path themselves (a validator may warn).
+    legacy plugin prepend and must include the plugin path themselves (a validator may warn).
     """
     kept = [s for s in profile if s.name not in user]
     return kept, dict(user)
+
+
+CUMEM_OFF_HANG = (
+    "NCCL_CUMEM_ENABLE=0 has an open report of NCCL send/recv hanging across nodes "
+    f"({SRC_CUMEM_HANG}); pipeline parallelism across nodes uses exactly that path"
+)
+
+
+MNNVL_FORCED = (
+    "1 restates NCCL's default (auto: multi-node NVLink is used where it works) and also "
+    f"forces the MNNVL check on single-node communicators ({SRC_NCCL_ENV}#nccl-mnnvl-enable; "
+    "NVIDIA/nccl:src/mnnvl.cc)"
+)
 
 
 def user_env_warnings(
@@ -585,12 +578,14 @@ def user_env_warnings(
     stack: StackVersions,
     runtime: Runtime,
     user: Mapping[str, str],
+    traits: JobTraits | None = None,
 ) -> list[str]:
     """Human warnings for user variables AWS guidance says not to set on this stack.
 
     The user still wins (see :func:`merge_env`); this only explains the risk.
     """
-    emitted = {s.name for s in nccl_env(instance, stack, runtime)}
+    job = traits or JobTraits()
+    emitted = {s.name for s in nccl_env(instance, stack, runtime, job)}
     warnings: list[str] = []
     for name in sorted(user):
         if name in FORBIDDEN:
@@ -599,6 +594,10 @@ def user_env_warnings(
             warnings.append(f"{name}: {FORBIDDEN['RDMAV_FORK_SAFE']}")
         elif name in LEGACY_ONLY and name not in emitted:
             warnings.append(f"{name}: not needed on this stack/instance: {LEGACY_ONLY[name]}")
+        elif name == "NCCL_CUMEM_ENABLE" and user[name] == "0" and job.internode_send_recv:
+            warnings.append(f"{name}: {CUMEM_OFF_HANG}")
+        elif name == "NCCL_MNNVL_ENABLE" and user[name] == "1":
+            warnings.append(f"{name}: {MNNVL_FORCED}")
     return warnings
 
 

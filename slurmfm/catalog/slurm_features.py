@@ -4,13 +4,13 @@ Why: the clusters slurmfm targets run very different Slurm releases (the local l
 ParallelCluster 3.11-3.15 ship 23.11-25.11, PCS offers 23.11-25.11, HyperPod needs 25.11 for
 partition topology, Debian gives 24.11 and 26.05). Emitting ``--segment`` to a 23.11 controller
 or relying on ``BlockAsNodeRank`` on 24.11 fails at submit time or, worse, silently changes
-placement. Each gate here cites the reference sheet it comes from; when a sheet gives no exact
-first release, ``description`` says so, ``verified`` is False and the *later* plausible release is
-used, so slurmfm never claims support it cannot back.
+placement. Each gate cites its source; when no source gives an exact first release,
+``description`` says so, ``verified`` is False and the *later* plausible release is used, so
+slurmfm never claims support it cannot back.
 
-Sources: ``/work/shared/reference/slurm-topology-and-placement.md`` section 1.1 (checked against
-Slurm CHANGELOGs and tags) and section 8; ``newer-slurm.md`` (real 24.11.5 and 26.05.5 runs);
-``slurm-on-one-host.md`` (real 22.05.8 runs).
+Sources: SchedMD/slurm's CHANGELOG files and release tags, the commits named per gate, and runs
+on this repository's local lab (``scripts/slurm-lab``: Slurm 22.05.8 on the host, 24.11.5 and
+26.05.5 in chroots; ``tests/catalog/test_slurm_features.py``).
 """
 
 from __future__ import annotations
@@ -90,17 +90,17 @@ class UnsupportedBySlurm(UnsupportedError, ValueError):
 
 
 _V = SlurmVersion
-SRC_TIMELINE = "slurm-topology-and-placement.md#1.1 (SchedMD/slurm CHANGELOG + tags)"
-SRC_TREE_FIX = (
-    "slurm-topology-and-placement.md#8 (SchedMD/slurm commits 2ec1d02624, 64263118c3, "
-    "ticket 20547; checked on 22.05.8)"
+SRC_TIMELINE = "SchedMD/slurm:CHANGELOG (per release) and release tags"
+SRC_TREE_FIX = "SchedMD/slurm commits 2ec1d02624, 64263118c3 (ticket 20547; checked on 22.05.8)"
+SRC_NEWER = "scripts/slurm-lab (runs on Slurm 24.11.5 and 26.05.5)"
+SRC_LAB = "scripts/slurm-lab (runs on Slurm 22.05.8)"
+SRC_AWS = (
+    "aws-samples/awsome-distributed-training:3.test_cases; "
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-resiliency-slurm-auto-resume.html"
 )
-SRC_NEWER = "newer-slurm.md"
-SRC_LAB = "slurm-on-one-host.md"
-SRC_AWS = "aws-launch-facts.md#1.1/#4.3"
 
 _FLOOR_NOTE = (
-    "The reference sheets do not record the first release; 22.05 (the oldest Slurm this "
+    "No source here records the first release; 22.05 (the oldest Slurm this "
     "project runs and tests, the local lab) is used as a conservative floor."
 )
 
@@ -111,7 +111,7 @@ _ALL: tuple[Feature, ...] = (
         None,
         "sbatch --switches=count[@time] caps leaf switches under topology/tree "
         "(SchedulerParameters=max_switch_wait, default 300 s). Works on 22.05, 24.11, 26.05.",
-        f"{SRC_TIMELINE} (commit 08e9f24); {SRC_LAB}; {SRC_NEWER}#4",
+        f"{SRC_TIMELINE} (commit 08e9f24); {SRC_LAB}; {SRC_NEWER}",
     ),
     Feature(
         "topology_block",
@@ -127,7 +127,7 @@ _ALL: tuple[Feature, ...] = (
         None,
         "sbatch --segment=S: node count must be a multiple of S; each segment placed in one "
         "block. 24.11 checks divisibility in the controller, 26.05 in the client.",
-        f"{SRC_TIMELINE} (CHANGELOG 24.05); {SRC_NEWER}#4",
+        f"{SRC_TIMELINE} (CHANGELOG 24.05); {SRC_NEWER}",
     ),
     Feature(
         "topology_yaml",
@@ -135,16 +135,16 @@ _ALL: tuple[Feature, ...] = (
         None,
         "topology.yaml: several topologies, per-partition Topology=; topology.conf is ignored "
         "when it exists. Verified working on 26.05.",
-        f"{SRC_TIMELINE} (CHANGELOG 25.05); {SRC_NEWER}#3.4",
+        f"{SRC_TIMELINE} (CHANGELOG 25.05); {SRC_NEWER}",
     ),
     Feature(
         "block_as_node_rank",
         _V(25, 11),
         None,
         "TopologyParam=BlockAsNodeRank: node ranks follow block order. Absent from 24.11's "
-        "slurm.conf(5), works on 26.05 (newer-slurm.md); the 25.11 first release comes from the "
+        "slurm.conf(5), works on 26.05 (the lab's 26.05.5); the 25.11 first release comes from the "
         "CHANGELOG reading only -- no 25.11 cluster was run, so the exact release is unverified.",
-        f"{SRC_TIMELINE} (CHANGELOG 25.11); {SRC_NEWER}#3.3",
+        f"{SRC_TIMELINE} (CHANGELOG 25.11); {SRC_NEWER}",
         verified=False,
     ),
     Feature(
@@ -153,7 +153,7 @@ _ALL: tuple[Feature, ...] = (
         None,
         "sbatch --exclusive=topo: do not share the topology segment/block with other jobs. "
         "Observed on 24.11 and 26.05.",
-        f"{SRC_TIMELINE} (CHANGELOG 24.05); {SRC_NEWER}#4",
+        f"{SRC_TIMELINE} (CHANGELOG 24.05); {SRC_NEWER}",
     ),
     Feature(
         "tree_selection_rules_2405_3",
@@ -171,7 +171,7 @@ _ALL: tuple[Feature, ...] = (
         "--segment larger than the base block (fits a higher BlockSizes level): 24.11 rejects it "
         "('segment > bblock_node_cnt is not supported'), 26.05 accepts it. 25.11 is the CHANGELOG "
         "reading; not run on 25.11, so the exact release is unverified.",
-        f"{SRC_TIMELINE} (CHANGELOG 25.11); {SRC_NEWER}#4, #8 item 10",
+        f"{SRC_TIMELINE} (CHANGELOG 25.11); {SRC_NEWER}",
         verified=False,
     ),
     Feature(
@@ -198,7 +198,7 @@ _ALL: tuple[Feature, ...] = (
         None,
         "sbatch --signal=B:SIG@secs: signal the batch shell before the time limit (checkpoint "
         f"hook; submitit uses --signal=USR2@90). {_FLOOR_NOTE}",
-        "peer-launchers.md (submitit)",
+        "facebookincubator/submitit:submitit/slurm/slurm.py",
         verified=False,
     ),
     Feature(
@@ -206,7 +206,7 @@ _ALL: tuple[Feature, ...] = (
         _V(22, 5),
         None,
         "sbatch --requeue + scontrol requeue (torchx hard-codes --requeue). " + _FLOOR_NOTE,
-        f"peer-launchers.md (torchx); {SRC_AWS}",
+        f"meta-pytorch/torchx:torchx/schedulers/slurm_scheduler.py; {SRC_AWS}",
         verified=False,
     ),
     Feature(
@@ -214,8 +214,8 @@ _ALL: tuple[Feature, ...] = (
         _V(19, 5),
         None,
         "sbatch --gpus-per-node (select/cons_tres GPU options). 19.05 is the commonly cited first "
-        "release but is not in the reference sheets; they verify it works on 22.05.8 and 26.05.",
-        f"{SRC_LAB}; {SRC_NEWER}#3.4",
+        "release but has no source here (unverified); the lab shows it works on 22.05.8 and 26.05.",
+        f"{SRC_LAB}; {SRC_NEWER}",
         verified=False,
     ),
     Feature(
@@ -237,8 +237,9 @@ _ALL: tuple[Feature, ...] = (
         "`#SBATCH hetjob` separates the components of a heterogeneous job and `srun "
         "--het-group=N` runs a step in one of them (the directive was `packjob` before the "
         "20.02 rename). Unverified first release: taken from Slurm's 20.02 release notes, "
-        "which are not in the reference sheets; the lab checks it works on 22.05.8.",
-        f"peer-launchers.md (NeMo-Run, TorchX het groups); {SRC_LAB}",
+        "which are not cited here; the lab checks it works on 22.05.8.",
+        "NVIDIA/NeMo-Run:nemo_run/core/execution/slurm.py; "
+        f"meta-pytorch/torchx:torchx/schedulers/slurm_scheduler.py; {SRC_LAB}",
         verified=False,
     ),
     Feature(
@@ -247,7 +248,7 @@ _ALL: tuple[Feature, ...] = (
         None,
         "sbatch --wait-all-nodes=1: start the script only when every node is booted (AWS "
         f"samples' launch skeleton; matters for dynamic cloud nodes). {_FLOOR_NOTE}",
-        "aws-launch-facts.md#1.1, #6 item 1",
+        "aws-samples/awsome-distributed-training:3.test_cases (every Slurm sample)",
         verified=False,
     ),
 )

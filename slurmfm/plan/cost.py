@@ -1,8 +1,8 @@
 """Predicted communication time of one placement: an alpha-beta model per parallel group.
 
 Why a model at all: Slurm's ``topology/tree`` minimises leaf switches only as a side effect and
-orders ranks by node name (slurm-topology-and-placement.md sections 0, 1.3, 1.6), so "how good is
-this placement" needs a number that sees rank order. The model follows section 6(b) of that sheet:
+orders ranks by node name (https://slurm.schedmd.com/topology.html), so "how good is
+this placement" needs a number that sees rank order. The model:
 
 * Ranks follow Megatron's default order ``tp-cp-ep-dp-pp`` (section 3.1): TP groups are
   consecutive ranks, CP strides by TP, DP by TP*CP inside one pipeline stage, PP by world/PP.
@@ -38,7 +38,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,20 +69,22 @@ class Tier:
     oversubscription: float = 1.0
 
 
-# Nominal per-GPU figures (slurm-topology-and-placement.md 3.3): NVLink 900 GB/s bidirectional
-# on H100/H200 -> 450 GB/s one way; EFA on p5-class 3,200 Gb/s per node = 50 GB/s per GPU
-# (aws-launch-facts.md section 2 table, "Net (Gbps)" 3200 for p5/p5e/p5en; 1.8 gives the
-# measured 2x p5 all_reduce busbw of ~480-487 GB/s, which is NVLink-dominated and so is not used
-# as an EFA figure). Crossing a pod/core costs collectives up to 17% (Arnold, section 3.4): the
-# core tier's bandwidth is 1/1.17 of the leaf's. Latencies are NOT published for EFA
-# (section 7: "not public. Calibrate them empirically"): 3 us NVLink, 10 us EFA in a leaf and one
-# extra 2 us hop per tier crossed (section 3.3 "Latency adds one a_hop per tier crossed") are
-# placeholders to calibrate with nccl-tests. Oversubscription is 1 everywhere for the same reason.
+# Nominal per-GPU figures: NVLink4 900 GB/s bidirectional per H100/H200 GPU
+# (https://www.nvidia.com/en-us/data-center/nvlink/) -> 450 GB/s one way; EFA on p5-class
+# 3,200 Gb/s per instance (aws/karpenter-provider-aws:pkg/providers/instancetype/
+# zz_generated.bandwidth.go) = 50 GB/s per GPU. Every EFA tier has the same per-GPU bandwidth:
+# ByteDance's Arnold (arXiv 2509.15940) measured up to 17 % slower collectives across pods
+# under production load, which is congestion, and congestion is what ``oversubscription``
+# models; charging it as a slower core on top made the model disagree with the flow-level
+# simulation (slurmfm.plan.simulate) on uncongested placements. Latencies are not published
+# for EFA: 3 us NVLink, 10 us EFA in a leaf and 2 us per extra tier crossed are placeholders
+# to calibrate with nccl-tests. Oversubscription defaults to 1 (not published either); pass
+# the fabric's with ``--params`` (the benchmark reports 1, 2 and 4).
 _DEFAULT_TIERS = {
     "nvlink": Tier("nvlink", 3e-6, 1 / 450e9),
     "leaf": Tier("leaf", 10e-6, 1 / 50e9),
     "spine": Tier("spine", 12e-6, 1 / 50e9),
-    "core": Tier("core", 14e-6, 1.17 / 50e9),
+    "core": Tier("core", 14e-6, 1 / 50e9),
 }
 
 # Bytes each group moves per training step. Illustrative (no source gives per-step volumes;
@@ -122,6 +124,18 @@ class CostParams:
     @classmethod
     def default(cls) -> CostParams:
         return cls(dict(_DEFAULT_TIERS), dict(_DEFAULT_BYTES))
+
+    def with_message_bytes(self, sizes: Mapping[str, float]) -> CostParams:
+        """The same tiers with some per-step message sizes replaced."""
+        return CostParams(dict(self.tiers), {**self.message_bytes, **sizes})
+
+    def with_oversubscription(self, oversubscription: float) -> CostParams:
+        """The same parameters with every EFA tier (leaf, spine, core) at ``oversubscription``."""
+        tiers = dict(self.tiers)
+        for name in ("leaf", "spine", "core"):
+            t = tiers[name]
+            tiers[name] = Tier(t.name, t.alpha_s, t.beta_s_per_byte, float(oversubscription))
+        return CostParams(tiers, dict(self.message_bytes))
 
     @classmethod
     def from_file(cls, path: str | Path) -> CostParams:
@@ -191,6 +205,55 @@ class CostParams:
         return cls(tiers, sizes)
 
 
+def message_bytes_for_megatron(
+    model_args: Mapping[str, Any], *, tp: int, pp: int, dp: int
+) -> dict[str, float] | None:
+    """Per-step message sizes from a Megatron recipe's model arguments (None if too few).
+
+    Needs ``num-layers``, ``hidden-size``, ``seq-length`` and ``global-batch-size``; the rest
+    has Megatron's defaults (NVIDIA/Megatron-LM ``megatron/training/arguments.py``:
+    ``ffn-hidden-size`` 4h, ``micro-batch-size`` 1, fp32 gradient reduction unless
+    ``grad-reduce-in-bf16``). Parameters per layer: attention ``h^2 (2 + 2 g/a)`` (query and
+    output, key and value shrunk by grouped-query attention), MLP ``3 h f`` with SwiGLU else
+    ``2 h f``; embeddings are left out (a few percent). Then per rank and step:
+
+    * ``dp``: the gradient bytes of its shard, ``params / (tp * pp)`` at 4 (or 2) bytes;
+    * ``pp``: one stage boundary's activations for every micro-batch, ``m * s * b * h * 2``
+      (bf16), where ``m = global batch / (b * dp)``;
+    * ``tp``: four all-reduces of ``s * b * h`` bf16 values per layer and micro-batch
+      (two forward, two backward; Megatron-LM paper, arXiv 1909.08053 section 3).
+    """
+
+    def num(key: str, default: float | None = None) -> float | None:
+        v = model_args.get(key, default)
+        if isinstance(v, bool) or v is None:
+            return default
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return default
+
+    layers, h, s = num("num-layers"), num("hidden-size"), num("seq-length")
+    gbs = num("global-batch-size")
+    if layers is None or h is None or s is None or gbs is None:
+        return None
+    f = num("ffn-hidden-size", 4 * h) or 4 * h
+    b = num("micro-batch-size", 1.0) or 1.0
+    heads = num("num-attention-heads")
+    groups = num("num-query-groups") if model_args.get("group-query-attention") else None
+    kv = 2 * (groups / heads) if groups and heads else 2.0
+    mlp = 3 * h * f if model_args.get("swiglu") else 2 * h * f
+    params = layers * (h * h * (2 + kv) + mlp)
+    grad_bytes = 2 if model_args.get("grad-reduce-in-bf16") else 4
+    micro = max(1.0, gbs / (b * max(1, dp)))
+    act = s * b * h * 2
+    return {
+        "dp": grad_bytes * params / (tp * pp),
+        "pp": micro * act,
+        "tp": 4 * (layers / pp) * micro * act,
+    }
+
+
 @dataclass(frozen=True)
 class JobShape:
     """Whole-node job: ``nodes`` x ``gpus_per_node`` ranks and the Megatron parallel sizes."""
@@ -254,6 +317,9 @@ class CostReport:
     pp_pairs_cross_leaf: int
     nvlink_violations: int
     per_group: Mapping[str, float]
+    # Per dimension: the tier that bounds its slowest group ("nvlink", "leaf", "spine",
+    # "core"), with " x<f>" when uplink congestion slows it by the factor f (DP only).
+    bound_by: Mapping[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {
@@ -279,8 +345,8 @@ class CostReport:
 def nvlink_domain(topology: Topology, node: str) -> str:
     """NVLink domain: the node's UltraServer, else for a block topology its block, else itself.
 
-    Block topologies for GB200 put one ``BlockName`` per NVLink domain (slurm-topology-and-
-    placement.md section 2, "Block configuration"), so a block without explicit domain ids is
+    Block topologies for GB200 put one ``BlockName`` per NVLink domain (topology.conf(5),
+    BlockName), so a block without explicit domain ids is
     taken as the UltraServer. Tree topologies carry UltraServers as ``Node.nvlink_domain``.
     """
     dom = topology.nodes[node].nvlink_domain
@@ -307,8 +373,9 @@ class _Fabric:
     def lca_level(self, nodes: Sequence[int]) -> int:
         """Level of the lowest switch above all ``nodes`` (-1: one NVLink domain)."""
         first = nodes[0]
-        dom = self.domains[first]
-        if all(self.domains[i] == dom for i in nodes):
+        doms = self.domains
+        dom = doms[first]
+        if all(doms[i] == dom for i in nodes):
             return -1
         p0 = self.paths[first]
         common = len(p0)
@@ -330,8 +397,10 @@ class _Fabric:
     def pair_level(self, a: int, b: int) -> int:
         if self.domains[a] == self.domains[b]:
             return -1
-        pa = self.paths[a]
-        c = _common(pa, self.paths[b])
+        pa, pb = self.paths[a], self.paths[b]
+        if pa is pb:  # same leaf (paths are shared per leaf)
+            return self._level(pa[-1])
+        c = _common(pa, pb)
         return self._level(pa[c - 1]) if c else 1 << 20
 
 
@@ -346,6 +415,24 @@ def _common(pa: tuple[str, ...], pb: tuple[str, ...]) -> int:
 
 def _tier_name(level: int) -> str:
     return "nvlink" if level < 0 else _tier_of_level(level)
+
+
+def _tier_at(tiers: Mapping[str, Tier], level: int) -> Tier:
+    """The tier a group whose lowest common switch is at ``level`` pays (-1: NVLink).
+
+    Levels above 2 (4-level fabrics: p6-b200/b300 report 4 network layers) cost the core's
+    bandwidth and one more hop each way per level: the core's alpha plus the spine-to-core
+    alpha step per extra level, so a ring that crosses the top of a 4-level fabric is not
+    charged like one that stays under a level-2 switch (the flow-level simulation adds a hop
+    latency per uplink crossed).
+    """
+    if level <= 2:
+        return tiers[_tier_name(level)]
+    core, spine = tiers["core"], tiers["spine"]
+    step = max(0.0, core.alpha_s - spine.alpha_s)
+    return Tier(
+        core.name, core.alpha_s + (level - 2) * step, core.beta_s_per_byte, core.oversubscription
+    )
 
 
 def _ring(p: int, n: float, t: Tier, congestion: float = 1.0) -> float:
@@ -391,7 +478,11 @@ def _spans(topology: Topology) -> _Spans:
     hit = _SPANS_CACHE.get(id(topology))
     if hit is not None and hit[0]() is topology:
         return hit[1]
-    dom_sizes = Counter(nvlink_domain(topology, n) for n in topology.nodes)
+    nodes = topology.nodes
+    if topology.kind == "tree" and not any(n.nvlink_domain for n in nodes.values()):
+        dom_sizes: Counter[str] = Counter({"": 1})  # every node is its own domain
+    else:
+        dom_sizes = Counter(nvlink_domain(topology, n) for n in nodes)
     leaf_sizes = Counter(topology.leaf_of.values())
     spine_sizes: Counter[str] = Counter()
     for leaf, cnt in leaf_sizes.items():
@@ -441,7 +532,8 @@ def _groups(job: JobShape) -> dict[str, list[range]]:
 
 def _node_groups(ranges: list[range], g: int) -> Counter[tuple[int, ...]]:
     """Distinct node sequences of groups (rank // G), with how many groups map to each."""
-    return Counter(tuple(r // g for r in rg) for rg in ranges)
+    div = g.__rfloordiv__  # r // g, without a Python frame per rank (64k-node plans)
+    return Counter(tuple(map(div, rg)) for rg in ranges)
 
 
 def _ring_edges(nodes: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -483,6 +575,7 @@ def evaluate(
     violations = 0
 
     # TP, CP, EP: collectives that must stay inside an NVLink domain.
+    bound_by: dict[str, str] = {}
     for dim in ("tp", "cp", "ep"):
         worst = best = 0.0
         for nodes, count in _node_groups(groups[dim], g).items():
@@ -492,8 +585,10 @@ def evaluate(
                 violations += count
             ilevel = spans.ideal_level(len(set(nodes)))
             fn = _alltoall if dim == "ep" else _ring
-            worst = max(worst, fn(p, nbytes[dim], tiers[_tier_name(level)]))
-            best = max(best, fn(p, nbytes[dim], tiers[_tier_name(ilevel)]))
+            t = fn(p, nbytes[dim], _tier_at(tiers, level))
+            if t > worst or dim not in bound_by:
+                worst, bound_by[dim] = max(worst, t), _tier_name(level)
+            best = max(best, fn(p, nbytes[dim], _tier_at(tiers, ilevel)))
         per_group[dim], ideal_group[dim] = worst, best
 
     # DP: ring all-reduce with uplink congestion from all DP rings at once.
@@ -541,9 +636,14 @@ def evaluate(
             c = _common(pa, pb)
             for sw in (*pa[c:], *pb[c:]):
                 congestion = max(congestion, ratio.get(sw, 0.0))
-        worst = max(worst, _ring(p, nbytes["dp"], tiers[_tier_name(level)], congestion))
+        t = _ring(p, nbytes["dp"], _tier_at(tiers, level), congestion)
+        if t > worst or "dp" not in bound_by:
+            worst = max(worst, t)
+            bound_by["dp"] = _tier_name(level) + (
+                f" x{congestion:.2f}" if congestion > 1 + 1e-9 else ""
+            )
         ilevel = spans.ideal_level(len(set(nodes)))
-        best = max(best, _ring(p, nbytes["dp"], tiers[_tier_name(ilevel)]))
+        best = max(best, _ring(p, nbytes["dp"], _tier_at(tiers, ilevel)))
     per_group["dp"], ideal_group["dp"] = worst, best
 
     # PP: point-to-point between neighbouring stages along each pipeline.
@@ -551,11 +651,15 @@ def evaluate(
     worst = best = 0.0
     for nodes in _node_groups(groups["pp"], g):
         t = tb = 0.0
+        top = -1
         for a, b in itertools.pairwise(nodes):
             pairs.add((a, b))
             lvl = fab.pair_level(a, b)
-            t += _p2p(nbytes["pp"], tiers[_tier_name(lvl)])
-            tb += _p2p(nbytes["pp"], tiers[_tier_name(spans.ideal_level(len({a, b})))])
+            top = max(top, lvl)
+            t += _p2p(nbytes["pp"], _tier_at(tiers, lvl))
+            tb += _p2p(nbytes["pp"], _tier_at(tiers, spans.ideal_level(len({a, b}))))
+        if t > worst or "pp" not in bound_by:
+            bound_by["pp"] = _tier_name(top)
         worst, best = max(worst, t), max(best, tb)
     per_group["pp"], ideal_group["pp"] = worst, best
     pp_cross = sum(1 for a, b in pairs if fab.pair_level(a, b) >= 1)
@@ -574,5 +678,6 @@ def evaluate(
         pp_pairs_cross_leaf=pp_cross,
         nvlink_violations=violations,
         per_group={d: per_group[d] for d in DIMS},
+        bound_by={d: bound_by[d] for d in DIMS if d in bound_by and per_group[d] > 0},
         # per_group keeps a fixed key order (tp, cp, ep, dp, pp) for stable JSON.
     )

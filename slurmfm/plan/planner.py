@@ -1,9 +1,10 @@
 """Choose a job's nodes and rank order on the fabric, and what to ask Slurm for.
 
 Why not leave it to Slurm: ``topology/tree`` is a greedy, config-order-dependent best-fit whose
-rank order is node-name order, not topology order, before 26.05 (slurm-topology-and-placement.md
-sections 0, 1.3, 1.6, 8); ``topology/block`` places ``--segment`` chunks one at a time (1.4). The
-planner does the selection the documentation promises and then fixes the rank order:
+rank order is node-name order, not topology order, before 26.05
+(https://slurm.schedmd.com/topology.html; checked on the lab's 22.05.8); ``topology/block`` places
+``--segment`` chunks one at a time. The planner does the selection the documentation promises
+and then fixes the rank order:
 
 1. **NVLink rule (hard).** TP*CP and EP groups are blocks of consecutive ranks (Megatron order
    ``tp-cp-ep-dp-pp``, section 3.1); they must not leave their NVLink domain, the node itself
@@ -21,20 +22,23 @@ planner does the selection the documentation promises and then fixes the rank or
    completes it); then take bins largest-first and finish with the closest, tightest bin that
    fits the remainder (the shape of Slurm's and Kueue's best-fit, 1.3 step 6, without its
    config-order quirks). Whole leaves/UltraServers stay free.
-3a. **Slurm guard (tree).** Fewest leaves can cost more (two leaves across a core switch vs
-   three under one spine). So Slurm's own choice is simulated (``slurm_sim``, with the real
-   ``topology.conf`` switch order: ``switch_order=``, else the order recorded when the
-   topology was parsed from topology.conf/scontrol, else slurm_sim's default), and Slurm's
-   node sets (in the planner's rank order) join the candidates (the planner's own and its
-   selections under lower switches); the cheapest predicted candidate with no more leaves
-   than Slurm's choice wins. With ``slurm_version`` known, only the rule set that version
-   runs is simulated (feature ``tree_selection_rules_2405_3``: "24.05.3" rules from 24.05.3,
-   "21.08" rules before), so the plan never uses more leaves nor costs more than that Slurm's
-   choice (it is itself a candidate). Without a version both rule sets are simulated and the
-   bound is the fewer of the two choices' leaves: never more leaves nor a higher cost than
-   either, unless the two conflict (the fewer-leaf one costs more than the other). Run when
-   the fabric has <= 4,096 nodes or the job <= 1,024 nodes (the simulation is linear in leaves
-   per leaf used); otherwise fewest leaves, then cost.
+3a. **Objective: predicted time (tree).** Fewest leaves is a starting point, not the goal:
+   it can cost more (two leaves across a core switch vs three under one spine, or a 512-node
+   PP=4 job whose stages each fit under one spine). So Slurm's own choice is simulated
+   (``slurm_sim``, with the real ``topology.conf`` switch order: ``switch_order=``, else the
+   order recorded when the topology was parsed from topology.conf/scontrol, else slurm_sim's
+   default), and candidates compete on the cost model's predicted communication time
+   (:func:`_better`: time, then DP ring edges crossing a leaf, then leaves): the planner's
+   own selection, its selections under lower switches, one selection per PP stage (each
+   stage placed as its own job, so a stage can take one spine), and Slurm's node sets, each
+   in the planner's rank order (in pin mode also in Slurm's name and leaf orders). Slurm's
+   choices are candidates, so the plan is never predicted slower than them, and on a
+   predicted tie never crosses more leaves on DP rings. With ``slurm_version`` known, only
+   the rule set that version runs is simulated (feature ``tree_selection_rules_2405_3``:
+   "24.05.3" rules from 24.05.3, "21.08" rules before); without it, both. Run when the fabric
+   has <= 4,096 nodes or the job <= 1,024 nodes (the simulation is linear in leaves per leaf
+   used); otherwise fewest leaves, then cost. ``slurmfm.plan.simulate`` checks the model's
+   ranking against a flow-level simulation (scripts/bench_placement.py).
 4. **Rank order.** Nodes grouped by leaf (by UltraServer when units span nodes), leaves in fabric
    DFS order, so consecutive DP ring members share a leaf and each ring crosses each uplink the
    minimum number of times (3.1 (ii), 3.2); PP stages are contiguous node blocks (3.1 (iii)). A
@@ -55,7 +59,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-import re
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -63,8 +66,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from slurmfm.errors import SlurmfmError
-from slurmfm.plan.cost import CostParams, CostReport, JobShape, evaluate, nvlink_domain
+from slurmfm.plan.cost import CostParams, CostReport, JobShape, evaluate
 from slurmfm.plan.types import Placement
+from slurmfm.topology.model import natural_key
 
 if TYPE_CHECKING:
     from slurmfm.catalog.slurm_features import SlurmVersion
@@ -115,19 +119,12 @@ class Plan:
             "segment": self.segment,
             "sbatch_options": list(self.sbatch_options),
             "predicted": self.predicted.as_dict(),
+            "bound_by": dict(self.predicted.bound_by),
             "explanation": list(self.explanation),
         }
 
 
 # ---------------------------------------------------------------------------- fabric
-
-
-_DIGITS = re.compile(r"(\d+)")
-
-
-def natural_key(name: str) -> tuple[str, ...]:
-    """Natural order (node2 < node10), as Slurm's ``strnatcmp`` node table (section 1.6)."""
-    return tuple(f"{int(p):020d}" if p.isdigit() else p for p in _DIGITS.split(name))
 
 
 class _Static:
@@ -139,12 +136,13 @@ class _Static:
         for sw, par in parent_of.items():
             if par is not None:
                 children[par].append(sw)
+        # Leaf members in Slurm's node-table order: one natural key per node, cached on the
+        # topology (the same order slurm_sim uses).
+        leaf_of = topology.leaf_of
         leaf_members: dict[str, list[str]] = {}
-        for n, leaf in topology.leaf_of.items():
-            leaf_members.setdefault(leaf, []).append(n)
+        for n in topology.natural_order:
+            leaf_members.setdefault(leaf_of[n], []).append(n)
         for v in children.values():
-            v.sort(key=natural_key)
-        for v in leaf_members.values():
             v.sort(key=natural_key)
         self.children = children
         self.level = {s: topology.level(s) for s in parent_of}
@@ -161,31 +159,48 @@ class _Static:
                 self.ancestors[c] = (*self.ancestors[sw], c)
                 stack.append(c)
             dfs_nodes.extend(leaf_members.get(sw, ()))
-        self.domain = {n: nvlink_domain(topology, n) for n in dfs_nodes}
-        first: dict[str, int] = {}
-        for i, n in enumerate(dfs_nodes):
-            first.setdefault(self.domain[n], i)
-        # Fabric order: DFS, with the nodes of one NVLink domain kept together.
-        dfs_index = {n: i for i, n in enumerate(dfs_nodes)}
-        self.order = sorted(dfs_nodes, key=lambda n: (first[self.domain[n]], dfs_index[n]))
-        self.pos = {n: i for i, n in enumerate(self.order)}
-        width = max(6, len(str(len(self.order))))
-        self.rank_key = {n: f"{i:0{width}d}" for i, n in enumerate(self.order)}
-        self.leaf_of = dict(topology.leaf_of)
+        nodes = topology.nodes
+        block = topology.kind == "block"
+        self.domain = {
+            n: nodes[n].nvlink_domain or ("block:" + leaf_of[n] if block else n) for n in dfs_nodes
+        }  # nvlink_domain(topology, n), inlined: this loop runs once per node
         self.domain_size = Counter(self.domain.values())
-        dom_leaves: dict[str, set[str]] = {}
-        for n, d in self.domain.items():
-            dom_leaves.setdefault(d, set()).add(self.leaf_of[n])
-        self.domain_attach = {d: self._lca(ls) for d, ls in dom_leaves.items()}
-        self._nodes = list(topology.nodes)
+        if len(self.domain_size) == len(dfs_nodes):
+            self.order = dfs_nodes  # every node is its own domain: DFS order as is
+        else:
+            first: dict[str, int] = {}
+            for i, n in enumerate(dfs_nodes):
+                first.setdefault(self.domain[n], i)
+            # Fabric order: DFS, with the nodes of one NVLink domain kept together.
+            dfs_index = {n: i for i, n in enumerate(dfs_nodes)}
+            self.order = sorted(dfs_nodes, key=lambda n: (first[self.domain[n]], dfs_index[n]))
+        self.pos = {n: i for i, n in enumerate(self.order)}
+        self._rank_key: dict[str, str] | None = None
+        self.leaf_of = dict(leaf_of)
+        if len(self.domain_size) == len(dfs_nodes):
+            self.domain_attach = {self.domain[n]: leaf_of[n] for n in dfs_nodes}
+        else:
+            dom_leaves: dict[str, set[str]] = {}
+            for n, d in self.domain.items():
+                dom_leaves.setdefault(d, set()).add(leaf_of[n])
+            self.domain_attach = {
+                d: next(iter(ls)) if len(ls) == 1 else self._lca(ls) for d, ls in dom_leaves.items()
+            }
+        self._natural_order = topology.natural_order
         self._slurm_table: list[str] | None = None
+
+    @property
+    def rank_key(self) -> dict[str, str]:
+        """Node -> zero-padded fabric position (constrain mode's rank map), built on first use."""
+        if self._rank_key is None:
+            width = max(6, len(str(len(self.order))))
+            self._rank_key = {n: f"{i:0{width}d}" for i, n in enumerate(self.order)}
+        return self._rank_key
 
     def slurm_node_table(self) -> list[str]:
         """Slurm's node table (natural name order, exactly as ``slurm_sim`` sorts it), cached."""
         if self._slurm_table is None:
-            from slurmfm.plan import slurm_sim
-
-            self._slurm_table = sorted(self._nodes, key=slurm_sim.natural_key)
+            self._slurm_table = list(self._natural_order)
         return self._slurm_table
 
     def _lca(self, switches: Iterable[str]) -> str:
@@ -251,8 +266,16 @@ def plan(
     params: CostParams | None = None,
     switch_wait: str = DEFAULT_SWITCH_WAIT,
     switch_order: Sequence[str] | None = None,
+    simulate: bool = False,
+    avoid: Mapping[str, str] | None = None,
 ) -> Plan:
     """Plan ``job`` on the free nodes of ``topology`` minus ``unavailable``.
+
+    ``simulate``: in pin mode on tree fabrics, also check the plan against Slurm's own choice
+    in Slurm's topology (leaf) and name rank orders in simulated time (SimGrid,
+    :mod:`slurmfm.plan.simulate`, at the oversubscription of ``params``) and keep the fastest
+    (the cost model cannot tell near-ties apart). Raises :class:`PlanError` when SimGrid is
+    missing.
 
     Raises :class:`PlanError` when no placement satisfies the NVLink rule and the node count.
     ``switch_wait`` is the ``@T`` of ``--switches`` in constrain mode (Slurm caps it at
@@ -261,7 +284,9 @@ def plan(
     (simulated by the guard, step 3a); default: the order recorded when ``topology`` was parsed
     from topology.conf or ``scontrol show topology``
     (:func:`slurmfm.topology.slurm_formats.switch_order`), else
-    :func:`slurmfm.plan.slurm_sim.config_switch_order`.
+    :func:`slurmfm.plan.slurm_sim.config_switch_order`. ``avoid``: node -> reason for nodes to
+    leave out because they failed recently (:func:`slurmfm.plan.failed.recent_failures`);
+    like ``unavailable``, but each is named in the explanation.
     """
     problems = job.problems()
     if problems:
@@ -270,6 +295,9 @@ def plan(
         raise PlanError(f"mode must be pin or constrain, not {mode!r}")
     st = _static(topology)
     bad = set(unavailable)
+    avoid = avoid or {}
+    avoided = sorted(set(avoid) & set(topology.nodes), key=natural_key)
+    bad.update(avoided)
     unknown = sorted(bad - set(topology.nodes), key=natural_key)
     n_need = job.nodes
     u = job.nvlink_unit()
@@ -293,7 +321,13 @@ def plan(
             f"{n_need} nodes is not a whole number of {u}-node NVLink units (tp*cp and tp*ep "
             "blocks); choose a multiple"
         )
-    free_nodes = [n for n in st.order if topology.nodes[n].free and n not in bad]
+    if avoided:
+        why.append(
+            f"avoided {len(avoided)} node(s) that failed recently: "
+            + _names([f"{n} ({avoid[n]})" for n in avoided], 5)
+        )
+    nodes_of = topology.nodes
+    free_nodes = [n for n in st.order if n not in bad and nodes_of[n].free]
     why.append(
         f"free: {len(free_nodes)} of {len(st.order)} nodes"
         + (f" ({len(bad) - len(unknown)} marked unavailable)" if bad else "")
@@ -390,9 +424,33 @@ def plan(
                 alts.append(
                     [n for b, t in _select(st, bins, cap, s_alt, n_need) for n in b.members[:t]]
                 )
+        # Balanced fills: the fewest largest leaves under each switch with room, every one
+        # given at least need/k nodes, so no leaf uplink carries a ring for a sliver of nodes.
+        for s_bal in sorted(feasible, key=lambda s: (st.level[s], st.switch_pos[s]))[
+            :_BALANCED_MAX
+        ]:
+            balanced = _balanced(bins, st, s_bal, n_need)
+            if balanced is not None:
+                alts.append(balanced)
+        if job.pp > 1:
+            staged = _stagewise(st, free_nodes, n_need, job.pp)
+            if staged is not None:
+                alts.append(staged)
         rule_sets = guard_rule_sets(slurm_version)
+        slurm_sets: list[tuple[Rules, list[str]]] = []
         better, counts = _slurm_guard(
-            topology, st, free_nodes, job, mode, order, report, params, alts, sw_order, rule_sets
+            topology,
+            st,
+            free_nodes,
+            job,
+            mode,
+            order,
+            report,
+            params,
+            alts,
+            sw_order,
+            rule_sets,
+            slurm_sets,
         )
         label = {"21.08": "21.08-24.05.2 rules", "24.05.3": "24.05.3+ rules"}
         why.append(
@@ -401,10 +459,11 @@ def plan(
             + (
                 f"; Slurm {slurm_version} runs only these rules"
                 if slurm_version is not None
-                else "; Slurm version unknown: both rule sets, bound by the fewer leaves"
+                else "; Slurm version unknown: both rule sets"
             )
         )
         if better is not None:
+            before = report
             order, report, origin = better
             nodes_set = list(order)
             scope = (
@@ -413,9 +472,29 @@ def plan(
                 else "Slurm's own choice under either rule set"
             )
             why.append(
-                f"guard: {origin}, {report.leaves_used} leaves (no more than {scope}), is "
-                f"predicted cheaper ({report.predicted_s * 1e3:.3f} ms/step); using it"
+                f"guard: {origin}, {report.leaves_used} leaves (vs {scope}), is "
+                + (
+                    f"predicted cheaper ({report.predicted_s * 1e3:.3f} ms/step vs "
+                    f"{before.predicted_s * 1e3:.3f}); using it"
+                    if report.predicted_s < before.predicted_s * (1 - 1e-9)
+                    else f"predicted as fast ({report.predicted_s * 1e3:.3f} ms/step) with "
+                    f"fewer DP ring edges crossing a leaf ({report.dp_edges_cross_leaf} vs "
+                    f"{before.dp_edges_cross_leaf}) or leaves; using it"
+                )
             )
+        if simulate and mode == "pin":
+            order, report = _simulation_check(
+                topology, st, job, order, report, params, slurm_sets, sw_order, why
+            )
+        elif simulate:
+            why.append(
+                "simulation check: pin mode only (constrain mode ranks whatever Slurm gives)"
+            )
+    elif simulate:
+        why.append(
+            "simulation check: skipped (tree fabrics with single-node NVLink units, fabrics "
+            f"<= {_GUARD_MAX_FABRIC} nodes or jobs <= {_GUARD_MAX_JOB})"
+        )
     if order is fabric_order:
         why.append(
             "rank order: nodes grouped by "
@@ -431,6 +510,18 @@ def plan(
         f"{report.dp_edges_cross_spine}; PP pairs crossing a leaf "
         f"{report.pp_pairs_cross_leaf}/{report.pp_pairs}; NVLink violations "
         f"{report.nvlink_violations}"
+    )
+    why.append(
+        "per group (the slowest of each kind, and the tier that bounds it; xF = uplink "
+        "congestion): "
+        + (
+            ", ".join(
+                f"{d} {report.per_group[d] * 1e3:.3f} ms ({report.bound_by.get(d, '-')})"
+                for d in sorted(report.per_group, key=lambda d: -report.per_group[d])
+                if report.per_group[d] > 0
+            )
+            or "no communication"
+        )
     )
 
     switches: str | None = None
@@ -475,6 +566,90 @@ def plan(
         explanation=tuple(why),
         rank_key=st.rank_key if mode == "constrain" else {},
     )
+
+
+def _pick(st: _Static, free_nodes: Sequence[str], need: int) -> list[str] | None:
+    """The planner's own selection (steps 2-3) of ``need`` single-node units, or None.
+
+    ``free_nodes`` in fabric order. Fewest leaves, under the lowest and tightest switch that
+    achieves it, largest leaves first and the tightest leaf for the remainder.
+    """
+    bins_by_key: dict[str, _Bin] = {}
+    for n in free_nodes:
+        leaf = st.leaf_of[n]
+        b = bins_by_key.get(leaf)
+        if b is None:
+            b = bins_by_key[leaf] = _Bin(leaf, leaf, [], 0, st.pos[n])
+        b.members.append(n)
+    bins = list(bins_by_key.values())
+    cap: Counter[str] = Counter()
+    caps_under: dict[str, list[int]] = {}
+    for b in bins:
+        b.cap = len(b.members)
+        for sw in st.ancestors[b.attach]:
+            cap[sw] += b.cap
+            caps_under.setdefault(sw, []).append(b.cap)
+    feasible = [s for s, c in cap.items() if c >= need]
+    if not feasible:
+        return None
+    k_of = {s: _min_bins(caps_under[s], need) for s in feasible}
+    k_best = min(k_of.values())
+    top = min(
+        (s for s in feasible if k_of[s] == k_best),
+        key=lambda s: (st.level[s], cap[s], st.switch_pos[s]),
+    )
+    return [n for b, t in _select(st, bins, cap, top, need) for n in b.members[:t]]
+
+
+def _balanced(bins: Sequence[_Bin], st: _Static, top: str, need: int) -> list[str] | None:
+    """The fewest largest leaves under ``top``, filled evenly (or None if they cannot hold it).
+
+    The best-fit selection finishes with the tightest leaf for the remainder, which can be one
+    node: its uplink then carries a whole ring for one node's share of capacity, the worst
+    congestion of the job once uplinks are oversubscribed. Here every chosen leaf gets at least
+    ``min(smallest chosen leaf, need // k)`` nodes and the rest goes to the largest first.
+    """
+    under = sorted(
+        (b for b in bins if b.cap > 0 and top in st.ancestors[b.attach]),
+        key=lambda b: (-b.cap, b.pos),
+    )
+    k = _min_bins([b.cap for b in under], need)
+    if k > len(under):
+        return None
+    chosen = under[:k]
+    floor = min(chosen[-1].cap, need // k)
+    take = [floor] * k
+    rem = need - floor * k
+    for i, b in enumerate(chosen):
+        extra = min(b.cap - take[i], rem)
+        take[i] += extra
+        rem -= extra
+    if rem:
+        return None
+    return [n for b, t in zip(chosen, take, strict=True) for n in b.members[:t]]
+
+
+def _stagewise(st: _Static, free_nodes: Sequence[str], need: int, pp: int) -> list[str] | None:
+    """One selection per PP stage, stage after stage, each as its own job (or None).
+
+    Fewest leaves for the whole job can scatter every stage's DP rings over many spines; a
+    stage is what a DP ring spans, so placing each stage alone (its own lowest switch) keeps
+    rings under one spine when a spine holds a stage (issue 14: a 512-node PP=4 job, one
+    128-node stage per spine). Returned in stage order, each stage in fabric order.
+    """
+    if need % pp:
+        return None
+    per = need // pp
+    left = list(free_nodes)
+    out: list[str] = []
+    for _ in range(pp):
+        got = _pick(st, left, per)
+        if got is None:
+            return None
+        taken = set(got)
+        left = [n for n in left if n not in taken]
+        out.extend(sorted(got, key=st.pos.__getitem__))
+    return out
 
 
 def _names(names: Sequence[str], limit: int = 8) -> str:
@@ -532,6 +707,8 @@ _ALT_ORDER_MAX_NODES = 1024
 # 4,096-node job on 16,384 nodes would take ~1 s per rule set).
 _GUARD_MAX_FABRIC = 4096
 _GUARD_MAX_JOB = 1024
+# Balanced fills are tried under at most this many switches (lowest first).
+_BALANCED_MAX = 4
 
 
 def _switch_order(topology: Topology, given: Sequence[str] | None) -> tuple[list[str] | None, str]:
@@ -583,8 +760,9 @@ def _slurm_guard(
     alternatives: Sequence[Sequence[str]],
     switch_order: Sequence[str] | None,
     rule_sets: Sequence[Rules],
+    slurm_sets: list[tuple[Rules, list[str]]],
 ) -> tuple[tuple[list[str], CostReport, str] | None, list[int]]:
-    """A cheaper placement that uses no more leaves than Slurm would (or None), Slurm's leaves.
+    """A better placement by :func:`_better` (or None), and each Slurm choice's leaves.
 
     Slurm's selection is simulated under each of ``rule_sets`` (:func:`guard_rule_sets`: the
     one the cluster's Slurm version runs, or both when it is unknown) with ``switch_order``
@@ -592,11 +770,11 @@ def _slurm_guard(
     fabric's fewest leaves), ``alternatives`` (selections under lower switches, more leaves)
     and Slurm's node sets, each in the planner's rank order (in pin mode also
     fuller-subtrees-first with PP, and Slurm's own name and leaf rank orders for Slurm's sets).
-    Among those with no more leaves than the fewest of Slurm's choices, the lowest predicted
-    cost wins (then fewer leaves). Slurm's own sets are candidates, so with one rule set the
-    result is never worse than Slurm's choice; with two it is never worse than either unless
-    they conflict (the fewer-leaf one costs more than the other). The second value: each rule
-    set's leaf count, in ``rule_sets`` order.
+    Alternatives are also tried in their own order (stage order) in pin mode. The best by
+    :func:`_better` wins (predicted time, then DP ring edges crossing a leaf, then leaves);
+    Slurm's own sets are candidates, so the result is never predicted slower than any
+    simulated Slurm choice. The second value: each rule set's leaf count, in ``rule_sets``
+    order. ``slurm_sets`` is filled with each rule set's chosen nodes.
     """
     from slurmfm.plan.slurm_sim import rank_order, select_tree
 
@@ -615,17 +793,17 @@ def _slurm_guard(
             raise PlanError(f"switch_order: {exc}") from exc
         if chosen is not None:
             sets.append((chosen, f"Slurm's own choice ({rules} rules)", True))
+            slurm_sets.append((rules, chosen))
             counts.append(len({st.leaf_of[n] for n in chosen}))
         else:  # pragma: no cover - one root: Slurm starts the job whenever it fits
             counts.append(1 << 30)
-    bound = min(counts)
-    best: tuple[float, int] = (report.predicted_s, report.leaves_used)
+    best = report
     found: tuple[list[str], CostReport, str] | None = None
     seen: set[tuple[str, ...]] = {tuple(order)}
     for nodes, origin, slurms in sets:
-        if len({st.leaf_of[n] for n in nodes}) > bound:
-            continue
         cands = [(order_nodes(topology, nodes, job), "in the planner's rank order")]
+        if mode == "pin" and not slurms:
+            cands.append((list(nodes), "in stage order"))
         if mode == "pin" and job.pp > 1 and job.nodes <= _ALT_ORDER_MAX_NODES:
             cands.append((_fuller_first(st, nodes), "fuller subtrees first"))
         if mode == "pin" and slurms:
@@ -649,10 +827,88 @@ def _slurm_guard(
                 continue
             seen.add(tuple(cand))
             rep = evaluate(topology, cand, job, params)
-            if (rep.predicted_s * (1 + 1e-12), rep.leaves_used) < best:
-                best = (rep.predicted_s, rep.leaves_used)
+            if _better(rep, best):
+                best = rep
                 found = (cand, rep, f"{origin} {how or 'in its own rank order'}")
     return found, counts
+
+
+def _simulation_check(
+    topology: Topology,
+    st: _Static,
+    job: JobShape,
+    order: list[str],
+    report: CostReport,
+    params: CostParams | None,
+    slurm_sets: Sequence[tuple[Rules, list[str]]],
+    switch_order: Sequence[str] | None,
+    why: list[str],
+) -> tuple[list[str], CostReport]:
+    """Keep the plan or Slurm's own choice (its leaf and name orders), whichever simulates faster.
+
+    The cost model decides among many candidates; on near-ties (fractions of a percent, e.g.
+    PP pairs sharing uplinks with DP rings) it cannot see what the flow-level simulation
+    sees, so the few placements the plan must never lose to are simulated (issue 14: "evaluate
+    both and keep the better"). Equal times (within 1e-6) go to fewer DP ring edges crossing a
+    leaf, then fewer leaves, then the plan.
+    """
+    from slurmfm.plan import simulate as sim
+    from slurmfm.plan.slurm_sim import rank_order
+
+    if not sim.available():
+        raise PlanError(
+            "simulate: SimGrid is not installed (apt-get install python3-simgrid, or set "
+            "SLURMFM_SIMGRID_PYTHON)"
+        )
+    table = st.slurm_node_table()
+    cands: list[tuple[list[str], str]] = [(order, "the plan")]
+    for rules, nodes in slurm_sets:
+        for policy in ("leaf", "name"):
+            cand = rank_order(
+                nodes,
+                topology,
+                policy=policy,
+                node_order=table,
+                switch_order=switch_order,
+            )
+            if all(cand != c for c, _ in cands):
+                cands.append((cand, f"Slurm's own choice ({rules} rules, {policy} order)"))
+    cost = params or CostParams.default()
+    reps = sim.simulate_many(
+        topology, [c for c, _ in cands], job, cost, sim.SimParams.from_cost(cost)
+    )
+    times = [r.makespan_s for r in reps]
+    reports = [report, *(evaluate(topology, c, job, params) for c, _ in cands[1:])]
+    best = 0
+    for i in range(1, len(cands)):
+        # Faster wins; within 1e-6 (the same time) fewer DP ring edges crossing a leaf, then
+        # fewer leaves: more crossings only where the simulation says they pay.
+        if times[i] < times[best] * (1 - 1e-6) or (
+            times[i] <= times[best] * (1 + 1e-6)
+            and (reports[i].dp_edges_cross_leaf, reports[i].leaves_used)
+            < (reports[best].dp_edges_cross_leaf, reports[best].leaves_used)
+        ):
+            best = i
+    why.append(
+        "simulation check (SimGrid): "
+        + ", ".join(f"{name} {t * 1e3:.3f} ms" for (_, name), t in zip(cands, times, strict=True))
+        + ("; keeping the plan" if best == 0 else f"; using {cands[best][1]}")
+    )
+    return cands[best][0], reports[best]
+
+
+def _better(a: CostReport, b: CostReport) -> bool:
+    """The planner's objective: predicted time, then DP ring edges crossing a leaf, then leaves.
+
+    Times within a relative 1e-9 are a tie (the same placement scored twice, or placements the
+    model cannot tell apart, as at oversubscription 1): then fewer DP ring edges that leave a
+    leaf (they are what congestion would slow down), then fewer leaves.
+    """
+    if a.predicted_s < b.predicted_s * (1 - 1e-9):
+        return True
+    if a.predicted_s > b.predicted_s * (1 + 1e-9):
+        return False
+    return (a.dp_edges_cross_leaf, a.leaves_used) < (b.dp_edges_cross_leaf, b.leaves_used)
 
 
 def _top_sum(caps: list[int], k: int) -> int:
@@ -879,10 +1135,13 @@ def plan_for_recipe(
     params: CostParams | None = None,
     switch_wait: str = DEFAULT_SWITCH_WAIT,
     switch_order: Sequence[str] | None = None,
+    simulate: bool = False,
+    avoid: Mapping[str, str] | None = None,
 ) -> Plan:
     """Plan a recipe; the Slurm version defaults to the recipe's (or its flavor's assumed one).
 
-    ``switch_order``: the cluster's topology.conf switch order (see :func:`plan`).
+    ``switch_order``: the cluster's topology.conf switch order; ``simulate``, ``avoid``: see
+    :func:`plan`.
 
     Feed ``plan.placement()`` to ``api.submit(recipe, placement=...)`` or ``api.render``.
     """
@@ -891,7 +1150,7 @@ def plan_for_recipe(
     if isinstance(slurm_version, str):
         version: SlurmVersion | None = SlurmVersion.parse(slurm_version)
     elif slurm_version is None:
-        from slurmfm.render.script import Target
+        from slurmfm.target import Target
 
         version = Target.for_recipe(recipe).slurm_version
     else:
@@ -907,11 +1166,13 @@ def plan_for_recipe(
             params=params,
             switch_wait=switch_wait,
             switch_order=switch_order,
+            simulate=simulate,
+            avoid=avoid,
         )
 
     serve = recipe.serve
     if serve is not None and serve.placement == "split" and mode == "pin":
         # Plan the trainer alone (its rings decide the cost), then add the server beside it.
         trainer = run(job_for_recipe(recipe, recipe.train_nodes))
-        return _with_serving_group(topology, trainer, serve.nodes, unavailable)
+        return _with_serving_group(topology, trainer, serve.nodes, [*unavailable, *(avoid or {})])
     return run(job_for_recipe(recipe))

@@ -3,9 +3,9 @@
 Why: the planner's claims ("never more leaves than Slurm", "fewer ring edges crossing a leaf")
 need a baseline that is exactly what Slurm would have done with the same free nodes, not a
 plausible approximation. This module is that baseline. It follows
-slurm-topology-and-placement.md section 1.3 (``_eval_nodes_topo``, the greedy best-fit over
-leaf switches guided by hop distance) and section 6(a) (the baseline recipe), with the
-correction of section 8: two rule sets, checked against a real Slurm 22.05.8.
+Slurm's ``_eval_nodes_topo`` (SchedMD/slurm, select/cons_tres: the greedy best-fit over
+leaf switches guided by hop distance), with the tree-selection fix of SchedMD/slurm commits
+2ec1d02624 and 64263118c3: two rule sets, checked against a real Slurm 22.05.8.
 
 * ``rules="21.08"``: Slurm 21.08 through 24.05.2. A closer leaf replaces the current best
   whenever ``compare(i, best) >= 0`` (ties allowed), fit or not; once a leaf is used, only its
@@ -35,12 +35,11 @@ against the real thing the way this one is.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from slurmfm.topology.model import Topology
+from slurmfm.topology.model import Topology, natural_key
 
 Rules = Literal["21.08", "24.05.3"]
 RankPolicy = Literal["name", "leaf"]
@@ -53,17 +52,6 @@ __all__ = [
     "rank_order",
     "select_tree",
 ]
-
-_DIGITS = re.compile(r"(\d+)")
-
-
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key equivalent to Slurm's ``strnatcmp`` node-table order (section 1.6).
-
-    ``node2`` sorts before ``node10``; for zero-padded names this is plain string order.
-    """
-    parts = _DIGITS.split(name)
-    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts if p != "")
 
 
 def config_switch_order(topology: Topology) -> list[str]:
@@ -123,7 +111,7 @@ def _build_table(
     topdown = sorted(range(len(names)), key=lambda i: depth[i])
     level = [topology.level(s) for s in names]
     if node_order is None:
-        rank = {n: k for k, n in enumerate(sorted(topology.nodes, key=natural_key))}
+        rank = {n: k for k, n in enumerate(topology.natural_order)}
     else:
         rank = {n: k for k, n in enumerate(node_order)}
         absent = [n for n in topology.nodes if n not in rank]
@@ -301,7 +289,7 @@ def select_tree(
 def _node_table(topology: Topology, node_order: Sequence[str] | None) -> list[str]:
     if node_order is not None:
         return list(node_order)
-    return sorted(topology.nodes, key=natural_key)
+    return list(topology.natural_order)
 
 
 def rank_order(

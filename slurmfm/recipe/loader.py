@@ -9,6 +9,7 @@ and its errors name the override instead of a line.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,9 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 # A recipe is a few hundred nodes; aliases could expand a small file exponentially ("billion
 # laughs"), so the walk stops long before that.
 _MAX_NODES = 200_000
+# The deepest field of the schema is four levels down; 64 leaves room for odd data and stops
+# a file nested hundreds deep long before Python's recursion limit.
+_MAX_DEPTH = 64
 
 
 class _Walk:
@@ -77,7 +81,12 @@ class _Walk:
         if self.count > _MAX_NODES:
             raise self.fail(node, f"more than {_MAX_NODES} values (alias expansion?)")
         if node.id == "scalar":
-            return self.constructor.construct_object(node, deep=True)
+            value = self.constructor.construct_object(node, deep=True)
+            if _is_env_value(path) and not isinstance(value, str) and value is not None:
+                return node.value  # as written: 3.10, 0123, 0x1F, 1e400, true
+            return value
+        if len(path) >= _MAX_DEPTH:
+            raise self.fail(node, f"nested more than {_MAX_DEPTH} levels deep")
         if id(node) in self.active:
             raise self.fail(node, "an alias refers to a value that contains it")
         self.active.add(id(node))
@@ -111,6 +120,20 @@ class _Walk:
             self.active.discard(id(node))
 
 
+def _is_env_value(path: Path_) -> bool:
+    """Whether ``path`` leads to an environment variable's value.
+
+    ``env.NAME`` in a recipe, or a dotted ``env.NAME`` key (a sweep task or grid, a pipeline
+    stage's overrides). Why such values keep their source text: YAML would read ``3.10`` as
+    3.1, ``0123`` as 123, ``0x1F`` as 31, ``1e400`` as inf and ``true`` as a boolean, and the
+    job would see something other than what the user wrote.
+    """
+    if len(path) == 2 and path[0] == "env":
+        return True
+    keys = [p for p in path if isinstance(p, str)]
+    return bool(keys) and keys[-1].startswith("env.")
+
+
 def parse_yaml(text: str, source: str) -> tuple[Any, LineMap]:
     """Parse YAML text into plain data and a map of field path -> line (1-based)."""
     from ruamel.yaml import YAML
@@ -132,6 +155,10 @@ def parse_yaml(text: str, source: str) -> tuple[Any, LineMap]:
         raise RecipeError([Problem(source, line, "(yaml)", f"invalid YAML: {msg}")]) from None
     except YAMLError as exc:
         raise RecipeError([Problem(source, None, "(yaml)", f"invalid YAML: {exc}")]) from None
+    except RecursionError:  # the composer itself, on thousands of nested brackets
+        raise RecipeError(
+            [Problem(source, 1, "(yaml)", f"invalid YAML: nested more than {_MAX_DEPTH} levels")]
+        ) from None
     return data, walker.lines
 
 
@@ -246,23 +273,48 @@ def validate(
 
 
 def read_source(p: Path) -> str:
-    """A recipe or pipeline file's text; a missing or unreadable file is a located problem."""
+    """A recipe or pipeline file's text; a missing, unreadable, non-regular, oversized or
+    non-UTF-8 file is one located problem (see :func:`slurmfm.fsutil.read_bounded`)."""
+    from slurmfm.fsutil import InputFileError, read_bounded
+
+    where = display_path(p)
     try:
-        return p.read_text(encoding="utf-8")
+        data = read_bounded(p)
     except FileNotFoundError:
-        raise RecipeError([Problem(str(p), None, "(file)", "no such file")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError([Problem(str(p), None, "(file)", f"cannot read: {exc}")]) from None
+        raise RecipeError([Problem(where, None, "(file)", "no such file")]) from None
+    except InputFileError as exc:  # not a regular file, or over MAX_INPUT_BYTES
+        raise RecipeError([Problem(where, None, "(file)", str(exc))]) from None
+    except OSError as exc:
+        raise RecipeError(
+            [Problem(where, None, "(file)", f"cannot read: {exc.strerror or exc}")]
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise RecipeError(
+            [Problem(where, line, "(file)", f"not UTF-8 text (byte {data[exc.start]:#04x})")]
+        ) from None
+
+
+def display_path(p: str | Path) -> str:
+    """A path as printed in errors: bytes that are not UTF-8 shown as ``\\xNN``.
+
+    A file name is bytes on Linux; Python carries undecodable ones as surrogates, which
+    cannot be printed or encoded and ended in a traceback.
+    """
+    return os.fsencode(p).decode("utf-8", "backslashreplace")
 
 
 def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Recipe:
     """Read and validate a recipe file; every problem is reported with its file and line."""
     p = Path(path)
     text = read_source(p)
-    data, lines = parse_yaml(text, str(p))
+    where = display_path(p)
+    data, lines = parse_yaml(text, where)
     if data is None:
-        raise RecipeError([Problem(str(p), 1, "(recipe)", "the file is empty")])
-    return validate(data, source=str(p), lines=lines, overrides=overrides)
+        raise RecipeError([Problem(where, 1, "(recipe)", "the file is empty")])
+    return validate(data, source=where, lines=lines, overrides=overrides)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -270,6 +322,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise RecipeError([Problem("<override>", None, text, "expected FIELD=VALUE")])
     key, raw = text.split("=", 1)
+    if text != display_path(text):  # bytes the shell passed that are not UTF-8
+        where = display_path(key).strip() or display_path(text)
+        raise RecipeError([Problem("<override>", None, where, "not UTF-8 text")])
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
@@ -277,4 +332,6 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = YAML(typ="safe").load(raw) if raw.strip() else ""
     except YAMLError:
         value = raw
+    if key.strip().startswith("env.") and isinstance(value, bool | int | float):
+        value = raw.strip()  # an environment value as written (see _is_env_value)
     return key.strip(), value

@@ -9,6 +9,7 @@ characters sbatch parses safely.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -17,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,6 +33,9 @@ Flavor = Literal["parallelcluster", "pcs", "hyperpod", "generic"]
 # Slurm job names, partitions, accounts, QOS, reservations: conservative identifiers.
 SlurmName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+# What an `#SBATCH --output=` path may hold: slurmfm.render.quote's #SBATCH characters less `%`.
+_LOG_DIR_CHARS = re.compile(r"^[A-Za-z0-9_@+=:,./\-\[\]&|!*()]$")
 
 _TIME_RE = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+)(?::(?P<s>\d+))?$")
 
@@ -61,8 +66,153 @@ def parse_time_limit(text: str) -> int:
     return nums[0] * 60 + nums[1] + (1 if nums[2] else 0)
 
 
+# Numbers a YAML boolean must not silently become (pydantic's lax mode reads true as 1).
+_NUMBER_TYPES = (int, float, int | None, float | None)
+# Fields that hold a path. A newline in one would split the job's state-file records
+# (``slurmfm status`` reads them line by line) and the log lines that name it.
+_PATH_FIELDS = frozenset(
+    {
+        "checkpoint_root",
+        "log_dir",
+        "data",
+        "workdir",
+        "mounts",
+        "activate",
+        "script",
+        "megatron_path",
+        "model_cache",
+        "textfile_dir",
+        "dcgm_job_mapping_dir",
+    }
+)
+
+
+def _strings(v: object) -> list[str]:
+    """Every string inside a value (keys and items of dicts and lists too)."""
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, dict):
+        return [s for k, x in v.items() for s in (*_strings(k), *_strings(x))]
+    if isinstance(v, list | tuple):
+        return [s for x in v for s in _strings(x)]
+    return []
+
+
+# Every field of every model below that is not itself a model (nor a discriminator, which
+# pydantic does not let a before-validator touch); tests/recipe check the list is complete.
+_LEAF_FIELDS = (
+    "account",
+    "activate",
+    "args",
+    "aws_ofi_nccl",
+    "checkpoint_bytes_per_param",
+    "checkpoint_root",
+    "command",
+    "conda_env",
+    "constraints",
+    "cp",
+    "data",
+    "dcgm_job_mapping_dir",
+    "dcgm_level",
+    "dist_port",
+    "drain_unhealthy",
+    "efa_counters",
+    "efa_installer",
+    "enabled",
+    "enroot",
+    "entrypoint",
+    "env",
+    "ep",
+    "exclude",
+    "exclusive",
+    "extra_args",
+    "flavor",
+    "health_gate",
+    "health_path",
+    "image",
+    "instance_type",
+    "interval_s",
+    "keep_last",
+    "libfabric",
+    "log_dir",
+    "log_mode",
+    "max_restarts",
+    "megatron_path",
+    "mem",
+    "min_free_gb",
+    "model",
+    "model_args",
+    "model_cache",
+    "model_params_b",
+    "module",
+    "modules",
+    "mount_home",
+    "mounts",
+    "name",
+    "nccl",
+    "nccl_check_timeout_s",
+    "nccl_debug",
+    "nccl_transport_check",
+    "nodes",
+    "overrides",
+    "partition",
+    "placement",
+    "port",
+    "pp",
+    "procs_per_node",
+    "python",
+    "pyxis",
+    "qos",
+    "ray",
+    "ray_port",
+    "ray_timeout_s",
+    "rdzv_port",
+    "ready_poll_s",
+    "ready_timeout_s",
+    "recipe",
+    "requeue",
+    "reservation",
+    "run_id",
+    "save_before_timeout_s",
+    "save_on_signal",
+    "script",
+    "secrets",
+    "served_model_name",
+    "singleton",
+    "slurm_version",
+    "stripe",
+    "task",
+    "textfile_dir",
+    "time_limit",
+    "tp",
+    "workdir",
+    "write_mb_s",
+)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+    @field_validator(*_LEAF_FIELDS, mode="before", check_fields=False)
+    @classmethod
+    def _exact_values(cls, v: object, info: ValidationInfo) -> object:
+        """Refuse what the rendered script could not carry exactly, as ``render`` does.
+
+        A NUL byte (bash and the environment cannot hold one) or a lone surrogate anywhere,
+        a line break in a path, and a boolean where a number is meant (``nodes: true``).
+        Checked here so ``validate`` refuses with the field's line what ``render`` would.
+        """
+        name = info.field_name or ""
+        if isinstance(v, bool) and cls.model_fields[name].annotation in _NUMBER_TYPES:
+            raise ValueError(f"{str(v).lower()} is a yes/no value, not a number")
+        for text in _strings(v):
+            if "\x00" in text:
+                raise ValueError(f"{text[:40]!r} contains a NUL byte, which bash cannot carry")
+            if not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text):
+                raise ValueError(f"{text[:40]!r} is not valid Unicode text")
+            if name in _PATH_FIELDS and ("\n" in text or "\r" in text):
+                raise ValueError(f"{text[:40]!r}: a path must not contain a line break")
+        return v
 
 
 class Cluster(_Strict):
@@ -320,6 +470,9 @@ Launcher = Annotated[
     Field(discriminator="kind"),
 ]
 SERVE_KINDS = ("vllm", "sglang")
+# Launchers whose training saves when signalled: torchrun scripts through
+# slurmfm.checkpoint.SaveRequest (USR2), Megatron-LM through --exit-signal-handler (TERM).
+SAVE_ON_SIGNAL_LAUNCHERS = ("torchrun", "megatron")
 
 
 class Serve(_Strict):
@@ -328,7 +481,7 @@ class Serve(_Strict):
 
     ``split`` divides one allocation: the last ``nodes`` hosts of the job's host order serve
     and the rest train, so the trainer keeps the planner's compact prefix (the TRL GRPO
-    sample on AWS serves from the last node: aws-launch-facts.md section 1, GRPO row).
+    sample on AWS serves from the last node: aws-samples/awsome-distributed-training:3.test_cases).
     ``hetjob`` asks for a second heterogeneous component (``#SBATCH hetjob``) when the
     server needs another node shape (instance type, partition).
     """
@@ -367,6 +520,36 @@ class Container(_Strict):
     mounts: list[str] = Field(default_factory=list)
     workdir: str | None = None
     mount_home: bool = False
+    pyxis: str = Field(
+        default="auto",
+        description=(
+            "Pyxis version on the nodes; auto assumes >= 0.15 (AWS stacks install 0.19-0.20), "
+            "which has --container-env (slurmfm.catalog.containers)"
+        ),
+    )
+    enroot: str = Field(
+        default="auto",
+        description=(
+            "Enroot version on the nodes; auto assumes < 4.0 (AWS stacks install 3.4-3.5), "
+            "which does not mount the IMEX channels GB200 needs"
+        ),
+    )
+
+    @field_validator("pyxis", "enroot", mode="before")
+    @classmethod
+    def _version_text(cls, v: object) -> object:
+        # YAML reads 0.20 as a float: take it as written.
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return str(v)
+        return v
+
+    @field_validator("pyxis", "enroot")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        from slurmfm.catalog.containers import parse_version
+
+        parse_version("version", v)
+        return v
 
     @field_validator("mounts")
     @classmethod
@@ -420,16 +603,58 @@ class Storage(_Strict):
         ge=0,
         description="GiB; fail at start when less is free (on Lustre: on the emptiest OST)",
     )
+    write_mb_s: float = Field(
+        default=300,
+        gt=0,
+        description=(
+            "MB/s the checkpoint file system sustains for one job's save. Default: an FSx for "
+            "Lustre PERSISTENT_2 file system of 1.2 TiB at 250 MB/s/TiB, the smallest AWS "
+            "reference size (https://docs.aws.amazon.com/fsx/latest/LustreGuide/performance.html); "
+            "throughput scales with capacity, so set your file system's figure"
+        ),
+    )
     keep_last: int | None = Field(
         default=None, ge=1, description="keep only the newest K checkpoints (exported for scripts)"
     )
+
+    @field_validator("log_dir")
+    @classmethod
+    def _log_dir(cls, v: str) -> str:
+        # It becomes `#SBATCH --output=<log_dir>/%x_%j.out`: sbatch expands every `%` there
+        # (sbatch(1), "filename pattern") while the job creates the literal directory, so the
+        # output would go nowhere. Same characters as render's #SBATCH check, less `%`.
+        if not v:
+            raise ValueError("must not be empty")
+        bad = sorted({c for c in v if not _LOG_DIR_CHARS.fullmatch(c)})
+        if "%" in bad:
+            raise ValueError(
+                f"{v!r}: '%' is a filename pattern for sbatch --output (sbatch(1)); "
+                "the directory would not match"
+            )
+        if bad:
+            shown = ", ".join(repr(c) for c in bad)
+            raise ValueError(
+                f"{v!r} has characters that #SBATCH lines cannot carry safely ({shown})"
+            )
+        return v
+
+    @field_validator("checkpoint_root")
+    @classmethod
+    def _checkpoint_root(cls, v: str) -> str:
+        # An empty root or `/` would put checkpoints at /<name>/<run_id> on the node's root.
+        if not v.strip("/ "):
+            raise ValueError(
+                f"{v!r}: give a directory for checkpoints, e.g. /fsx/checkpoints (checkpoints "
+                "go to <checkpoint_root>/<name>/<run_id>)"
+            )
+        return v
 
 
 class Resilience(_Strict):
     """Requeue, pre-timeout save, restart cap, health gate and NCCL transport check.
 
     The pre-timeout signal is SIGUSR2: NCCL catches SIGUSR1 for itself, which is why submitit
-    moved to USR2 (peer-launchers.md section 2, submitit PR #1697).
+    moved to USR2 (https://github.com/facebookincubator/submitit/pull/1697).
     """
 
     requeue: bool = True
@@ -450,6 +675,34 @@ class Resilience(_Strict):
         default="auto", description="auto: fail on EFA instance types, off elsewhere"
     )
     nccl_check_timeout_s: int = Field(default=900, ge=10)
+    save_on_signal: bool | None = Field(
+        default=None,
+        description=(
+            "true: the training saves and exits when told (USR2 for torchrun scripts, TERM for "
+            "Megatron-LM's --exit-signal-handler), then the job requeues; false: the training "
+            "has no such handler, so the job requeues at once at the signal and resumes from "
+            "its last periodic checkpoint. Default by launcher: true for torchrun and megatron, "
+            "false for nemo, vllm and sglang"
+        ),
+    )
+    model_params_b: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "model size in billions of parameters; with it slurmfm checks that "
+            "save_before_timeout_s can hold one save at storage.write_mb_s"
+        ),
+    )
+    checkpoint_bytes_per_param: float = Field(
+        default=14,
+        gt=0,
+        description=(
+            "bytes a checkpoint holds per parameter: 2 (bf16 weights) + 12 (fp32 master "
+            "weights and Adam's two moments), the mixed-precision Adam accounting of ZeRO "
+            "(https://arxiv.org/abs/1910.02054, section 3.1) minus the gradients, which are "
+            "not saved"
+        ),
+    )
 
 
 class Network(_Strict):
@@ -478,7 +731,8 @@ class Observability(_Strict):
     ``prometheus-node-exporter`` package reads ``/var/lib/prometheus/node-exporter`` instead.
     ``dcgm_job_mapping_dir`` is DCGM-Exporter's ``--hpc-job-mapping-dir`` (no default upstream);
     the default is the directory the HyperPod lifecycle scripts' Slurm prolog fills
-    (aws-launch-facts.md section 1.7). A directory that does not exist on a node is skipped with
+    (aws-samples/awsome-distributed-training:1.architectures/5.sagemaker-hyperpod/
+    LifecycleScripts). A directory that does not exist on a node is skipped with
     one warning: the job never fails because of metrics. ``null`` turns a part off.
     """
 
@@ -527,12 +781,19 @@ class Recipe(_Strict):
     @field_validator("env", mode="before")
     @classmethod
     def _env_strings(cls, v: object) -> object:
-        # YAML turns `1` and `true` into numbers/bools; environment values are strings.
+        """Environment values are strings: ``1`` and ``True`` from Python become "1".
+
+        A recipe file keeps each ``env`` value as written (slurmfm.recipe.loader), so numbers
+        and booleans only come from Python dicts. A float is refused when its text is not the
+        number itself (``inf``, ``nan``), as the job would see something else.
+        """
         if isinstance(v, dict):
             out: dict[object, object] = {}
             for k, val in v.items():
                 if isinstance(val, bool):
                     out[k] = "1" if val else "0"
+                elif isinstance(val, float) and not math.isfinite(val):
+                    raise ValueError(f"env.{k}: {val!r} is not a number; quote the value")
                 elif isinstance(val, int | float):
                     out[k] = str(val)
                 else:
@@ -551,6 +812,12 @@ class Recipe(_Strict):
             raise ValueError(
                 f"resources.procs_per_node: required, because {inst.name} has no GPUs to count"
             )
+        if not inst.gpus and (self.resources.procs_per_node or 0) > inst.vcpus:
+            raise ValueError(
+                f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
+                f"{inst.vcpus} vCPUs of {inst.name}: the job would wait for a node that "
+                "cannot exist"
+            )
         if (
             inst.gpus
             and self.resources.procs_per_node
@@ -559,6 +826,11 @@ class Recipe(_Strict):
             raise ValueError(
                 f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
                 f"{inst.gpus} GPUs of {inst.name}"
+            )
+        if self.resilience.save_on_signal and self.launcher.kind not in SAVE_ON_SIGNAL_LAUNCHERS:
+            raise ValueError(
+                f"resilience.save_on_signal: launcher {self.launcher.kind} has no save-on-signal "
+                "protocol slurmfm can drive; use false (requeue at the signal)"
             )
         if self.serve is not None and self.launcher.kind in SERVE_KINDS:
             raise ValueError(
@@ -634,6 +906,53 @@ class Recipe(_Strict):
         return self
 
     @property
+    def save_on_signal(self) -> bool:
+        """The save protocol in effect: the recipe's choice, else the launcher's default."""
+        if self.resilience.save_on_signal is not None:
+            return self.resilience.save_on_signal
+        return self.launcher.kind in SAVE_ON_SIGNAL_LAUNCHERS
+
+    @property
+    def save_mode(self) -> str:
+        """One line for `validate`: which save protocol the job uses at the time limit."""
+        s = self.resilience.save_before_timeout_s
+        if not s:
+            return "save mode: none (resilience.save_before_timeout_s is 0: no pre-timeout signal)"
+        how = "explicit" if self.resilience.save_on_signal is not None else "launcher default"
+        if self.save_on_signal:
+            sig = "TERM (--exit-signal-handler)" if self.launcher.kind == "megatron" else "USR2"
+            return (
+                f"save mode: save-on-signal ({how}): {s} s before the time limit the training "
+                f"gets {sig}, saves and exits; the job requeues and resumes"
+            )
+        return (
+            f"save mode: requeue-at-signal ({how}): {s} s before the time limit the job "
+            "requeues at once and resumes from its last periodic checkpoint"
+        )
+
+    def save_window_warning(self) -> str | None:
+        """A warning when the pre-timeout window cannot hold one save at the storage speed.
+
+        Why: 300 s at 300 MB/s writes 90 GB; a 405B checkpoint is about 5.7 TB. A window too
+        short for the save ends the job in TIMEOUT, which Slurm does not requeue, with a
+        partial checkpoint.
+        """
+        r = self.resilience
+        if r.model_params_b is None or not r.save_before_timeout_s or not self.save_on_signal:
+            return None
+        gb = r.model_params_b * r.checkpoint_bytes_per_param  # 1e9 params x bytes = GB
+        need_s = gb * 1000 / self.storage.write_mb_s
+        if need_s <= r.save_before_timeout_s:
+            return None
+        return (
+            f"resilience.save_before_timeout_s: {r.save_before_timeout_s} s cannot hold one "
+            f"save of {gb:,.0f} GB ({r.model_params_b:g}B params x "
+            f"{r.checkpoint_bytes_per_param:g} bytes) at storage.write_mb_s "
+            f"{self.storage.write_mb_s:g} MB/s, which takes about {math.ceil(need_s):,} s; "
+            "raise the window, or set write_mb_s to the file system's real throughput"
+        )
+
+    @property
     def procs_per_node(self) -> int:
         from slurmfm.catalog.instances import get_instance
 
@@ -655,6 +974,20 @@ class Recipe(_Strict):
     def dp(self) -> int:
         p = self.parallelism
         return self.world_size // (p.tp * p.pp * p.cp)
+
+    @property
+    def run_id(self) -> str:
+        """``storage.run_id``, else the recipe's name: names the checkpoint directory and the
+        endpoint file, so a resubmission of the same recipe resumes and serves where the last
+        one did. One definition for the renderer, the API and sweeps."""
+        return self.storage.run_id or self.name
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """``<checkpoint_root>/<name>/<run_id>``, without a doubled ``/`` when the root is
+        ``/``."""
+        root = self.storage.checkpoint_root.rstrip("/")
+        return f"{root}/{self.name}/{self.run_id}"
 
 
 def _check_serving(

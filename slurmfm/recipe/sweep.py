@@ -185,12 +185,11 @@ class SweepTask:
 
     @property
     def run_id(self) -> str:
-        return self.recipe.storage.run_id or self.recipe.name
+        return self.recipe.run_id
 
     @property
     def checkpoint_dir(self) -> str:
-        root = self.recipe.storage.checkpoint_root.rstrip("/")
-        return f"{root}/{self.recipe.name}/{self.run_id}"
+        return self.recipe.checkpoint_dir
 
     @property
     def overrides_json(self) -> str:
@@ -250,7 +249,7 @@ def expand(recipe: Recipe) -> list[SweepTask]:
             "Slurm refuses --array with hetjob components"
         )
     base = recipe.model_dump(mode="json", exclude={"sweep"})
-    base_run = recipe.storage.run_id or recipe.name
+    base_run = recipe.run_id
     out: list[SweepTask] = []
     for i, (origin, overrides) in enumerate(sweep.points()):
         data = copy.deepcopy(base)

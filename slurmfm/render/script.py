@@ -9,7 +9,6 @@ never an empty string in a job. User values enter bash only through
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -18,44 +17,21 @@ from slurmfm import __version__
 from slurmfm.errors import RenderError, UnsupportedError
 from slurmfm.plan.types import Placement
 from slurmfm.render.quote import env_name, sbatch_value, sh_join, sh_quote
+from slurmfm.target import Target as Target  # noqa: PLC0414 - re-exported for callers
 
 if TYPE_CHECKING:
     import jinja2
 
     from slurmfm.catalog.instances import InstanceType
+    from slurmfm.catalog.nccl import EnvSetting, JobTraits
     from slurmfm.catalog.slurm_features import SlurmVersion
     from slurmfm.recipe.schema import Recipe
     from slurmfm.render.serve import ServeLaunch
 
-# Default Slurm version per flavor when the recipe says "auto" and no cluster was asked.
-# Conservative on purpose: an assumed version only ever removes options.
-# Sources: ParallelCluster 3.14 ships 24.11.6, 3.15 ships 25.11.4 (aws-parallelcluster-cookbook
-# CHANGELOG); PCS offers 23.11-25.11 (PCS doc-history); HyperPod partition topology needs 25.11;
-# Debian 12 ships 22.05. See ../shared/reference/aws-launch-facts.md section 4.
-ASSUMED_VERSION = {
-    "parallelcluster": "24.11",
-    "pcs": "24.11",
-    "hyperpod": "24.11",
-    "generic": "22.05",
-}
-
-
-@dataclass(frozen=True)
-class Target:
-    """What the script is rendered for: the Slurm version and whether it was probed."""
-
-    slurm_version: SlurmVersion
-    assumed: bool = False
-
-    @classmethod
-    def for_recipe(cls, recipe: Recipe, probed: str | None = None) -> Target:
-        from slurmfm.catalog.slurm_features import SlurmVersion
-
-        if recipe.cluster.slurm_version != "auto":
-            return cls(SlurmVersion.parse(recipe.cluster.slurm_version))
-        if probed:
-            return cls(SlurmVersion.parse(probed))
-        return cls(SlurmVersion.parse(ASSUMED_VERSION[recipe.cluster.flavor]), assumed=True)
+SRC_HYPERPOD_AUTO_RESUME = (
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/"
+    "sagemaker-hyperpod-resiliency-slurm-auto-resume.html"
+)
 
 
 @dataclass(frozen=True)
@@ -99,37 +75,21 @@ class RenderedScript:
     log_dir: str = ""
     checkpoint_dir: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    components: tuple[Component, ...] = ()
+    container_env: tuple[str, ...] = ()
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiled templates kept on disk, as Python keeps ``__pycache__``.
+# Compiled templates kept on disk, as Python keeps ``__pycache__``, when a caller provides a
+# cache (the CLI does: ``slurmfm.cli.cache.template_bytecode_cache``). Why injected: the renderer
+# is a pure function of its inputs and writes no files; where a cache may live, and whether one
+# may be written at all, is the business of the process that runs it.
+_BYTECODE_CACHE: dict[str, jinja2.BytecodeCache | None] = {"cache": None}
 
-    Why: compiling the templates to Python and then to bytecode is ~50 ms of every cold
-    ``slurmfm render`` (measured with cProfile on the largest recipe); loading the marshalled
-    code takes ~1 ms. Jinja keys each entry on the template's name and a checksum of its source,
-    and stamps it with jinja's and Python's bytecode versions, so an edited template or a new
-    interpreter simply compiles again. Lives under the render cache's directory
-    (``slurmfm.render_cache.cache_dir()/templates``, mode 0700); ``SLURMFM_NO_CACHE=1`` turns it
-    off, and a directory that cannot be written only costs the compile time.
-    """
-    import jinja2
 
-    from slurmfm import render_cache
-
-    if not render_cache.enabled():
-        return None
-    directory = render_cache.cache_dir() / "templates"
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError:
-        return None
-
-    class _Quiet(jinja2.FileSystemBytecodeCache):
-        def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-            with contextlib.suppress(OSError):
-                super().dump_bytecode(bucket)
-
-    return _Quiet(str(directory))
+def use_bytecode_cache(cache: jinja2.BytecodeCache | None) -> None:
+    """Compile templates through ``cache`` from now on (call before the first render)."""
+    _BYTECODE_CACHE["cache"] = cache
+    _env.cache_clear()
 
 
 @lru_cache(maxsize=1)
@@ -138,7 +98,7 @@ def _env() -> jinja2.Environment:
 
     return jinja2.Environment(
         loader=jinja2.PackageLoader("slurmfm", "render/templates"),
-        bytecode_cache=_bytecode_cache(),
+        bytecode_cache=_BYTECODE_CACHE["cache"],
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # noqa: S701 - shell text, not HTML; values are shell-quoted
         keep_trailing_newline=True,
@@ -190,7 +150,7 @@ def _directives(
     if c.flavor == "hyperpod" and not c.partition:
         warnings.append(
             "cluster.partition: HyperPod's default partition 'dev' also holds login nodes; "
-            "name a partition (aws-launch-facts.md section 4.3)"
+            "name a partition (README.md, On a ParallelCluster or PCS login node)"
         )
     if r.exclusive:
         d.append(Directive("exclusive", None, "whole nodes: NCCL/EFA tuning assumes it"))
@@ -198,12 +158,20 @@ def _directives(
         if c.flavor == "hyperpod":
             warnings.append(
                 "GPUs not requested through GRES on HyperPod: older HyperPod AMIs have no GPU "
-                "GRES and auto-resume needs --nodes with --exclusive (aws-launch-facts.md 4.3)"
+                "GRES and auto-resume needs --nodes with --exclusive ("
+                f"{SRC_HYPERPOD_AUTO_RESUME})"
             )
         elif supports("gpus_per_node", v):
             d.append(Directive("gpus-per-node", str(inst.gpus)))
         else:
             d.append(Directive("gres", f"gpu:{inst.gpus}"))
+    if not r.exclusive and inst.gpus:
+        # A shared node gives a job one CPU per task unless it asks (sbatch(1),
+        # --cpus-per-task): ask for the GPUs' share of the node for each process the launch
+        # starts, never more than the node has (issue 15 item 13).
+        per_task = recipe.procs_per_node * (inst.vcpus // inst.gpus) // tasks_per_node
+        cpus = max(1, min(per_task, inst.vcpus // tasks_per_node))
+        d.append(Directive("cpus-per-task", str(cpus), "each GPU's share of the node's vCPUs"))
     if r.mem:
         d.append(Directive("mem", r.mem))
     elif r.exclusive and inst.gpus:
@@ -222,6 +190,9 @@ def _directives(
                 "open-mode", "append", "a requeue would otherwise truncate the earlier output"
             )
         )
+    window = recipe.save_window_warning()
+    if window:
+        warnings.append(window)
     if res.save_before_timeout_s:
         if res.save_before_timeout_s >= r.time_minutes * 60 > 0:
             warnings.append(
@@ -233,7 +204,8 @@ def _directives(
                 "signal",
                 f"B:USR2@{res.save_before_timeout_s}",
                 "USR2 to the batch shell before the time limit: save and requeue "
-                "(USR2, not USR1, which NCCL uses: peer-launchers.md section 2)",
+                "(USR2, not USR1, which NCCL uses: "
+                "https://github.com/facebookincubator/submitit/pull/1697)",
             )
         )
     if placement.switches:
@@ -244,6 +216,21 @@ def _directives(
                 f"--segment needs Slurm >= 24.05 (topology/block segments); target is {v}"
             )
         d.append(Directive("segment", str(placement.segment)))
+    elif placement.mode == "none":
+        seg, seg_warning = default_segment(inst, r.nodes, v)
+        if seg is not None:
+            d.append(
+                Directive(
+                    "segment",
+                    str(seg),
+                    f"no topology plan: groups of {seg} nodes, each inside one UltraServer "
+                    f"({'/'.join(str(n) for n in inst.nvlink.instances)} instances; {seg} divides "
+                    "them), so an NVLink "
+                    "domain never straddles two (topology/block, Slurm >= 24.05)",
+                )
+            )
+        if seg_warning:
+            warnings.append(seg_warning)
     if r.singleton:
         d.append(
             Directive(
@@ -266,6 +253,45 @@ def _directives(
     if recipe.serve is not None and recipe.serve.placement == "hetjob":
         d.extend(_hetjob_component(recipe, inst, v))
     return d, warnings
+
+
+def default_segment(
+    inst: InstanceType, nodes: int, v: SlurmVersion
+) -> tuple[int | None, str | None]:
+    """``--segment`` for a multi-node NVLink job that has no topology plan, or a warning.
+
+    Why: without a segment, an 18-node GB200 job may be placed across two UltraServers and its
+    NVLink domain is cut in two. Slurm's topology/block places each segment inside one block
+    (sbatch(1) ``--segment``, Slurm >= 24.05); the segment must divide the job's node count,
+    and it is chosen to also divide every UltraServer size (9 and 18 instances), so segments
+    pack whole UltraServers on either size without leaving a remainder. Returns (segment,
+    None), or (None, a warning) when no segment larger than 1 exists or Slurm lacks it, and
+    (None, None) for single-node jobs and types without multi-node NVLink.
+    """
+    import math
+
+    from slurmfm.catalog.slurm_features import supports
+
+    if not inst.needs_imex or nodes <= 1:
+        return None, None
+    base = math.gcd(*inst.nvlink.instances)
+    seg = math.gcd(nodes, base)
+    where = (
+        f"{nodes} {inst.name} nodes may be placed across UltraServers of "
+        f"{'/'.join(str(n) for n in inst.nvlink.instances)} instances"
+    )
+    if seg <= 1:
+        return None, (
+            f"resources.nodes: {where}; no --segment divides both {nodes} and {base}: use a "
+            "node count that shares a factor with it, or plan with a topology file "
+            "(slurmfm plan --topology)"
+        )
+    if not supports("segment", v):
+        return None, (
+            f"resources.nodes: {where}; --segment={seg} would keep each group in one "
+            f"UltraServer but needs Slurm >= 24.05 (target is {v})"
+        )
+    return seg, None
 
 
 def _hetjob_component(recipe: Recipe, inst: InstanceType, v: SlurmVersion) -> list[Directive]:
@@ -312,31 +338,52 @@ def _hetjob_component(recipe: Recipe, inst: InstanceType, v: SlurmVersion) -> li
     return d
 
 
+def job_traits(recipe: Recipe, nodes: int | None = None) -> JobTraits:
+    """What the recipe's job does that NCCL bug triggers depend on (catalog.nccl.JobTraits)."""
+    from slurmfm.catalog.nccl import JobTraits
+
+    return JobTraits(
+        cuda_visible_devices=recipe.env.get("CUDA_VISIBLE_DEVICES"),
+        pipeline_parallel=recipe.parallelism.pp,
+        nodes=recipe.train_nodes if nodes is None else nodes,
+    )
+
+
+def _profile(
+    recipe: Recipe, inst: InstanceType, traits: JobTraits
+) -> tuple[tuple[EnvSetting, ...], list[str]]:
+    """The NCCL/EFA profile for one node type of the job, and its version warnings."""
+    from slurmfm.catalog.nccl import Runtime, StackVersions, check_minimums, nccl_env
+
+    n = recipe.network
+    stack = StackVersions.parse(n.efa_installer, n.libfabric, n.aws_ofi_nccl, n.nccl)
+    runtime: Runtime = "container" if recipe.container is not None else "host"
+    return nccl_env(inst, stack, runtime, traits), [
+        f"network: {w}" for w in check_minimums(inst, stack)
+    ]
+
+
+def _profile_line(s: EnvSetting) -> EnvLine:
+    value = f'"{s.value}"' if s.raw_shell else sh_quote(s.value, what=f"env {s.name}")
+    return EnvLine(env_name(s.name), value, f"{s.reason} [{s.source}]", "profile", s.raw_shell)
+
+
 def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[str]]:
     from slurmfm.catalog.nccl import (
         FORBIDDEN,
         Runtime,
         StackVersions,
-        check_minimums,
         merge_env,
-        nccl_env,
+        user_env_warnings,
     )
 
-    n = recipe.network
-    stack = StackVersions.parse(n.efa_installer, n.libfabric, n.aws_ofi_nccl, n.nccl)
-    runtime: Runtime = "container" if recipe.container is not None else "host"
-    profile = nccl_env(inst, stack, runtime)
+    traits = job_traits(recipe)
+    profile, warnings = _profile(recipe, inst, traits)
     user_env = dict(recipe.env)
-    if n.nccl_debug and "NCCL_DEBUG" not in user_env:
-        user_env["NCCL_DEBUG"] = n.nccl_debug
+    if recipe.network.nccl_debug and "NCCL_DEBUG" not in user_env:
+        user_env["NCCL_DEBUG"] = recipe.network.nccl_debug
     kept, user = merge_env(profile, user_env)
-    warnings = [f"network: {w}" for w in check_minimums(inst, stack)]
-    lines: list[EnvLine] = []
-    for s in kept:
-        value = f'"{s.value}"' if s.raw_shell else sh_quote(s.value, what=f"env {s.name}")
-        lines.append(
-            EnvLine(env_name(s.name), value, f"{s.reason} [{s.source}]", "profile", s.raw_shell)
-        )
+    lines = [_profile_line(s) for s in kept]
     overridden = {s.name for s in profile} & set(user)
     for name, value in user.items():
         why = "set by the recipe"
@@ -349,7 +396,58 @@ def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[
                 env_name(name, what=f"env.{name}"), sh_quote(value, what=f"env.{name}"), why, "user"
             )
         )
+    n = recipe.network
+    stack = StackVersions.parse(n.efa_installer, n.libfabric, n.aws_ofi_nccl, n.nccl)
+    runtime: Runtime = "container" if recipe.container is not None else "host"
+    warnings.extend(
+        f"env.{w}"
+        for w in user_env_warnings(inst, stack, runtime, recipe.env, traits)
+        if w.split(":", 1)[0] not in FORBIDDEN
+    )
     return lines, warnings
+
+
+@dataclass(frozen=True)
+class Component:
+    """One heterogeneous component of the job, for what the job runtime does per component.
+
+    Why: a hetjob's server may run on another instance type than the trainer, so its NCCL/EFA
+    profile and its health expectations (GPUs, EFA devices) are its own. ``env`` holds the
+    profile lines of this component that differ from the batch script's exports (component 0's
+    profile) and ``unset`` the exported profile names its own profile lacks: the runtime applies
+    both on that component's step only. ``health`` is what the health gate must find on each of
+    its nodes.
+    """
+
+    group: int
+    instance: str
+    env: tuple[EnvLine, ...]
+    unset: tuple[str, ...]
+    health: HealthGate
+
+
+def _components(recipe: Recipe, inst: InstanceType) -> tuple[Component, ...]:
+    """Per-component profile and health for heterogeneous jobs (empty for one component)."""
+    from slurmfm.catalog.instances import get_instance
+
+    s = recipe.serve
+    if s is None or s.placement != "hetjob":
+        return ()
+    sinst = get_instance(s.instance_type) if s.instance_type else inst
+    base, _ = _profile(recipe, inst, job_traits(recipe))
+    own, _ = _profile(recipe, sinst, job_traits(recipe, s.nodes))
+    user = set(recipe.env)
+    exported = {e.name: e for e in base if e.name not in user}
+    differ = [e for e in own if e.name not in user and exported.get(e.name) != e]
+    # A profile variable of component 0 that component 1's profile lacks is unset there.
+    own_names = {e.name for e in own}
+    drop = tuple(name for name in exported if name not in own_names)
+    return (
+        Component(0, inst.name, (), (), _health(recipe, inst)),
+        Component(
+            1, sinst.name, tuple(_profile_line(e) for e in differ), drop, _health(recipe, sinst)
+        ),
+    )
 
 
 def _launch(recipe: Recipe, checkpoint_dir_expr: str) -> tuple[list[str], int, str]:
@@ -466,18 +564,54 @@ def _nemo_driver(recipe: Recipe, checkpoint_dir_expr: str) -> str | None:
     )
 
 
-def _container_opts(recipe: Recipe) -> list[str]:
+def _container_opts(
+    recipe: Recipe, inst: InstanceType, env_names: list[str]
+) -> tuple[list[str], list[str]]:
+    """Pyxis options for a container step on ``inst``, and warnings.
+
+    ``--container-env`` names every variable slurmfm or the recipe sets (``env_names``): Pyxis
+    exports the host environment into the container after the entrypoint, but a variable the
+    image already defines keeps the image's value unless it is named there (NVIDIA/pyxis
+    README, tests/env.bats). NGC images define ``LD_LIBRARY_PATH`` and some ``NCCL_*``, so
+    without it the profile and ``env:`` would silently not apply. On multi-node NVLink types
+    the IMEX channel directory is bind-mounted where Enroot does not provide it.
+    """
+    from slurmfm.catalog.containers import CONTAINER_FEATURES, IMEX_CHANNELS_DIR, has
+    from slurmfm.catalog.containers import parse_version as container_version
+
     c = recipe.container
     if c is None:
-        return []
+        return [], []
+    warnings: list[str] = []
     opts = [f"--container-image={sh_quote(c.image, what='container.image')}"]
-    if c.mounts:
-        opts.append(f"--container-mounts={sh_quote(','.join(c.mounts), what='container.mounts')}")
+    mounts = list(c.mounts)
+    enroot = container_version("container.enroot", c.enroot)
+    if (
+        inst.needs_imex
+        and not has("imex_channels", enroot)
+        and not any(m.split(":", 1)[0].rstrip("/") == IMEX_CHANNELS_DIR for m in mounts)
+    ):
+        mounts.append(IMEX_CHANNELS_DIR)
+    if mounts:
+        opts.append(f"--container-mounts={sh_quote(','.join(mounts), what='container.mounts')}")
     if c.workdir:
         opts.append(f"--container-workdir={sh_quote(c.workdir, what='container.workdir')}")
     if not c.mount_home:
         opts.append("--no-container-mount-home")
-    return opts
+    names = sorted(set(env_names))
+    if names:
+        pyxis = container_version("container.pyxis", c.pyxis)
+        if has("container_env", pyxis):
+            listed = ",".join(env_name(n) for n in names)
+            opts.append(f"--container-env={sh_quote(listed, what='container-env')}")
+        else:
+            f = CONTAINER_FEATURES["container_env"]
+            warnings.append(
+                f"container.pyxis: {c.pyxis} has no --container-env (from {f.introduced}): a "
+                f"variable the image defines keeps the image's value, which can override "
+                f"{', '.join(names)} [{f.source}]"
+            )
+    return opts, warnings
 
 
 @dataclass(frozen=True)
@@ -580,6 +714,15 @@ def render_script(
     directives, warnings = _directives(recipe, inst, target, placement)
     env, env_warnings = _env_lines(recipe, inst)
     warnings.extend(env_warnings)
+    components = _components(recipe, inst)
+    # Every variable the profile or the recipe sets (names only; values stay in the exports).
+    container_env = sorted(
+        {e.name for e in env}
+        | set(recipe.secrets)
+        | {e.name for comp in components for e in comp.env}
+    )
+    container_opts, container_warnings = _container_opts(recipe, inst, container_env)
+    warnings.extend(container_warnings)
     for name in recipe.secrets:
         env_name(name, what="secrets")
     s = recipe.storage
@@ -595,25 +738,49 @@ def render_script(
     # A split trainer runs on the first hosts of the order only; elsewhere the step spans the
     # (first component of the) allocation.
     nodes_expr = '"${#slurmfm_order[@]}"' if split else '"$SLURM_JOB_NUM_NODES"'
-    srun = [f"--nodes={nodes_expr}"]
+    nemo = recipe.launcher.kind == "nemo"
+    # --nodes is left out for NeMo: Slurm >= 24.11 refuses it with --distribution=arbitrary.
+    srun = [] if nemo else [f"--nodes={nodes_expr}"]
     if serve is not None and serve.group == "hetjob":
         srun.insert(0, "--het-group=0")
-    if recipe.launcher.kind == "nemo":
-        srun.append(f"--ntasks-per-node={recipe.procs_per_node}")
+    if nemo:
+        # Lightning's SLURMEnvironment takes the global rank from SLURM_PROCID, so tasks are
+        # laid out in the job's host order: with --distribution=arbitrary srun places tasks
+        # in the order of the node list, each host named once per task (srun(1)
+        # --distribution=arbitrary and --nodelist; checked on Slurm 22.05, 24.11, 26.05).
+        g = recipe.procs_per_node
+        srun.extend(
+            [
+                f"--ntasks-per-node={g}",
+                f'--ntasks="$((${{#slurmfm_order[@]}} * {g}))"',
+                "--distribution=arbitrary",
+                '--nodelist="$(for slurmfm_h in "${slurmfm_order[@]}"; do '
+                f"for ((slurmfm_t = 0; slurmfm_t < {g}; slurmfm_t++)); do "
+                'printf %s, "$slurmfm_h"; done; done)"',
+            ]
+        )
     else:
         srun.extend([f"--ntasks={nodes_expr}", "--ntasks-per-node=1"])
-    if split:
+    if split and not nemo:  # NeMo's node list above already names the trainer's hosts
         srun.append('--nodelist="$(IFS=,; echo "${slurmfm_order[*]}")"')
     srun.append("--kill-on-bad-exit=1")
     observe = _observe(recipe, inst)
     if observe.enabled:
         # "T: " before each output line, T the task: `slurmfm logs --rank` selects on it.
         srun.append("--label")
-    if recipe.cluster.flavor == "hyperpod":
-        # HyperPod's auto-resume is an srun option; sbatch rejects it (aws-launch-facts.md 4.3).
-        srun.append("--auto-resume=1")
-    srun.extend(_container_opts(recipe))
+    # HyperPod's --auto-resume=1 is not added here: the launch line of the template already
+    # carries it (srun-only; sbatch rejects it: SRC_HYPERPOD_AUTO_RESUME), and a second copy
+    # on the same srun is what this list used to add.
+    srun.extend(container_opts)
     serve_srun: list[str] = []
+    serve_container_opts = container_opts
+    het = [comp for comp in components if comp.group == 1]
+    if het and recipe.container is not None:
+        from slurmfm.catalog.instances import get_instance
+
+        serve_container_opts, _ = _container_opts(
+            recipe, get_instance(het[0].instance), container_env
+        )
     if serve is not None:
         if serve.group == "all":
             serve_srun = srun
@@ -628,7 +795,7 @@ def render_script(
                 "--kill-on-bad-exit=1",
                 '--output="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}_serve.out"',
                 "--open-mode=append",
-                *_container_opts(recipe),
+                *serve_container_opts,
             ]
     pe = recipe.python_env
     setup: list[str] = []
@@ -692,7 +859,12 @@ def render_script(
         # protocol and is requeued at the signal instead.
         "forward": {"nemo": "none", "megatron": "TERM"}.get(recipe.launcher.kind, "none"),
         # Servers have no state to save: at the signal the job requeues and serves again.
-        "save_protocol": recipe.launcher.kind not in ("nemo", "vllm", "sglang"),
+        # resilience.save_on_signal (default by launcher): false requeues at the signal.
+        "save_protocol": recipe.save_on_signal,
+        # Heterogeneous components: each one's own profile differences and health
+        # expectations, for the runtime to apply per component (empty for one component).
+        "components": components,
+        "container_env": container_env,
         "hyperpod": recipe.cluster.flavor == "hyperpod",
         "per_restart_log": recipe.resilience.log_mode == "per_restart",
         "serve": serve,
@@ -710,4 +882,6 @@ def render_script(
         log_dir=s.log_dir,
         checkpoint_dir=checkpoint_dir,
         notes=(how,),
+        components=components,
+        container_env=tuple(container_env),
     )

@@ -10,11 +10,11 @@ a Slurm tree takes four steps, each kept separate so it can be tested without AW
    not be used, reported rather than silently dropped);
 3. name: instance id -> Slurm node name, by private IP (:func:`map_by_private_ip` +
    :func:`parse_scontrol_nodes`, the approach of aws-samples/ec2-topology-aware-for-slurm,
-   aws-launch-facts.md section 3.4) or by a mapping file (:func:`load_mapping_file`);
+   which registers nodes by private IP) or by a mapping file (:func:`load_mapping_file`);
 4. build: :func:`to_topology`.
 
 API facts used here (checked against botocore's EC2 service model, botocore 1.43, and
-aws-launch-facts.md section 3):
+https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstanceTopology.html):
 
 * Response ``Instances[]`` members: ``InstanceId``, ``InstanceType``, ``GroupName``,
   ``NetworkNodes`` (top-down: index 0 is the farthest layer, the last is the node the instance
@@ -24,12 +24,12 @@ aws-launch-facts.md section 3):
   (how-ec2-instance-topology-works.html); the catalog's ``topology_depth`` holds this.
 * ``CapacityBlockId`` is returned only for UltraServer instances and "might return a null value
   ... immediately after launching instances" (the operation's documentation in the model).
-* Request: ``InstanceIds`` at most 100; ``MaxResults`` 1..100 and, per aws-launch-facts.md 3.3,
+* Request: ``InstanceIds`` at most 100; ``MaxResults`` 1..100 and, per the API reference,
   not combinable with ``InstanceIds``; filters ``availability-zone``, ``instance-type``
   (wildcards allowed), ``zone-id``. Only running instances are described.
 
 Switch names are the EC2 ``nn-`` ids themselves: Slurm's ``SwitchName`` is arbitrary text of at
-most 64 characters (topology.conf.5; slurm-topology-and-placement.md 1.2) and an ``nn-`` id is
+most 64 characters (topology.conf(5)) and an ``nn-`` id is
 20, so keeping them makes every switch traceable back to EC2. ``source_ids`` records the mapping
 explicitly so exporters may rename switches without losing it.
 """
@@ -233,7 +233,7 @@ def map_by_private_ip(client: EC2Client, instance_ids: Iterable[str]) -> dict[st
 
     Why private IPs: Slurm knows nodes by name and ``NodeAddr``, EC2 knows instances by id;
     the primary private IP is the one value both sides share (ParallelCluster, PCS and
-    HyperPod all register nodes by it; aws-launch-facts.md 3.4). Uses the ``instance-id``
+    HyperPod all register nodes by it). Uses the ``instance-id``
     filter in chunks of :data:`DESCRIBE_INSTANCES_CHUNK`, so ids that no longer exist are
     simply absent from the result instead of failing the call.
     """

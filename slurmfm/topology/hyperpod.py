@@ -3,7 +3,7 @@
 Why a separate importer: on HyperPod the instances belong to a SageMaker service account, so
 ``aws ec2 describe-instance-topology`` in the customer account does not describe them; the
 network-node layers are written into ``resource_config.json`` on every node instead
-(aws-launch-facts.md 3.4, citing ADA ``1.architectures/5.sagemaker-hyperpod/tools/devops-agent/
+(awslabs/awsome-distributed-ai:``1.architectures/5.sagemaker-hyperpod/tools/devops-agent/
 docs/hyperpod-mental-model.md``).
 
 What is verified and what is not:
@@ -18,8 +18,8 @@ What is verified and what is not:
   ``hyperpod_k8s/tools/replace-instance.py`` (a sample document in its docstring, and Slurm
   node names built as ``"ip-" + CustomerIpAddress.replace(".", "-")``).
 * Not verified: how the topology labels are nested. Only the label *names*
-  ``network-node-layer-1..3`` under ``InstanceLabel`` are documented (the mental-model doc via
-  aws-launch-facts.md; the same names are EKS node labels ``topology.k8s.aws/
+  ``network-node-layer-1..3`` under ``InstanceLabel`` are documented (the mental-model doc; the
+  same names are EKS node labels ``topology.k8s.aws/
   network-node-layer-N`` where layer 1 is ``NetworkNodes[0]``, the top). No sample file with
   labels was found, so :func:`_layer_labels` accepts the plausible shapes: an ``InstanceLabel``
   (or ``InstanceLabels`` / ``Labels``) object of ``{key: value}``, a list of
@@ -61,7 +61,7 @@ def is_resource_config(data: Any) -> bool:
 
 def hyperpod_node_name(ip: str) -> str:
     """HyperPod's Slurm node name for a VPC address: ``10.1.2.3`` -> ``ip-10-1-2-3``
-    (shimomut/sagemaker-solutions replace-instance.py; aws-launch-facts.md 4.3 "Naming")."""
+    (shimomut/sagemaker-solutions replace-instance.py)."""
     if not _IPV4.match(ip):
         raise TopologyError(f"not an IPv4 address: {ip!r}")
     return "ip-" + ip.replace(".", "-")

@@ -11,17 +11,18 @@ Conventions:
 * Switch levels count from the leaves: a leaf switch (one that holds nodes) is level 0, its
   parent level 1, and so on, as in Slurm's ``scontrol show topology``.
 * EC2 network nodes are listed top-down (``NetworkNodes[0]`` is the top layer, the last is the
-  node the instance attaches to; aws-launch-facts.md section 3.1). :meth:`Topology.from_paths`
-  takes paths in that order.
+  node the instance attaches to; EC2 docs, how-ec2-instance-topology-works.html).
+  :meth:`Topology.from_paths` takes paths in that order.
 * Every pair of nodes is connected: if the fabric has several top switches, a synthetic common
   root named :data:`ROOT` is added above them (Slurm's tree needs a common ancestor for a job to
-  span switches; slurm-topology-and-placement.md section 1.2).
+  span switches; topology.conf(5)).
 * An NVLink domain is the instance itself for 8-GPU HGX types, or a GB200 UltraServer
   identified by EC2's ``CapacityBlockId`` (9 or 18 instances x 4 GPUs).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -33,6 +34,32 @@ if TYPE_CHECKING:
     import networkx as nx
 
 ROOT = "root"
+
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def _encode_run(m: re.Match[str]) -> str:
+    run = m.group()
+    # A run with a leading zero compares digit by digit ("left-aligned"), and ends before any
+    # longer run it is a prefix of: keep it and close it with NUL (below every character).
+    # Others compare as numbers: "1", then the length, then the digits (longer is larger).
+    return run + "\0" if run[0] == "0" else f"1{len(run):04d}{run}"
+
+
+def natural_key(name: str) -> str:
+    """The one sort key for host and switch names: Slurm's ``strnatcmp`` order, as a string.
+
+    Slurm sorts its node table and its hostlists with ``strnatcmp`` (SchedMD/slurm
+    ``src/slurmctld/read_config.c`` ``_sort_nodes_by_name``, ``src/common/hostlist.c``
+    ``hostrange_prefix_cmp``; the algorithm is ``src/common/strnatcmp.c``): runs of digits
+    compare as numbers (``node2`` < ``node10``), except that a run starting with ``0`` compares
+    digit by digit (``node01`` < ``node1``), and everything else compares by character code
+    (``node-1`` < ``node1``, since ``-`` < ``1``). Encoding each digit run so that plain
+    string comparison gives that order makes the key one ``str`` (fast to build and compare).
+    Leading spaces, which ``strnatcmp`` skips, do not occur in host names.
+    """
+    return _DIGIT_RUN.sub(_encode_run, name)
+
 
 FREE_STATES = frozenset({"idle"})
 NodeState = str  # Slurm's base state, lower case: idle, allocated, mixed, down, drain, unknown
@@ -223,7 +250,8 @@ class Topology:
         return levels
 
     @cached_property
-    def _paths(self) -> dict[str, tuple[str, ...]]:
+    def _switch_paths(self) -> dict[str, tuple[str, ...]]:
+        """Switch -> the switches from the root down to it (one tuple per switch, shared)."""
         cache: dict[str, tuple[str, ...]] = {}
 
         def up(sw: str) -> tuple[str, ...]:
@@ -232,7 +260,14 @@ class Topology:
                 cache[sw] = (sw,) if par is None else (*up(par), sw)
             return cache[sw]
 
-        return {n: up(leaf) for n, leaf in self.leaf_of.items()}
+        for sw in self.parent_of:
+            up(sw)
+        return cache
+
+    @cached_property
+    def _paths(self) -> dict[str, tuple[str, ...]]:
+        sp = self._switch_paths
+        return {n: sp[leaf] for n, leaf in self.leaf_of.items()}
 
     @cached_property
     def _under(self) -> dict[str, tuple[str, ...]]:
@@ -284,8 +319,9 @@ class Topology:
         return self.leaf_of[node]
 
     def path(self, node: str) -> tuple[str, ...]:
-        """Switches from the root down to the node's leaf."""
-        return self._paths[node]
+        """Switches from the root down to the node's leaf (per leaf, not per node: a plan
+        on 64k nodes asks for a few thousand)."""
+        return self._switch_paths[self.leaf_of[node]]
 
     def lca(self, a: str, b: str) -> str:
         """Lowest common ancestor switch of two nodes."""
@@ -304,6 +340,11 @@ class Topology:
         if a == b:
             return 0
         return 2 * (self._levels[self.lca(a, b)] + 1)
+
+    @cached_property
+    def natural_order(self) -> tuple[str, ...]:
+        """Node names in Slurm's node-table order (:func:`natural_key`), computed once."""
+        return tuple(sorted(self.nodes, key=natural_key))
 
     def nodes_under(self, switch: str) -> tuple[str, ...]:
         return self._under[switch]

@@ -14,10 +14,9 @@ on screen but kept whole in ``<title>`` tooltips, so every name is in the file.
 from __future__ import annotations
 
 import math
-import re
 from xml.sax.saxutils import escape, quoteattr
 
-from slurmfm.topology.model import Topology
+from slurmfm.topology.model import Topology, natural_key
 
 __all__ = ["STATE_COLORS", "render_svg"]
 
@@ -41,10 +40,6 @@ FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
 
 
-def _natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name))
-
-
 def _short(name: str, limit: int) -> str:
     """Keep the end of long names: EC2 ids and node numbers differ at the end."""
     return name if len(name) <= limit else "…" + name[-(limit - 1) :]
@@ -57,18 +52,18 @@ def render_svg(t: Topology, *, title: str = "") -> str:
         if p is not None:
             children[p].append(s)
     for v in children.values():
-        v.sort(key=_natural_key)
+        v.sort(key=natural_key)
     if t.kind == "block":  # blocks in Slurm's index order, not name order
         from slurmfm.topology.slurm_formats import block_order
 
         rank = {b: i for i, b in enumerate(block_order(t))}
         for v in children.values():
-            v.sort(key=lambda c: (rank.get(c, len(rank)), _natural_key(c)))
+            v.sort(key=lambda c: (rank.get(c, len(rank)), natural_key(c)))
     nodes_of: dict[str, list[str]] = {}
     for n, leaf in t.leaf_of.items():
         nodes_of.setdefault(leaf, []).append(n)
     for v in nodes_of.values():
-        v.sort(key=_natural_key)
+        v.sort(key=natural_key)
 
     def leaf_cols(s: str) -> int:
         return max(1, math.ceil(len(nodes_of.get(s, [])) / ROWS_PER_COLUMN))
@@ -83,7 +78,7 @@ def render_svg(t: Topology, *, title: str = "") -> str:
                 widths[s] = max(leaf_cols(s) * COL_W, int(min(len(s), 24) * 7.6) + 24)
         return widths[s]
 
-    tops = sorted((s for s, p in t.parent_of.items() if p is None), key=_natural_key)
+    tops = sorted((s for s, p in t.parent_of.items() if p is None), key=natural_key)
     depth = max((t.level(s) for s in t.parent_of), default=-1) + 1
     counts = t.free_counts()
 
@@ -141,7 +136,7 @@ def render_svg(t: Topology, *, title: str = "") -> str:
                 'stroke="#80868b" stroke-width="1.5"/>'
             )
 
-    for s, (cx, y) in sorted(pos.items(), key=lambda kv: _natural_key(kv[0])):
+    for s, (cx, y) in sorted(pos.items(), key=lambda kv: natural_key(kv[0])):
         free, total = counts.get(s, (0, 0))
         w = min(max(width(s) - 10, 76), 210)
         left = cx - w / 2

@@ -8,12 +8,11 @@ order) hold in both directions and round trips can be tested against real slurmc
 Formats and their sources:
 
 * ``topology.conf`` tree (``SwitchName= Switches= Nodes= LinkSpeed=``) and block (``BlockName=
-  Nodes=`` + ``BlockSizes=``): slurm-topology-and-placement.md sections 1.2 and 1.4
-  (topology.conf(5)).
-* ``topology.yaml`` (Slurm >= 25.05): slurm-topology-and-placement.md section 1.5; the exact shape
-  emitted here is the one real Slurm 26.05.5 loaded in newer-slurm.md section 3.4.
+  Nodes=`` + ``BlockSizes=``): topology.conf(5).
+* ``topology.yaml`` (Slurm >= 25.05): topology.yaml(5); the exact shape emitted here is the one
+  real Slurm 26.05.5 loaded on this repository's lab (scripts/slurm-lab).
 * ``scontrol show topology``: lines as printed by real 22.05.8 (tree), 24.11.5 and 26.05.5
-  (block; newer-slurm.md sections 3.2 and 4), checked again on this repo's slurm-lab.
+  (block), checked on this repo's slurm-lab.
 
 Design choices (stated because the model cannot hold everything Slurm files can):
 
@@ -52,7 +51,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from slurmfm.catalog.slurm_features import SlurmVersion, require, supports
-from slurmfm.topology.model import ROOT, Node, Topology, TopologyError
+from slurmfm.topology.model import ROOT, Node, Topology, TopologyError, natural_key
 
 __all__ = [
     "BLOCK_ORDER_PREFIX",
@@ -92,21 +91,61 @@ def _version(v: Version) -> SlurmVersion:
     return v if isinstance(v, SlurmVersion) else SlurmVersion.parse(v)
 
 
-def _natural_key(name: str) -> tuple[Any, ...]:
-    """Sort "leaf2" before "leaf10" so exported files read in the order people expect."""
-    parts = re.split(r"(\d+)", name)
-    return tuple((0, int(p), len(p)) if p.isdigit() else (1, p, 0) for p in parts)
+# A comma outside brackets: the next bracket after it is an opening one (or there is none).
+_TOP_COMMA = re.compile(r",(?![^\[]*\])")
+_SIMPLE_RANGE = re.compile(r"([^\[\],]*)\[([0-9,-]+)\]([^\[\],]*)")
+
+
+def _expand_simple(part: str) -> list[str] | None:
+    """``prefix[a-b,c]suffix`` (one bracket, ascending ranges) -> names; None for anything else."""
+    m = _SIMPLE_RANGE.fullmatch(part)
+    if m is None:
+        return None
+    prefix, body, suffix = m.groups()
+    out: list[str] = []
+    for r in body.split(","):
+        lo, sep, hi = r.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            return None
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            return None
+        width = len(lo)  # Slurm pads every number of a range to the width of its first
+        out.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(a, b + 1))
+    return out
 
 
 def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist expression -> names (python-hostlist); ``ValueError`` when malformed."""
-    import hostlist
+    """Slurm hostlist expression -> names; ``ValueError`` when malformed.
 
-    try:
-        names: list[str] = list(hostlist.expand_hostlist(expr.strip()))
-    except hostlist.BadHostlist as exc:
-        raise ValueError(f"bad hostlist {expr!r}: {exc}") from exc
-    return names
+    Plain names and one-bracket ranges (``node[001-128,200]``, the forms Slurm and slurmfm
+    write) are expanded here: a 64k-node topology.conf spends most of its parse time in
+    python-hostlist otherwise. Anything else (several brackets) goes to python-hostlist.
+    Duplicates are dropped, first occurrence kept, as python-hostlist does.
+    """
+    text = expr.strip()
+    if "[" not in text and "]" not in text:
+        return list(dict.fromkeys(p for p in text.split(",") if p and not p.isspace()))
+    if text.count("[") != text.count("]"):
+        raise ValueError(f"bad hostlist {expr!r}: unbalanced brackets")
+    parts = _TOP_COMMA.split(text)
+    names: list[str] = []
+    for part in parts:
+        if "[" not in part and "]" not in part:
+            if part and not part.isspace():
+                names.append(part)
+            continue
+        simple = _expand_simple(part)
+        if simple is not None:
+            names.extend(simple)
+            continue
+        import hostlist
+
+        try:
+            names.extend(hostlist.expand_hostlist(part))
+        except hostlist.BadHostlist as exc:
+            raise ValueError(f"bad hostlist {expr!r}: {exc}") from exc
+    return list(dict.fromkeys(names))
 
 
 def compress_hostlist(names: Iterable[str]) -> str:
@@ -123,12 +162,12 @@ def compress_hostlist(names: Iterable[str]) -> str:
             plain.append(name)
         else:
             groups.setdefault((m.group(1), len(m.group(2))), []).append(int(m.group(2)))
-    items: list[tuple[tuple[Any, ...], str]] = [(_natural_key(p), p) for p in plain]
+    items: list[tuple[str, str]] = [(natural_key(p), p) for p in plain]
     for (prefix, width), nums in groups.items():
         nums.sort()
         if len(nums) == 1:
             text = f"{prefix}{nums[0]:0{width}d}"
-            items.append((_natural_key(text), text))
+            items.append((natural_key(text), text))
             continue
         ranges: list[str] = []
         start = prev = nums[0]
@@ -142,7 +181,7 @@ def compress_hostlist(names: Iterable[str]) -> str:
             if x is not None:
                 start = prev = x
         text = f"{prefix}[{','.join(ranges)}]"
-        items.append((_natural_key(f"{prefix}{nums[0]:0{width}d}"), text))
+        items.append((natural_key(f"{prefix}{nums[0]:0{width}d}"), text))
     return ",".join(t for _, t in sorted(items))
 
 
@@ -156,7 +195,7 @@ def _slurm_names(names: Iterable[str]) -> dict[str, str]:
     """Model switch name -> Slurm-valid, unique switch name (kept when already valid)."""
     out: dict[str, str] = {}
     used: set[str] = set()
-    ordered = sorted(names, key=_natural_key)
+    ordered = sorted(names, key=natural_key)
     for n in ordered:  # valid names first claim themselves
         if _NAME_RE.match(n):
             out[n] = n
@@ -183,11 +222,11 @@ def block_order(t: Topology) -> list[str]:
     blocks follow, in natural name order.
     """
 
-    def key(b: str) -> tuple[int, int, tuple[Any, ...]]:
+    def key(b: str) -> tuple[int, int, str]:
         src = t.source_ids.get(b, "")
         if src.startswith(BLOCK_ORDER_PREFIX) and src[len(BLOCK_ORDER_PREFIX) :].isdigit():
-            return (0, int(src[len(BLOCK_ORDER_PREFIX) :]), ())
-        return (1, 0, _natural_key(b))
+            return (0, int(src[len(BLOCK_ORDER_PREFIX) :]), "")
+        return (1, 0, natural_key(b))
 
     return sorted(t.leaves, key=key)
 
@@ -216,7 +255,7 @@ def switch_order(t: Topology) -> list[str] | None:
             return None
     if not pos:
         return None
-    return sorted(pos, key=lambda s: (pos[s], _natural_key(s)))
+    return sorted(pos, key=lambda s: (pos[s], natural_key(s)))
 
 
 def block_topology(
@@ -466,7 +505,7 @@ def _tree_lines(t: Topology, key: str = "SwitchName") -> tuple[list[tuple[int, s
         nodes_of.setdefault(leaf, []).append(n)
     lines: list[tuple[int, str]] = []
     notes: list[str] = []
-    for s in sorted(t.parent_of, key=lambda s: (t.level(s), _natural_key(names[s]))):
+    for s in sorted(t.parent_of, key=lambda s: (t.level(s), natural_key(names[s]))):
         src = t.source_ids.get(s)
         if _order_mark(src):
             src = None
@@ -536,7 +575,7 @@ def _blocks_of(
     else:
         with_domain = [n for n, node in t.nodes.items() if node.nvlink_domain]
         if with_domain:
-            missing = sorted(set(t.nodes) - set(with_domain), key=_natural_key)
+            missing = sorted(set(t.nodes) - set(with_domain), key=natural_key)
             if missing:
                 raise TopologyError(
                     f"{len(missing)} node(s) have no NVLink domain (UltraServer CapacityBlockId), "
@@ -550,9 +589,9 @@ def _blocks_of(
             def proximity(dom: str) -> tuple[Any, ...]:
                 members = groups[dom]
                 counts = Counter(t.leaf(n) for n in members)
-                leaf = min(counts, key=lambda lf: (-counts[lf], _natural_key(lf)))
+                leaf = min(counts, key=lambda lf: (-counts[lf], natural_key(lf)))
                 sample = next(n for n in members if t.leaf(n) == leaf)
-                return (tuple(_natural_key(s) for s in t.path(sample)), _natural_key(dom))
+                return (tuple(natural_key(s) for s in t.path(sample)), natural_key(dom))
 
             for dom in sorted(groups, key=proximity):
                 raw.append((dom, sorted(groups[dom])))
@@ -560,7 +599,7 @@ def _blocks_of(
         else:
             for leaf in sorted(
                 t.leaves,
-                key=lambda lf: tuple(_natural_key(s) for s in t.path(t.nodes_under(lf)[0])),
+                key=lambda lf: tuple(natural_key(s) for s in t.path(t.nodes_under(lf)[0])),
             ):
                 raw.append((leaf, sorted(t.nodes_under(leaf))))
                 if leaf in t.source_ids and not _order_mark(t.source_ids[leaf]):
@@ -629,7 +668,7 @@ def _wants_block(t: Topology) -> bool:
 
 
 def _yaml_scalar(text: str) -> str:
-    """A YAML scalar: plain when safe (as in newer-slurm.md 3.4), else double-quoted."""
+    """A YAML scalar: plain when safe (as 26.05.5 loaded it), else double-quoted."""
     if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-\[\],]*", text) and text.lower() not in {
         "true",
         "false",
@@ -655,7 +694,7 @@ def export_yaml(
     GB200-style topologies (block kind, or nodes sharing NVLink domains) become ``block:`` entries,
     others ``tree:``; the shape (list of ``topology``/``cluster_default``/``tree.switches`` or
     ``block.block_sizes``/``block.blocks``, hostlist strings) is exactly what real 26.05.5 loaded
-    (newer-slurm.md 3.4). ``default`` (else the first partition) is the ``cluster_default``. Each
+    (as 26.05.5 loaded it). ``default`` (else the first partition) is the ``cluster_default``. Each
     partition must name its topology in slurm.conf: ``PartitionName=<p> ... Topology=<p>``.
     """
     v = _version(version)
@@ -694,7 +733,7 @@ def export_yaml(
             out.extend(f"  {n}" for n in notes)
             out.append("  tree:")
             out.append("    switches:")
-            # top level first (names in order within a level), as in newer-slurm.md 3.4
+            # top level first (names in order within a level), as 26.05.5 loaded it
             for _, line in sorted(lines, key=lambda e: -e[0]):
                 fields = dict(tok.split("=", 1) for tok in line.split())
                 out.append(f"      - switch: {_yaml_scalar(fields['SwitchName'])}")
@@ -886,7 +925,7 @@ _STATE_MAP: dict[str, StateName] = {
     "completing": "allocated",
     "resv": "allocated",
     "reserved": "allocated",
-    "blocked": "allocated",  # idle but held by --exclusive=topo (26.05; newer-slurm.md 3.2)
+    "blocked": "allocated",  # idle but held by --exclusive=topo (26.05, seen on the lab)
     "mix": "mixed",
     "mixed": "mixed",
     "drain": "drain",

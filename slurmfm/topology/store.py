@@ -173,7 +173,19 @@ def save_topology(t: Topology, path: str | Path) -> None:
 
 
 # --------------------------------------------------------------------------- any format
-_SCONTROL = re.compile(r"^\s*(?:SwitchName|BlockName)=\S+.*\s(?:Level|BlockIndex)=", re.M)
+_SCONTROL_FIELD = re.compile(r"\s(?:Level|BlockIndex)=")
+
+
+def _looks_scontrol(text: str) -> bool:
+    r"""A SwitchName/BlockName line with Level=/BlockIndex= (linear: one regex per line; a
+    multi-line ``\S+.*\s`` pattern backtracks quadratically on long Nodes= lines)."""
+    for line in text.splitlines():
+        t = line.lstrip()
+        if t.startswith(("SwitchName=", "BlockName=")) and _SCONTROL_FIELD.search(t):
+            return True
+    return False
+
+
 _CONF = re.compile(r"^\s*(?:SwitchName|BlockName|BlockSizes)\s*=", re.M | re.I)
 _YAML = re.compile(r"^\s*-?\s*topology\s*:", re.M)
 
@@ -206,7 +218,7 @@ def detect_format(text: str, path: str | Path | None = None) -> str:
             and all(isinstance(i, dict) and "InstanceId" in i for i in obj)
         ):
             return "ec2"
-    if _SCONTROL.search(text):
+    if _looks_scontrol(text):
         return "scontrol"
     if _CONF.search(text):
         return "conf"

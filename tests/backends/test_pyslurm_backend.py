@@ -14,7 +14,8 @@ from types import ModuleType
 import pytest
 
 from slurmfm.backends.pyslurm_backend import PySlurmBackend, probe
-from slurmfm.errors import BackendError
+from slurmfm.errors import BackendError, RenderError
+from slurmfm.request import ArraySpec, Dependency, SubmitRequest
 
 FAKES = Path(__file__).resolve().parent.parent / "fakes"
 
@@ -69,7 +70,7 @@ def test_submit_status_cancel_through_fake(fake_module: ModuleType) -> None:
     be = PySlurmBackend(fake_module)
     assert be.version() == "25.11.2"
     script = "#!/bin/bash\n#SBATCH --job-name=demo\n#SBATCH --nodes=2\nsrun true\n"
-    res = be.submit(script, env={"PATH": "/usr/bin"})
+    res = be.submit(SubmitRequest.of_script(script), env={"PATH": "/usr/bin"})
     st = be.status(res.job_id)
     assert st.state == "PENDING"
     assert st.name == "demo"
@@ -81,7 +82,9 @@ def test_submit_status_cancel_through_fake(fake_module: ModuleType) -> None:
 def test_errors_are_backend_errors(fake_module: ModuleType) -> None:
     be = PySlurmBackend(fake_module)
     with pytest.raises(BackendError, match="Invalid partition"):
-        be.submit("#!/bin/bash\n#SBATCH --partition=nosuch\n", env={"A": "1"})
+        be.submit(
+            SubmitRequest.of_script("#!/bin/bash\n#SBATCH --partition=nosuch\n"), env={"A": "1"}
+        )
     with pytest.raises(BackendError, match="does not exist"):
         be.status("424242")
 
@@ -89,4 +92,27 @@ def test_errors_are_backend_errors(fake_module: ModuleType) -> None:
 def test_environment_is_always_passed(fake_module: ModuleType) -> None:
     # pyslurm 24.11 failed with "batch job cannot run without an environment" when omitted.
     be = PySlurmBackend(fake_module)
-    assert be.submit("#!/bin/bash\n").job_id
+    assert be.submit(SubmitRequest.of_script("#!/bin/bash\n")).job_id
+
+
+def test_structured_options_reach_pyslurm(fake_module: ModuleType, tmp_path: Path) -> None:
+    # What sbatch's command line carries for the CLI backend (--array, --dependency,
+    # --kill-on-invalid-dep) is set on JobSubmitDescription; nothing is edited in the script.
+    import dataclasses
+    import json
+
+    req = dataclasses.replace(
+        SubmitRequest.of_script("#!/bin/bash\n#SBATCH --job-name=arr\n"),
+        array=ArraySpec("0-3%2", 4, 2),
+        dependency=Dependency.of([("afterok", "7")]),
+        kill_on_invalid_dep=True,
+    )
+    res = PySlurmBackend(fake_module).submit(req, env={"A": "1"})
+    job = json.loads((tmp_path / "db.json").read_text())["jobs"][res.job_id]
+    assert job["array"] == "0-3%2"
+    assert job["dependencies"] == "afterok:7"
+    assert job["kill_on_invalid_dependency"] is True
+    with pytest.raises(RenderError, match="no job id yet"):
+        PySlurmBackend(fake_module).submit(
+            dataclasses.replace(req, dependency=Dependency.of([("afterok", "<a>")]))
+        )

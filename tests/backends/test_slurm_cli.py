@@ -9,6 +9,7 @@ from lab import SlurmLab
 
 from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
 from slurmfm.errors import BackendError
+from slurmfm.request import SubmitRequest
 
 SLEEPER = """#!/bin/bash
 #SBATCH --job-name=sleeper
@@ -43,7 +44,7 @@ def test_missing_commands_are_explained() -> None:
 def test_version_submit_status_cancel(slurm_lab: SlurmLab) -> None:
     cli = SlurmCLI(env=slurm_lab.env)
     assert cli.version().split(".")[:2] == slurm_lab.version.split(".")[:2]
-    res = cli.submit(SLEEPER)
+    res = cli.submit(SubmitRequest.of_script(SLEEPER))
     assert res.job_id.isdigit()
     deadline = time.monotonic() + 30
     st = cli.status(res.job_id)
@@ -64,7 +65,11 @@ def test_version_submit_status_cancel(slurm_lab: SlurmLab) -> None:
 def test_slurm_error_is_shown_verbatim(slurm_lab: SlurmLab) -> None:
     cli = SlurmCLI(env=slurm_lab.env)
     with pytest.raises(BackendError) as info:
-        cli.submit(SLEEPER.replace("--nodes=1", "--nodes=1\n#SBATCH --partition=nosuch"))
+        cli.submit(
+            SubmitRequest.of_script(
+                SLEEPER.replace("--nodes=1", "--nodes=1\n#SBATCH --partition=nosuch")
+            )
+        )
     assert "sbatch: error:" in str(info.value)
     assert "invalid partition" in str(info.value).lower()
 
@@ -112,3 +117,28 @@ def test_array_records_are_summarized_and_hetjobs_keep_component_zero() -> None:
         rec(JobId="21", HetJobId="20", HetJobOffset="1", JobState="PENDING"),
     ]
     assert array_representative(het) == het[0]
+
+
+def test_only_the_client_runs_slurm_commands() -> None:
+    # One client (SlurmCLI) talks to Slurm: nobody else calls its private _run, and the CLI
+    # package starts no processes of its own (the topology commands had a second runner).
+    import ast
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[2] / "slurmfm"
+    offenders = []
+    for path in sorted(pkg.rglob("*.py")):
+        rel = path.relative_to(pkg).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "_run"
+                and rel != "backends/slurm_cli.py"
+            ):
+                offenders.append(f"{rel}:{node.lineno}: ._run")
+            if rel.startswith("cli/") and isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if "subprocess" in names:
+                    offenders.append(f"{rel}:{node.lineno}: imports subprocess")
+    assert offenders == []

@@ -16,6 +16,7 @@ from slurmfm.catalog.nccl import (
     LEGACY_ONLY,
     RULES,
     EnvSetting,
+    JobTraits,
     Rule,
     Runtime,
     StackVersions,
@@ -74,21 +75,6 @@ RULE_CASES: list[
         {"NCCL_DEBUG": "WARN"},
     ),
     (
-        "plugin-path-host",
-        ("p5.48xlarge", AUTO, "host"),
-        ("p5.48xlarge", AUTO, "container"),
-        {"LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib" + PREPEND},
-    ),
-    (
-        "plugin-path-container",
-        ("p6e-gb200.36xlarge", AUTO, "container"),
-        ("p6e-gb200.36xlarge", AUTO, "host"),
-        {
-            "LD_LIBRARY_PATH": "/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:/opt/amazon/efa/lib"
-            + PREPEND
-        },
-    ),
-    (
         "plugin-path-legacy",
         ("p4d.24xlarge", S(efa_installer="1.35.9"), "container"),
         ("p4d.24xlarge", S(efa_installer="1.36.0"), "container"),
@@ -113,24 +99,13 @@ RULE_CASES: list[
         {"FI_EFA_SET_CUDA_SYNC_MEMOPS": "0"},
     ),
     (
-        "p5en-nvls-disable",
+        "nvls-permuted-devices",
         ("p5en.48xlarge", AUTO, "host"),
-        ("p5e.48xlarge", AUTO, "host"),
+        ("p5en.48xlarge", S(nccl="2.21.5"), "host"),
         {"NCCL_NVLS_ENABLE": "0"},
     ),
-    (
-        "p5en-cumem-disable",
-        ("p5en.48xlarge", AUTO, "container"),
-        ("p5.48xlarge", AUTO, "container"),
-        {"NCCL_CUMEM_ENABLE": "0"},
-    ),
-    (
-        "gb200-mnnvl",
-        ("p6e-gb200.36xlarge", AUTO, "host"),
-        ("p6-b200.48xlarge", AUTO, "host"),
-        {"NCCL_MNNVL_ENABLE": "1", "NCCL_NVLS_ENABLE": "1"},
-    ),
 ]
+PERMUTED = JobTraits(cuda_visible_devices="0,4,2,6,1,5,3,7")
 
 
 def test_every_rule_has_cases_and_unique_id() -> None:
@@ -151,7 +126,7 @@ def test_rule_applies_and_does_not(
     assert rule.applies(I(off[0]), off[1], off[2]) is False
     produced = {s.name: s.value for s in rule.settings(I(on[0]), on[1], on[2])}
     assert produced == expected
-    env = env_dict(*on)
+    env = {s.name: s.value for s in nccl_env(I(on[0]), on[1], on[2], PERMUTED)}
     for name, value in expected.items():
         assert env[name] == value
 
@@ -166,7 +141,7 @@ def test_rule_metadata(rule: Rule) -> None:
 
 def test_modern_default_profile_is_minimal() -> None:
     env = env_dict("p5.48xlarge", AUTO, "host")
-    assert list(env) == ["FI_PROVIDER", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "LD_LIBRARY_PATH"]
+    assert list(env) == ["FI_PROVIDER", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG"]
 
 
 def test_modern_explicit_versions_same_as_auto() -> None:
@@ -225,21 +200,26 @@ def test_cuda_sync_memops_gate(efa: str, nccl: str, expected: bool) -> None:
     assert ("FI_EFA_SET_CUDA_SYNC_MEMOPS" in env) is expected
 
 
-@pytest.mark.parametrize(
-    ("efa", "runtime", "prefix"),
-    [
-        ("1.35.0", "host", "/opt/aws-ofi-nccl/install/lib:"),
-        ("1.35.0", "container", "/opt/aws-ofi-nccl/install/lib:"),
-        ("1.36.0", "host", "/opt/amazon/ofi-nccl/lib:"),
-        ("1.36.1", "container", "/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:"),
-        ("auto", "host", "/opt/amazon/ofi-nccl/lib:"),
-        ("auto", "container", "/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:"),
-    ],
-)
-def test_plugin_path_variants(efa: str, runtime: Runtime, prefix: str) -> None:
-    (ld,) = [s for s in nccl_env(I("p5.48xlarge"), S(efa_installer=efa), runtime)
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("efa", ["auto", "1.36.0", "1.36.1", "1.48.0"])
+def test_bundled_plugin_path_is_left_to_the_loader(efa: str, runtime: Runtime) -> None:
+    """Issue 12.14: every aws-ofi-nccl package registers its directory in
+    /etc/ld.so.conf.d/100_ofinccl.conf, and the directory differs by version and distribution
+    (lib/<arch>-linux-gnu up to 1.16 on Ubuntu, lib from 1.17, lib64 on RPM, another prefix in
+    NGC images): the profile sets no LD_LIBRARY_PATH, so it cannot shadow the right one."""
+    for name in INSTANCES:
+        env = {s.name for s in nccl_env(I(name), S(efa_installer=efa), runtime)}
+        assert "LD_LIBRARY_PATH" not in env
+    rule_ids = {r.id for r in RULES}
+    assert not {"plugin-path-host", "plugin-path-container"} & rule_ids
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_legacy_source_built_plugin_still_on_the_path(runtime: Runtime) -> None:
+    """A source-built plugin (EFA installer < 1.36) has no ld.so.conf.d entry."""
+    (ld,) = [s for s in nccl_env(I("p5.48xlarge"), S(efa_installer="1.35.0"), runtime)
              if s.name == "LD_LIBRARY_PATH"]  # fmt: skip
-    assert ld.value.startswith(prefix)
+    assert ld.value.startswith("/opt/aws-ofi-nccl/install/lib:")
     assert ld.raw_shell is True
     assert ld.value.endswith(":/opt/amazon/efa/lib" + PREPEND)
 
@@ -253,18 +233,13 @@ def test_plugin_path_variants(efa: str, runtime: Runtime, prefix: str) -> None:
 def test_ld_library_path_prepends_in_bash(
     runtime: Runtime, existing: str | None, suffix: str
 ) -> None:
-    (ld,) = [s for s in nccl_env(I("p5.48xlarge"), AUTO, runtime) if s.name == "LD_LIBRARY_PATH"]
+    legacy = S(efa_installer="1.35.0")
+    (ld,) = [s for s in nccl_env(I("p5.48xlarge"), legacy, runtime) if s.name == "LD_LIBRARY_PATH"]
     setup = "unset LD_LIBRARY_PATH" if existing is None else f"LD_LIBRARY_PATH='{existing}'"
     script = f'{setup}; export LD_LIBRARY_PATH="{ld.value}"; printf %s "$LD_LIBRARY_PATH"'
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
-    arch = subprocess.run(["uname", "-m"], capture_output=True, text=True, check=True).stdout
-    plugin = (
-        "/opt/amazon/ofi-nccl/lib"
-        if runtime == "host"
-        else f"/opt/amazon/ofi-nccl/lib/{arch.strip()}-linux-gnu"
-    )
     # No trailing empty entry (an empty entry would mean "current directory" to ld.so).
-    assert out == f"{plugin}:/opt/amazon/efa/lib{suffix}"
+    assert out == f"/opt/aws-ofi-nccl/install/lib:/opt/amazon/efa/lib{suffix}"
 
 
 # --- lab-cpu -----------------------------------------------------------------------------------
@@ -278,23 +253,67 @@ def test_lab_cpu_gets_no_nccl_env(runtime: Runtime, stack: StackVersions) -> Non
     assert check_minimums(I("lab-cpu"), stack) == []
 
 
-# --- P5en / GB200 specifics ---------------------------------------------------------------------
-def test_p5en_workarounds() -> None:
-    env = env_dict("p5en.48xlarge", AUTO, "host")
-    assert env["NCCL_NVLS_ENABLE"] == "0"
-    assert env["NCCL_CUMEM_ENABLE"] == "0"
-    reasons = {s.name: s.reason for s in nccl_env(I("p5en.48xlarge"), AUTO, "host")}
-    assert "#1906" in reasons["NCCL_NVLS_ENABLE"]
-    assert "#1749" in reasons["NCCL_CUMEM_ENABLE"]
+# --- bug workarounds scoped to their triggers (issue 12.9) / GB200 (issue 12.4) -------------
+@pytest.mark.parametrize("name", [n for n, i in INSTANCES.items() if i.gpus and not i.virtual])
+def test_no_instance_gets_nvls_or_cumem_off_by_default(name: str) -> None:
+    """p5en used to get NCCL_NVLS_ENABLE=0 and NCCL_CUMEM_ENABLE=0 for every job."""
+    for rt in RUNTIMES:
+        env = env_dict(name, AUTO, rt)
+        assert "NCCL_NVLS_ENABLE" not in env
+        assert "NCCL_CUMEM_ENABLE" not in env
 
 
-def test_gb200_mnnvl_is_marked_unverified() -> None:
-    settings_ = {s.name: s for s in nccl_env(I("p6e-gb200.36xlarge"), AUTO, "container")}
-    assert settings_["NCCL_MNNVL_ENABLE"].value == "1"
-    assert settings_["NCCL_NVLS_ENABLE"].value == "1"
-    assert "unverified" in settings_["NCCL_MNNVL_ENABLE"].reason
-    assert "EKS" in settings_["NCCL_MNNVL_ENABLE"].source
-    assert RULE_BY_ID["gb200-mnnvl"].verified is False
+@pytest.mark.parametrize(
+    ("devices", "nccl", "expected"),
+    [
+        ("0,4,2,6,1,5,3,7", "auto", True),  # the permutation of NVIDIA/nccl#1906
+        ("1,0", "2.26.2", True),  # the release the issue reports
+        ("1,0", "2.22.0", True),  # first release after the last known good 2.21.5
+        ("1,0", "2.21.5", False),  # last known good
+        ("0,1,2,3,4,5,6,7", "auto", False),  # ascending: no trigger
+        ("3", "auto", False),
+        ("GPU-a,GPU-b", "auto", False),  # UUIDs: no index order
+        (None, "auto", False),  # Slurm's own binding is ascending
+    ],
+)
+def test_nvls_workaround_gate(devices: str | None, nccl: str, expected: bool) -> None:
+    traits = JobTraits(cuda_visible_devices=devices)
+    for name in ("p5.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge", "p6e-gb200.36xlarge"):
+        env = {s.name: s for s in nccl_env(I(name), S(nccl=nccl), "container", traits)}
+        assert ("NCCL_NVLS_ENABLE" in env) is expected
+        if expected:
+            assert env["NCCL_NVLS_ENABLE"].value == "0"
+            assert "https://github.com/NVIDIA/nccl/issues/1906" in env["NCCL_NVLS_ENABLE"].source
+    assert nccl_env(I("lab-cpu"), AUTO, "host", PERMUTED) == ()
+    rule = RULE_BY_ID["nvls-permuted-devices"]
+    assert rule.trigger is not None
+    assert "CUDA_VISIBLE_DEVICES" in rule.trigger_text
+
+
+@pytest.mark.parametrize(
+    ("pp", "nodes", "warned"),
+    [(4, 16, True), (2, 2, True), (1, 16, False), (4, 1, False)],
+)
+def test_cumem_off_warns_only_with_internode_send_recv(pp: int, nodes: int, warned: bool) -> None:
+    """NVIDIA/nccl#1721: NCCL_CUMEM_ENABLE=0 hangs multi-node send/recv (pipeline stages)."""
+    traits = JobTraits(pipeline_parallel=pp, nodes=nodes)
+    out = user_env_warnings(I("p5en.48xlarge"), AUTO, "host", {"NCCL_CUMEM_ENABLE": "0"}, traits)
+    assert any("issues/1721" in w for w in out) is warned
+    assert not user_env_warnings(
+        I("p5en.48xlarge"), AUTO, "host", {"NCCL_CUMEM_ENABLE": "1"}, traits
+    )
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_gb200_gets_no_nccl_default_restated(runtime: Runtime) -> None:
+    """NCCL_MNNVL_ENABLE=1 and NCCL_NVLS_ENABLE=1 restate NCCL's defaults (NCCL env docs), and
+    MNNVL_ENABLE=1 also forces the MNNVL check on single-node communicators."""
+    env = env_dict("p6e-gb200.36xlarge", AUTO, runtime)
+    assert "NCCL_MNNVL_ENABLE" not in env
+    assert "NCCL_NVLS_ENABLE" not in env
+    assert "gb200-mnnvl" not in RULE_BY_ID
+    assert I("p6e-gb200.36xlarge").needs_imex is True
+    assert not any(i.needs_imex for n, i in INSTANCES.items() if n != "p6e-gb200.36xlarge")
 
 
 # --- ordering / duplicates ----------------------------------------------------------------------
@@ -502,4 +521,14 @@ def test_property_profile_invariants(
         if instance.virtual:
             assert out == ()
         else:
-            assert names.count("LD_LIBRARY_PATH") == 1
+            legacy = efa is not None and Version(efa.base_version) < Version("1.36.0")
+            assert names.count("LD_LIBRARY_PATH") == int(legacy)
+
+
+def test_user_forcing_mnnvl_is_warned() -> None:
+    out = user_env_warnings(I("p6e-gb200.36xlarge"), AUTO, "container", {"NCCL_MNNVL_ENABLE": "1"})
+    assert len(out) == 1
+    assert "single-node communicators" in out[0]
+    assert not user_env_warnings(
+        I("p6e-gb200.36xlarge"), AUTO, "container", {"NCCL_MNNVL_ENABLE": "0"}
+    )

@@ -81,14 +81,14 @@ def test_quickstart_runs_torchrun_over_two_nodes(each_lab: SlurmLab, tmp_path: P
 
 def test_status_and_render_agree_with_slurm(each_lab: SlurmLab, tmp_path: Path) -> None:
     slurm_lab = each_lab
-    job_id, _, _ = submit_quickstart(slurm_lab, tmp_path, "-o", str(tmp_path / "job.sh"))
+    job_id, _, _ = submit_quickstart(slurm_lab, tmp_path, "-o", str(tmp_path / "out"))
     proc = slurm_lab.slurmfm("status", job_id, "--json")
     assert proc.returncode == 0, proc.stderr
     st = json.loads(proc.stdout)
     assert st["state"] == "COMPLETED"
     assert st["done"] is True
     assert st["name"] == "quickstart"
-    text = (tmp_path / "job.sh").read_text()
+    text = (tmp_path / "out" / "quickstart.sh").read_text()
     major_minor = ".".join(slurm_lab.version.split(".")[:2])
     assert f"# Slurm target {major_minor}" in text  # rendered for the real cluster's version
     assert "(assumed" not in text

@@ -22,8 +22,10 @@
 #SBATCH --requeue
 # a requeue would otherwise truncate the earlier output
 #SBATCH --open-mode=append
-# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: peer-launchers.md section 2)
-#SBATCH --signal=B:USR2@300
+# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: https://github.com/facebookincubator/submitit/pull/1697)
+#SBATCH --signal=B:USR2@600
+# no topology plan: groups of 9 nodes, each inside one UltraServer (9/18 instances; 9 divides them), so an NVLink domain never straddles two (topology/block, Slurm >= 24.05)
+#SBATCH --segment=9
 
 set -euo pipefail
 
@@ -47,15 +49,8 @@ export HF_TOKEN
 # NCCL/EFA profile for p6e-gb200.36xlarge: why each variable is set, and the source of the rule.
 # use the EFA libfabric provider (harmless on current stacks) [aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md; awslabs/awsome-distributed-ai commit a59b4db5 (May-2026 NCCL/EFA review)]
 export FI_PROVIDER=efa
-# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch; aws-launch-facts.md#6 item 3]
+# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname]
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'
-# prepend the arch-specific aws-ofi-nccl dir + libfabric to the library path [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/nccl-tests.Dockerfile]
-LD_LIBRARY_PATH="/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export LD_LIBRARY_PATH
-# GB200 multi-node NVLink (unverified on Slurm: AWS reference is an EKS nccl-test) [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/kubernetes/nccl-tests-gb200.yaml (history, EKS only)]
-export NCCL_MNNVL_ENABLE=1
-# GB200 NVLink SHARP (unverified on Slurm: AWS reference is an EKS nccl-test) [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/kubernetes/nccl-tests-gb200.yaml (history, EKS only)]
-export NCCL_NVLS_ENABLE=1
 
 # The recipe's own environment (a recipe value wins over the profile).
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -884,9 +879,10 @@ srun "${slurmfm_auto_resume[@]}" "${slurmfm_step_log[@]}" --nodes="$SLURM_JOB_NU
   --kill-on-bad-exit=1 \
   --label \
   --container-image=/fsx/containers/nemo-25.11-arm64.sqsh \
-  --container-mounts=/fsx:/fsx \
+  --container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels \
   --container-workdir=/fsx \
   --no-container-mount-home \
+  --container-env=CUDA_DEVICE_MAX_CONNECTIONS,FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,TORCH_NCCL_ASYNC_ERROR_HANDLING,TORCH_NCCL_AVOID_RECORD_STREAMS \
   bash -c "$SLURMFM_NODE_ENTRY" slurmfm-node 3 TERM \
   python -m torch.distributed.run \
   --nnodes=18 --nproc-per-node=4 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \

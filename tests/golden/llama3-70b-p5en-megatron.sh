@@ -21,7 +21,7 @@
 #SBATCH --requeue
 # a requeue would otherwise truncate the earlier output
 #SBATCH --open-mode=append
-# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: peer-launchers.md section 2)
+# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: https://github.com/facebookincubator/submitit/pull/1697)
 #SBATCH --signal=B:USR2@300
 
 set -euo pipefail
@@ -46,15 +46,8 @@ export HF_TOKEN WANDB_API_KEY
 # NCCL/EFA profile for p5en.48xlarge: why each variable is set, and the source of the rule.
 # use the EFA libfabric provider (harmless on current stacks) [aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md; awslabs/awsome-distributed-ai commit a59b4db5 (May-2026 NCCL/EFA review)]
 export FI_PROVIDER=efa
-# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch; aws-launch-facts.md#6 item 3]
+# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname]
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'
-# prepend the arch-specific aws-ofi-nccl dir + libfabric to the library path [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/nccl-tests.Dockerfile]
-LD_LIBRARY_PATH="/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export LD_LIBRARY_PATH
-# p5en workaround for NVLS rank-ordering bug NVIDIA/nccl#1906 [awslabs/awsome-distributed-ai:3.test_cases/megatron/nemo-rl/grpo/README.md; NVIDIA/nccl#1906]
-export NCCL_NVLS_ENABLE=0
-# p5en workaround for cuMem import penalty NVIDIA/nccl#1749 [awslabs/awsome-distributed-ai:3.test_cases/megatron/nemo-rl/grpo/README.md; NVIDIA/nccl#1749]
-export NCCL_CUMEM_ENABLE=0
 
 # The recipe's own environment (a recipe value wins over the profile).
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -891,6 +884,7 @@ srun "${slurmfm_auto_resume[@]}" "${slurmfm_step_log[@]}" --nodes="$SLURM_JOB_NU
   --container-mounts=/fsx:/fsx \
   --container-workdir=/workspace/Megatron-LM \
   --no-container-mount-home \
+  --container-env=CUDA_DEVICE_MAX_CONNECTIONS,FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FWD_LAYERNORM_SM_MARGIN,TORCH_NCCL_ASYNC_ERROR_HANDLING,TORCH_NCCL_AVOID_RECORD_STREAMS,WANDB_API_KEY,WANDB_DIR \
   bash -c "$SLURMFM_NODE_ENTRY" slurmfm-node 3 TERM \
   python -m torch.distributed.run \
   --nnodes=16 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \

@@ -22,7 +22,7 @@
 #SBATCH --requeue
 # a requeue would otherwise truncate the earlier output
 #SBATCH --open-mode=append
-# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: peer-launchers.md section 2)
+# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: https://github.com/facebookincubator/submitit/pull/1697)
 #SBATCH --signal=B:USR2@300
 
 set -euo pipefail
@@ -47,11 +47,8 @@ export HF_TOKEN
 # NCCL/EFA profile for p5.48xlarge: why each variable is set, and the source of the rule.
 # use the EFA libfabric provider (harmless on current stacks) [aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md; awslabs/awsome-distributed-ai commit a59b4db5 (May-2026 NCCL/EFA review)]
 export FI_PROVIDER=efa
-# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch; aws-launch-facts.md#6 item 3]
+# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname]
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'
-# prepend aws-ofi-nccl + libfabric (EFA installer layout) to the library path [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch]
-LD_LIBRARY_PATH="/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export LD_LIBRARY_PATH
 
 # The recipe's own environment (a recipe value wins over the profile).
 export HF_HOME=/fsx/cache/huggingface
@@ -861,13 +858,10 @@ slurmfm_signalled=""
 slurmfm_on_usr2() {
   slurmfm_signalled="time limit near"
   slurmfm_record signal "USR2 before the time limit"
-  echo "slurmfm: USR2 received: asking the training processes to save and exit"
-  # Repeat every 10 s until the step ends: a process still starting up (before it installed
-  # its handler) ignores the signal, and would otherwise run into the time limit.
-  (
-    while kill -USR2 "$slurmfm_srun" 2>/dev/null; do sleep 10; done
-  ) &
-  slurmfm_resignal=$!
+  # This launcher has no save-on-signal protocol: requeue now; it resumes from its last
+  # periodic checkpoint (at most one checkpoint interval is lost).
+  echo "slurmfm: USR2 received: requeueing now; the run resumes from its last checkpoint"
+  slurmfm_requeue "time limit near (launcher saves periodically)"
 }
 trap slurmfm_on_usr2 USR2
 

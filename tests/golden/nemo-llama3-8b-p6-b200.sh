@@ -20,7 +20,7 @@
 #SBATCH --requeue
 # a requeue would otherwise truncate the earlier output
 #SBATCH --open-mode=append
-# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: peer-launchers.md section 2)
+# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: https://github.com/facebookincubator/submitit/pull/1697)
 #SBATCH --signal=B:USR2@300
 
 set -euo pipefail
@@ -45,11 +45,8 @@ export HF_TOKEN
 # NCCL/EFA profile for p6-b200.48xlarge: why each variable is set, and the source of the rule.
 # use the EFA libfabric provider (harmless on current stacks) [aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md; awslabs/awsome-distributed-ai commit a59b4db5 (May-2026 NCCL/EFA review)]
 export FI_PROVIDER=efa
-# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch; aws-launch-facts.md#6 item 3]
+# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname]
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'
-# prepend the arch-specific aws-ofi-nccl dir + libfabric to the library path [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/nccl-tests.Dockerfile]
-LD_LIBRARY_PATH="/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export LD_LIBRARY_PATH
 
 # The recipe's own environment (a recipe value wins over the profile).
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
@@ -888,15 +885,17 @@ trap slurmfm_on_usr2 USR2
 slurmfm_step_log=()
 
 # Launch: NeMo 2.0 recipe, one Slurm task per GPU.
-srun --auto-resume=1 "${slurmfm_step_log[@]}" --nodes="$SLURM_JOB_NUM_NODES" \
-  --ntasks-per-node=8 \
+srun --auto-resume=1 "${slurmfm_step_log[@]}" --ntasks-per-node=8 \
+  --ntasks="$((${#slurmfm_order[@]} * 8))" \
+  --distribution=arbitrary \
+  --nodelist="$(for slurmfm_h in "${slurmfm_order[@]}"; do for ((slurmfm_t = 0; slurmfm_t < 8; slurmfm_t++)); do printf %s, "$slurmfm_h"; done; done)" \
   --kill-on-bad-exit=1 \
   --label \
-  --auto-resume=1 \
   --container-image=/fsx/ubuntu/aws-nemo-25.11.sqsh \
   --container-mounts=/fsx:/fsx \
   --container-workdir=/fsx/ubuntu \
   --no-container-mount-home \
+  --container-env=FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,NEMO_HOME,NVTE_ASYNC_AMAX_REDUCTION,NVTE_DP_AMAX_REDUCE_INTERVAL,TORCH_NCCL_AVOID_RECORD_STREAMS \
   bash -c "$SLURMFM_NODE_ENTRY" slurmfm-node 0 none \
   python -c "$SLURMFM_NEMO_DRIVER" &
 slurmfm_srun=$!

@@ -16,7 +16,7 @@
 #SBATCH --requeue
 # a requeue would otherwise truncate the earlier output
 #SBATCH --open-mode=append
-# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: peer-launchers.md section 2)
+# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: https://github.com/facebookincubator/submitit/pull/1697)
 #SBATCH --signal=B:USR2@300
 
 set -euo pipefail

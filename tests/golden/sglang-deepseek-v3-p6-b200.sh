@@ -21,7 +21,7 @@
 #SBATCH --requeue
 # a requeue would otherwise truncate the earlier output
 #SBATCH --open-mode=append
-# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: peer-launchers.md section 2)
+# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: https://github.com/facebookincubator/submitit/pull/1697)
 #SBATCH --signal=B:USR2@900
 
 set -euo pipefail
@@ -35,13 +35,10 @@ export SLURMFM_SAVE_SIGNAL=USR2
 # NCCL/EFA profile for p6-b200.48xlarge: why each variable is set, and the source of the rule.
 # use the EFA libfabric provider (harmless on current stacks) [aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md; awslabs/awsome-distributed-ai commit a59b4db5 (May-2026 NCCL/EFA review)]
 export FI_PROVIDER=efa
-# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch; aws-launch-facts.md#6 item 3]
+# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname]
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'
-# report NCCL errors; set NCCL_DEBUG=INFO to debug EFA selection [aws-launch-facts.md#6 item 3]
+# report NCCL errors; set NCCL_DEBUG=INFO to debug EFA selection [https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-debug]
 export NCCL_DEBUG=WARN
-# prepend the arch-specific aws-ofi-nccl dir + libfabric to the library path [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/nccl-tests.Dockerfile]
-LD_LIBRARY_PATH="/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export LD_LIBRARY_PATH
 
 # Storage: one checkpoint directory per run, shared by save and resume.
 export SLURMFM_RUN_ID=deepseek-v3-serve
@@ -924,6 +921,7 @@ SLURMFM_HOST_ORDER="$SLURMFM_SERVE_ORDER" srun "${slurmfm_auto_resume[@]}" "${sl
   --container-image=/fsx/containers/sglang.sqsh \
   --container-mounts=/fsx:/fsx \
   --no-container-mount-home \
+  --container-env=FI_PROVIDER,NCCL_DEBUG,NCCL_SOCKET_IFNAME \
   bash -c "$SLURMFM_NODE_ENTRY" slurmfm-node 3 none \
   python3 -m sglang.launch_server \
   --model-path /fsx/models/deepseek-ai/DeepSeek-V3 --tp 16 --ep-size 16 \

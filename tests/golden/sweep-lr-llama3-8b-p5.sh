@@ -24,7 +24,7 @@
 #SBATCH --requeue
 # a requeue would otherwise truncate the earlier output
 #SBATCH --open-mode=append
-# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: peer-launchers.md section 2)
+# USR2 to the batch shell before the time limit: save and requeue (USR2, not USR1, which NCCL uses: https://github.com/facebookincubator/submitit/pull/1697)
 #SBATCH --signal=B:USR2@300
 
 set -euo pipefail
@@ -49,13 +49,10 @@ export HF_TOKEN WANDB_API_KEY
 # NCCL/EFA profile for p5.48xlarge: why each variable is set, and the source of the rule.
 # use the EFA libfabric provider (harmless on current stacks) [aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md; awslabs/awsome-distributed-ai commit a59b4db5 (May-2026 NCCL/EFA review)]
 export FI_PROVIDER=efa
-# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch; aws-launch-facts.md#6 item 3]
+# NCCL bootstrap sockets: exclude docker/loopback/veth interfaces [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch; https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname]
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'
-# report NCCL errors; set NCCL_DEBUG=INFO to debug EFA selection [aws-launch-facts.md#6 item 3]
+# report NCCL errors; set NCCL_DEBUG=INFO to debug EFA selection [https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-debug]
 export NCCL_DEBUG=WARN
-# prepend the arch-specific aws-ofi-nccl dir + libfabric to the library path [awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/nccl-tests.Dockerfile]
-LD_LIBRARY_PATH="/opt/amazon/ofi-nccl/lib/$(uname -m)-linux-gnu:/opt/amazon/efa/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export LD_LIBRARY_PATH
 
 # The recipe's own environment (a recipe value wins over the profile).
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -943,6 +940,7 @@ srun "${slurmfm_auto_resume[@]}" "${slurmfm_step_log[@]}" --nodes="$SLURM_JOB_NU
   --container-mounts=/fsx:/fsx \
   --container-workdir=/workspace/Megatron-LM \
   --no-container-mount-home \
+  --container-env=CUDA_DEVICE_MAX_CONNECTIONS,FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,TORCH_NCCL_ASYNC_ERROR_HANDLING,WANDB_API_KEY \
   bash -c "$SLURMFM_NODE_ENTRY" slurmfm-node 3 TERM \
   python -m torch.distributed.run \
   --nnodes=2 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \

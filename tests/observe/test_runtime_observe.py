@@ -161,8 +161,11 @@ def test_observability_off_renders_nothing(tmp_path: Path) -> None:
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
+    # NUL and line breaks in a path are refused at validate (tests/recipe/test_input_safety.py)
     path=st.one_of(
-        st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=30),
+        st.text(
+            st.characters(exclude_categories=("Cs",), exclude_characters="\x00\n\r"), max_size=30
+        ),
         st.sampled_from(["$(printf x > canary)", "`printf y > canary`", "'; printf z > canary; '"]),
     )
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from slurmfm.cli_plan import plan_command
+from slurmfm.cli.plan import plan_command
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -92,3 +92,63 @@ def test_evaluate_rejects_bad_shapes() -> None:
         evaluate(tree(), NAMES[:3], JobShape(3, 8, tp=16))
     with pytest.raises(ValueError, match="order has"):
         evaluate(tree(), NAMES[:3], JobShape(4, 8))
+
+
+def test_bound_by_names_the_tier_and_the_congestion() -> None:
+    job = JobShape(16, 8, tp=8, pp=2)
+    r = evaluate(tree(), NAMES, job)
+    # Each stage's ring stays under one spine; PP pairs (i, i+8) cross the core.
+    assert r.bound_by == {"tp": "nvlink", "dp": "spine", "pp": "core"}
+    scrambled = [NAMES[i // 2 + (8 if i % 2 else 0)] for i in range(16)]
+    params = CostParams.from_mapping({"tiers": {"leaf": {"oversubscription": 4}}})
+    r4 = evaluate(tree(), scrambled, JobShape(16, 8, tp=8), params)
+    assert r4.bound_by["dp"].startswith("core x")
+    assert CostParams.default().with_oversubscription(2).tiers["spine"].oversubscription == 2
+
+
+def test_explain_shows_time_per_group_and_its_tier() -> None:
+    from slurmfm.plan.planner import plan
+
+    p = plan(tree(), JobShape(16, 8, tp=8, pp=2))
+    (line,) = [w for w in p.explanation if w.startswith("per group")]
+    assert "dp " in line
+    assert "(spine)" in line
+    assert "pp " in line
+    assert "(nvlink)" in line
+
+
+def test_levels_above_the_core_add_a_hop_each() -> None:
+    # 4 levels: two pods, each with one top, one spine, one leaf of 2 nodes.
+    paths = {
+        "a0": ("root", "pod0", "top0", "spine0", "leaf0"),
+        "a1": ("root", "pod0", "top0", "spine0", "leaf0"),
+        "b0": ("root", "pod0", "top1", "spine1", "leaf1"),
+        "b1": ("root", "pod0", "top1", "spine1", "leaf1"),
+        "c0": ("root", "pod1", "top2", "spine2", "leaf2"),
+        "c1": ("root", "pod1", "top2", "spine2", "leaf2"),
+    }
+    topo = Topology.from_paths(paths)
+    job = JobShape(4, 8, tp=8)
+    in_pod = evaluate(topo, ["a0", "a1", "b0", "b1"], job)  # common switch pod0 (level 3)
+    across = evaluate(topo, ["a0", "a1", "c0", "c1"], job)  # common switch root (level 4)
+    assert in_pod.bound_by["dp"] == across.bound_by["dp"] == "core"
+    assert across.per_group["dp"] > in_pod.per_group["dp"]
+
+
+def test_message_bytes_from_a_megatron_recipe() -> None:
+    from pathlib import Path
+
+    from slurmfm.plan.cost import message_bytes_for_megatron
+    from slurmfm.recipe.loader import load_recipe
+
+    repo = Path(__file__).resolve().parents[2]
+    rec = load_recipe(str(repo / "recipes" / "llama3-70b-p5en-megatron.yaml"))
+    args = rec.launcher.model_args  # type: ignore[union-attr]
+    sizes = message_bytes_for_megatron(args, tp=8, pp=4, dp=4)
+    assert sizes is not None
+    # Llama-3-70B without embeddings: 68.5e9 parameters; fp32 gradients over tp*pp = 32.
+    params = sizes["dp"] * 32 / 4
+    assert 68e9 < params < 69e9
+    # GBS 512 = dp 4 x mbs 1 x 128 micro-batches of 8192 x 8192 bf16 activations.
+    assert sizes["pp"] == 128 * 8192 * 8192 * 2
+    assert message_bytes_for_megatron({"num-layers": 2}, tp=1, pp=1, dp=1) is None

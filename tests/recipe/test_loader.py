@@ -169,14 +169,15 @@ def test_yaml_1_2_scalars_lines_and_merges() -> None:
         "  - {k: v}\n"
     )
     data, lines = parse_yaml(text, "r.yaml")
-    # YAML 1.2: "on" and "1:30:00" stay strings; 0755 is decimal; explicit keys beat merges.
+    # YAML 1.2: "on" and "1:30:00" stay strings; explicit keys beat merges; env values are
+    # kept as written (issue 15 item 11).
     assert data["env"] == {
         "NCCL_DEBUG": "INFO",
         "FLAG": "on",
         "T": "1:30:00",
-        "OCT": 755,
-        "N": 12,
-        "B": True,
+        "OCT": "0755",
+        "N": "12",
+        "B": "true",
         "Q": "12",
         "FI_PROVIDER": "efa",
     }
@@ -185,6 +186,7 @@ def test_yaml_1_2_scalars_lines_and_merges() -> None:
     assert lines[("list", 1)] == 15
     assert lines[("list", 1, "k")] == 15
     assert parse_yaml("", "r.yaml") == (None, {(): 1})
+    assert parse_yaml("x: 0755\ny: true\n", "r.yaml")[0] == {"x": 755, "y": True}  # 1.2: decimal
 
 
 def test_all_problems_reported_at_once(tmp_path: Path) -> None:

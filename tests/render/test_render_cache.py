@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmfm import render_cache
+from slurmfm.cli import cache as render_cache
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "recipes" / "llama3-70b-p5en-megatron.yaml"
@@ -69,8 +69,10 @@ def test_a_changed_package_file_changes_the_key(
     # A copy of the package stands in for it: a test never touches a tracked file, not even
     # its mtime (a parallel run would render with a key that is briefly wrong).
     package = tmp_path / "pkg" / "slurmfm"
-    shutil.copytree(Path(render_cache.__file__).parent, package)
-    monkeypatch.setattr(render_cache, "__file__", str(package / "render_cache.py"))
+    original = Path(render_cache.__file__).resolve()
+    root = original.parent.parent  # the slurmfm package (the cache is slurmfm/cli/cache.py)
+    shutil.copytree(root, package)
+    monkeypatch.setattr(render_cache, "__file__", str(package / original.relative_to(root)))
     recipe = tmp_path / "r.yaml"
     recipe.write_bytes(RECIPE.read_bytes())
     before = render_cache.key(str(recipe), (), None)

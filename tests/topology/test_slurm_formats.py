@@ -438,7 +438,7 @@ def test_sinfo_states() -> None:
 def test_cli_import_export_show(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from slurmfm.cli_topology import topology
+    from slurmfm.cli.topology import topology
 
     conf = tmp_path / "topology.conf"
     conf.write_text(LAB_TREE)

@@ -66,7 +66,15 @@ class JobSubmitDescription:
         db = _load()
         job_id = db["next"]
         db["next"] += 1
-        db["jobs"][str(job_id)] = {"name": self.name, "state": "PENDING", "nodes": self.nodes}
+        db["jobs"][str(job_id)] = {
+            "name": self.name,
+            "state": "PENDING",
+            "nodes": self.nodes,
+            # Set by the caller like sbatch's command-line options (recorded for tests):
+            "array": getattr(self, "array", None),
+            "dependencies": getattr(self, "dependencies", None),
+            "kill_on_invalid_dependency": getattr(self, "kill_on_invalid_dependency", None),
+        }
         _save(db)
         return int(job_id)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmfm.cli_common import F, friendly, write_atomic
+from slurmfm.cli.common import F, friendly, install_template_cache, write_atomic, write_requests
 
 if TYPE_CHECKING:
     from slurmfm.plan.types import Placement
@@ -50,6 +50,25 @@ def _refuse_pipeline_file(path: str) -> None:
 def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
     """Write a whole file or nothing (scripts are executable)."""
     write_atomic(path, text, mode=mode)
+
+
+def _check_output(path: str) -> None:
+    """Refuse an -o target that is not a regular file before any work (or a submission)."""
+    from slurmfm.fsutil import check_target
+
+    check_target(path)
+
+
+def _say_run_dir(r: Recipe) -> None:
+    """Name the run directory and the one-live-job rule (slurmfm.run_lock)."""
+    from slurmfm.run_lock import run_dir
+
+    alone = (
+        "jobs of this singleton recipe take turns"
+        if r.resources.singleton
+        else ("submit refuses a second live job on it (--allow-shared-run-dir to override)")
+    )
+    click.echo(f"run directory: {run_dir(r)}{'-t<i>' if r.sweep else ''}; {alone}")
 
 
 def _warn(warnings: tuple[str, ...] | list[str]) -> None:
@@ -96,7 +115,7 @@ def _placement(
     if topology_src is None:
         return Placement(mode="constrain") if topology_order else None
     from slurmfm import api
-    from slurmfm.cli_plan import _unavailable
+    from slurmfm.cli.plan import _unavailable
 
     p = api.plan(
         r,
@@ -158,6 +177,12 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
             else ""
         )
     )
+    _say_run_dir(r)
+    # Which save protocol the job uses at the time limit, and whether its window holds a save.
+    click.echo(r.save_mode)
+    window = r.save_window_warning()
+    if window:
+        click.echo(f"warning: {window}", err=True)
     if r.sweep is not None:
         from slurmfm.api import sweep_tasks
 
@@ -187,11 +212,13 @@ def render(
 ) -> None:
     """Print (or write with -o) the sbatch script for RECIPE, without asking any cluster.
 
-    Unchanged inputs are served from a content-addressed cache (slurmfm.render_cache), which
+    Unchanged inputs are served from a content-addressed cache (slurmfm.cli.cache), which
     skips importing pydantic and jinja2.
     """
-    from slurmfm import render_cache
+    from slurmfm.cli import cache as render_cache
 
+    if output:
+        _check_output(output)
     key = None
     if not no_cache and render_cache.enabled():
         key = render_cache.key(recipe, sets, slurm_version)
@@ -202,6 +229,7 @@ def render(
         from slurmfm.api import render as do_render
 
         r = _load(recipe, sets)
+        install_template_cache()
         script = do_render(r, slurm_version=slurm_version)
         text, warnings = script.text, script.warnings
         if key:
@@ -224,7 +252,9 @@ def render(
     "-o",
     "--output",
     type=click.Path(),
-    help="Also save the script here (with --then: a directory, one NN-NAME.sh per recipe).",
+    help="Also save what is (or would be) sent to this directory: NAME.sh (the script), "
+    "NAME.argv.json (the sbatch command line) and NAME.files/ (runtime files); with --then "
+    "NN-NAME.* per recipe.",
 )
 @click.option(
     "--backend",
@@ -245,6 +275,11 @@ def render(
     help="Only run the preflight checks against the live cluster; queue nothing.",
 )
 @click.option("--no-check", is_flag=True, help="Skip the preflight that runs before submitting.")
+@click.option(
+    "--allow-shared-run-dir",
+    is_flag=True,
+    help="Submit even if a live job already uses this run's checkpoint directory.",
+)
 @click.option(
     "--then",
     "then",
@@ -286,8 +321,12 @@ def submit(
     then: tuple[str, ...],
     condition: str,
     keep_submitted: bool,
+    allow_shared_run_dir: bool,
 ) -> None:
     """Render RECIPE for the cluster's Slurm and submit it with sbatch.
+
+    A live job that already uses RECIPE's run directory (its checkpoints) makes submit refuse
+    unless --allow-shared-run-dir; give the run its own id with --set storage.run_id=NEW.
 
     Before submitting, a preflight asks the cluster whether the job can run (partition, node
     count, time limit, features, sbatch --test-only); when it cannot, nothing is queued and
@@ -301,7 +340,7 @@ def submit(
     if then:
         if topology_src is not None or topology_order or check_only:
             raise click.UsageError("--then cannot be combined with --topology/--check")
-        from slurmfm.cli_pipeline import submit_chain
+        from slurmfm.cli.pipeline import submit_chain
 
         submit_chain(
             recipe,
@@ -321,40 +360,43 @@ def submit(
         return
 
     r = _load(recipe, sets)
-    probed = None
-    if slurm_version is None and not dry_run and topology_src is not None:
-        from slurmfm.backends.slurm_cli import SlurmCLI
-
-        slurm_version = probed = SlurmCLI().version()
-    placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
     if check_only:
+        if slurm_version is None and topology_src is not None:
+            slurm_version = api.get_backend("cli").version()  # plan for the cluster's Slurm
+        placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
         report = api.check(r, placement=placement)
         for line in report.lines():
             click.echo(line, err=not report.ok)
         sys.exit(0 if report.ok else 2)
+    be = None
+    if not dry_run:
+        api.require_secrets({"": r})  # before Slurm is asked anything
+        # Asked once: the plan and the script are made for the cluster's real Slurm.
+        be = api.get_backend(backend)  # type: ignore[arg-type]
+        slurm_version = be.version()
+    placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
+    install_template_cache()
+    request = api.render(r, slurm_version=slurm_version, placement=placement)
+    _warn(request.warnings)
     if dry_run:
-        info = api.dry_run(r, slurm_version=slurm_version, placement=placement)
-        _warn(info.script.warnings)
         if output:
-            _write_atomic(output, info.text)
-        click.echo(f"# dry run: would run {' '.join(info.sbatch_argv)} with this script on stdin")
-        if info.needs_env:
+            write_requests(output, [(r.name, request)])
+        for line in request.header():
+            click.echo(line)
+        if request.env_names:
             missing = api.missing_secrets(r)
             state = f"; missing now: {', '.join(missing)}" if missing else ""
-            click.echo(f"# needs from the environment: {', '.join(info.needs_env)}{state}")
-        click.echo(info.text, nl=False)
+            click.echo(f"# needs from the environment: {', '.join(request.env_names)}{state}")
+        click.echo(request.text, nl=False)
         return
-    job = api.submit(
-        r,
-        backend=backend,  # type: ignore[arg-type]
+    job = api.submit_request(
+        request,
+        backend=be if be is not None else backend,  # type: ignore[arg-type]
         preflight=not no_check,
-        placement=placement,
-        slurm_version=probed,  # asked once, for planning; reused for rendering
+        allow_shared_run_dir=allow_shared_run_dir,
     )
-    if job.script is not None:
-        _warn(job.script.warnings)
-        if output:
-            _write_atomic(output, job.script.text)
+    if output and job.request is not None:
+        write_requests(output, [(r.name, job.request)])
     click.echo(job.job_id)
     if wait:
         st = job.wait(timeout=timeout)
@@ -445,10 +487,10 @@ def endpoint(recipe: str, sets: tuple[str, ...], wait: float, as_json: bool) -> 
 
 
 # Command groups in their own modules (each imports only click at the top).
-from slurmfm.cli_observe import logs_command, report_command  # noqa: E402
-from slurmfm.cli_pipeline import pipeline as _pipeline_group  # noqa: E402
-from slurmfm.cli_plan import plan_command as _plan_command  # noqa: E402
-from slurmfm.cli_topology import topology as _topology_group  # noqa: E402
+from slurmfm.cli.observe import logs_command, report_command  # noqa: E402
+from slurmfm.cli.pipeline import pipeline as _pipeline_group  # noqa: E402
+from slurmfm.cli.plan import plan_command as _plan_command  # noqa: E402
+from slurmfm.cli.topology import topology as _topology_group  # noqa: E402
 
 main.add_command(_topology_group)
 main.add_command(_plan_command)

@@ -1,8 +1,8 @@
 """``slurmfm plan``: choose nodes and rank order on a topology, and show why.
 
-Only click is imported at module top (``slurmfm --help`` stays fast; see cli.py). Flags override
-the recipe; without a recipe the flags describe the job. An impossible request exits 2 with the
-planner's reason, like every other user-fixable error.
+Only click is imported at module top (``slurmfm --help`` stays fast; see the package's
+``__init__``). Flags override the recipe; without a recipe the flags describe the job. An
+impossible request exits 2 with the planner's reason, like every other user-fixable error.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmfm.cli_common import friendly
+from slurmfm.cli.common import friendly
 
 if TYPE_CHECKING:
     from slurmfm.plan.planner import Plan
@@ -21,9 +21,8 @@ def _unavailable(value: str | None) -> list[str]:
     """A Slurm hostlist, or ``@FILE`` with hostlists separated by whitespace or commas."""
     if not value:
         return []
-    import hostlist
-
     from slurmfm.errors import SlurmfmError
+    from slurmfm.topology.slurm_formats import expand_hostlist
 
     text = value
     if value.startswith("@"):
@@ -36,9 +35,9 @@ def _unavailable(value: str | None) -> list[str]:
         lines = [ln.split("#", 1)[0] for ln in text.splitlines()]
         text = ",".join(w for ln in lines for w in ln.split())
     try:
-        return list(hostlist.expand_hostlist(text.strip().strip(",")))
-    except hostlist.BadHostlist as exc:
-        raise SlurmfmError(f"--unavailable: bad hostlist {text!r}: {exc}") from exc
+        return expand_hostlist(text.strip().strip(","))
+    except ValueError as exc:
+        raise SlurmfmError(f"--unavailable: {exc}") from exc
 
 
 def _print_plan(p: Plan, *, as_json: bool, explain: bool) -> None:
@@ -114,6 +113,30 @@ def _print_plan(p: Plan, *, as_json: bool, explain: bool) -> None:
     metavar="TIME",
     help="The @TIME of --switches in constrain mode.",
 )
+@click.option(
+    "--oversubscription",
+    type=click.FloatRange(min=1),
+    help="Uplink oversubscription of every EFA tier (leaf, spine, core) for the cost model; "
+    "AWS does not publish it (default 1, or the --params file's).",
+)
+@click.option(
+    "--simulate",
+    is_flag=True,
+    help="Also check the plan against Slurm's own choice in simulated time (SimGrid, "
+    "python3-simgrid) and keep the faster (pin mode, tree fabrics).",
+)
+@click.option(
+    "--avoid-failed-since",
+    metavar="DURATION",
+    help="Leave out nodes that failed slurmfm's health gate in the last DURATION (24h, 90m, "
+    "2d): from Slurm's slurmfm drain reasons and the state files under --failed-records.",
+)
+@click.option(
+    "--failed-records",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="A log directory whose *.state job records to read for --avoid-failed-since (repeatable).",
+)
 @friendly
 def plan_command(
     recipe: str | None,
@@ -131,18 +154,24 @@ def plan_command(
     slurm_version: str | None,
     params_file: str | None,
     switch_wait: str,
+    oversubscription: float | None,
+    simulate: bool,
+    avoid_failed_since: str | None,
+    failed_records: tuple[str, ...],
 ) -> None:
     """Plan nodes and rank order for RECIPE (or for the job the flags describe)."""
     from slurmfm.catalog.slurm_features import SlurmVersion
     from slurmfm.errors import SlurmfmError
     from slurmfm.plan.cost import CostParams, JobShape
     from slurmfm.plan.planner import job_for_recipe, plan
+    from slurmfm.recipe.schema import MegatronLauncher
     from slurmfm.topology.model import TopologyError
 
     version = None
+    rec = None
     if recipe:
         from slurmfm.recipe.loader import load_recipe
-        from slurmfm.render.script import Target
+        from slurmfm.target import Target
 
         rec = load_recipe(recipe)
         base = job_for_recipe(rec)
@@ -172,6 +201,22 @@ def plan_command(
     except TopologyError as exc:
         raise SlurmfmError(f"--topology: {exc}") from exc
     params = CostParams.from_file(params_file) if params_file else None
+    launcher = rec.launcher if rec is not None else None
+    if isinstance(launcher, MegatronLauncher) and not params_file:
+        from slurmfm.plan.cost import message_bytes_for_megatron
+
+        sizes = message_bytes_for_megatron(launcher.model_args, tp=job.tp, pp=job.pp, dp=job.dp)
+        if sizes:  # the recipe's model and batch, not the illustrative defaults
+            params = CostParams.default().with_message_bytes(sizes)
+    if oversubscription is not None:
+        params = (params or CostParams.default()).with_oversubscription(oversubscription)
+    avoid = None
+    if avoid_failed_since:
+        from slurmfm.plan.failed import parse_duration, recent_failures
+
+        avoid = recent_failures(parse_duration(avoid_failed_since), failed_records)
+    elif failed_records:
+        raise SlurmfmError("--failed-records needs --avoid-failed-since")
     result = plan(
         topo,
         job,
@@ -180,5 +225,7 @@ def plan_command(
         slurm_version=version,
         params=params,
         switch_wait=switch_wait,
+        simulate=simulate,
+        avoid=avoid,
     )
     _print_plan(result, as_json=as_json, explain=explain)

@@ -1,6 +1,6 @@
 """``slurmfm report`` and ``slurmfm logs``: a job's run report and its logs.
 
-Why a separate module: like cli_topology.py and cli_plan.py it imports only click at module
+Why a separate module: like topology.py and plan.py it imports only click at module
 level (``slurmfm --help`` stays fast); the report and log readers are imported inside each
 command. Errors the user can fix print one line and exit with status 2.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmfm.cli_common import friendly
+from slurmfm.cli.common import friendly
 
 if TYPE_CHECKING:
     from slurmfm.backends.base import JobStatus

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmfm.cli_common import F, friendly
+from slurmfm.cli.common import F, friendly, install_template_cache, write_requests
 
 if TYPE_CHECKING:
     from slurmfm.pipeline import Pipeline
@@ -22,14 +22,22 @@ CONDITION_CHOICE = click.Choice(["afterok", "afterany", "afternotok"])
 def _show_dry_run(
     pipeline: Pipeline, slurm_version: str | None, output_dir: str | None, as_json: bool
 ) -> None:
+    import os
     import tempfile
 
     from slurmfm import api
+    from slurmfm.errors import SlurmfmError
 
     out = output_dir or tempfile.mkdtemp(prefix="slurmfm-pipeline-")
-    plan = api.dry_run_pipeline(pipeline, slurm_version=slurm_version, output_dir=out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise SlurmfmError(f"-o {out}: exists and is not a directory")
+    install_template_cache()
+    try:
+        plan = api.dry_run_pipeline(pipeline, slurm_version=slurm_version, output_dir=out)
+    except OSError as exc:
+        raise SlurmfmError(f"-o {out}: cannot write: {exc.strerror or exc}") from None
     for s in plan.stages:
-        for w in s.info.script.warnings:
+        for w in s.info.warnings:
             click.echo(f"warning: {s.name}: {w}", err=True)
     if as_json:
         import json
@@ -41,9 +49,10 @@ def _show_dry_run(
                     "stages": [
                         {
                             "stage": s.name,
-                            "recipe": s.info.recipe.name,
+                            "recipe": pipeline.stage(s.name).recipe.name,
                             "dependency": s.dependency,
                             "script": s.script_path,
+                            "argv": list(s.info.argv()),
                             "array_tasks": len(s.info.tasks),
                         }
                         for s in plan.stages
@@ -57,8 +66,8 @@ def _show_dry_run(
     for line in plan.lines():
         click.echo(line)
     click.echo(
-        "# at submit time <stage> becomes that stage's job id, added as #SBATCH --dependency "
-        "with --kill-on-invalid-dep=yes"
+        "# at submit time <stage> becomes that stage's job id in sbatch --dependency "
+        "(with --kill-on-invalid-dep=yes); NN-STAGE.argv.json holds each command line"
     )
 
 
@@ -80,6 +89,7 @@ def _run(
     if dry_run:
         _show_dry_run(pipeline, slurm_version, output_dir, as_json)
         return
+    install_template_cache()
     run = api.submit_pipeline(
         pipeline,
         backend=backend,  # type: ignore[arg-type]
@@ -87,13 +97,11 @@ def _run(
         keep_submitted=keep_submitted,
     )
     if output_dir:
-        from pathlib import Path
+        from slurmfm.pipeline import stem
 
-        from slurmfm.fsutil import write_atomic
-
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-        for i, s in enumerate(run.stages, 1):
-            write_atomic(str(Path(output_dir) / f"{i:02d}-{s.name}.sh"), s.script.text, mode=0o755)
+        write_requests(
+            output_dir, [(stem(i, s.name), s.request) for i, s in enumerate(run.stages, 1)]
+        )
     if as_json:
         import json
 
@@ -130,7 +138,8 @@ _RUN_OPTIONS = [
         "-o",
         "--output-dir",
         type=click.Path(file_okay=False),
-        help="Write each stage's script here as NN-STAGE.sh (dry run: default a new temp dir).",
+        help="Write what each stage sends here: NN-STAGE.sh, NN-STAGE.argv.json (dry run: "
+        "default a new temp dir).",
     ),
     click.option(
         "--backend",

@@ -2,7 +2,7 @@
 
 Why a separate module: the topology commands pull in networkx, ruamel.yaml, rich and (for live
 EC2 imports) boto3; keeping them here, imported lazily inside each command, leaves
-``slurmfm --help`` as fast as before (only click is imported at module level, as in cli.py).
+``slurmfm --help`` as fast as before (only click is imported at module level, as in __init__.py).
 Errors the user can fix (``SlurmfmError``, and ``TopologyError`` for bad files) print one line
 per problem on stderr and exit with status 2, like the rest of the CLI.
 """
@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from slurmfm.cli_common import friendly, write_atomic
+from slurmfm.cli.common import friendly, write_atomic
 
 if TYPE_CHECKING:
+    from slurmfm.backends.slurm_cli import SlurmCLI
     from slurmfm.topology.model import Topology
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,22 +42,11 @@ STATE_STYLE = {
 }
 
 
-def _run_slurm(args: list[str]) -> str:
-    """Run a Slurm client command (no shell); its own error text on failure."""
-    import subprocess
+def _slurm() -> SlurmCLI:
+    """The one Slurm client (slurmfm.backends.slurm_cli): no second runner here."""
+    from slurmfm.backends.slurm_cli import SlurmCLI
 
-    from slurmfm.errors import BackendError
-
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, check=False, timeout=60)
-    except FileNotFoundError as exc:
-        raise BackendError(f"{args[0]} not found on PATH (is this a Slurm node?)") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise BackendError(f"{' '.join(args)} timed out after 60 s", command=args) from exc
-    if proc.returncode != 0:
-        msg = proc.stderr.strip() or proc.stdout.strip() or f"exit status {proc.returncode}"
-        raise BackendError(f"{' '.join(args)}: {msg}", command=args)
-    return proc.stdout
+    return SlurmCLI()
 
 
 def _summary(t: Topology) -> str:
@@ -170,7 +160,7 @@ def _import_ec2(
     if names_from_slurm:
         ids = [r.instance_id for r in report.records]
         ips = ec2.map_by_private_ip(client, ids)
-        addr = ec2.parse_scontrol_nodes(_run_slurm(["scontrol", "show", "nodes", "-o"]))
+        addr = ec2.parse_scontrol_nodes(_slurm().show_nodes())
         names = {**ec2.names_from_ips(ips, addr), **(names or {})}
     t = ec2.to_topology(report, names, private_ips=ips)
     console.print(f"EC2: {report.summary()}")
@@ -181,22 +171,21 @@ def _import_ec2(
 
 # ---------------------------------------------------------------------------- export
 def _slurm_version(given: str | None) -> str:
-    """--slurm-version, else the local ``sinfo --version`` (``slurm 24.11.5``)."""
+    """--slurm-version, else the local Slurm's (the backend's one way to ask the version)."""
     from slurmfm.errors import SlurmfmError
 
     if given:
         return given
     try:
-        out = _run_slurm(["sinfo", "--version"])
+        return _slurm().version()
     except SlurmfmError as exc:
         raise SlurmfmError(f"give --slurm-version (could not ask Slurm: {exc})") from exc
-    return out.split()[-1] if out.split() else ""
 
 
 @topology.command("export")
 @click.argument("topology_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(("tree", "block", "yaml")), required=True)
-@click.option("--slurm-version", help="Target Slurm (default: `sinfo --version` here).")
+@click.option("--slurm-version", help="Target Slurm (default: `sbatch --version` here).")
 @click.option(
     "--partition",
     "partitions",
@@ -322,11 +311,11 @@ def show(
     if topology_file:
         t = store.load_any(topology_file)
     elif live:
-        t = slurm_formats.parse_scontrol_topology(_run_slurm(["scontrol", "show", "topology"]))
+        t = slurm_formats.parse_scontrol_topology(_slurm().show_topology())
     else:
         raise SlurmfmError("give a TOPOLOGY file, or --live to read the cluster")
     if live:
-        states = slurm_formats.slurm_node_states(_run_slurm(["sinfo", "-N", "-h", "-o", "%N %T"]))
+        states = slurm_formats.slurm_node_states(_slurm().node_states())
         t = t.with_states({n: states.get(n, "unknown") for n in t.nodes})
     console = Console()
     console.print(_rich_tree(t, show_nodes))

@@ -1,0 +1,64 @@
+"""Helpers shared by the CLI modules; imports only click (``slurmfm --help`` stays fast)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from slurmfm.request import SubmitRequest
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly(fn: F) -> F:
+    """Turn slurmfm's errors into one clean line each on stderr and exit status 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from slurmfm.errors import SlurmfmError
+
+        try:
+            return fn(*args, **kwargs)
+        except SlurmfmError as exc:
+            for line in str(exc).splitlines() or [type(exc).__name__]:
+                click.echo(line, err=True)
+            sys.exit(exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def write_atomic(path: str, text: str, mode: int | None = None) -> None:
+    """Whole file or nothing (see :func:`slurmfm.fsutil.write_atomic`)."""
+    from slurmfm.fsutil import write_atomic as _write
+
+    _write(path, text, mode=mode)
+
+
+def install_template_cache() -> None:
+    """Let the renderer keep compiled templates in the CLI's cache (slurmfm.cli.cache)."""
+    from slurmfm.cli.cache import install_template_cache as _install
+
+    _install()
+
+
+def write_requests(directory: str, items: list[tuple[str, SubmitRequest]]) -> None:
+    """Write each request's exact bytes as ``<dir>/<stem>.sh``, ``.argv.json`` and ``.files/``
+    (see :meth:`slurmfm.request.SubmitRequest.write`); one clear error, no traceback, when the
+    directory cannot be made or written."""
+    import os
+
+    from slurmfm.errors import SlurmfmError
+
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise SlurmfmError(f"-o {directory}: exists and is not a directory")
+    try:
+        for stem, request in items:
+            request.write(directory, stem)
+    except OSError as exc:
+        raise SlurmfmError(f"-o {directory}: cannot write: {exc.strerror or exc}") from None
+    click.echo(f"wrote {directory}", err=True)

@@ -1,0 +1,197 @@
+"""The one submit path: a lone recipe, a chain, a pipeline and a sweep all go through here.
+
+Why one path: the checks that protect a submission (secrets present, preflight against the live
+cluster, the log directory created, already-queued jobs cancelled when a later one fails) must
+hold the same way for one job and for ten stages. Every item is a ready
+:class:`~slurmfm.request.SubmitRequest` (rendered once, shown by the dry run); the only change
+made here is replacing ``<stage>`` placeholders in a dependency with the job ids just returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from slurmfm.errors import Problem, RecipeError, SlurmfmError
+
+if TYPE_CHECKING:
+    from slurmfm.backends.base import Backend
+    from slurmfm.recipe.schema import Recipe
+    from slurmfm.request import SubmitRequest
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """One queued job: its label (a stage name, ``""`` for a lone job), id and exact request."""
+
+    label: str
+    job_id: str
+    request: SubmitRequest
+
+
+class PipelineSubmitError(SlurmfmError):
+    """A stage could not be submitted after others were; says what was queued and its fate."""
+
+    def __init__(self, message: str, submitted: dict[str, str], cancelled: bool) -> None:
+        self.submitted = submitted
+        self.cancelled = cancelled
+        super().__init__(message)
+
+
+def missing_secrets(recipe: Recipe, env: Mapping[str, str] | None = None) -> list[str]:
+    """Names in ``recipe.secrets`` that the submitting environment does not provide."""
+    env = os.environ if env is None else env
+    return [name for name in recipe.secrets if not env.get(name)]
+
+
+def require_secrets(recipes: Mapping[str, Recipe], env: Mapping[str, str] | None = None) -> None:
+    """Refuse to submit, with one problem naming every secret the environment lacks.
+
+    ``recipes`` maps a label to a recipe: a pipeline stage's name, or ``""`` for a lone recipe.
+    Checked before anything is queued, so a pipeline never half-submits for want of a token.
+    """
+    missing = {label: m for label, r in recipes.items() if (m := missing_secrets(r, env))}
+    if not missing:
+        return
+    named = "; ".join(
+        f"{label}: {', '.join(m)}" if label else ", ".join(m) for label, m in missing.items()
+    )
+    raise RecipeError(
+        [
+            Problem(
+                "<environment>",
+                None,
+                "secrets",
+                f"not set in the submitting environment: {named} "
+                "(slurmfm passes secrets through the environment, never the script)",
+            )
+        ]
+    )
+
+
+def _preflight(items: Sequence[tuple[str, SubmitRequest]], env: Mapping[str, str] | None) -> None:
+    from slurmfm.backends.preflight import PreflightError, preflight
+    from slurmfm.backends.slurm_cli import SlurmCLI
+
+    cli = SlurmCLI(dict(env) if env is not None else None)
+    failed: list[str] = []
+    for label, req in items:
+        if req.recipe is None:
+            continue
+        report = preflight(req.recipe, req.text, cli, req.test_only_args())
+        if not report.ok and len(items) == 1 and not label:
+            raise PreflightError(report)
+        failed.extend(f"{label}: {c.name}: {c.message}" for c in report.failures())
+    if failed:
+        raise SlurmfmError("\n".join(f"preflight: {line}" for line in failed))
+
+
+def _make_dirs(items: Sequence[tuple[str, SubmitRequest]]) -> None:
+    """sbatch does not create the ``--output`` directory; a job whose log directory is missing
+    fails without any output, so create it before submitting."""
+    for _, req in items:
+        for d in req.creates_dirs:
+            try:
+                Path(d).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SlurmfmError(
+                    f"storage.log_dir: cannot create {d}: {exc.strerror or exc}"
+                ) from None
+
+
+def submit_all(
+    items: Sequence[tuple[str, SubmitRequest]],
+    *,
+    backend: Backend,
+    env: Mapping[str, str] | None = None,
+    preflight: bool = True,
+    keep_submitted: bool = False,
+    allow_shared_run_dir: bool = False,
+    shared_run_dir_hint: str = "pass --allow-shared-run-dir",
+) -> list[Submitted]:
+    """Submit ``(label, request)`` items in order; later dependencies may name earlier labels.
+
+    Nothing is queued when a recipe's secrets or a preflight fail, or when a live job already
+    trains in an item's run directory (:mod:`slurmfm.run_lock`; the items of one submission
+    may share one, as they run in dependency order). When a later ``sbatch`` fails, the jobs
+    already queued are cancelled unless ``keep_submitted``.
+    """
+    from slurmfm import run_lock
+
+    require_secrets({label: r.recipe for label, r in items if r.recipe is not None}, env)
+    if preflight:
+        _preflight(items, env)
+    _make_dirs(items)
+    done: list[Submitted] = []
+    child_env = dict(env) if env is not None else None
+    with contextlib.ExitStack() as held:
+        # Sorted: two submissions never wait for each other's records in opposite orders.
+        by_path = {
+            run_lock.record_path(r.recipe): r.recipe for _, r in items if r.recipe is not None
+        }
+        records = {
+            path: held.enter_context(
+                run_lock.exclusive(
+                    by_path[path],
+                    lambda job: _live_state(backend, job),
+                    allow_shared=allow_shared_run_dir,
+                    override=shared_run_dir_hint,
+                )
+            )
+            for path in sorted(by_path)
+        }
+        for label, req in items:
+            final = req.resolved({s.label: s.job_id for s in done})
+            try:
+                result = backend.submit(final, env=child_env)
+            except SlurmfmError as exc:
+                _abort(backend, done, label, exc, keep_submitted)
+                raise  # pragma: no cover - _abort always raises
+            if req.recipe is not None:
+                records[run_lock.record_path(req.recipe)](result.job_id)
+            done.append(Submitted(label, result.job_id, final))
+    return done
+
+
+def _live_state(backend: Backend, job_id: str) -> str | None:
+    """The job's state while Slurm still has it alive, else None (ended or unknown)."""
+    from slurmfm.errors import BackendError
+
+    try:
+        st = backend.status(job_id)
+    except BackendError:
+        return None
+    return None if st.done or not st.state else st.state
+
+
+def _abort(
+    backend: Backend, done: list[Submitted], label: str, exc: SlurmfmError, keep: bool
+) -> None:
+    if not done:
+        raise exc
+    queued = {s.label: s.job_id for s in done}
+    listed = ", ".join(f"{n}={j}" for n, j in queued.items())
+    if keep:
+        raise PipelineSubmitError(
+            f"pipeline: stage {label} was not submitted: {exc}\n"
+            f"pipeline: already submitted and kept (--keep-submitted): {listed}",
+            queued,
+            cancelled=False,
+        ) from exc
+    errors = []
+    for s in reversed(done):
+        try:
+            backend.cancel(s.job_id)
+        except SlurmfmError as cancel_exc:
+            errors.append(f"{s.label}={s.job_id}: {cancel_exc}")
+    tail = f"; could not cancel {', '.join(errors)}" if errors else ""
+    raise PipelineSubmitError(
+        f"pipeline: stage {label} was not submitted: {exc}\n"
+        f"pipeline: cancelled the stages already submitted: {listed}{tail}",
+        queued,
+        cancelled=not errors,
+    ) from exc

@@ -1,0 +1,59 @@
+"""Exact optimum of the cost model (MILP on HiGHS) against brute force, and the planner's gap."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from slurmfm.plan import optimum as opt
+from slurmfm.plan.cost import CostParams, JobShape, evaluate
+from slurmfm.plan.planner import order_nodes, plan
+from slurmfm.topology.model import Topology
+
+
+def uneven(seed: int) -> Topology:
+    rng = random.Random(seed)
+    paths = {}
+    k = 0
+    for sp in range(3):
+        for lf in range(rng.randint(1, 3)):
+            for _ in range(rng.randint(1, 4)):
+                paths[f"h{k:02d}"] = ("root", f"top{sp // 2}", f"spine{sp}", f"leaf{sp}{lf}")
+                k += 1
+    return Topology.from_paths(paths)
+
+
+def brute_force(topo: Topology, free: list[str], job: JobShape, params: CostParams) -> float:
+    return min(
+        evaluate(topo, order_nodes(topo, c, job), job, params).predicted_s
+        for c in itertools.combinations(free, job.nodes)
+    )
+
+
+def test_milp_matches_brute_force_on_small_fabrics() -> None:
+    assert opt.available()
+    params = CostParams.default().with_oversubscription(4)
+    for seed in range(6):
+        topo = uneven(seed)
+        rng = random.Random(seed)
+        free = sorted(rng.sample(sorted(topo.nodes), min(11, len(topo.nodes))))
+        job = JobShape(min(5, len(free)), 8, tp=8)
+        got = opt.exact(topo, job, free, params)
+        assert got is not None
+        assert abs(got.report.predicted_s - brute_force(topo, free, job, params)) < 1e-12
+
+
+def test_planner_gap_is_measured() -> None:
+    topo = uneven(3)
+    params = CostParams.default().with_oversubscription(2)
+    job = JobShape(6, 8, tp=8)
+    best = opt.exact(topo, job, topo.nodes, params)
+    assert best is not None
+    p = plan(topo, job, params=params)
+    assert opt.gap(p.predicted.predicted_s, best.report.predicted_s) >= -1e-12
+
+
+def test_only_where_the_closed_shape_holds() -> None:
+    topo = uneven(0)
+    assert not opt.applies(topo, JobShape(4, 8, tp=8, pp=2))
+    assert opt.exact(topo, JobShape(4, 8, tp=8, pp=2), topo.nodes) is None

@@ -1,0 +1,305 @@
+"""Issue 12, render side: what the script and `validate` say for each fact that changed."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from slurmfm.cli import main
+from slurmfm.plan.types import Placement
+from slurmfm.recipe.loader import validate
+from slurmfm.render.script import Target, render_script
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def recipe(**over: Any) -> Any:
+    base: dict[str, Any] = {
+        "name": "r",
+        "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
+        "resources": {"nodes": 2},
+        "parallelism": {"tp": 8},
+        "launcher": {"kind": "torchrun", "script": "/fsx/train.py"},
+    }
+    for key, value in over.items():
+        cur = base
+        *parents, leaf = key.split("__")
+        for p in parents:
+            cur = cur.setdefault(p, {})
+        cur[leaf] = value
+    return validate(base)
+
+
+def rendered(r: Any, version: str = "24.11", placement: Placement | None = None) -> Any:
+    return render_script(r, Target.for_recipe(r, version), placement)
+
+
+def launch_line(text: str) -> str:
+    """The training srun command (backslash continuations joined)."""
+    joined = text.replace("\\\n", " ")
+    (line,) = [ln for ln in joined.splitlines() if ln.startswith("srun ") and "NODE_ENTRY" in ln]
+    return line
+
+
+GB200: dict[str, Any] = {
+    "cluster__instance_type": "p6e-gb200.36xlarge",
+    "parallelism": {"tp": 4},
+}
+
+
+# --- 12.16: --auto-resume=1 once on HyperPod -----------------------------------------------
+@pytest.mark.parametrize("launcher", ["torchrun", "nemo"])
+def test_hyperpod_auto_resume_once(launcher: str) -> None:
+    over: dict[str, Any] = {"cluster__flavor": "hyperpod"}
+    if launcher == "nemo":
+        over["launcher"] = {"kind": "nemo", "recipe": "llama3_8b"}
+    line = launch_line(rendered(recipe(**over)).text)
+    assert shlex.split(line.replace('"', "")).count("--auto-resume=1") == 1
+
+
+# --- 12.3: the save protocol is an explicit recipe choice --------------------------------------
+@pytest.mark.parametrize(
+    ("launcher", "explicit", "expected"),
+    [
+        ({"kind": "torchrun", "script": "t.py"}, None, True),
+        ({"kind": "torchrun", "script": "t.py"}, False, False),
+        ({"kind": "nemo", "recipe": "llama3_8b"}, None, False),
+        ({"kind": "megatron"}, None, True),
+    ],
+)
+def test_save_mode_reaches_the_script(
+    launcher: dict[str, Any], explicit: bool | None, expected: bool
+) -> None:
+    over: dict[str, Any] = {"launcher": launcher}
+    if explicit is not None:
+        over["resilience__save_on_signal"] = explicit
+    r = recipe(**over)
+    assert r.save_on_signal is expected
+    text = rendered(r).text
+    assert ("requeueing now; the run resumes from its last checkpoint" in text) is not expected
+
+
+def test_save_on_signal_refused_for_launchers_without_a_protocol() -> None:
+    from slurmfm.errors import SlurmfmError
+
+    with pytest.raises((ValueError, SlurmfmError), match="save_on_signal"):
+        recipe(launcher={"kind": "nemo", "recipe": "llama3_8b"}, resilience__save_on_signal=True)
+
+
+def test_shipped_fsdp_recipe_requeues_at_the_signal() -> None:
+    """Its train.py (awsome-distributed-training FSDP) has no USR2 handler."""
+    res = CliRunner().invoke(main, ["validate", str(REPO / "recipes" / "llama3-8b-p5-fsdp.yaml")])
+    assert res.exit_code == 0, res.output
+    assert "save mode: requeue-at-signal (explicit)" in res.stdout
+
+
+def test_validate_names_the_default_mode() -> None:
+    res = CliRunner().invoke(
+        main, ["validate", str(REPO / "recipes" / "llama3-70b-p5en-megatron.yaml")]
+    )
+    assert "save mode: save-on-signal (explicit)" in res.stdout
+    assert "TERM" in res.stdout
+
+
+# --- 12.12: the pre-timeout window against the checkpoint size ---------------------------------
+def test_window_too_short_for_the_checkpoint_warns() -> None:
+    r = recipe(resilience__model_params_b=405, storage__write_mb_s=300)
+    (w,) = [w for w in rendered(r).warnings if w.startswith("resilience.save_before_timeout_s")]
+    assert "5,670 GB" in w
+    assert "18,900 s" in w
+
+
+@pytest.mark.parametrize(
+    ("params_b", "mb_s", "window", "warned"),
+    [
+        (8, 300, 300, True),  # 112 GB at 300 MB/s: 374 s
+        (8, 400, 300, False),  # 280 s
+        (70, 6000, 300, False),  # 980 GB: 164 s
+        (405, 24000, 600, False),  # 5,670 GB: 237 s
+        (405, 24000, 200, True),
+    ],
+)
+def test_window_gate(params_b: float, mb_s: float, window: int, warned: bool) -> None:
+    r = recipe(
+        resilience__model_params_b=params_b,
+        resilience__save_before_timeout_s=window,
+        storage__write_mb_s=mb_s,
+    )
+    assert (r.save_window_warning() is not None) is warned
+
+
+def test_window_not_checked_without_a_size_or_a_save() -> None:
+    assert recipe().save_window_warning() is None
+    assert (
+        recipe(
+            resilience__model_params_b=405, resilience__save_on_signal=False
+        ).save_window_warning()
+        is None
+    )
+
+
+def test_validate_warns_about_the_window(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        main,
+        [
+            "validate",
+            str(REPO / "recipes" / "gb200-llama3-405b.yaml"),
+            "--set",
+            "storage.write_mb_s=300",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "cannot hold one save" in res.stderr
+
+
+# --- 12.10: GB200 without a topology plan gets a --segment ---------------------------------------
+@pytest.mark.parametrize(
+    ("nodes", "segment"),
+    [(18, 9), (9, 9), (36, 9), (27, 9), (6, 3), (3, 3), (12, 3)],
+)
+def test_gb200_default_segment_divides_the_ultraserver(nodes: int, segment: int) -> None:
+    r = recipe(**GB200, resources__nodes=nodes)
+    out = rendered(r, "24.11")
+    assert f"#SBATCH --segment={segment}" in out.text
+    assert 9 % segment == 0
+    assert 18 % segment == 0
+    assert nodes % segment == 0
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_gb200_without_a_dividing_segment_warns(nodes: int) -> None:
+    out = rendered(recipe(**GB200, resources__nodes=nodes), "24.11")
+    assert "--segment" not in out.text
+    assert any("may be placed across UltraServers" in w for w in out.warnings)
+
+
+def test_gb200_segment_needs_24_05() -> None:
+    out = rendered(recipe(**GB200, resources__nodes=18), "23.11")
+    assert "--segment" not in out.text
+    assert any("needs Slurm >= 24.05" in w for w in out.warnings)
+
+
+def test_planned_segment_and_other_types_untouched() -> None:
+    out = rendered(recipe(**GB200, resources__nodes=18), "24.11", Placement(segment=18))
+    assert "#SBATCH --segment=18" in out.text
+    assert "--segment=9" not in out.text
+    out = rendered(recipe(**GB200, resources__nodes=18), "24.11", Placement(mode="constrain"))
+    assert "--segment" not in out.text
+    assert "--segment" not in rendered(recipe(resources__nodes=18)).text
+    assert "--segment" not in rendered(recipe(**GB200, resources__nodes=1)).text
+
+
+# --- 12.4: IMEX channel mount where Enroot does not provide it -----------------------------------
+@pytest.mark.parametrize(
+    ("instance", "enroot", "mounts", "expected"),
+    [
+        ("p6e-gb200.36xlarge", "auto", ["/fsx:/fsx"], "/fsx:/fsx,/dev/nvidia-caps-imex-channels"),
+        ("p6e-gb200.36xlarge", "3.5.0", [], "/dev/nvidia-caps-imex-channels"),
+        ("p6e-gb200.36xlarge", "4.0.0", ["/fsx:/fsx"], "/fsx:/fsx"),
+        (
+            "p6e-gb200.36xlarge",
+            "auto",
+            ["/dev/nvidia-caps-imex-channels:/dev/nvidia-caps-imex-channels"],
+            "/dev/nvidia-caps-imex-channels:/dev/nvidia-caps-imex-channels",
+        ),
+        ("p5.48xlarge", "auto", ["/fsx:/fsx"], "/fsx:/fsx"),
+    ],
+)
+def test_imex_channel_mount(instance: str, enroot: str, mounts: list[str], expected: str) -> None:
+    tp = 4 if instance.startswith("p6e") else 8
+    r = recipe(
+        cluster__instance_type=instance,
+        parallelism={"tp": tp},
+        container={"image": "/fsx/i.sqsh", "mounts": mounts, "enroot": enroot},
+    )
+    line = launch_line(rendered(r).text)
+    got = re.findall(r"--container-mounts=(\S+)", line)
+    assert got == [expected]
+
+
+def test_gb200_profile_does_not_restate_nccl_defaults() -> None:
+    text = rendered(recipe(**GB200, container={"image": "/fsx/i.sqsh"})).text
+    assert "NCCL_MNNVL_ENABLE" not in text
+    assert "NCCL_NVLS_ENABLE" not in text
+
+
+# --- 12.9: workarounds only where their trigger is ---------------------------------------------
+def test_p5en_job_gets_no_blanket_workarounds() -> None:
+    text = rendered(recipe(cluster__instance_type="p5en.48xlarge")).text
+    assert "NCCL_NVLS_ENABLE" not in text
+    assert "NCCL_CUMEM_ENABLE" not in text
+
+
+def test_permuted_devices_in_the_recipe_turn_nvls_off() -> None:
+    out = rendered(recipe(env={"CUDA_VISIBLE_DEVICES": "0,4,2,6,1,5,3,7"}))
+    (line,) = [e for e in out.env if e.name == "NCCL_NVLS_ENABLE"]
+    assert line.shell_value == "0"
+    assert "issues/1906" in line.why
+
+
+def test_cumem_off_with_pipeline_stages_across_nodes_warns() -> None:
+    out = rendered(recipe(parallelism={"tp": 8, "pp": 2}, env={"NCCL_CUMEM_ENABLE": "0"}))
+    assert any("issues/1721" in w for w in out.warnings)
+
+
+# --- 12.13: hetjob components each with their own profile and health -----------------------------
+def test_hetjob_component_profile_and_health() -> None:
+    r = validate(
+        {
+            "name": "het",
+            "cluster": {"instance_type": "p6-b200.48xlarge"},
+            "resources": {"nodes": 2},
+            "parallelism": {"tp": 8},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+            "network": {"aws_ofi_nccl": "1.6.0"},  # legacy flags only on p4/p5
+            "serve": {
+                "nodes": 1,
+                "placement": "hetjob",
+                "instance_type": "p5.48xlarge",
+                "parallelism": {"tp": 8},
+                "launcher": {"kind": "vllm", "model": "m"},
+            },
+        }
+    )
+    out = rendered(r)
+    c0, c1 = out.components
+    assert (c0.group, c0.instance, c0.env) == (0, "p6-b200.48xlarge", ())
+    assert (c0.health.gpus, c0.health.efa) == (8, 8)
+    assert (c1.group, c1.instance) == (1, "p5.48xlarge")
+    assert {e.name: e.shell_value for e in c1.env} == {"FI_EFA_USE_DEVICE_RDMA": "1"}
+    assert c1.unset == ()
+    assert (c1.health.gpus, c1.health.efa) == (8, 32)
+    # the batch script's exports stay component 0's profile
+    assert "FI_EFA_USE_DEVICE_RDMA" not in {e.name for e in out.env}
+    assert rendered(recipe()).components == ()
+
+
+# --- 12.5: NeMo tasks laid out in the planned host order ----------------------------------------
+def test_nemo_step_uses_arbitrary_distribution_in_host_order() -> None:
+    r = recipe(
+        cluster__instance_type="p6-b200.48xlarge",
+        launcher={"kind": "nemo", "recipe": "llama3_8b"},
+    )
+    line = launch_line(rendered(r).text)
+    assert "--distribution=arbitrary" in line
+    assert "--ntasks-per-node=8" in line
+    assert '--ntasks="$((${#slurmfm_order[@]} * 8))"' in line
+    assert "--nodes=" not in line  # Slurm >= 24.11 refuses --nodes with arbitrary
+    assert '--nodelist="$(for slurmfm_h in "${slurmfm_order[@]}"' in line
+
+
+def test_nemo_trainer_beside_a_split_server_has_one_node_list() -> None:
+    r = recipe(
+        cluster__instance_type="p6-b200.48xlarge",
+        resources__nodes=3,
+        launcher={"kind": "nemo", "recipe": "llama3_8b"},
+        serve={"nodes": 1, "launcher": {"kind": "vllm", "model": "m"}, "parallelism": {"tp": 8}},
+    )
+    line = launch_line(rendered(r).text)
+    assert line.count("--nodelist=") == 1
+    assert "--distribution=arbitrary" in line

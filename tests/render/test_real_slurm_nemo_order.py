@@ -1,0 +1,113 @@
+"""Issue 12.5 on the real lab: NeMo tasks follow the planned host order.
+
+NeMo runs one Slurm task per GPU under Lightning, whose ``SLURMEnvironment`` takes the global
+rank from ``SLURM_PROCID``. Slurm numbers tasks in its own node order, so a planned order
+(pin mode, topology order) used to have no effect on which host holds rank 0. The rendered
+script now lays the tasks out with ``srun --distribution=arbitrary`` and a node list in the
+planned order. This runs the whole rendered script on the lab's real Slurm (22.05, 24.11,
+26.05) with the real ``lightning`` package; the "python" of the NeMo launcher is a probe that
+reads what Lightning's ``SLURMEnvironment`` reports instead of building a NeMo recipe.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from lab import SlurmLab
+
+from slurmfm.plan.types import Placement
+from slurmfm.recipe.loader import validate
+from slurmfm.render.script import Target, render_script
+
+pytestmark = [pytest.mark.slurm]
+
+PER_NODE = 2
+
+PROBE = """#!PYTHON
+import os
+from lightning.fabric.plugins.environments import SLURMEnvironment
+
+env = SLURMEnvironment()
+print(
+    f"LIGHTNING rank={env.global_rank()} local={env.local_rank()} world={env.world_size()} "
+    f"host={os.environ['SLURMD_NODENAME']} master={env.main_address}",
+    flush=True,
+)
+"""
+
+
+def _idle_nodes(lab: SlurmLab, count: int) -> list[str]:
+    proc = lab.run(["sinfo", "-h", "-p", "batch", "-t", "idle", "-N", "-o", "%N"])
+    nodes = sorted(set(proc.stdout.split()))
+    if len(nodes) < count:
+        pytest.skip(f"needs {count} idle nodes in partition batch, found {len(nodes)}")
+    return nodes[:count]
+
+
+def test_nemo_ranks_follow_the_planned_order(every_lab: SlurmLab, tmp_path: Path) -> None:
+    lab = every_lab
+    probe = tmp_path / "lightning-probe"
+    probe.write_text(PROBE.replace("#!PYTHON", f"#!{sys.executable}"))
+    probe.chmod(0o755)
+    recipe = validate(
+        {
+            "name": "nemo-order",
+            "cluster": {
+                "instance_type": "p6-b200.48xlarge",  # the lab's nodes carry Gres=gpu:8
+                "partition": "batch",
+                "slurm_version": lab.version,
+            },
+            "resources": {
+                "nodes": 3,
+                "procs_per_node": PER_NODE,
+                # whole nodes: a shared p6-b200 node would ask 24 CPUs per task (each GPU's
+                # share of 192 vCPUs), more than a lab node's 16
+                "exclusive": True,
+                "time_limit": "00:05:00",
+            },
+            "launcher": {"kind": "nemo", "recipe": "llama3_8b", "python": str(probe)},
+            "storage": {
+                "checkpoint_root": str(tmp_path / "ckpt"),
+                "log_dir": str(tmp_path / "logs"),
+                "stripe": "off",
+            },
+            "resilience": {
+                "health_gate": "off",
+                "nccl_transport_check": "off",
+                "requeue": False,
+                "save_before_timeout_s": 0,
+            },
+            "observability": {"enabled": "off"},
+        }
+    )
+    # Planned order: the reverse of Slurm's own (sorted) order, so rank 0 must move.
+    planned = list(reversed(_idle_nodes(lab, 3)))
+    placement = Placement(mode="pin", nodes=tuple(planned))
+    text = render_script(recipe, Target.for_recipe(recipe), placement).text
+    (tmp_path / "logs").mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    proc = lab.run(["sbatch", "--parsable", str(script)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().split(";")[0]
+    fields = lab.wait_job(job_id, timeout=180)
+    log_file = tmp_path / "logs" / f"nemo-order_{job_id}.out"
+    log = log_file.read_text() if log_file.exists() else ""
+    assert fields.get("JobState") == "COMPLETED", f"{fields}\n{log}"
+    seen = {
+        int(m.group(1)): m.groupdict()
+        for m in re.finditer(
+            r"LIGHTNING rank=(\d+) local=(?P<local>\d+) world=(?P<world>\d+) host=(?P<host>\S+)",
+            log,
+        )
+    }
+    assert sorted(seen) == list(range(3 * PER_NODE)), log
+    for rank, got in seen.items():
+        assert got["host"] == planned[rank // PER_NODE], (rank, got, planned)
+        assert int(got["local"]) == rank % PER_NODE
+        assert int(got["world"]) == 3 * PER_NODE
+    # Slurm's own first host is not the planned first host: the order really moved.
+    assert lab.hostnames(fields["NodeList"])[0] != planned[0]
