@@ -2,28 +2,78 @@
 # Shared set-up for scripts/quickstart and scripts/run-tests: a virtual environment with
 # slurmfm installed from this checkout. Sourced, not run.
 
+# apt_get install PKG...: apt-get with the dpkg lock waited for (other installs may hold it),
+# the package lists fetched once per run, and no prompts.
+APT_UPDATED=${APT_UPDATED:-0}
+apt_get() {
+  local opts=(-o DPkg::Lock::Timeout=600 -y -qq)
+  if [[ $1 == install && $APT_UPDATED == 0 ]]; then
+    apt-get "${opts[@]}" update >/dev/null
+    APT_UPDATED=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get "${opts[@]}" "$@" >/dev/null
+}
+
+# ensure_debs PKG...: install the Debian packages that are not installed yet.
+ensure_debs() {
+  local p missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  echo "setup: apt-get install ${missing[*]}" >&2
+  apt_get install --no-install-recommends "${missing[@]}"
+}
+
 # ensure_venv EXTRAS: create $SLURMFM_VENV (default .venv) if needed, install slurmfm with
 # EXTRAS (e.g. "test") and CPU torch, then put the venv first on PATH. Jobs inherit PATH from
 # the submitting shell (sbatch --export=ALL), so their python3 is this venv's.
 ensure_venv() {
   local extras=$1 venv=${SLURMFM_VENV:-$PWD/.venv} spec=.
-  if ! "${PYTHON:-python3}" -m venv --help >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
-  fi
   if [[ ! -x $venv/bin/python ]]; then
     echo "setup: creating $venv" >&2
-    "${PYTHON:-python3}" -m venv "$venv"
+    # `python3 -m venv --help` works without Debian's python3-venv; creating one does not
+    # (no ensurepip). So try for real, and install the package when that fails.
+    if ! "${PYTHON:-python3}" -m venv "$venv" >/dev/null 2>&1; then
+      rm -rf "$venv"
+      echo "setup: python3 -m venv failed; installing python3-venv" >&2
+      apt_get install python3-venv
+      "${PYTHON:-python3}" -m venv "$venv"
+    fi
   fi
   [[ -n $extras ]] && spec=".[${extras}]"
   echo "setup: installing slurmfm${extras:+[$extras]} and torch (CPU) into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q -e "$spec"
-  # CPU build of torch for the local lab's real torchrun jobs (see README, "Quickstart").
-  # These machines keep that wheel in a local directory; use it even if PIP_FIND_LINKS is unset.
-  local links=()
-  if [[ -d /opt/wheels ]]; then links=(--find-links /opt/wheels); fi
-  "$venv/bin/python" -m pip install -q "${links[@]}" "torch==${SLURMFM_TORCH_VERSION:-2.13.0}" numpy
+  # setuptools warns that an editable install lets same-named folders shadow the package
+  # (BuildBackendWarning, ~10 lines): noise before every quickstart's output, nothing to act on
+  PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install -q -e "$spec"
+  ensure_cpu_torch "$venv/bin/python"
   export VIRTUAL_ENV=$venv
   export PATH="$venv/bin:$PATH"
   hash -r
+}
+
+# ensure_cpu_torch PYTHON: the CPU build of torch (for the lab's real torchrun jobs, README
+# "Quickstart"), and say where it comes from. PyPI's torch wheel for Linux is the CUDA build and
+# pulls about 20 nvidia-* packages (several GB), which a CPU-only lab never uses; so:
+#   1. a local CPU wheel for this Python ($SLURMFM_WHEELS, default /opt/wheels): installed from
+#      the file, nothing downloaded for torch itself;
+#   2. else PyTorch's CPU index, https://download.pytorch.org/whl/cpu (a ~190 MB wheel for
+#      2.13.0 on x86_64), with its small pure-Python dependencies from the usual index.
+ensure_cpu_torch() {
+  local py=$1 ver=${SLURMFM_TORCH_VERSION:-2.13.0} wheels=${SLURMFM_WHEELS:-/opt/wheels} tag whl
+  if "$py" -c "import sys, torch; sys.exit(torch.__version__ != '$ver+cpu')" 2>/dev/null; then
+    echo "setup: torch $ver+cpu already installed" >&2
+    "$py" -m pip install -q numpy
+    return 0
+  fi
+  tag=$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  whl=$(compgen -G "$wheels/torch-$ver+cpu-$tag-$tag-*x86_64.whl" | head -n 1 || true)
+  if [[ -n $whl ]]; then
+    echo "setup: torch $ver CPU build from the local file $whl (not downloaded)" >&2
+    "$py" -m pip install -q "$whl" numpy
+  else
+    echo "setup: downloading torch $ver CPU build (~190 MB) from https://download.pytorch.org/whl/cpu" >&2
+    "$py" -m pip install -q --extra-index-url https://download.pytorch.org/whl/cpu "torch==$ver+cpu" numpy
+  fi
 }

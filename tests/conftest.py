@@ -1,14 +1,203 @@
-"""Shared pytest fixtures. Real-Slurm lab access lives in tests/lab.py."""
+"""Shared pytest fixtures, and the test tiers. Real-Slurm lab access lives in tests/lab.py.
+
+Tiers are set from the fixtures a test uses, never by hand, so that a new test lands in the
+right tier by what it does (``scripts/run-tests`` runs them in this order):
+
+* ``real``: it uses a lab (``slurm_lab``, ``slurm_lab_suite``, ``each_lab``, ``every_lab``, or
+  a fixture declared with :func:`lab.own_lab_fixture`). It also gets one ``xdist_group`` per
+  lab, so that with ``pytest -n N --dist loadgroup`` a lab is never driven by two workers at
+  once (``scripts/run-tests`` runs the real tier that way).
+* ``script``: it runs a rendered job under stand-ins (a fixture in :data:`SCRIPT_FIXTURES`).
+* ``unit``: everything else.
+
+``pytest -m unit``, ``-m script`` and ``-m real`` select a tier.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
-from lab import SlurmLab, SuiteLabFactory, host_lab, suite_lab_factory
+from lab import (
+    SUITES,
+    SlurmLab,
+    SuiteLabFactory,
+    host_lab,
+    lab_requested,
+    lab_root,
+    suite_lab_factory,
+)
+
+# Fixtures that hand a test one of the run's shared labs; the group is the suite.
+SHARED_LAB_FIXTURES = frozenset({"slurm_lab", "slurm_lab_suite", "each_lab", "every_lab"})
+# Fixtures that build a stand-in cluster (fake srun/scontrol/torchrun on PATH) for the job.
+SCRIPT_FIXTURES = frozenset({"cluster"})
+TIERS = ("unit", "script", "real")
+
+
+def _own_lab_names(item: pytest.Item) -> tuple[str, ...]:
+    """The OwnLabs the item drives, from its fixtures' declarations (lab.own_lab_fixture): the
+    one lab of a fixture, or, of a fixture with one lab per suite, the test's ``suite``."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return ()
+    params: dict[str, object] = getattr(getattr(item, "callspec", None), "params", {})
+    names: set[str] = set()
+    for name in item.fixturenames:  # type: ignore[attr-defined]
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            by_suite: dict[str, str] = getattr(fixturedef.func, "slurmfm_own_labs", {})
+            if len(by_suite) == 1:
+                names.update(by_suite.values())
+            elif by_suite:
+                suite = params.get("suite")
+                if not isinstance(suite, str) or suite not in by_suite:
+                    raise pytest.UsageError(
+                        f"{item.nodeid}: fixture {name} brings up one lab per suite "
+                        f"({', '.join(sorted(by_suite))}); parametrize the test with `suite` "
+                        "so that its xdist group names the lab it drives"
+                    )
+                names.add(by_suite[suite])
+    return tuple(sorted(names))
+
+
+def _shared_suite(item: pytest.Item) -> str:
+    """The shared lab a test drives: the suite of its lab fixture's parameter, else the host."""
+    params: dict[str, object] = getattr(getattr(item, "callspec", None), "params", {})
+    for key in ("every_lab", "each_lab", "suite"):
+        value = params.get(key)
+        if isinstance(value, str) and value in SUITES:
+            return value
+    return "host"
+
+
+def tier_and_group(item: pytest.Item) -> tuple[str, str | None]:
+    """The item's tier and, for the real tier, its xdist group (one per lab)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    own = _own_lab_names(item)
+    if own:
+        return "real", "+".join(own)
+    if fixtures & SHARED_LAB_FIXTURES:
+        return "real", f"shared-{_shared_suite(item)}"
+    if fixtures & SCRIPT_FIXTURES:
+        return "script", None
+    return "unit", None
+
+
+_CACHE_KEY = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: test tier, set from the fixtures it uses")
+    # Every run (and every xdist worker) renders into a render cache of its own. Why: the CLI's
+    # cache (slurmfm/render_cache.py) defaults to ~/.cache, shared by every checkout and run on
+    # the machine, so a test could read another run's entry and a run would leave files in the
+    # user's home. Set before collection, so that subprocesses and module-level code see it.
+    # A chroot lab sees only its root's scratch dir of the host's disk (scripts/slurm-lab), so
+    # when the run asked for labs, the tests' tmp_path lives there: jobs write their logs and
+    # checkpoints into it. xdist workers get their own subdirectories of the controller's.
+    if (
+        lab_requested()
+        and config.option.basetemp is None
+        and "PYTEST_XDIST_WORKER" not in os.environ
+    ):
+        config.option.basetemp = str(lab_root() / "scratch" / "pytest")
+    cache = tempfile.mkdtemp(prefix="slurmfm-test-cache-")
+    config.stash[_CACHE_KEY] = cache
+    os.environ["SLURMFM_CACHE_DIR"] = cache
+
+
+_TRACKED_KEY = pytest.StashKey[dict[str, int]]()
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tracked_mtimes() -> dict[str, int]:
+    """mtime of every file git tracks in this checkout (empty outside a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "ls-files", "-z"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    mtimes: dict[str, int] = {}
+    for name in out.decode().split("\0"):
+        if name:
+            with contextlib.suppress(OSError):
+                mtimes[name] = (REPO_ROOT / name).stat().st_mtime_ns
+    return mtimes
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        session.config.stash[_TRACKED_KEY] = _tracked_mtimes()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if a test changed a tracked file, even only its mtime.
+
+    Why: tests run in parallel and beside other checkouts' runs; a test that edits the checkout
+    (once: a template's mtime, to change the render cache's key) makes another test see a
+    changed package, and leaves a dirty tree behind when it dies halfway.
+    """
+    before = session.config.stash.get(_TRACKED_KEY, None)
+    if not before:
+        return
+    after = _tracked_mtimes()
+    changed = sorted(name for name, mtime in before.items() if after.get(name, mtime) != mtime)
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = (
+            "tracked files changed while the tests ran (a test must write under tmp_path; "
+            "or were they edited meanwhile?): " + ", ".join(changed[:20])
+        )
+        if reporter is not None:
+            reporter.write_line(msg, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cache = config.stash.get(_CACHE_KEY, None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _put_in_group(item: pytest.Item, group: str) -> None:
+    """Give an xdist worker's item the ``@group`` node id suffix that ``--dist loadgroup``
+    schedules by.
+
+    Why here: xdist writes the suffix into ``item._nodeid``, which pytest 9.2 no longer reads
+    (node ids are structured, ``item._id``), so the groups are silently ignored and a lab gets
+    driven by two workers at once (pytest-dev/pytest-xdist#1386, fix pending in #1388).
+    """
+    node_id = getattr(item, "_id", None)  # absent before pytest 9.2, where xdist's own works
+    if node_id is not None and not item.nodeid.endswith(f"@{group}"):
+        item._id = type(node_id).parse(f"{item.nodeid}@{group}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads xdist_group
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    loadgroup = bool(getattr(config.option, "loadgroup", False))  # set on xdist workers only
+    for item in items:
+        tier, group = tier_and_group(item)
+        item.add_marker(getattr(pytest.mark, tier))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+            if loadgroup:
+                _put_in_group(item, group)
 
 
 @pytest.fixture(scope="session")
 def slurm_lab() -> SlurmLab:
-    """The running Slurm lab ($SLURMFM_LAB, else the default host lab)."""
+    """The running Slurm lab ($SLURMFM_LAB, else $SLURMFM_LAB_ROOT/host)."""
     return host_lab()
 
 

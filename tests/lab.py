@@ -3,13 +3,21 @@
 The fixtures in ``conftest.py`` use :func:`find_lab` to locate a running lab:
 
 * ``slurm_lab``: the lab named by ``$SLURMFM_LAB`` (a lab directory), else the
-  default host lab ``${SLURMFM_LAB_ROOT:-/var/tmp/slurmfm-lab}/host``.
+  host lab ``$SLURMFM_LAB_ROOT/host``.
 * ``slurm_lab_suite(suite)``: a newer-Slurm chroot lab (``trixie``/``sid``), only
   if ``$SLURMFM_LAB_SUITES`` (comma list) names the suite.
 
-A lab that is not up makes the test skip, or fail when ``SLURMFM_REQUIRE_SLURM=1``
-(CI sets it). Client commands must run with :attr:`SlurmLab.env`: it carries
-``SLURM_CONF`` and, for chroot suites, the wrapper directory first on ``PATH``.
+A test uses a lab only when the run asks for one: ``$SLURMFM_LAB`` or ``$SLURMFM_LAB_ROOT`` is
+set (``scripts/run-tests`` sets the root of its own labs). Without either, real tests skip
+instead of picking up a lab that another checkout started under the default root. A lab that is
+not up makes the test skip, or fail when ``SLURMFM_REQUIRE_SLURM=1`` (CI sets it). Client
+commands must run with :attr:`SlurmLab.env`: it carries ``SLURM_CONF`` and, for chroot suites,
+the wrapper directory first on ``PATH``.
+
+Ports: every lab port here and in ``scripts/slurm-lab`` is below Linux's ephemeral range
+(32768-60999, ``/proc/sys/net/ipv4/ip_local_port_range``), where any ``srun`` or torch process
+may hold a port at the moment a lab starts. ``$SLURMFM_LAB_PORT_OFFSET`` moves all of a run's
+labs together, so that two checkouts can test at the same time (``scripts/README-lab.md``).
 """
 
 from __future__ import annotations
@@ -17,11 +25,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -30,8 +39,93 @@ LAB_SCRIPT = REPO_ROOT / "scripts" / "slurm-lab"
 SUITES = ("host", "trixie", "sid")
 
 
+DEFAULT_LAB_ROOT = Path("/var/tmp/slurmfm-lab")
+# Linux's default net.ipv4.ip_local_port_range: ports the kernel hands out to outgoing
+# connections and to bind(port 0) (https://www.kernel.org/doc/Documentation/networking/ip-sysctl.txt).
+EPHEMERAL_PORTS = range(32768, 61000)
+
+
 def lab_root() -> Path:
-    return Path(os.environ.get("SLURMFM_LAB_ROOT", "/var/tmp/slurmfm-lab"))
+    return Path(os.environ.get("SLURMFM_LAB_ROOT") or DEFAULT_LAB_ROOT)
+
+
+# Ports tests give to servers inside jobs (serving stand-ins): below every lab port (10000 and
+# up, with any offset run-tests picks), below the rendezvous ports slurmfm's jobs take
+# (20000 + job id % 20000, slurmfm/render/templates/sbatch.sh.j2) and the ephemeral range.
+APP_PORTS = range(5000, 10000)
+# Lab ports stay below these: slurmfm's torch rendezvous ports start here.
+RENDEZVOUS_PORTS_START = 20000
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now, from APP_PORTS, in random order.
+
+    Why not bind(port 0): the kernel answers from the ephemeral range, which every outgoing
+    connection draws from too, so the port may be taken again before the job's server binds it.
+    """
+    import random
+    import socket
+
+    for port in random.sample(APP_PORTS, len(APP_PORTS)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {APP_PORTS}")
+
+
+def worker_index() -> int:
+    """This pytest-xdist worker's number (gw3 -> 3), 0 without xdist."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+
+
+def lab_requested() -> bool:
+    """Did this run ask for a lab (its own root, or one lab directory)?"""
+    return bool(os.environ.get("SLURMFM_LAB_ROOT") or os.environ.get("SLURMFM_LAB"))
+
+
+def port_offset() -> int:
+    """``$SLURMFM_LAB_PORT_OFFSET``: added to every lab port of this run (default 0; run-tests
+    picks 0, -3000 or -6000)."""
+    raw = os.environ.get("SLURMFM_LAB_PORT_OFFSET", "") or "0"
+    return int(raw)
+
+
+NOT_REQUESTED = (
+    "no Slurm lab requested: set SLURMFM_LAB_ROOT to the root of this run's labs "
+    "(scripts/run-tests does) or SLURMFM_LAB to one lab directory"
+)
+
+
+def job_binds() -> str:
+    """What jobs in a chroot lab need from the host, for ``SLURMFM_LAB_BIND`` (read-only).
+
+    This checkout, the venv that runs the tests (``sys.prefix``) and the Python it was made
+    from (``sys.base_prefix``: the venv's ``python3`` is a symlink to it). Nothing wider, so
+    that a job in the chroot sees no more of the host than it needs.
+    """
+    dirs: list[Path] = []
+    for d in (REPO_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()):
+        if not any(d == k or d.is_relative_to(k) for k in dirs):
+            dirs = [k for k in dirs if not k.is_relative_to(d)] + [d]
+    return ":".join(str(d) for d in dirs)
+
+
+def last_attempt_ranks(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``rank`` events of a job's last attempt, one per rank, by rank.
+
+    Why: a job's log is opened in append mode, so a job that slurmfm requeued (a rank that
+    aborted at exit, a lost node) holds the rank lines of every attempt; counting them all
+    counts each rank twice. Attempts run one after another, so the last line of each rank is
+    from the last attempt.
+    """
+    last: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e.get("event") == "rank":
+            last[int(e["rank"])] = e
+    return [last[r] for r in sorted(last)]
 
 
 def slurm_required() -> bool:
@@ -104,8 +198,6 @@ class SlurmLab:
     @staticmethod
     def slurmfm_argv() -> list[str]:
         """How to run this checkout's ``slurmfm`` CLI."""
-        import sys
-
         return [sys.executable, "-m", "slurmfm.cli"]
 
     def slurmfm(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -158,7 +250,7 @@ def _problem(lab_dir: Path) -> str | None:
 
 def find_lab(lab_dir: Path, *, required: bool) -> SlurmLab:
     """Return the lab at lab_dir, or skip (fail if required) when it is not up."""
-    problem = _problem(lab_dir)
+    problem = _problem(lab_dir) if lab_requested() else NOT_REQUESTED
     if problem is not None:
         if required:
             pytest.fail(problem)
@@ -232,20 +324,33 @@ class OwnLab:
     options: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
     path: Path | None = None  # default: lab_root() / name
+    registered: bool = field(default=True, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Every OwnLab is recorded, so that one test can check that no two of them share a port
+        # and that none reaches into the ephemeral range (tests/test_slurm_lab.py).
+        if self.registered:
+            OWN_LABS.append(self)
+
+    @property
+    def ports(self) -> list[int]:
+        """slurmctld's port and the slurmd ports, before ``$SLURMFM_LAB_PORT_OFFSET``."""
+        return [self.ctld_port, *range(self.slurmd_port, self.slurmd_port + self.nodes)]
 
     @property
     def dir(self) -> Path:
         return self.path if self.path is not None else lab_root() / self.name
 
     def env(self) -> dict[str, str]:
+        off = port_offset()
         env = {
             **os.environ,
-            "SLURMFM_LAB_CTLD_PORT": str(self.ctld_port),
-            "SLURMFM_LAB_SLURMD_PORT": str(self.slurmd_port),
+            "SLURMFM_LAB_CTLD_PORT": str(self.ctld_port + off),
+            "SLURMFM_LAB_SLURMD_PORT": str(self.slurmd_port + off),
             **dict(self.extra_env),
         }
         if self.suite != "host":  # the chroot must see this checkout at the same path
-            env.setdefault("SLURMFM_LAB_BIND", str(REPO_ROOT))
+            env.setdefault("SLURMFM_LAB_BIND", job_binds())
         return env
 
     def command(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -272,6 +377,8 @@ class OwnLab:
         same size; a lab of another size is taken down first, since ``up`` keeps a lab's saved
         node count.
         """
+        if not lab_requested():
+            _unavailable(NOT_REQUESTED)
         shared = {(lab_root() / s).resolve() for s in SUITES}
         if self.dir.resolve() in shared:
             pytest.fail(f"{self.dir} is a shared lab (scripts/run-tests starts it); use another")
@@ -290,3 +397,24 @@ class OwnLab:
                     f"cannot bring up {self.dir}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
                 )
         return find_lab(self.dir, required=slurm_required())
+
+
+OWN_LABS: list[OwnLab] = []
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def own_lab_fixture(*labs: OwnLab) -> Callable[[F], F]:
+    """Declare that a fixture brings up these OwnLabs (put it under ``@pytest.fixture``).
+
+    ``tests/conftest.py`` reads the declaration: a test that uses the fixture is in the ``real``
+    tier, and in the xdist group of the lab it drives, so that no two workers ever drive the
+    same lab at once. A fixture of several labs (one per suite) must be used by tests with a
+    ``suite`` parameter, which names the lab; collection fails otherwise.
+    """
+
+    def mark(func: F) -> F:
+        func.__dict__["slurmfm_own_labs"] = {lab.suite: lab.name for lab in labs}
+        return func
+
+    return mark

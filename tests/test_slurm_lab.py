@@ -7,15 +7,35 @@ Newer suites via the factory:    SLURMFM_LAB_SUITES=trixie,sid python -m pytest 
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import os
 import re
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from lab import OwnLab, SlurmLab, SuiteLabFactory, slurm_required
+from lab import (
+    APP_PORTS,
+    EPHEMERAL_PORTS,
+    LAB_SCRIPT,
+    NOT_REQUESTED,
+    OWN_LABS,
+    RENDEZVOUS_PORTS_START,
+    OwnLab,
+    SlurmLab,
+    SuiteLabFactory,
+    lab_requested,
+    own_lab_fixture,
+    slurm_required,
+)
+
+# The port offsets scripts/run-tests tries, in order, for a run's labs (pick_offset).
+RUN_TESTS_PORT_OFFSETS = (0, -3000, -6000)
 
 
 def _job_dir(lab: SlurmLab) -> Path:
@@ -209,29 +229,171 @@ def test_newer_suite(
 
 
 # ------------------------------------------------------------------ recovery of a lost registration
+NUDGE = OwnLab(
+    "nudge-host",
+    ctld_port=16977,
+    slurmd_port=17801,
+    nodes=3,
+    extra_env=(("SLURMFM_LAB_HOLD_SLURMD", "node002"), ("SLURMFM_LAB_NUDGE_AFTER", "3")),
+)
+# A lab of the trixie chroot that the down test starts and stops.
+DOWN = OwnLab("down-trixie", ctld_port=16987, slurmd_port=17901, nodes=2, suite="trixie")
+
+
+@pytest.fixture
+@own_lab_fixture(NUDGE)
+def nudge_lab() -> Iterator[OwnLab]:
+    """NUDGE, down before and after the test (the test brings it up itself)."""
+    if not lab_requested():
+        (pytest.fail if slurm_required() else pytest.skip)(NOT_REQUESTED)
+    if os.geteuid() != 0:
+        (pytest.fail if slurm_required() else pytest.skip)("the Slurm lab needs root")
+    NUDGE.command("down")
+    yield NUDGE
+    NUDGE.command("down")
+
+
 @pytest.mark.slurm
-def test_up_restarts_a_slurmd_whose_registration_was_lost(tmp_path: Path) -> None:
+def test_up_restarts_a_slurmd_whose_registration_was_lost(nudge_lab: OwnLab) -> None:
     """A slurmd that never registers is restarted by `up` instead of timing out.
 
     The hold hook leaves node002's slurmd unstarted, which slurmctld sees exactly like
     a lost start-up registration (state unk*). CI once waited 180 s on such a node.
     """
-    if os.geteuid() != 0:
-        (pytest.fail if slurm_required() else pytest.skip)("the Slurm lab needs root")
-    nudge = OwnLab(
-        "nudge-host",
-        ctld_port=16977,
-        slurmd_port=44001,
-        nodes=3,
-        extra_env=(("SLURMFM_LAB_HOLD_SLURMD", "node002"), ("SLURMFM_LAB_NUDGE_AFTER", "3")),
+    up = nudge_lab.command("--nodes", "3", "--timeout", "90", "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "slurmd node002 has not registered yet; restarting it" in up.stderr
+    assert "node001 has not registered" not in up.stderr
+    status = nudge_lab.command("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+
+
+# ------------------------------------------------------------------ a lab cannot hurt the host
+def _marked_pids(lab_dir: Path) -> list[int]:
+    """Processes whose environment carries the lab's daemon marker (scripts/slurm-lab)."""
+    marker = f"SLURMFM_LAB_DAEMON={lab_dir}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in env and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
+def _mounts_naming(path: Path) -> list[str]:
+    """Mount points (host side, chroot side) at or below any path that ends with ``path``."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == str(path) or f"{path}/" in point + "/":
+            out.append(point)
+    return out
+
+
+@pytest.fixture
+@own_lab_fixture(DOWN)
+def down_lab() -> Iterator[SlurmLab]:
+    lab = DOWN.up()
+    yield lab
+    DOWN.command("down")
+
+
+@pytest.mark.slurm_newer
+def test_down_leaves_no_daemon_and_no_mount_of_the_lab(down_lab: SlurmLab) -> None:
+    """After `down`, nothing of the lab runs and nothing of it is mounted, not even in the
+    chroot that other labs of the suite still use; and `purge` refuses while anything is."""
+    job = down_lab.run(
+        ["sbatch", "--parsable", "-N", "2", "-o", "/dev/null", "--wrap", "srun sleep 300"]
     )
-    nudge.command("down")
+    assert job.returncode == 0, job.stderr
+    assert _marked_pids(down_lab.lab_dir)
+    assert _mounts_naming(down_lab.lab_dir), "up mounts the lab dir into the chroot"
+    down = DOWN.command("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert _marked_pids(down_lab.lab_dir) == []
+    assert _mounts_naming(down_lab.lab_dir) == []
+
+
+def test_purge_refuses_while_something_is_mounted(tmp_path: Path) -> None:
+    """`down --purge` must not rm -rf through a bind mount into host data."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount")  # only the real-lab CI runs as root
+    lab_dir = tmp_path / "root" / "purge-host"
+    (lab_dir / "etc").mkdir(parents=True)
+    (lab_dir / "lab.conf").write_text("SUITE=host\nNODES=1\n")
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "data").write_text("keep me")
+    (lab_dir / "mnt").mkdir()
+    subprocess.run(["mount", "--bind", str(precious), str(lab_dir / "mnt")], check=True)
     try:
-        up = nudge.command("--nodes", "3", "--timeout", "90", "up")
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert "slurmd node002 has not registered yet; restarting it" in up.stderr
-        assert "node001 has not registered" not in up.stderr
-        status = nudge.command("status")
-        assert status.returncode == 0, status.stdout + status.stderr
+        env = {**os.environ, "SLURMFM_LAB_ROOT": str(tmp_path / "root")}
+        proc = subprocess.run(
+            [str(LAB_SCRIPT), "--lab", str(lab_dir), "down", "--purge"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
     finally:
-        nudge.command("down")
+        subprocess.run(["umount", str(lab_dir / "mnt")], check=False)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "still has mounts" in proc.stderr
+    assert (precious / "data").read_text() == "keep me"
+    assert lab_dir.is_dir()
+
+
+# ------------------------------------------------------------------ ports
+def _import_real_test_modules() -> None:
+    """Import every test module that defines OwnLabs, so that they register."""
+    tests = Path(__file__).resolve().parent
+    for path in sorted(tests.rglob("test_*.py")):
+        if "OwnLab(" in path.read_text():
+            spec = importlib.util.spec_from_file_location(f"_ports_{path.stem}", path)
+            assert spec is not None
+            assert spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.path.insert(0, str(path.parent))
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                sys.path.remove(str(path.parent))
+
+
+def test_lab_ports_stay_out_of_the_ephemeral_range_and_apart() -> None:
+    """Every lab's ports (tests' own and the shared suites') lie below the ports jobs take
+    (rendezvous from 20000; the ephemeral range from 32768), above the servers' APP_PORTS, and
+    no two labs share one, with every offset that scripts/run-tests picks."""
+    _import_real_test_modules()
+    labs = {lab.name: lab for lab in OWN_LABS}
+    assert {"resil", "topo-host", "plan-sid", "sim-host", "nudge-host", "down-trixie"} <= set(labs)
+    taken: dict[int, str] = {}
+    shared = {"host": (16817, 17001), "trixie": (16827, 18001), "sid": (16837, 19001)}
+    for suite, (ctld, slurmd) in shared.items():
+        for port in [ctld, *range(slurmd, slurmd + 72)]:  # 72: slurm-lab's MAX_NODES
+            taken[port] = suite
+    for lab in labs.values():
+        for port in lab.ports:
+            assert port not in taken, f"{lab.name} and {taken[port]} share port {port}"
+            taken[port] = lab.name
+    obs = range(19190, 19190 + 2 * 8)  # tests/observe: 2 ports per xdist worker, up to 8
+    assert not set(obs) & set(taken)
+    span = range(min(taken), max(*taken, obs.stop) + 1)
+    for offset in RUN_TESTS_PORT_OFFSETS:
+        assert span.stop + offset <= RENDEZVOUS_PORTS_START < EPHEMERAL_PORTS.start, offset
+        assert span.start + offset >= APP_PORTS.stop, offset
+    for a, b in itertools.pairwise(RUN_TESTS_PORT_OFFSETS):
+        assert abs(a - b) >= len(span), (a, b)  # two runs' labs never overlap
+    # Each lab numbers its jobs from its own block of 250 ids, from its slurmctld port
+    # (slurm-lab's first_job_id): jobs of labs running side by side never share an id, and so
+    # never a rendezvous port (20000 + id % 20000).
+    ctlds = [16817, 16827, 16837, *(lab.ctld_port for lab in labs.values())]
+    blocks = [(c + off) // 10 % 80 for c in ctlds for off in RUN_TESTS_PORT_OFFSETS]
+    assert len(blocks) == len(set(blocks)), sorted(blocks)

@@ -263,8 +263,14 @@ class SlurmCLI:
 
     def cancel(self, job_id: str) -> None:
         argv = ["scancel", _check_job_id(job_id)]
+        # Slurm 22.05's scancel exits 0 for a job that never existed (it only prints an
+        # error), so a job scontrol does not know is refused first, with scontrol's words.
+        known = self._run(["scontrol", "show", "job", "-o", job_id])
+        if known.returncode or not known.stdout.strip():
+            detail = " ".join((known.stderr or "").split()) or "no such job"
+            raise BackendError(f"scancel: job {job_id}: {detail}", command=argv)
         proc = self._run(argv)
-        if proc.returncode:
+        if proc.returncode or "error" in proc.stderr:
             raise self._fail(proc, argv)
 
     def wait(self, job_id: str, *, timeout: float = 3600.0, interval: float = 0.5) -> JobStatus:

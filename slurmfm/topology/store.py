@@ -42,9 +42,10 @@ __all__ = [
 
 FORMAT_NAME = "slurmfm-topology"
 FORMAT_VERSION = 1
-FORMATS = ("slurmfm", "ec2", "hyperpod", "conf", "yaml", "scontrol")
+FORMATS = ("slurmfm", "ec2", "hyperpod", "conf", "yaml", "scontrol", "slurm-lab")
 """Values of ``load_any(fmt=...)``: our JSON, DescribeInstanceTopology JSON, HyperPod
-resource_config.json, topology.conf, topology.yaml, ``scontrol show topology`` output."""
+resource_config.json, topology.conf, topology.yaml, ``scontrol show topology`` output, and the
+``topology.json`` that ``scripts/slurm-lab`` writes beside its lab (scripts/README-lab.md)."""
 
 _NODE_FIELDS = ("instance_id", "instance_type", "private_ip", "nvlink_domain")
 _log = logging.getLogger(__name__)
@@ -209,6 +210,8 @@ def detect_format(text: str, path: str | Path | None = None) -> str:
                 return "ec2"
             if "InstanceGroups" in obj:
                 return "hyperpod"
+            if obj.get("plugin") in ("tree", "block", "yaml") and "nodes" in obj:
+                return "slurm-lab"
         if (
             isinstance(obj, list)
             and obj
@@ -295,6 +298,8 @@ def load_any(
 
     if fmt == "slurmfm":
         return loads_topology(text, source=src)
+    if fmt == "slurm-lab":
+        return _wrap(src, lambda: _from_lab(json.loads(text)))
     if fmt in ("ec2", "hyperpod"):
         try:
             data = json.loads(text)
@@ -309,6 +314,23 @@ def load_any(
         return _wrap(src, lambda: _topology(_call_parser(parse, text, src), src))
     parse = _slurm_parser("parse_topology_yaml", src)
     return _wrap(src, lambda: _pick(_call_parser(parse, text, src), partition, src))
+
+
+def _from_lab(obj: Mapping[str, Any]) -> Topology:
+    """The local lab's truth file: ``{"plugin", "switches"|"blocks", "nodes"}``."""
+    if obj.get("plugin") == "block":
+        leaf_of = {n: b for b, spec in obj["blocks"].items() for n in spec["nodes"]}
+        nodes = [Node(n) for n in leaf_of]
+        return Topology.from_parents(nodes, leaf_of, {}, kind="block")
+    if obj.get("plugin") != "tree":
+        raise TopologyError(
+            "this lab runs topology.yaml, which its topology.json does not describe; "
+            "pass the lab's etc/topology.yaml instead"
+        )
+    switches = obj["switches"]
+    leaf_of = {n: sw for sw, spec in switches.items() if spec["level"] == 0 for n in spec["nodes"]}
+    parents = {sw: spec["parent"] for sw, spec in switches.items()}
+    return Topology.from_parents([Node(n) for n in leaf_of], leaf_of, parents)
 
 
 def _topology(obj: Any, src: str) -> Topology:

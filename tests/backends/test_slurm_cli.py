@@ -89,6 +89,13 @@ def test_unknown_job(slurm_lab: SlurmLab) -> None:
         SlurmCLI(env=slurm_lab.env).status("999999")
 
 
+@pytest.mark.slurm
+def test_cancel_of_a_job_that_never_existed_fails(slurm_lab: SlurmLab) -> None:
+    """22.05's scancel exits 0 for an unknown job id; slurmfm must not report success."""
+    with pytest.raises(BackendError, match="999999"):
+        SlurmCLI(env=slurm_lab.env).cancel("999999")
+
+
 def test_array_records_are_summarized_and_hetjobs_keep_component_zero() -> None:
     from slurmfm.backends.slurm_cli import array_representative
 

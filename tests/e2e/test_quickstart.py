@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import SlurmLab
+from lab import SlurmLab, last_attempt_ranks
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -56,7 +56,7 @@ def test_quickstart_runs_torchrun_over_two_nodes(each_lab: SlurmLab, tmp_path: P
     slurm_lab = each_lab
     job_id, log, ckpt = submit_quickstart(slurm_lab, tmp_path)
     ev = events(log)
-    ranks = sorted((e for e in ev if e["event"] == "rank"), key=lambda e: e["rank"])
+    ranks = last_attempt_ranks(ev)
     assert [e["rank"] for e in ranks] == [0, 1, 2, 3]
     assert {e["world_size"] for e in ranks} == {4}
     order = ranks[0]["host_order"].split()

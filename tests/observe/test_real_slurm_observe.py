@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import REPO_ROOT, SlurmLab, slurm_required
+from lab import REPO_ROOT, SlurmLab, port_offset, slurm_required, worker_index
 from resilience.test_real_slurm_resilience import events, wait_done
 
 from slurmfm.observe import dashboard
@@ -43,8 +43,10 @@ def slurm_lab(every_lab: SlurmLab) -> SlurmLab:
 
 OBS_STACK = REPO_ROOT / "scripts" / "obs-stack"
 FIXTURES = Path(__file__).parent / "fixtures"
-PROM_PORT = os.environ.get("SLURMFM_OBS_PROM_PORT", "19190")
-NODE_PORT = os.environ.get("SLURMFM_OBS_NODE_PORT", "19191")
+# One stack per xdist worker and per run (port offset), below the ephemeral range.
+_OBS_BASE = 19190 + port_offset() + 2 * worker_index()
+PROM_PORT = os.environ.get("SLURMFM_OBS_PROM_PORT", str(_OBS_BASE))
+NODE_PORT = os.environ.get("SLURMFM_OBS_NODE_PORT", str(_OBS_BASE + 1))
 
 FLAKY = """\
 import os, runpy, sys

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import REPO_ROOT, OwnLab, SlurmLab
+from lab import REPO_ROOT, OwnLab, SlurmLab, last_attempt_ranks, own_lab_fixture
 
 from slurmfm import api
 from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
@@ -31,7 +31,7 @@ from slurmfm.topology.model import Node, Topology
 _BLOCKS = ("--gpus-per-node", "4", "--topology-plugin", "block", "--block-size", "18")
 OWN_LABS = {
     suite: OwnLab(f"plan-{suite}", ctld, slurmd, nodes=36, suite=suite, options=_BLOCKS)
-    for suite, ctld, slurmd in (("sid", 16947, 40001), ("trixie", 16957, 41001))
+    for suite, ctld, slurmd in (("sid", 16947, 17501), ("trixie", 16957, 17601))
 }
 
 
@@ -103,14 +103,8 @@ def run_quickstart(
     outs = list((tmp / "logs").glob(f"quickstart_{job.job_id}.out"))
     log = outs[0].read_text() if outs else ""
     assert fields.get("JobState") == "COMPLETED", f"{fields}\n{log}"
-    ranks = sorted(
-        (
-            e
-            for e in (json.loads(x) for x in log.splitlines() if x.startswith("{"))
-            if e.get("event") == "rank"
-        ),
-        key=lambda e: e["rank"],
-    )
+    # one attempt: a rank that aborts at exit makes slurmfm requeue the job (appended log)
+    ranks = last_attempt_ranks(json.loads(x) for x in log.splitlines() if x.startswith("{"))
     rec = parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job.job_id]).stdout)
     assert len(ranks) == nodes, log
     return ranks, lab.hostnames(rec["NodeList"])
@@ -190,6 +184,7 @@ def test_host_lab_orders_by_topology_addr_without_a_map(
 
 
 @pytest.fixture(scope="session")
+@own_lab_fixture(*OWN_LABS.values())
 def own_block_lab() -> Iterator[Any]:
     """Our own 36-node, 2 x 18 block labs (sid 26.05, trixie 24.11), brought up idempotently."""
     cache: dict[str, SlurmLab] = {}

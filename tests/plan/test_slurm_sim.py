@@ -7,7 +7,7 @@ asks ``sbatch --test-only`` where a job would go, and compares with ``select_tre
 rules="21.08")`` (22.05 is in the 21.08-24.05.2 rule set, section 8).
 
 The lab is this test's own (not the shared host lab): ``$SLURMFM_SIM.dir`` (default
-``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports 16967/42001 (``scripts/README-lab.md``,
+``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports 16967/17701 (``scripts/README-lab.md``,
 "Ports"). The fixture brings it up if needed and takes it down again if it did so; it
 restores the lab's topology.conf either way.
 """
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from lab import OwnLab, SlurmLab, lab_root
+from lab import OwnLab, SlurmLab, lab_root, own_lab_fixture
 
 from slurmfm.plan.slurm_sim import natural_key, rank_order, select_tree
 from slurmfm.topology.model import Topology
@@ -167,7 +167,7 @@ LAB_NODES = 32
 SIM = OwnLab(
     "sim-host",
     ctld_port=16967,
-    slurmd_port=42001,
+    slurmd_port=17701,
     nodes=LAB_NODES,
     path=Path(os.environ.get("SLURMFM_SIM_LAB", str(lab_root() / "sim-host"))),
 )
@@ -178,6 +178,7 @@ def _lab_cmd(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="session")
+@own_lab_fixture(SIM)
 def sim_lab() -> Iterator[SlurmLab]:
     """This test's own 32-node 22.05 lab, brought up idempotently; restored at the end."""
     was_up = SIM.healthy()

@@ -4,6 +4,7 @@ renders afresh; warnings are replayed; failures are never stored."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,16 +66,21 @@ def test_every_input_is_part_of_the_key(tmp_path: Path) -> None:
 def test_a_changed_package_file_changes_the_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A copy of the package stands in for it: a test never touches a tracked file, not even
+    # its mtime (a parallel run would render with a key that is briefly wrong).
+    package = tmp_path / "pkg" / "slurmfm"
+    original = Path(render_cache.__file__).resolve()
+    root = original.parent.parent  # the slurmfm package (the cache is slurmfm/cli/cache.py)
+    shutil.copytree(root, package)
+    monkeypatch.setattr(render_cache, "__file__", str(package / original.relative_to(root)))
     recipe = tmp_path / "r.yaml"
     recipe.write_bytes(RECIPE.read_bytes())
     before = render_cache.key(str(recipe), (), None)
-    template = REPO / "slurmfm" / "render" / "templates" / "sbatch.sh.j2"
+    template = package / "render" / "templates" / "sbatch.sh.j2"
     st = template.stat()
-    try:
-        os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-        assert render_cache.key(str(recipe), (), None) != before
-    finally:
-        os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert render_cache.key(str(recipe), (), None) != before
+    os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert render_cache.key(str(recipe), (), None) == before
 
 

@@ -22,16 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import OwnLab, SlurmLab
+from lab import OwnLab, SlurmLab, own_lab_fixture
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
-RESIL = OwnLab("resil", ctld_port=16887, slurmd_port=46001, nodes=4)
+RESIL = OwnLab("resil", ctld_port=16887, slurmd_port=17101, nodes=4)
 
 
 @pytest.fixture(scope="module")
+@own_lab_fixture(RESIL)
 def resil_lab() -> Iterator[SlurmLab]:
     lab = RESIL.up()
     yield lab

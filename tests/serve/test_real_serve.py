@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import sys
 import time
 import urllib.request
@@ -19,19 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import SlurmLab
+from lab import SlurmLab, free_port
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
 pytestmark = [pytest.mark.slurm]
 
 STANDINS = Path(__file__).resolve().parent / "standins"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def base(tmp: Path, name: str, nodes: int, launcher: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lab import OwnLab, SlurmLab
+from lab import OwnLab, SlurmLab, own_lab_fixture
 
 from slurmfm.catalog.slurm_features import SlurmVersion, UnsupportedBySlurm
 from slurmfm.topology.model import Topology
@@ -36,14 +36,15 @@ from slurmfm.topology.ec2 import parse_topology_json, to_topology
 
 # This module's own labs, on ports of no other lab (scripts/README-lab.md, "Ports").
 OWN_LABS = {
-    "host": OwnLab("topo-host", ctld_port=16917, slurmd_port=37001, nodes=64),
-    "trixie": OwnLab("topo-trixie", ctld_port=16927, slurmd_port=38001, nodes=36, suite="trixie"),
-    "sid": OwnLab("topo-sid", ctld_port=16937, slurmd_port=39001, nodes=36, suite="sid"),
+    "host": OwnLab("topo-host", ctld_port=16917, slurmd_port=17201, nodes=64),
+    "trixie": OwnLab("topo-trixie", ctld_port=16927, slurmd_port=17301, nodes=36, suite="trixie"),
+    "sid": OwnLab("topo-sid", ctld_port=16937, slurmd_port=17401, nodes=36, suite="sid"),
 }
 LabFactory = Callable[[str], SlurmLab]
 
 
 @pytest.fixture(scope="session")
+@own_lab_fixture(*OWN_LABS.values())
 def own_lab() -> LabFactory:
     """``own_lab(suite)``: this module's private lab of that suite, up and healthy."""
     cache: dict[str, SlurmLab] = {}
@@ -118,14 +119,17 @@ def test_block_loaded_by_real_slurm(suite: str, own_lab: LabFactory, tmp_path: P
 
 
 @pytest.mark.slurm_newer
-def test_yaml_tree_and_block_partitions_on_26_05(own_lab: LabFactory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("suite", ["sid"])  # names the lab: its xdist group (tests/conftest.py)
+def test_yaml_tree_and_block_partitions_on_26_05(
+    suite: str, own_lab: LabFactory, tmp_path: Path
+) -> None:
     """topology.yaml with a tree (partition batch) and a block (partition debug) topology.
 
     The lab's slurm.conf has no ``Topology=`` on its partitions and slurm-lab cannot add it, so
     the block one is attached at run time with ``scontrol update PartitionName=debug
     Topology=debug`` (accepted by 26.05.5); a restart would drop that.
     """
-    lab = own_lab("sid")
+    lab = own_lab(suite)
     tree = lab_topology(36, seed=11, gb200=False)
     gb = lab_topology(36, seed=5, gb200=True)
     text = export_yaml({"batch": tree, "debug": gb}, lab.version)
@@ -156,8 +160,11 @@ def test_yaml_tree_and_block_partitions_on_26_05(own_lab: LabFactory, tmp_path: 
 
 
 @pytest.mark.slurm
-def test_block_refused_by_exporter_and_real_22_05(own_lab: LabFactory, tmp_path: Path) -> None:
-    lab = own_lab("host")
+@pytest.mark.parametrize("suite", ["host"])
+def test_block_refused_by_exporter_and_real_22_05(
+    suite: str, own_lab: LabFactory, tmp_path: Path
+) -> None:
+    lab = own_lab(suite)
     version = SlurmVersion.parse(lab.version)
     assert version < SlurmVersion(23, 11)
     gb = lab_topology(36, seed=5, gb200=True)
@@ -184,8 +191,11 @@ def test_block_refused_by_exporter_and_real_22_05(own_lab: LabFactory, tmp_path:
 
 
 @pytest.mark.slurm_newer
-def test_yaml_refused_by_exporter_and_real_24_11(own_lab: LabFactory, tmp_path: Path) -> None:
-    lab = own_lab("trixie")
+@pytest.mark.parametrize("suite", ["trixie"])
+def test_yaml_refused_by_exporter_and_real_24_11(
+    suite: str, own_lab: LabFactory, tmp_path: Path
+) -> None:
+    lab = own_lab(suite)
     assert SlurmVersion.parse(lab.version) < SlurmVersion(25, 5)
     parts = {"batch": lab_topology(36, seed=11, gb200=False)}
     with pytest.raises(

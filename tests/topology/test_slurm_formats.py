@@ -34,10 +34,7 @@ from slurmfm.topology.slurm_formats import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-try:
-    import ec2gen
-except ImportError:  # pragma: no cover - the generator is written by another engineer
-    ec2gen = None
+import ec2gen
 
 # ------------------------------------------------------------------------ generators
 NODE_PREFIXES = ("node", "p5-", "gb", "ip-10-0-1-", "compute-dy-p5-")
@@ -288,7 +285,6 @@ def test_export_block_from_plain_tree_uses_leaves() -> None:
     assert block_order(back) == ["leaf1", "leaf2", "leaf3", "leaf4"]
 
 
-@pytest.mark.skipif(ec2gen is None, reason="tests/topology/ec2gen.py not available")
 def test_export_from_generated_ec2() -> None:
     from slurmfm.topology.ec2 import parse_topology_json, to_topology
 

@@ -332,7 +332,8 @@ def test_slurm_parsers_are_dispatched(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_slurm_formats_real(tmp_path: Path) -> None:
     """Against the real slurmfm.topology.slurm_formats (written separately)."""
-    sf = pytest.importorskip("slurmfm.topology.slurm_formats")
+    from slurmfm.topology import slurm_formats as sf
+
     for name, text in (("t.conf", CONF), ("s.txt", SCONTROL)):
         (tmp_path / name).write_text(text)
         assert load_any(tmp_path / name).shape() == _shape().shape()
@@ -346,7 +347,6 @@ def test_slurm_formats_real(tmp_path: Path) -> None:
 
 
 def test_slurm_parser_errors_name_the_file(tmp_path: Path) -> None:
-    pytest.importorskip("slurmfm.topology.slurm_formats")
     p = tmp_path / "topology.conf"
     p.write_text("SwitchName=a Nodes=n1\nSwitchName=a Nodes=n2\n")
     with pytest.raises(TopologyError) as exc:

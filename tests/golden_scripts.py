@@ -1,0 +1,87 @@
+"""The generated script of every shipped recipe, kept in ``tests/golden/`` as reviewed files.
+
+Why: what users receive is the generated job script; a change to a template, a catalog fact or
+a default changes it, and that change must show up as a diff in review, not only as a green
+test. Per recipe ``recipes/NAME.yaml``:
+
+* ``tests/golden/NAME.sh``: the script rendered from the recipe as written;
+* ``tests/golden/NAME.variants.diff``: for every cluster flavor and Slurm version that
+  ``tests/test_recipes.py`` renders, the unified diff from that script (small, and it shows
+  exactly what a flavor or version changes).
+
+``scripts/update-golden`` rewrites them from the current code; ``tests/test_golden.py`` fails
+with the diff when they differ. Rendering is a pure function of the recipe and slurmfm's code,
+so the files do not depend on the machine or the checkout's path.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from slurmfm import api
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GOLDEN_DIR = REPO_ROOT / "tests" / "golden"
+RECIPES = sorted((REPO_ROOT / "recipes").glob("*.yaml"))
+FLAVORS = ("parallelcluster", "pcs", "hyperpod", "generic")
+SLURM_VERSIONS = ("22.05", "24.11", "25.11")
+
+
+def render(recipe: Path, overrides: dict[str, object] | None = None) -> str:
+    return api.render(api.load(recipe, overrides=overrides or {})).text
+
+
+def variants(recipe: Path, base: str) -> str:
+    """Every flavor x version, as a diff from ``base`` (the recipe as written)."""
+    out = [
+        f"# {recipe.name}: the generated script per cluster.flavor and cluster.slurm_version,\n",
+        f"# as a diff from {recipe.stem}.sh (the recipe as written). scripts/update-golden\n",
+        "# writes this file.\n",
+    ]
+    for flavor in FLAVORS:
+        for version in SLURM_VERSIONS:
+            text = render(recipe, {"cluster.flavor": flavor, "cluster.slurm_version": version})
+            out.append(f"\n### cluster.flavor={flavor} cluster.slurm_version={version}\n")
+            diff = list(
+                difflib.unified_diff(
+                    base.splitlines(keepends=True),
+                    text.splitlines(keepends=True),
+                    f"{recipe.stem}.sh",
+                    f"{recipe.stem} {flavor} {version}",
+                    n=1,
+                )
+            )
+            if not diff:
+                out.append("(same as the recipe as written)\n")
+            for line in diff:
+                out.append(
+                    line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                )
+    return "".join(out)
+
+
+def expected_files() -> dict[Path, str]:
+    """Every golden file's path and the text the current code produces for it."""
+    files: dict[Path, str] = {}
+    for recipe in RECIPES:
+        base = render(recipe)
+        files[GOLDEN_DIR / f"{recipe.stem}.sh"] = base
+        files[GOLDEN_DIR / f"{recipe.stem}.variants.diff"] = variants(recipe, base)
+    return files
+
+
+def update() -> list[str]:
+    """Write every golden file, delete those of recipes that are gone; return what changed."""
+    GOLDEN_DIR.mkdir(exist_ok=True)
+    want = expected_files()
+    changed = []
+    for path, text in want.items():
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(f"wrote {path.relative_to(REPO_ROOT)}")
+    for path in sorted(GOLDEN_DIR.iterdir()):
+        if path not in want:
+            path.unlink()
+            changed.append(f"removed {path.relative_to(REPO_ROOT)}")
+    return changed

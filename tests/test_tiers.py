@@ -1,0 +1,61 @@
+"""The tiers and xdist groups that tests/conftest.py derives from the fixtures a test uses."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from lab import REPO_ROOT
+
+
+def pytest_run(*args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURMFM_LAB_ROOT", "SLURMFM_LAB")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=REPO_ROOT,
+        env={**env, "SLURMFM_REQUIRE_SLURM": "0"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 5), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def collected(marker: str, *paths: str) -> set[str]:
+    out = pytest_run("--collect-only", "-q", "-m", marker, *paths)
+    return {line.split("[")[0] for line in out.splitlines() if "::" in line}
+
+
+def test_tiers_come_from_the_fixtures() -> None:
+    real = collected("real", "tests/test_slurm_lab.py", "tests/resilience/test_runtime.py")
+    script = collected("script", "tests/test_slurm_lab.py", "tests/resilience/test_runtime.py")
+    unit = collected("unit", "tests/test_slurm_lab.py", "tests/resilience/test_runtime.py")
+    # a shared lab fixture, an own-lab fixture (own_lab_fixture)
+    assert "tests/test_slurm_lab.py::test_version_matches_lab" in real
+    assert "tests/test_slurm_lab.py::test_up_restarts_a_slurmd_whose_registration_was_lost" in real
+    # the stand-in cluster of the job runtime tests
+    assert any(n.startswith("tests/resilience/test_runtime.py::") for n in script)
+    assert (
+        "tests/test_slurm_lab.py::test_lab_ports_stay_out_of_the_ephemeral_range_and_apart" in unit
+    )
+    assert not real & script
+    assert not real & unit
+    assert not script & unit
+
+
+def test_one_lab_never_runs_on_two_workers() -> None:
+    """--dist loadgroup keeps each lab's tests on one worker (the lab's xdist group), also on
+    pytest 9.2, where xdist alone no longer groups (pytest-dev/pytest-xdist#1386)."""
+    out = pytest_run(
+        "-p", "xdist", "-n", "2", "--dist", "loadgroup", "-m", "real", "-v",
+        "tests/plan/test_slurm_sim.py", "tests/test_slurm_lab.py",
+    )  # fmt: skip
+    workers: dict[str, set[str]] = {}
+    for worker, group in re.findall(r"\[(gw\d+)\] .*?::\S+@(\S+)", out):
+        workers.setdefault(group, set()).add(worker)
+    assert workers.get("sim-host"), out[-3000:]
+    assert {g: len(w) for g, w in workers.items()} == dict.fromkeys(workers, 1), workers
