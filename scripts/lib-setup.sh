@@ -44,10 +44,12 @@ ensure_venv() {
   [[ -n $extras ]] && spec=".[${extras}]"
   echo "setup: installing slurmfm${extras:+[$extras]} and torch (CPU) into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip
+  # torch first: a test dependency (lightning) requires torch, and pip would satisfy that with
+  # PyPI's CUDA build (several GB) when no torch is installed yet.
+  ensure_cpu_torch "$venv/bin/python"
   # setuptools warns that an editable install lets same-named folders shadow the package
   # (BuildBackendWarning, ~10 lines): noise before every quickstart's output, nothing to act on
   PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install -q -e "$spec"
-  ensure_cpu_torch "$venv/bin/python"
   export VIRTUAL_ENV=$venv
   export PATH="$venv/bin:$PATH"
   hash -r
