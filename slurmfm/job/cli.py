@@ -212,7 +212,11 @@ def parser() -> argparse.ArgumentParser:
     n = sub.add_parser("node")
     n.add_argument("--prefix", type=int, default=0)
     n.add_argument("--forward", default="none", choices=["none", "TERM", "USR2", "INT"])
-    n.add_argument("--ray", default="", help="RAY,PYTHON,PORT,NNODES,TIMEOUT (vLLM multi-node)")
+    n.add_argument("--ray", default="", help="vLLM across nodes: the ray command")
+    n.add_argument("--ray-python", default="python3")
+    n.add_argument("--ray-port", default="6379")
+    n.add_argument("--ray-nodes", default="1")
+    n.add_argument("--ray-timeout-s", default="300")
     n.add_argument("argv", nargs=argparse.REMAINDER)
 
     h = sub.add_parser("health")
@@ -254,8 +258,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         ray = None
         if a.ray:
-            r, py, port, nn, to = a.ray.split(",")
-            ray = {"ray": r, "python": py, "port": port, "nodes": nn, "timeout": to}
+            ray = {"ray": a.ray, "python": a.ray_python, "port": a.ray_port,
+                   "nodes": a.ray_nodes, "timeout": a.ray_timeout_s}
         return node_main(_rest(a.argv), a.prefix, a.forward, ray)
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")

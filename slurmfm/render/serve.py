@@ -29,7 +29,6 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from slurmfm.errors import RenderError
 from slurmfm.render.quote import sh_quote
 
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ class ServeLaunch:
     model_json: str  # the model name as a JSON string, shell-quoted
     model_cache: str | None  # shell-quoted HF_HOME, if any
     dist_port: int | None  # SGLang's --dist-init-addr port when fixed by the recipe
-    ray: str | None = None  # vLLM multi-node: the node entry's --ray value (shell-quoted)
+    ray: str | None = None  # vLLM multi-node: the node entry's --ray options (shell words)
 
     @property
     def description(self) -> str:
@@ -96,20 +95,13 @@ def serve_launch(
         if nodes > 1:
             # Each node's runtime entry starts the Ray head (node 0, then `vllm serve` once
             # every node joined) or a Ray worker (slurmfm/job/node.py run_ray_node).
-            for value, what in ((launcher.ray, "launcher.ray"), (launcher.python, "launcher.python")):
-                if "," in value:
-                    raise RenderError(f"{what}: a comma cannot appear in this path")
-            ray = sh_quote(
-                ",".join(
-                    [
-                        launcher.ray,
-                        launcher.python,
-                        str(launcher.ray_port),
-                        str(nodes),
-                        str(launcher.ray_timeout_s),
-                    ]
-                ),
-                what="launcher.ray",
+            ray = " ".join(
+                [
+                    sh_quote(launcher.ray, what="launcher.ray"),
+                    f"--ray-python {sh_quote(launcher.python, what='launcher.python')}",
+                    f"--ray-port {launcher.ray_port} --ray-nodes {nodes}",
+                    f"--ray-timeout-s {launcher.ray_timeout_s}",
+                ]
             )
             lines = [" ".join(serve), " ".join([*opts, "--distributed-executor-backend ray"])]
         else:
