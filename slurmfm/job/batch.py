@@ -10,6 +10,8 @@ for a launcher without a save protocol, requeues at once.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -18,27 +20,32 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from . import decide as dec
 from . import nccl, serve
 from . import slurm as sl
-from .health import Runner, parse_report, run_command
+from .health import parse_report, run_command
 from .state import StateFile, state_path
+
+if TYPE_CHECKING:
+    from .health import Runner
 
 
 def log(msg: str, err: bool = False) -> None:
     print("slurmfm: " + msg, file=sys.stderr if err else sys.stdout, flush=True)
 
 
-def masked(argv: Sequence[str], secrets: Sequence[str], env: Dict[str, str]) -> str:
+def masked(argv: Sequence[str], secrets: Sequence[str], env: dict[str, str]) -> str:
     """The launch command as one shell line (shlex), with secret values replaced."""
     values = [env[s] for s in secrets if env.get(s)]
     out = []
-    for w in argv:
+    for word in argv:
+        shown = word
         for v in values:
-            w = w.replace(v, "<secret>")
-        out.append(w)
+            shown = shown.replace(v, "<secret>")
+        out.append(shown)
     return " ".join(shlex.quote(w) for w in out)
 
 
@@ -47,10 +54,10 @@ class Batch:
 
     def __init__(
         self,
-        opts: "object",
-        env: Optional[Dict[str, str]] = None,
+        opts: argparse.Namespace,
+        env: dict[str, str] | None = None,
         run: Runner = run_command,
-        popen: Callable[..., "subprocess.Popen[bytes]"] = subprocess.Popen,
+        popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -67,10 +74,10 @@ class Batch:
         )
         self.order = self.env.get("SLURMFM_HOST_ORDER", "").split()
         self.signalled = False
-        self.step: "Optional[subprocess.Popen[bytes]]" = None
-        self.server: "Optional[subprocess.Popen[bytes]]" = None
-        self.observer: "Optional[subprocess.Popen[bytes]]" = None
-        self.next_signal: Optional[float] = None
+        self.step: subprocess.Popen[bytes] | None = None
+        self.server: subprocess.Popen[bytes] | None = None
+        self.observer: subprocess.Popen[bytes] | None = None
+        self.next_signal: float | None = None
         self.nccl_socket = False
 
     # --- decisions -------------------------------------------------------------------------
@@ -82,47 +89,60 @@ class Batch:
             return 0
         if d.action == "requeue":
             me = sl.self_id(self.env)
-            log("requeueing job %s: %s" % (me, d.reason))
+            log(f"requeueing job {me}: {d.reason}")
             ok, why = sl.requeue(
                 me, self.run, self.sleep, self.o.requeue_tries, self.o.requeue_delay_s
             )
             if ok:
                 self.state.record("requeue", d.reason)
                 return 0
-            self.state.record("fail", "requeue failed (%s): %s" % (why, d.reason))
-            log("could not requeue job %s: %s" % (me, why), err=True)
+            self.state.record("fail", f"requeue failed ({why}): {d.reason}")
+            log(f"could not requeue job {me}: {why}", err=True)
             return d.exit_code or dec.GIVE_UP_EXIT
         event = "give-up" if d.reason.startswith(("restart cap", "requeue disabled")) else "fail"
         self.state.record(event, d.reason)
-        log("not requeueing: %s" % d.reason, err=True)
+        log(f"not requeueing: {d.reason}", err=True)
         return d.exit_code or dec.GIVE_UP_EXIT
 
     def drain(self, node: str, why: str, state: str = "DRAIN") -> None:
         if not self.o.drain:
-            log("%s failed a check: %s (resilience.drain_unhealthy is off)" % (node, why), True)
+            log(f"{node} failed a check: {why} (resilience.drain_unhealthy is off)", True)
             return
         if self.o.hyperpod:
             # HyperPod replaces a node whose drain reason starts with Action:Replace (AWS docs
             # "sagemaker-hyperpod-resiliency-slurm-replace-faulty-instance").
             why = "Action:Replace " + why
         if sl.set_node(node, state, why, self.run):
-            log("set %s %s: %s" % (node, state, why), err=True)
+            log(f"set {node} {state}: {why}", err=True)
         else:
-            log("could not set %s %s (not permitted?): %s; ask an admin" % (node, state, why),
-                err=True)
+            log(
+                f"could not set {node} {state} (not permitted?): {why}; ask an admin",
+                err=True,
+            )
 
     # --- steps -----------------------------------------------------------------------------
-    def all_nodes_srun(self, *cmd: str, overlap: bool = False) -> List[str]:
+    def all_nodes_srun(self, *cmd: str, overlap: bool = False) -> list[str]:
         n = self.env.get("SLURM_JOB_NUM_NODES", str(len(self.order) or 1))
         argv = ["srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1"]
         if overlap:
             argv.append("--overlap")
         return argv + ["python3", self.o.runtime, *cmd]
 
-    def health_gate(self) -> Optional[int]:
+    def health_gate(self) -> int | None:
         o = self.o
-        cmd = ["health", "--gpus", str(o.gpus), "--efa", str(o.efa), "--dcgm", str(o.dcgm),
-               "--efa-tries", str(o.efa_tries), "--efa-delay-s", str(o.efa_delay_s)]
+        cmd = [
+            "health",
+            "--gpus",
+            str(o.gpus),
+            "--efa",
+            str(o.efa),
+            "--dcgm",
+            str(o.dcgm),
+            "--efa-tries",
+            str(o.efa_tries),
+            "--efa-delay-s",
+            str(o.efa_delay_s),
+        ]
         if o.imex:
             cmd.append("--imex")
         rc, out = self.run(self.all_nodes_srun(*cmd), o.health_timeout_s)
@@ -134,7 +154,7 @@ class Batch:
             self.drain(node, "health gate: " + why)
         sick = " ".join(n for n, _ in bad) or "some node"
         log("health gate failed on: %s" % (sick if bad else "unknown nodes (exit %d)" % rc), True)
-        code = self.act(dec.Decision("requeue", "health gate failed on %s" % sick, 3))
+        code = self.act(dec.Decision("requeue", f"health gate failed on {sick}", 3))
         return code or 3
 
     def observe_start(self) -> None:
@@ -147,7 +167,7 @@ class Batch:
             with open(os.path.join(obs_dir, "job.json"), "w", encoding="utf-8") as fh:
                 fh.write(self.o.observe_job_json + "\n")
         except OSError:
-            log("observability: cannot create %s; no job metrics" % obs_dir, err=True)
+            log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
             return
         self.observer = self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)
         n = int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1)
@@ -155,8 +175,9 @@ class Batch:
         suffix = "_r%d.json" % self.restart
         while self.clock() < deadline and self.observer.poll() is None:
             try:
-                done = [f for f in os.listdir(obs_dir) if f.startswith("node_")
-                        and f.endswith(suffix)]
+                done = [
+                    f for f in os.listdir(obs_dir) if f.startswith("node_") and f.endswith(suffix)
+                ]
             except OSError:
                 done = []
             if len(done) >= n:
@@ -166,10 +187,8 @@ class Batch:
     def observe_stop(self) -> None:
         if self.observer is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             open(self.env.get("SLURMFM_OBS_STOP", ""), "a").close()
-        except OSError:
-            pass
         deadline = self.clock() + self.o.observe_start_s
         while self.observer.poll() is None and self.clock() < deadline:
             self.sleep(0.5)
@@ -185,8 +204,9 @@ class Batch:
         self.state.record("signal", "USR2 before the time limit")
         if not self.o.save_protocol:
             log("USR2 received: requeueing now; the run resumes from its last checkpoint")
-            code = self.act(dec.Decision("requeue", "time limit near (launcher saves "
-                                         "periodically)", 0))
+            code = self.act(
+                dec.Decision("requeue", "time limit near (launcher saves periodically)", 0)
+            )
             self.cleanup()
             os._exit(code)
         log("USR2 received: asking the training processes to save and exit")
@@ -197,41 +217,57 @@ class Batch:
         if self.next_signal is None or step is None or step.poll() is not None:
             return
         if self.clock() >= self.next_signal:
-            try:
+            with contextlib.suppress(OSError):
                 step.send_signal(signal.SIGUSR2)
-            except OSError:
-                pass
             self.next_signal = self.clock() + self.o.resignal_s
 
-    def start_server(self, argv: Sequence[str]) -> Optional[int]:
+    def start_server(self, argv: Sequence[str]) -> int | None:
         o = self.o
         self.server = self.popen(list(argv), env=self.env)
         url = self.env.get("SLURMFM_SERVE_URL", "") + o.health_path
-        log("waiting up to %g s for %s" % (o.ready_timeout_s, url))
+        log(f"waiting up to {o.ready_timeout_s:g} s for {url}")
         server = self.server
-        why = serve.wait_ready(url, lambda: server.poll() is None, o.ready_timeout_s,
-                               o.ready_poll_s, clock=self.clock, sleep=self.sleep)
+        why = serve.wait_ready(
+            url,
+            lambda: server.poll() is None,
+            o.ready_timeout_s,
+            o.ready_poll_s,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
         if why is not None:
-            log("the %s server is not ready: %s" % (o.serve_kind, why), err=True)
-            self.state.record("fail", "%s server not healthy" % o.serve_kind)
+            log(f"the {o.serve_kind} server is not ready: {why}", err=True)
+            self.state.record("fail", f"{o.serve_kind} server not healthy")
             self.stop_server()
             return 1
         e = self.env
-        serve.write_endpoint(self.endpoint_base(), {
-            "url": e.get("SLURMFM_SERVE_URL", ""), "host": e.get("SLURMFM_SERVE_HEAD", ""),
-            "port": int(e.get("SLURMFM_SERVE_PORT", "0") or 0), "health": o.health_path,
-            "kind": o.serve_kind, "model": json.loads(o.serve_model or "null"), "job_id": e.get("SLURM_JOB_ID", ""),
-            "run_id": e.get("SLURMFM_RUN_ID", ""), "nodes": e.get("SLURMFM_SERVE_ORDER", ""),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        })
-        self.state.record("ready", "url=%s" % e.get("SLURMFM_SERVE_URL", ""))
-        log("%s server ready at %s (endpoint file %s.json)"
-            % (o.serve_kind, e.get("SLURMFM_SERVE_URL", ""), self.endpoint_base()))
+        serve.write_endpoint(
+            self.endpoint_base(),
+            {
+                "url": e.get("SLURMFM_SERVE_URL", ""),
+                "host": e.get("SLURMFM_SERVE_HEAD", ""),
+                "port": int(e.get("SLURMFM_SERVE_PORT", "0") or 0),
+                "health": o.health_path,
+                "kind": o.serve_kind,
+                "model": json.loads(o.serve_model or "null"),
+                "job_id": e.get("SLURM_JOB_ID", ""),
+                "run_id": e.get("SLURMFM_RUN_ID", ""),
+                "nodes": e.get("SLURMFM_SERVE_ORDER", ""),
+                "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        )
+        self.state.record("ready", "url={}".format(e.get("SLURMFM_SERVE_URL", "")))
+        log(
+            "{} server ready at {} (endpoint file {}.json)".format(
+                o.serve_kind, e.get("SLURMFM_SERVE_URL", ""), self.endpoint_base()
+            )
+        )
         return None
 
     def endpoint_base(self) -> str:
-        return os.path.join(self.env.get("SLURMFM_LOG_DIR", "."), "endpoints",
-                            self.env.get("SLURMFM_RUN_ID", "run"))
+        return os.path.join(
+            self.env.get("SLURMFM_LOG_DIR", "."), "endpoints", self.env.get("SLURMFM_RUN_ID", "run")
+        )
 
     def stop_server(self) -> None:
         if self.server is not None and self.server.poll() is None:
@@ -245,26 +281,34 @@ class Batch:
 
     def nccl_watch(self) -> None:
         step = self.step
-        pattern = os.path.join(self.env.get("SLURMFM_LOG_DIR", "."),
-                               "nccl-%s-r%d-*" % (self.env.get("SLURM_JOB_ID", ""),
-                                                  self.restart))
-        v = nccl.watch(pattern, self.o.nccl_timeout_s,
-                       lambda: step is not None and step.poll() is None)
+        pattern = os.path.join(
+            self.env.get("SLURMFM_LOG_DIR", "."),
+            "nccl-%s-r%d-*" % (self.env.get("SLURM_JOB_ID", ""), self.restart),
+        )
+        v = nccl.watch(
+            pattern, self.o.nccl_timeout_s, lambda: step is not None and step.poll() is None
+        )
         if v == "efa":
             log("NCCL transport check: EFA (aws-ofi-nccl) in use")
         elif v == "socket":
-            log("NCCL transport check: NCCL fell back to TCP sockets instead of EFA; check the "
-                "aws-ofi-nccl plugin path and FI_PROVIDER (see %s)" % pattern, err=True)
+            log(
+                "NCCL transport check: NCCL fell back to TCP sockets instead of EFA; check the "
+                f"aws-ofi-nccl plugin path and FI_PROVIDER (see {pattern})",
+                err=True,
+            )
             if self.o.nccl_check == "fail" and step is not None:
                 self.nccl_socket = True
                 step.terminate()
         elif step is not None and step.poll() is None:
-            log("NCCL transport check: no NCCL network line within %g s" % self.o.nccl_timeout_s,
-                err=True)
+            log(
+                f"NCCL transport check: no NCCL network line within {self.o.nccl_timeout_s:g} s",
+                err=True,
+            )
 
     def wait_step(self) -> int:
         step = self.step
-        assert step is not None
+        if step is None:  # pragma: no cover - main() sets it first
+            return 0
         while True:
             self.forward_signal()
             try:
@@ -272,7 +316,7 @@ class Batch:
             except subprocess.TimeoutExpired:
                 continue
 
-    def finished(self) -> Optional[bool]:
+    def finished(self) -> bool | None:
         ckpt = self.env.get("SLURMFM_CHECKPOINT_DIR", "")
         kind, _, arg = self.o.done_check.partition(":")
         if kind == "megatron":
@@ -286,16 +330,21 @@ class Batch:
     def main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
         o = self.o
         last = self.state.last("requeue")
-        log("job %s start %d (at most %d restarts)%s" % (
-            self.env.get("SLURM_JOB_ID", "?"), self.restart, o.max_restarts,
-            "; last requeue: " + last if last else ""))
+        log(
+            "job %s start %d (at most %d restarts)%s"
+            % (
+                self.env.get("SLURM_JOB_ID", "?"),
+                self.restart,
+                o.max_restarts,
+                "; last requeue: " + last if last else "",
+            )
+        )
         signal.signal(signal.SIGUSR2, self.on_usr2)
         try:
-            if o.gpus or o.efa or o.dcgm or o.imex:
-                if o.health:
-                    code = self.health_gate()
-                    if code is not None:
-                        return code
+            if (o.gpus or o.efa or o.dcgm or o.imex) and o.health:
+                code = self.health_gate()
+                if code is not None:
+                    return code
             if o.observe:
                 self.observe_start()
             if serve_argv:
@@ -325,25 +374,32 @@ class Batch:
             if self.server is not None and self.server.poll() is None:
                 log("trainer finished (exit %d); stopping the %s server" % (rc, o.serve_kind))
                 self.stop_server()
-            dead: List[str] = []
+            dead: list[str] = []
             if rc != 0 and not self.signalled and not o.hyperpod:
                 if sl.controller_up(self.run):
                     dead = sl.probe(self.order, self.run, o.probe_timeout_s)
                     for h in dead:
-                        self.drain(h, "did not answer after a failed step (job %s)"
-                                   % self.env.get("SLURM_JOB_ID", ""), "DOWN")
+                        self.drain(
+                            h,
+                            "did not answer after a failed step (job {})".format(
+                                self.env.get("SLURM_JOB_ID", "")
+                            ),
+                            "DOWN",
+                        )
                 else:
                     log("slurmctld does not answer; not judging the nodes", err=True)
-            retry = None if o.retry_exit == "any" else [int(x) for x in o.retry_exit.split(",")
-                                                        if x]
-            d = dec.decide(rc, self.signalled, self.finished() if rc == 0 else False,
-                           dead, retry, o.hyperpod)
+            retry = (
+                None if o.retry_exit == "any" else [int(x) for x in o.retry_exit.split(",") if x]
+            )
+            d = dec.decide(
+                rc, self.signalled, self.finished() if rc == 0 else False, dead, retry, o.hyperpod
+            )
             return self.act(d)
         finally:
             self.cleanup()
 
 
-def with_auto_resume(argv: Sequence[str]) -> List[str]:
+def with_auto_resume(argv: Sequence[str]) -> list[str]:
     words = list(argv)
     if words[:1] == ["srun"] and "--auto-resume=1" not in words:
         words.insert(1, "--auto-resume=1")

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional
 
 _STEP = re.compile(r"^step_(\d+)$")
 
 
-def resume_from(directory: str) -> Optional[str]:
+def resume_from(directory: str) -> str | None:
     """The checkpoint path to resume from, or None for a fresh start."""
     try:
         with open(os.path.join(directory, "latest"), encoding="utf-8") as fh:
@@ -25,8 +24,12 @@ def resume_from(directory: str) -> Optional[str]:
     if name and "/" not in name and os.path.isdir(os.path.join(directory, name)):
         return os.path.join(directory, name)
     try:
-        steps = [(int(m.group(1)), e) for e in os.listdir(directory)
-                 for m in [_STEP.match(e)] if m and os.path.isdir(os.path.join(directory, e))]
+        steps = [
+            (int(m.group(1)), e)
+            for e in os.listdir(directory)
+            for m in [_STEP.match(e)]
+            if m and os.path.isdir(os.path.join(directory, e))
+        ]
     except OSError:
         return None
     if not steps:

@@ -15,7 +15,7 @@ import argparse
 import os
 import shlex
 import sys
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 from . import hosts as hs
 from . import slurm as sl
@@ -24,7 +24,7 @@ from .health import check_node, run_command
 from .state import StateFile, state_path
 
 
-def _kv(text: str) -> Dict[str, str]:
+def _kv(text: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
 
 
@@ -41,15 +41,18 @@ def storage_ok(a: argparse.Namespace, ckpt: str, st: StateFile) -> bool:
     if lustre and a.stripe:
         rc, _ = run_command(["lfs", "setstripe", "-c", "-1", "-S", "16M", ckpt], 60)
         if rc != 0:
-            print("slurmfm: warning: lfs setstripe failed on %s" % ckpt, file=sys.stderr)
+            print(f"slurmfm: warning: lfs setstripe failed on {ckpt}", file=sys.stderr)
     if a.min_free_kb <= 0:
         return True
     free_kb = -1
     where = "on its file system"
     if lustre:
         rc, out = run_command(["lfs", "df", ckpt], 60)
-        osts = [int(line.split()[3]) for line in out.splitlines()
-                if "OST:" in line and len(line.split()) > 3 and line.split()[3].isdigit()]
+        osts = [
+            int(line.split()[3])
+            for line in out.splitlines()
+            if "OST:" in line and len(line.split()) > 3 and line.split()[3].isdigit()
+        ]
         if osts:
             free_kb, where = min(osts), "on its emptiest Lustre OST"
     if free_kb < 0:
@@ -59,20 +62,33 @@ def storage_ok(a: argparse.Namespace, ckpt: str, st: StateFile) -> bool:
         except OSError:
             return True
     if free_kb < a.min_free_kb:
-        print("slurmfm: %s has %d GiB free %s; the recipe needs %s GiB (storage.min_free_gb)"
-              % (ckpt, free_kb // 1048576, where, a.min_free_gb), file=sys.stderr)
+        print(
+            "slurmfm: %s has %d GiB free %s; the recipe needs %s GiB (storage.min_free_gb)"
+            % (ckpt, free_kb // 1048576, where, a.min_free_gb),
+            file=sys.stderr,
+        )
         st.record("fail", "not enough free space")
         return False
     return True
 
 
-def prepare(a: argparse.Namespace, env: Dict[str, str], out: List[str]) -> int:
+def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
     alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
-    topo: Optional[Dict[str, str]] = None
+    topo: dict[str, str] | None = None
     if a.topo_addr and not a.planned and not a.rank_map:
         n = str(len(alloc))
-        rc, text = run_command(["srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1",
-                                "python3", a.runtime, "whoami"], 120)
+        _rc, text = run_command(
+            [
+                "srun",
+                "--nodes=" + n,
+                "--ntasks=" + n,
+                "--ntasks-per-node=1",
+                "python3",
+                a.runtime,
+                "whoami",
+            ],
+            120,
+        )
         topo = {}
         for line in text.splitlines():
             parts = line.split(None, 1)
@@ -81,16 +97,19 @@ def prepare(a: argparse.Namespace, env: Dict[str, str], out: List[str]) -> int:
     try:
         order = hs.host_order(alloc, a.planned.split(), _kv(a.rank_map), topo)
     except hs.OrderError as exc:
-        print("slurmfm: %s" % exc, file=sys.stderr)
+        print(f"slurmfm: {exc}", file=sys.stderr)
         return 2
-    exports: Dict[str, str] = {}
-    serve_order: List[str] = []
+    exports: dict[str, str] = {}
+    serve_order: list[str] = []
     if a.serve == "split":
         if len(order) <= a.serve_nodes:
-            print("slurmfm: %d hosts cannot hold %d serving node(s) and a trainer"
-                  % (len(order), a.serve_nodes), file=sys.stderr)
+            print(
+                "slurmfm: %d hosts cannot hold %d serving node(s) and a trainer"
+                % (len(order), a.serve_nodes),
+                file=sys.stderr,
+            )
             return 2
-        order, serve_order = order[: -a.serve_nodes], order[-a.serve_nodes:]
+        order, serve_order = order[: -a.serve_nodes], order[-a.serve_nodes :]
     elif a.serve == "hetjob":
         serve_order = sl.hostnames(env["SLURM_JOB_NODELIST_HET_GROUP_1"])
     elif a.serve == "all":
@@ -104,13 +123,18 @@ def prepare(a: argparse.Namespace, env: Dict[str, str], out: List[str]) -> int:
     local = env.get("SLURMD_NODENAME", "")
     head = order[0]
     rdzv_port = a.rdzv_port or hs.choose_port(
-        job_id, restart, a.port_base, a.port_span, eph,
-        is_free=hs.port_is_free if head == local else (lambda p: True))
+        job_id,
+        restart,
+        a.port_base,
+        a.port_span,
+        eph,
+        is_free=hs.port_is_free if head == local else (lambda p: True),
+    )
     exports.update(
         SLURMFM_HOST_ORDER=" ".join(order),
         SLURMFM_NODELIST=",".join(order),
         SLURMFM_NNODES=str(len(order)),
-        SLURMFM_NODE_ADDRS=" ".join("%s=%s" % (h, addrs.get(h, h)) for h in every),
+        SLURMFM_NODE_ADDRS=" ".join(f"{h}={addrs.get(h, h)}" for h in every),
         SLURMFM_RDZV_HOST=addrs.get(head, head),
         SLURMFM_RDZV_PORT=str(rdzv_port),
     )
@@ -126,29 +150,48 @@ def prepare(a: argparse.Namespace, env: Dict[str, str], out: List[str]) -> int:
             SLURMFM_SERVE_URL="http://%s:%d" % (shead, a.serve_port),
         )
         if a.dist_port >= 0:
-            exports["SLURMFM_SERVE_DIST_PORT"] = str(a.dist_port or hs.choose_port(
-                job_id, restart, a.port_base + a.port_span, a.port_span, eph,
-                is_free=lambda p: p != rdzv_port))
+            exports["SLURMFM_SERVE_DIST_PORT"] = str(
+                a.dist_port
+                or hs.choose_port(
+                    job_id,
+                    restart,
+                    a.port_base + a.port_span,
+                    a.port_span,
+                    eph,
+                    is_free=lambda p: p != rdzv_port,
+                )
+            )
     ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
-    st = StateFile(env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."),
-                                                                 env), restart)
+    st = StateFile(
+        env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
+    )
     if ckpt and not storage_ok(a, ckpt, st):
         return 2
     res = resume_from(ckpt) if ckpt else None
     if res:
         exports["SLURMFM_RESUME_FROM"] = res
-        print("slurmfm: resuming from %s" % res, file=sys.stderr)
-    st.record("start", "nodes=%s" % env.get("SLURM_JOB_NODELIST", ""))
+        print(f"slurmfm: resuming from {res}", file=sys.stderr)
+    st.record("start", "nodes={}".format(env.get("SLURM_JOB_NODELIST", "")))
     st.record("checkpoint-dir", ckpt)
     st.record("hosts", exports["SLURMFM_HOST_ORDER"])
-    print("slurmfm: job %s host order: %s; rendezvous %s:%s" % (
-        env.get("SLURM_JOB_ID", "?"), exports["SLURMFM_HOST_ORDER"], exports["MASTER_ADDR"],
-        exports["MASTER_PORT"]), file=sys.stderr)
+    print(
+        "slurmfm: job {} host order: {}; rendezvous {}:{}".format(
+            env.get("SLURM_JOB_ID", "?"),
+            exports["SLURMFM_HOST_ORDER"],
+            exports["MASTER_ADDR"],
+            exports["MASTER_PORT"],
+        ),
+        file=sys.stderr,
+    )
     if serve_order:
-        print("slurmfm: serving hosts: %s; endpoint will be %s" % (
-            exports["SLURMFM_SERVE_ORDER"], exports["SLURMFM_SERVE_URL"]), file=sys.stderr)
+        print(
+            "slurmfm: serving hosts: {}; endpoint will be {}".format(
+                exports["SLURMFM_SERVE_ORDER"], exports["SLURMFM_SERVE_URL"]
+            ),
+            file=sys.stderr,
+        )
     for k in sorted(exports):
-        out.append("export %s=%s" % (k, shlex.quote(exports[k])))
+        out.append(f"export {k}={shlex.quote(exports[k])}")
     return 0
 
 
@@ -232,16 +275,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _rest(argv: Sequence[str]) -> List[str]:
+def _rest(argv: Sequence[str]) -> list[str]:
     words = list(argv)
     return words[1:] if words[:1] == ["--"] else words
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     a = parser().parse_args(argv)
     env = dict(os.environ)
     if a.cmd == "prepare":
-        out: List[str] = []
+        out: list[str] = []
         rc = prepare(a, env, out)
         if rc == 0:
             print("\n".join(out))
@@ -258,23 +301,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         ray = None
         if a.ray:
-            ray = {"ray": a.ray, "python": a.ray_python, "port": a.ray_port,
-                   "nodes": a.ray_nodes, "timeout": a.ray_timeout_s}
+            ray = {
+                "ray": a.ray,
+                "python": a.ray_python,
+                "port": a.ray_port,
+                "nodes": a.ray_nodes,
+                "timeout": a.ray_timeout_s,
+            }
         return node_main(_rest(a.argv), a.prefix, a.forward, ray)
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")
-        bad = check_node(a.gpus, a.efa, a.dcgm, a.imex, sysfs=env.get("SLURMFM_SYSFS", "/sys"),
-                         efa_tries=a.efa_tries, efa_delay_s=a.efa_delay_s)
+        bad = check_node(
+            a.gpus,
+            a.efa,
+            a.dcgm,
+            a.imex,
+            sysfs=env.get("SLURMFM_SYSFS", "/sys"),
+            efa_tries=a.efa_tries,
+            efa_delay_s=a.efa_delay_s,
+        )
         if bad:
-            print("slurmfm-health %s FAIL %s" % (node, bad), flush=True)
+            print(f"slurmfm-health {node} FAIL {bad}", flush=True)
             return 1
-        print("slurmfm-health %s OK" % node, flush=True)
+        print(f"slurmfm-health {node} OK", flush=True)
         return 0
     if a.cmd == "observe":
         from .agent import main as agent_main
 
         return agent_main()
     if a.cmd == "whoami":
-        print("%s %s" % (env.get("SLURMD_NODENAME", ""), env.get("SLURM_TOPOLOGY_ADDR", "")))
+        print("{} {}".format(env.get("SLURMD_NODENAME", ""), env.get("SLURM_TOPOLOGY_ADDR", "")))
         return 0
     return 2  # pragma: no cover - argparse requires a subcommand

@@ -16,7 +16,8 @@ A requeue past the restart cap, or with requeue off, is a give-up: the job must 
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 GIVE_UP_EXIT = 3
 
@@ -30,9 +31,9 @@ class Decision(NamedTuple):
 def decide(
     rc: int,
     signalled: bool,
-    finished: Optional[bool],
+    finished: bool | None,
     unresponsive: Sequence[str] = (),
-    retryable: Optional[Sequence[int]] = None,
+    retryable: Sequence[int] | None = None,
     hyperpod: bool = False,
 ) -> Decision:
     """The decision before the restart cap is applied (see :func:`apply_cap`).
@@ -66,7 +67,7 @@ def apply_cap(d: Decision, restart: int, max_restarts: int, requeue_enabled: boo
     if d.action != "requeue":
         return d
     if not requeue_enabled:
-        return Decision("fail", "requeue disabled: %s" % d.reason, d.exit_code or GIVE_UP_EXIT)
+        return Decision("fail", f"requeue disabled: {d.reason}", d.exit_code or GIVE_UP_EXIT)
     if restart >= max_restarts:
         return Decision(
             "fail",
@@ -76,7 +77,7 @@ def apply_cap(d: Decision, restart: int, max_restarts: int, requeue_enabled: boo
     return d
 
 
-def megatron_finished(checkpoint_dir: str, train_iters: int) -> Optional[bool]:
+def megatron_finished(checkpoint_dir: str, train_iters: int) -> bool | None:
     """Megatron-LM: finished when ``latest_checkpointed_iteration.txt`` reaches train_iters.
 
     Megatron writes the iteration of its last save there (megatron/training/checkpointing.py,
@@ -98,7 +99,7 @@ def megatron_finished(checkpoint_dir: str, train_iters: int) -> Optional[bool]:
         return False
 
 
-def marker_finished(checkpoint_dir: str) -> Optional[bool]:
+def marker_finished(checkpoint_dir: str) -> bool | None:
     """Other launchers: the ``DONE`` marker the training writes (slurmfm.checkpoint.mark_done)."""
     import os
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING
 
-Runner = Callable[[Sequence[str], float], Tuple[int, str]]
+if TYPE_CHECKING:  # annotations only: subscripted ABCs and tuple[...] need Python 3.9 at run time
+    from collections.abc import Callable, Sequence
+
+    Runner = Callable[[Sequence[str], float], tuple[int, str]]
 
 
-def run_command(argv: Sequence[str], timeout: float) -> Tuple[int, str]:
+def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str]:
     """Run ``argv``; (exit code, stdout+stderr). A missing program or timeout is a failure."""
     try:
         proc = subprocess.run(
@@ -26,20 +29,26 @@ def run_command(argv: Sequence[str], timeout: float) -> Tuple[int, str]:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=timeout,
-            universal_newlines=True,
+            text=True,
+            check=False,
         )
     except FileNotFoundError:
-        return 127, "%s: command not found" % argv[0]
+        return 127, f"{argv[0]}: command not found"
     except subprocess.TimeoutExpired:
-        return 124, "%s timed out after %g s" % (argv[0], timeout)
+        return 124, f"{argv[0]} timed out after {timeout:g} s"
     return proc.returncode, proc.stdout or ""
 
 
 def count_efa(sysfs: str) -> int:
     """EFA devices: ``rdmap*`` entries under ``/sys/class/infiniband``."""
     try:
-        return len([d for d in os.listdir(os.path.join(sysfs, "class", "infiniband"))
-                    if d.startswith("rdmap")])
+        return len(
+            [
+                d
+                for d in os.listdir(os.path.join(sysfs, "class", "infiniband"))
+                if d.startswith("rdmap")
+            ]
+        )
     except OSError:
         return 0
 
@@ -56,13 +65,13 @@ def check_node(
     efa_tries: int = 3,
     efa_delay_s: float = 5.0,
     command_timeout_s: float = 60.0,
-) -> Optional[str]:
+) -> str | None:
     """None when the node is healthy, else the reason (one line)."""
     if expect_gpus > 0:
         rc, out = run(["nvidia-smi", "-L"], command_timeout_s)
         if rc != 0:
             first = (out.strip().splitlines() or [""])[0]
-            return "nvidia-smi failed: %s" % first
+            return f"nvidia-smi failed: {first}"
         n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
         if n != expect_gpus:
             return "%d GPUs visible, expected %d" % (n, expect_gpus)
@@ -78,7 +87,7 @@ def check_node(
     if imex:
         # NCCL's MNNVL needs the IMEX channel device (NVIDIA/nccl src/mnnvl.cc)
         if not os.path.exists(os.path.join(dev, "nvidia-caps-imex-channels")):
-            return "no %s/nvidia-caps-imex-channels (IMEX channel missing)" % dev
+            return f"no {dev}/nvidia-caps-imex-channels (IMEX channel missing)"
         rc, out = run(["nvidia-imex-ctl", "-N"], command_timeout_s)
         if rc not in (0, 127) or (rc == 0 and "READY" not in out.upper()):
             return "nvidia-imex-ctl -N: IMEX domain not ready"
@@ -89,10 +98,10 @@ def check_node(
     return None
 
 
-def parse_report(text: str) -> Tuple[List[str], List[Tuple[str, str]]]:
+def parse_report(text: str) -> tuple[list[str], list[tuple[str, str]]]:
     """(nodes OK, [(node, why)] failed) from the step's output lines."""
-    ok: List[str] = []
-    bad: List[Tuple[str, str]] = []
+    ok: list[str] = []
+    bad: list[tuple[str, str]] = []
     for line in text.splitlines():
         parts = line.split(None, 3)
         if len(parts) >= 3 and parts[0] == "slurmfm-health":

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import re
 import socket
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 
 class OrderError(Exception):
     """The planned order does not fit the allocation."""
 
 
-def natural_key(text: str) -> Tuple[object, ...]:
+def natural_key(text: str) -> tuple[object, ...]:
     """Digits compare as numbers (``node2`` < ``node10``), like ``sort -V`` on these names."""
     return tuple(
         (0, int(part), "") if part.isdigit() else (1, 0, part)
@@ -30,9 +30,9 @@ def natural_key(text: str) -> Tuple[object, ...]:
 def host_order(
     alloc: Sequence[str],
     planned: Sequence[str] = (),
-    rank_map: Optional[Dict[str, str]] = None,
-    topo_addr: Optional[Dict[str, str]] = None,
-) -> List[str]:
+    rank_map: dict[str, str] | None = None,
+    topo_addr: dict[str, str] | None = None,
+) -> list[str]:
     """The order of ``alloc`` the job ranks its nodes by (see the module docstring)."""
     if planned:
         if sorted(planned) != sorted(alloc):
@@ -59,7 +59,7 @@ def node_rank(order: Sequence[str], node: str) -> int:
         return -1
 
 
-def insert_rank(argv: Sequence[str], prefix: int, rank: int) -> List[str]:
+def insert_rank(argv: Sequence[str], prefix: int, rank: int) -> list[str]:
     """Insert ``--node-rank=R`` after the first ``prefix`` words (0: insert nothing)."""
     words = list(argv)
     if prefix <= 0:
@@ -67,9 +67,9 @@ def insert_rank(argv: Sequence[str], prefix: int, rank: int) -> List[str]:
     return words[:prefix] + ["--node-rank=%d" % rank] + words[prefix:]
 
 
-def parse_node_addrs(scontrol_show_node: str) -> Dict[str, str]:
+def parse_node_addrs(scontrol_show_node: str) -> dict[str, str]:
     """``NodeName -> NodeAddr`` from ``scontrol -o show node`` output."""
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for line in scontrol_show_node.splitlines():
         name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
         addr = re.search(r"(?:^|\s)NodeAddr=(\S+)", line)
@@ -78,7 +78,7 @@ def parse_node_addrs(scontrol_show_node: str) -> Dict[str, str]:
     return out
 
 
-def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> Tuple[int, int]:
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
     """The node's ephemeral port range (Linux default 32768-60999)."""
     try:
         with open(path, encoding="ascii") as fh:
@@ -103,7 +103,7 @@ def choose_port(
     restart: int,
     base: int,
     span: int,
-    ephemeral: Tuple[int, int],
+    ephemeral: tuple[int, int],
     is_free: Callable[[int], bool] = port_is_free,
     tries: int = 64,
 ) -> int:

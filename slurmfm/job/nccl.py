@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob
 import re
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 EFA = re.compile(
     r"NET/OFI Selected [Pp]rovider is efa|Selected Provider is efa|"
@@ -23,7 +23,7 @@ EFA = re.compile(
 SOCKET = re.compile(r"Using network Socket|NET/Socket : Using")
 
 
-def verdict(text: str) -> Optional[str]:
+def verdict(text: str) -> str | None:
     """'efa', 'socket' or None (no network line yet)."""
     if EFA.search(text):
         return "efa"
@@ -50,7 +50,7 @@ def watch(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     poll_s: float = 2.0,
-) -> Optional[str]:
+) -> str | None:
     """Poll the logs matching ``pattern`` until a verdict, the step ends, or the timeout."""
     deadline = clock() + timeout_s
     while True:

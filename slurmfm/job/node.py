@@ -10,22 +10,27 @@ children on USR2: Megatron's ``--exit-signal-handler`` saves on SIGTERM.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from .health import Runner, run_command
+from .health import run_command
 from .hosts import insert_rank, node_rank
 from .serve import ray_alive
 
+if TYPE_CHECKING:
+    from .health import Runner
 
-def children(pid: int, proc: str = "/proc") -> List[int]:
+
+def children(pid: int, proc: str = "/proc") -> list[int]:
     """Direct children of ``pid``: ``/proc/PID/task/*/children`` or, without it, a stat scan."""
-    kids: List[int] = []
+    kids: list[int] = []
     task_dir = os.path.join(proc, str(pid), "task")
     try:
         for tid in os.listdir(task_dir):
@@ -52,7 +57,7 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def node_addrs(text: str) -> Dict[str, str]:
+def node_addrs(text: str) -> dict[str, str]:
     """``"h1=a1 h2=a2"`` (exported by the batch step) as a dict."""
     out = {}
     for kv in text.split():
@@ -62,7 +67,7 @@ def node_addrs(text: str) -> Dict[str, str]:
     return out
 
 
-def run_launcher(argv: Sequence[str], forward: str, env: Dict[str, str]) -> int:
+def run_launcher(argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
     """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children."""
     old = signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
     child = subprocess.Popen(list(argv), env=env)
@@ -73,17 +78,13 @@ def run_launcher(argv: Sequence[str], forward: str, env: Dict[str, str]) -> int:
             return
         sig = getattr(signal, "SIG" + forward)
         for kid in children(child.pid):
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(kid, sig)
-            except OSError:
-                pass
 
     def on_term(signum: int, frame: object) -> None:
         # Slurm signals the whole step; the launcher gets TERM itself. Wait for its status.
-        try:
+        with contextlib.suppress(OSError):
             child.send_signal(signum)
-        except OSError:
-            pass
 
     signal.signal(signal.SIGUSR2, on_usr2)
     signal.signal(signal.SIGTERM, on_term)
@@ -100,9 +101,9 @@ def run_ray_node(
     port: int,
     nnodes: int,
     timeout_s: float,
-    env: Dict[str, str],
+    env: dict[str, str],
     run: Runner = run_command,
-    call: Callable[[Sequence[str], Dict[str, str]], int] = lambda a, e: subprocess.call(
+    call: Callable[[Sequence[str], dict[str, str]], int] = lambda a, e: subprocess.call(
         list(a), env=e
     ),
     clock: Callable[[], float] = time.monotonic,
@@ -120,16 +121,24 @@ def run_ray_node(
     env = dict(env, VLLM_HOST_IP=own_addr)
     addr = "%s:%d" % (head, port)
     if rank != 0:
-        while call([ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr,
-                    "--block"], env) != 0:
+        while (
+            call(
+                [ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr, "--block"], env
+            )
+            != 0
+        ):
             if clock() >= deadline:
-                print("slurmfm: Ray worker could not join %s within %g s" % (addr, timeout_s),
-                      file=sys.stderr)
+                print(
+                    f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
+                    file=sys.stderr,
+                )
                 return 1
             sleep(retry_s)
         return 0
-    if call([ray, "start", "--head", "--port=%d" % port, "--node-ip-address=" + own_addr],
-            env) != 0:
+    if (
+        call([ray, "start", "--head", "--port=%d" % port, "--node-ip-address=" + own_addr], env)
+        != 0
+    ):
         print("slurmfm: ray start --head failed", file=sys.stderr)
         return 1
     while True:
@@ -137,8 +146,10 @@ def run_ray_node(
         if alive >= nnodes:
             break
         if clock() >= deadline:
-            print("slurmfm: only %d of %d Ray nodes joined within %g s"
-                  % (alive, nnodes, timeout_s), file=sys.stderr)
+            print(
+                "slurmfm: only %d of %d Ray nodes joined within %g s" % (alive, nnodes, timeout_s),
+                file=sys.stderr,
+            )
             call([ray, "stop"], env)
             return 1
         sleep(poll_s)
@@ -153,25 +164,34 @@ def main(
     argv: Sequence[str],
     prefix: int,
     forward: str,
-    ray: Optional[Dict[str, str]] = None,
-    env: Optional[Dict[str, str]] = None,
+    ray: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> int:
     env = dict(os.environ if env is None else env)
     me = env.get("SLURMD_NODENAME", "")
     order = env.get("SLURMFM_HOST_ORDER", "").split()
     rank = node_rank(order, me)
     if rank < 0:
-        print("slurmfm: %s is not in the host order" % me, file=sys.stderr)
+        print(f"slurmfm: {me} is not in the host order", file=sys.stderr)
         return 3
     env["SLURMFM_NODE_RANK"] = str(rank)
     if rank == 0 and env.get("SLURMFM_NCCL_LOG"):
-        env.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
-                   NCCL_DEBUG_FILE=env["SLURMFM_NCCL_LOG"])
+        env.update(
+            NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=env["SLURMFM_NCCL_LOG"]
+        )
     if ray:
         addrs = node_addrs(env.get("SLURMFM_NODE_ADDRS", ""))
         return run_ray_node(
-            argv, rank, env.get("SLURMFM_SERVE_HEAD", ""), addrs.get(me, me), ray["ray"],
-            ray["python"], int(ray["port"]), int(ray["nodes"]), float(ray["timeout"]), env,
+            argv,
+            rank,
+            env.get("SLURMFM_SERVE_HEAD", ""),
+            addrs.get(me, me),
+            ray["ray"],
+            ray["python"],
+            int(ray["port"]),
+            int(ray["nodes"]),
+            float(ray["timeout"]),
+            env,
         )
     final = insert_rank(argv, prefix, rank)
     if rank == 0:

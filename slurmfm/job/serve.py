@@ -8,12 +8,13 @@ removed when the job ends, only when they still name this job.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Dict, Optional
+from collections.abc import Callable
 
 
 def http_ok(url: str, timeout_s: float = 5.0) -> bool:
@@ -33,16 +34,16 @@ def wait_ready(
     check: Callable[[str], bool] = http_ok,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> Optional[str]:
+) -> str | None:
     """None when ``url`` answered 200, else why not."""
     deadline = clock() + timeout_s
     while True:
         if check(url):
             return None
         if not running():
-            return "the server step ended before %s answered (see its output)" % url
+            return f"the server step ended before {url} answered (see its output)"
         if clock() >= deadline:
-            return "the server at %s did not become healthy within %g s" % (url, timeout_s)
+            return f"the server at {url} did not become healthy within {timeout_s:g} s"
         sleep(poll_s)
 
 
@@ -53,13 +54,13 @@ def _atomic(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_endpoint(base: str, info: Dict[str, object]) -> None:
+def write_endpoint(base: str, info: dict[str, object]) -> None:
     """``BASE.json`` (every field) and ``BASE.env`` (URL and job id, for ``source``)."""
     os.makedirs(os.path.dirname(base), exist_ok=True)
     _atomic(base + ".json", json.dumps(info) + "\n")
     _atomic(
         base + ".env",
-        "SLURMFM_ENDPOINT_URL=%s\nSLURMFM_ENDPOINT_JOB_ID=%s\n" % (info["url"], info["job_id"]),
+        "SLURMFM_ENDPOINT_URL={}\nSLURMFM_ENDPOINT_JOB_ID={}\n".format(info["url"], info["job_id"]),
     )
 
 
@@ -72,10 +73,8 @@ def drop_endpoint(base: str, job_id: str) -> None:
         return
     if str(owner) == str(job_id):
         for suffix in (".json", ".env"):
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(base + suffix)
-            except OSError:
-                pass
 
 
 RAY_ALIVE = (
@@ -85,7 +84,7 @@ RAY_ALIVE = (
 
 
 def ray_alive(
-    python: str, address: str, run: Callable[..., "tuple[int, str]"], timeout_s: float = 60.0
+    python: str, address: str, run: Callable[..., tuple[int, str]], timeout_s: float = 60.0
 ) -> int:
     """Alive Ray nodes, counted as vLLM's multi-node-serving.sh does."""
     rc, out = run([python, "-c", RAY_ALIVE, address], timeout_s)

@@ -6,12 +6,16 @@ Every call goes through an injected runner so the unit tests can stand in for Sl
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from .health import Runner, run_command
+from .health import run_command
+
+if TYPE_CHECKING:
+    from .health import Runner
 
 
-def self_id(env: Dict[str, str]) -> str:
+def self_id(env: dict[str, str]) -> str:
     """The id ``scontrol requeue`` must get: ``ARRAYID_TASKID`` for an array task.
 
     An array task's SLURM_JOB_ID can be the array's own id, which scontrol takes as every task
@@ -19,7 +23,7 @@ def self_id(env: Dict[str, str]) -> str:
     tests/e2e/test_dependencies.py).
     """
     if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
-        return "%s_%s" % (env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"])
+        return "{}_{}".format(env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"])
     return env.get("SLURM_JOB_ID", "0")
 
 
@@ -36,7 +40,7 @@ def requeue(
     tries: int = 3,
     delay_s: float = 10.0,
     timeout_s: float = 30.0,
-) -> Tuple[bool, str]:
+) -> tuple[bool, str]:
     """``scontrol requeue JOB``, retried while slurmctld does not answer."""
     out = ""
     for i in range(max(1, tries)):
@@ -59,9 +63,7 @@ def set_node(
     return rc == 0
 
 
-def probe(
-    nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60.0
-) -> List[str]:
+def probe(nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60.0) -> list[str]:
     """The nodes that did NOT answer one parallel step (one timeout, whatever the count).
 
     Each task prints its node name; ``--no-kill`` keeps the step running when a node cannot
@@ -70,12 +72,19 @@ def probe(
     if not nodes:
         return []
     n = str(len(nodes))
-    rc, out = run(
+    _rc, out = run(
         [
-            "srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--no-kill",
-            "--kill-on-bad-exit=0", "--nodelist=" + ",".join(nodes),
-            "--overlap", "--immediate=%d" % max(1, int(timeout_s)),
-            "printenv", "SLURMD_NODENAME",
+            "srun",
+            "--nodes=" + n,
+            "--ntasks=" + n,
+            "--ntasks-per-node=1",
+            "--no-kill",
+            "--kill-on-bad-exit=0",
+            "--nodelist=" + ",".join(nodes),
+            "--overlap",
+            "--immediate=%d" % max(1, int(timeout_s)),
+            "printenv",
+            "SLURMD_NODENAME",
         ],
         timeout_s,
     )
@@ -83,9 +92,9 @@ def probe(
     return [h for h in nodes if h not in answered]
 
 
-def hostnames(nodelist: str, run: Runner = run_command, timeout_s: float = 30.0) -> List[str]:
+def hostnames(nodelist: str, run: Runner = run_command, timeout_s: float = 30.0) -> list[str]:
     """Expand a Slurm host list with ``scontrol show hostnames``."""
     rc, out = run(["scontrol", "show", "hostnames", nodelist], timeout_s)
     if rc != 0:
-        raise RuntimeError("scontrol show hostnames failed: %s" % out.strip())
+        raise RuntimeError(f"scontrol show hostnames failed: {out.strip()}")
     return out.split()

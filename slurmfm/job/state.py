@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 
 class StateFile:
     """Appends event lines; ``clock`` returns seconds since the epoch (injected in tests)."""
 
-    def __init__(
-        self, path: str, restart: int, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, path: str, restart: int, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self.restart = restart
         self.clock = clock
@@ -34,9 +32,9 @@ class StateFile:
         except OSError:
             pass
 
-    def last(self, event: str) -> Optional[str]:
+    def last(self, event: str) -> str | None:
         """The detail of the newest ``event`` line, if any."""
-        marker = " event=%s " % event
+        marker = f" event={event} "
         found = None
         try:
             with open(self.path, encoding="utf-8", errors="replace") as fh:
@@ -48,8 +46,9 @@ class StateFile:
         return found
 
 
-def state_path(log_dir: str, env: "dict[str, str]") -> str:
+def state_path(log_dir: str, env: dict[str, str]) -> str:
     """``$LOG_DIR/<job name>_<job id>.state``, the path ``slurmfm status`` reads."""
     return os.path.join(
-        log_dir, "%s_%s.state" % (env.get("SLURM_JOB_NAME", "job"), env.get("SLURM_JOB_ID", "0"))
+        log_dir,
+        "{}_{}.state".format(env.get("SLURM_JOB_NAME", "job"), env.get("SLURM_JOB_ID", "0")),
     )

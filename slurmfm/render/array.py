@@ -112,9 +112,7 @@ def merge_task_scripts(
     launch_at = next((i for i, line in enumerate(base) if line.startswith("# Launch:")), -1)
     # the launch: `exec python3 RUNTIME batch ... -- srun ... node ... -- ARGV` up to the first
     # line that does not continue
-    s0 = next(
-        (i for i in range(max(launch_at, 0), len(base)) if base[i].startswith("exec ")), -1
-    )
+    s0 = next((i for i in range(max(launch_at, 0), len(base)) if base[i].startswith("exec ")), -1)
     s1 = next((i for i in range(s0, len(base)) if not base[i].endswith("\\")), -1)
     entry = next((i for i in range(s0, s1 + 1) if _ENTRY in base[i]), -1) if s0 >= 0 else -1
     indexes = [t.index for t in tasks]

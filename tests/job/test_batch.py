@@ -66,12 +66,29 @@ class Slurm:
 
 
 def make(tmp: Path, step: Step, slurm: Slurm, *opts: str, restart: int = 0) -> Batch:
-    a = parser().parse_args(["batch", "--runtime", "rt.pyz", "--drain", "1", *opts, "--",
-                             "srun", "python3", "train.py", "--token=s3cr3t"])
+    a = parser().parse_args(
+        [
+            "batch",
+            "--runtime",
+            "rt.pyz",
+            "--drain",
+            "1",
+            *opts,
+            "--",
+            "srun",
+            "python3",
+            "train.py",
+            "--token=s3cr3t",
+        ]
+    )
     env = {
-        "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "rt", "SLURM_JOB_NUM_NODES": "2",
-        "SLURM_RESTART_COUNT": str(restart), "SLURMFM_LOG_DIR": str(tmp),
-        "SLURMFM_CHECKPOINT_DIR": str(tmp / "ckpt"), "SLURMFM_HOST_ORDER": "n1 n2",
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NAME": "rt",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_RESTART_COUNT": str(restart),
+        "SLURMFM_LOG_DIR": str(tmp),
+        "SLURMFM_CHECKPOINT_DIR": str(tmp / "ckpt"),
+        "SLURMFM_HOST_ORDER": "n1 n2",
         "HF_TOKEN": "s3cr3t",
     }
     (tmp / "ckpt").mkdir(exist_ok=True)
@@ -139,8 +156,15 @@ def test_dead_node_is_downed_and_the_job_requeues(tmp_path: Path) -> None:
     probes = [c for c in slurm.calls if c[0] == "srun"]
     assert len(probes) == 1  # one parallel step for every node
     down = [c for c in slurm.calls if c[:2] == ["scontrol", "update"]]
-    assert down == [["scontrol", "update", "NodeName=n2", "State=DOWN",
-                     "Reason=slurmfm: did not answer after a failed step (job 77)"]]
+    assert down == [
+        [
+            "scontrol",
+            "update",
+            "NodeName=n2",
+            "State=DOWN",
+            "Reason=slurmfm: did not answer after a failed step (job 77)",
+        ]
+    ]
     assert state(tmp_path)[-1] == "event=requeue step failed with exit 1; unresponsive: n2"
 
 
@@ -167,12 +191,19 @@ def test_deterministic_failure_fails_at_once(tmp_path: Path) -> None:
 
 
 def test_health_gate_drains_and_requeues(tmp_path: Path) -> None:
-    slurm = Slurm(health="slurmfm-health n1 OK\nslurmfm-health n2 FAIL 7 GPUs visible, expected 8\n")
+    slurm = Slurm(
+        health="slurmfm-health n1 OK\nslurmfm-health n2 FAIL 7 GPUs visible, expected 8\n"
+    )
     step = Step(0)
     assert go(make(tmp_path, step, slurm, "--health", "1", "--gpus", "8")) == 3
     assert not step.done  # never launched
-    assert ["scontrol", "update", "NodeName=n2", "State=DRAIN",
-            "Reason=slurmfm: health gate: 7 GPUs visible, expected 8"] in slurm.calls
+    assert [
+        "scontrol",
+        "update",
+        "NodeName=n2",
+        "State=DRAIN",
+        "Reason=slurmfm: health gate: 7 GPUs visible, expected 8",
+    ] in slurm.calls
     assert state(tmp_path)[-1] == "event=requeue health gate failed on n2"
 
 
@@ -196,5 +227,6 @@ def test_no_save_protocol_requeues_at_the_signal(tmp_path: Path) -> None:
             go(box[0])
     finally:
         bm.os._exit = orig
-    assert exits == [0] and step.signals == []
+    assert exits == [0]
+    assert step.signals == []
     assert state(tmp_path)[-1] == "event=requeue time limit near (launcher saves periodically)"

@@ -18,7 +18,8 @@ def test_signal_then_saved_requeues_unless_finished() -> None:
 def test_late_save_still_requeues() -> None:
     """15.3: the step outlasted the window and was killed; the last checkpoint is good."""
     d = decide(143, True, False)
-    assert d.action == "requeue" and "training exit 143" in d.reason
+    assert d.action == "requeue"
+    assert "training exit 143" in d.reason
 
 
 def test_non_retryable_exit_fails_at_once() -> None:
@@ -26,17 +27,21 @@ def test_non_retryable_exit_fails_at_once() -> None:
     assert decide(2, False, False, retryable=[1, 134]).action == "fail"
     assert decide(134, False, False, retryable=[1, 134]).action == "requeue"
     d = decide(2, False, False, unresponsive=["n3"], retryable=[1])
-    assert d.action == "requeue" and d.reason.endswith("unresponsive: n3")
+    assert d.action == "requeue"
+    assert d.reason.endswith("unresponsive: n3")
     assert decide(1, False, False).action == "requeue"  # default: every exit is retryable
 
 
 def test_give_up_never_exits_zero() -> None:
     """15.1: the restart cap after a pre-timeout save must not end COMPLETED 0:0."""
     d = apply_cap(decide(0, True, False), restart=3, max_restarts=3, requeue_enabled=True)
-    assert d.action == "fail" and d.exit_code == GIVE_UP_EXIT
+    assert d.action == "fail"
+    assert d.exit_code == GIVE_UP_EXIT
     assert d.reason.startswith("restart cap 3 reached: saved before the time limit")
     off = apply_cap(decide(1, False, False), 0, 3, requeue_enabled=False)
-    assert off.action == "fail" and off.exit_code == 1 and off.reason.startswith("requeue disabled")
+    assert off.action == "fail"
+    assert off.exit_code == 1
+    assert off.reason.startswith("requeue disabled")
     assert apply_cap(decide(0, False, None), 9, 3, True).action == "finished"
 
 
@@ -46,6 +51,7 @@ def test_megatron_exit_zero_short_of_train_iters_requeues(tmp_path: Path) -> Non
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("500\n")
     assert megatron_finished(str(tmp_path), 1000) is False
     d = decide(0, False, megatron_finished(str(tmp_path), 1000))
-    assert d.action == "requeue" and "before the work was done" in d.reason
+    assert d.action == "requeue"
+    assert "before the work was done" in d.reason
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("1000\n")
     assert decide(0, False, megatron_finished(str(tmp_path), 1000)).action == "finished"

@@ -59,7 +59,8 @@ def test_dcgm_and_imex(tmp_path: Path) -> None:
     dev = tmp_path / "dev"
     dev.mkdir()
     why = check_node(0, 0, imex=True, dev=str(dev), run=smi(0))
-    assert why is not None and "nvidia-caps-imex-channels" in why
+    assert why is not None
+    assert "nvidia-caps-imex-channels" in why
     (dev / "nvidia-caps-imex-channels").mkdir()
     assert check_node(0, 0, imex=True, dev=str(dev), run=smi(0)) is None  # no imex-ctl: skip
     not_ready = check_node(0, 0, imex=True, dev=str(dev), run=lambda a, t: (0, "Domain: DOWN"))

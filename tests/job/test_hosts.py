@@ -28,7 +28,13 @@ def test_topology_address_natural_order() -> None:
 def test_rank_and_insertion() -> None:
     assert hs.node_rank(["a", "b"], "b") == 1
     assert hs.node_rank(["a", "b"], "z") == -1
-    assert hs.insert_rank(["py", "-m", "t", "--x"], 3, 1) == ["py", "-m", "t", "--node-rank=1", "--x"]
+    assert hs.insert_rank(["py", "-m", "t", "--x"], 3, 1) == [
+        "py",
+        "-m",
+        "t",
+        "--node-rank=1",
+        "--x",
+    ]
     assert hs.insert_rank(["a"], 0, 5) == ["a"]
 
 

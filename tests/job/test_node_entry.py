@@ -44,8 +44,20 @@ def entry(tmp: Path, forward: str, *args: str) -> subprocess.Popen[str]:
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "slurmfm.job", "node", "--prefix", "2", "--forward", forward,
-         "--", sys.executable, str(tmp / "launcher.py"), *args],
+        [
+            sys.executable,
+            "-m",
+            "slurmfm.job",
+            "node",
+            "--prefix",
+            "2",
+            "--forward",
+            forward,
+            "--",
+            sys.executable,
+            str(tmp / "launcher.py"),
+            *args,
+        ],
         env=env,
         text=True,
     )
@@ -68,11 +80,21 @@ def test_rank_inserted_usr2_ignored_and_term_forwarded(tmp_path: Path) -> None:
 
 
 def test_node_not_in_order(tmp_path: Path) -> None:
-    env = {**os.environ, "SLURMD_NODENAME": "zz", "SLURMFM_HOST_ORDER": "n1",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.run([sys.executable, "-m", "slurmfm.job", "node", "--", "true"], env=env,
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 3 and "zz is not in the host order" in proc.stderr
+    env = {
+        **os.environ,
+        "SLURMD_NODENAME": "zz",
+        "SLURMFM_HOST_ORDER": "n1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.job", "node", "--", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 3
+    assert "zz is not in the host order" in proc.stderr
 
 
 def test_children_from_proc() -> None:

@@ -16,7 +16,7 @@ from slurmfm.job.serve import drop_endpoint, http_ok, wait_ready, write_endpoint
 @pytest.fixture
 def server() -> Iterator[str]:
     class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             self.send_response(200 if self.path == "/health" else 503)
             self.end_headers()
 
@@ -42,15 +42,24 @@ def test_wait_ready_timeout_and_dead_server_without_sleeping() -> None:
     def sleep(s: float) -> None:
         now[0] += s
 
-    why = wait_ready("u", lambda: True, 60, 5, check=lambda u: False, clock=lambda: now[0],
-                     sleep=sleep)
-    assert why is not None and "within 60 s" in why and now[0] == 60
-    why = wait_ready("u", lambda: False, 60, 5, check=lambda u: False, clock=lambda: 0.0,
-                     sleep=sleep)
-    assert why is not None and "ended before" in why
+    why = wait_ready(
+        "u", lambda: True, 60, 5, check=lambda u: False, clock=lambda: now[0], sleep=sleep
+    )
+    assert why is not None
+    assert "within 60 s" in why
+    assert now[0] == 60
+    why = wait_ready(
+        "u", lambda: False, 60, 5, check=lambda u: False, clock=lambda: 0.0, sleep=sleep
+    )
+    assert why is not None
+    assert "ended before" in why
     answers = iter([False, False, True])
-    assert wait_ready("u", lambda: True, 60, 5, check=lambda u: next(answers),
-                      clock=lambda: 0.0, sleep=sleep) is None
+    assert (
+        wait_ready(
+            "u", lambda: True, 60, 5, check=lambda u: next(answers), clock=lambda: 0.0, sleep=sleep
+        )
+        is None
+    )
 
 
 def test_endpoint_files_written_and_dropped_only_by_their_job(tmp_path: Path) -> None:
@@ -63,4 +72,5 @@ def test_endpoint_files_written_and_dropped_only_by_their_job(tmp_path: Path) ->
     drop_endpoint(base, "13")  # a later job's cleanup leaves them alone
     assert Path(base + ".json").exists()
     drop_endpoint(base, "12")
-    assert not Path(base + ".json").exists() and not Path(base + ".env").exists()
+    assert not Path(base + ".json").exists()
+    assert not Path(base + ".env").exists()

@@ -28,10 +28,12 @@ def test_requeue_is_retried_while_slurmctld_is_away() -> None:
     run = Fake((1, "Unable to contact slurm controller"), (0, ""))
     slept: list[float] = []
     assert sl.requeue("7", run, slept.append, tries=3, delay_s=2) == (True, "")
-    assert run.calls == [["scontrol", "requeue", "7"]] * 2 and slept == [2]
+    assert run.calls == [["scontrol", "requeue", "7"]] * 2
+    assert slept == [2]
     run = Fake(*[(1, "Unable to contact slurm controller")] * 3)
     ok, why = sl.requeue("7", run, slept.append, tries=3, delay_s=2)
-    assert not ok and "Unable to contact" in why
+    assert not ok
+    assert "Unable to contact" in why
 
 
 def test_probe_is_one_parallel_step_with_one_timeout() -> None:
@@ -41,7 +43,9 @@ def test_probe_is_one_parallel_step_with_one_timeout() -> None:
     assert sl.probe(nodes, run, timeout_s=60) == ["n7", "n999"]
     assert len(run.calls) == 1
     argv = run.calls[0]
-    assert argv[0] == "srun" and "--nodes=1000" in argv and "--no-kill" in argv
+    assert argv[0] == "srun"
+    assert "--nodes=1000" in argv
+    assert "--no-kill" in argv
 
 
 def test_controller_ping() -> None:

@@ -11,12 +11,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
+
 
 def render(tmp: Path, **obs: Any) -> str:
     recipe = validate(
@@ -78,12 +78,21 @@ def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Pa
     b = Batch(a, env, popen=Agents, clock=lambda: 0.0, sleep=lambda s: None)
     b.observe_start()
     assert started == [
-        ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--overlap", "python3",
-         "rt.pyz", "observe"]
+        [
+            "srun",
+            "--nodes=2",
+            "--ntasks=2",
+            "--ntasks-per-node=1",
+            "--overlap",
+            "python3",
+            "rt.pyz",
+            "observe",
+        ]
     ]
     assert json.loads((obs / "job.json").read_text()) == {"recipe": "rt"}
     b.observe_stop()
-    assert (obs / "stop-r0").exists() and b.observer is None
+    assert (obs / "stop-r0").exists()
+    assert b.observer is None
 
 
 def test_observability_off_renders_nothing(tmp_path: Path) -> None:
@@ -92,7 +101,8 @@ def test_observability_off_renders_nothing(tmp_path: Path) -> None:
     assert "--label" not in text
     assert "--observe 1" not in text
     on = render(tmp_path)
-    assert "--observe 1 --observe-job-json" in on and "--label" in on
+    assert "--observe 1 --observe-job-json" in on
+    assert "--label" in on
 
 
 @settings(

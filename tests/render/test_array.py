@@ -23,7 +23,6 @@ from slurmfm.recipe.loader import validate
 from slurmfm.render.array import merge_task_scripts
 from slurmfm.render.script import Target, render_script
 
-
 # The job runtime is extracted into the log directory: one this host may write.
 LOGS = str(Path(tempfile.gettempdir()) / "slurmfm-test-array-logs")
 

@@ -104,7 +104,12 @@ def test_hyperpod_auto_resume_only_on_srun() -> None:
 def test_runtime_adds_auto_resume_on_a_hyperpod_node_once() -> None:
     from slurmfm.job.batch import with_auto_resume
 
-    assert with_auto_resume(["srun", "--nodes=2", "x"]) == ["srun", "--auto-resume=1", "--nodes=2", "x"]
+    assert with_auto_resume(["srun", "--nodes=2", "x"]) == [
+        "srun",
+        "--auto-resume=1",
+        "--nodes=2",
+        "x",
+    ]
     assert with_auto_resume(["srun", "--auto-resume=1", "x"]) == ["srun", "--auto-resume=1", "x"]
     assert with_auto_resume([]) == []
 

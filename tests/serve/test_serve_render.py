@@ -130,7 +130,8 @@ def test_vllm_two_nodes_ray_head_then_serve(tmp_path: Path) -> None:
     assert "--max-model-len 8192" in text
     assert "export HF_HOME=/fsx/models" in text
     assert "--serve all --serve-nodes 2 --serve-port 8000" in text
-    assert "--serve-kind vllm" in text and "--health-path /health" in text
+    assert "--serve-kind vllm" in text
+    assert "--health-path /health" in text
     assert "--ready-timeout-s" in text
     assert "#SBATCH --ntasks-per-node=1" in sbatch(text)
 
@@ -139,7 +140,7 @@ def test_vllm_one_node_needs_no_ray(tmp_path: Path) -> None:
     raw = vllm(resources={"nodes": 1}, parallelism={"tp": 8})
     text = checked(text_of(raw), tmp_path)
     assert "--ray" not in text
-    assert 'node --prefix 0 --' in text
+    assert "node --prefix 0 --" in text
 
 
 def test_sglang_multi_node_launch(tmp_path: Path) -> None:
