@@ -79,6 +79,7 @@ class Batch:
         self.observer: subprocess.Popen[bytes] | None = None
         self.next_signal: float | None = None
         self.nccl_socket = False
+        self.gave_up = False
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision) -> int:
@@ -203,12 +204,25 @@ class Batch:
         self.signalled = True
         self.state.record("signal", "USR2 before the time limit")
         if not self.o.save_protocol:
-            log("USR2 received: requeueing now; the run resumes from its last checkpoint")
-            code = self.act(
-                dec.Decision("requeue", "time limit near (launcher saves periodically)", 0)
+            # No save protocol (a server, NeMo): requeue now; the run resumes from its last
+            # periodic checkpoint. When it may not requeue, it keeps running to the limit.
+            d = dec.apply_cap(
+                dec.Decision("requeue", "time limit near (launcher saves periodically)", 0),
+                self.restart,
+                self.o.max_restarts,
+                self.o.requeue,
             )
-            self.cleanup()
-            os._exit(code)
+            if d.action != "requeue":
+                log("USR2 received: not requeueing: %s" % d.reason, err=True)
+                self.state.record("give-up", d.reason)
+                self.gave_up = True
+                return
+            log("USR2 received: requeueing now; the run resumes from its last checkpoint")
+            if self.act(d) == 0:
+                self.cleanup()
+                os._exit(0)
+            self.gave_up = True  # the failed requeue is recorded; keep running
+            return
         log("USR2 received: asking the training processes to save and exit")
         self.next_signal = self.clock()
 
@@ -374,6 +388,8 @@ class Batch:
             if self.server is not None and self.server.poll() is None:
                 log("trainer finished (exit %d); stopping the %s server" % (rc, o.serve_kind))
                 self.stop_server()
+            if self.gave_up:  # already recorded at the signal
+                return rc or dec.GIVE_UP_EXIT
             dead: list[str] = []
             if rc != 0 and not self.signalled and not o.hyperpod:
                 if sl.controller_up(self.run):

@@ -230,3 +230,18 @@ def test_no_save_protocol_requeues_at_the_signal(tmp_path: Path) -> None:
     assert exits == [0]
     assert step.signals == []
     assert state(tmp_path)[-1] == "event=requeue time limit near (launcher saves periodically)"
+
+
+def test_no_save_protocol_without_requeue_keeps_serving_to_the_limit(tmp_path: Path) -> None:
+    """A server whose requeue is off records the give-up at the signal and keeps running."""
+    box: list[Batch] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--save-protocol", "0", "--requeue", "0"))
+    assert go(box[0]) == 3  # the step ended after the give-up: never COMPLETED
+    assert step.done
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+    assert state(tmp_path) == [
+        "event=signal USR2 before the time limit",
+        "event=give-up requeue disabled: time limit near (launcher saves periodically)",
+    ]
