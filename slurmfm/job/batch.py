@@ -80,6 +80,7 @@ class Batch:
         self.next_signal: float | None = None
         self.nccl_socket = False
         self.gave_up = False
+        self.step_started = 0.0
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision) -> int:
@@ -224,7 +225,14 @@ class Batch:
             self.gave_up = True  # the failed requeue is recorded; keep running
             return
         log("USR2 received: asking the training processes to save and exit")
-        self.next_signal = self.clock()
+        # A step that has just started may still hold processes that have not installed their
+        # handlers yet: the first USR2 goes no earlier than signal_grace_s after its start.
+        self.next_signal = max(self.clock(), self.step_started + self.o.signal_grace_s)
+
+    def on_term(self, signum: int, frame: object) -> None:
+        with contextlib.suppress(Exception):
+            self.cleanup()
+        os._exit(128 + signum)
 
     def forward_signal(self) -> None:
         step = self.step
@@ -246,12 +254,13 @@ class Batch:
             lambda: server.poll() is None,
             o.ready_timeout_s,
             o.ready_poll_s,
+            kind=o.serve_kind,
             clock=self.clock,
             sleep=self.sleep,
         )
         if why is not None:
-            log(f"the {o.serve_kind} server is not ready: {why}", err=True)
-            self.state.record("fail", f"{o.serve_kind} server not healthy")
+            log(why, err=True)
+            self.state.record("fail", "%s server not healthy" % o.serve_kind)
             self.stop_server()
             return 1
         e = self.env
@@ -289,9 +298,9 @@ class Batch:
             self.server.wait()
 
     def cleanup(self) -> None:
-        self.observe_stop()
         if self.o.serve_kind:
             serve.drop_endpoint(self.endpoint_base(), self.env.get("SLURM_JOB_ID", ""))
+        self.observe_stop()
 
     def nccl_watch(self) -> None:
         step = self.step
@@ -354,6 +363,9 @@ class Batch:
             )
         )
         signal.signal(signal.SIGUSR2, self.on_usr2)
+        # scancel and the end of the time limit send TERM: clean up (endpoint files, agents)
+        # as the bash EXIT trap did, then end as TERM would.
+        signal.signal(signal.SIGTERM, self.on_term)
         try:
             if (o.gpus or o.efa or o.dcgm or o.imex) and o.health:
                 code = self.health_gate()
@@ -373,9 +385,11 @@ class Batch:
             if launch_argv:
                 log("launch: " + masked(launch_argv, o.secret, self.env))
                 self.step = self.popen(list(launch_argv), env=self.env)
+                self.step_started = self.clock()
             else:
                 log("launch: " + masked(serve_argv, o.secret, self.env))
                 self.step, self.server = self.server, None
+                self.step_started = self.clock()
             watcher = None
             if o.nccl_check != "off":
                 watcher = threading.Thread(target=self.nccl_watch, daemon=True)

@@ -237,6 +237,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--nccl-timeout-s", type=float, default=600.0)
     b.add_argument("--save-protocol", type=int, default=1)
     b.add_argument("--resignal-s", type=float, default=10.0)
+    b.add_argument("--signal-grace-s", type=float, default=2.0)
     b.add_argument("--probe-timeout-s", type=float, default=60.0)
     b.add_argument("--poll-s", type=float, default=0.5)
     b.add_argument("--done-check", default="none", help="none | marker | megatron:ITERS")
@@ -255,6 +256,7 @@ def parser() -> argparse.ArgumentParser:
     n = sub.add_parser("node")
     n.add_argument("--prefix", type=int, default=0)
     n.add_argument("--forward", default="none", choices=["none", "TERM", "USR2", "INT"])
+    n.add_argument("--order-var", default="SLURMFM_HOST_ORDER", help="where the host order is")
     n.add_argument("--ray", default="", help="vLLM across nodes: the ray command")
     n.add_argument("--ray-python", default="python3")
     n.add_argument("--ray-port", default="6379")
@@ -308,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "nodes": a.ray_nodes,
                 "timeout": a.ray_timeout_s,
             }
-        return node_main(_rest(a.argv), a.prefix, a.forward, ray)
+        env["SLURMFM_HOST_ORDER"] = env.get(a.order_var, "")
+        return node_main(_rest(a.argv), a.prefix, a.forward, ray, env)
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")
         bad = check_node(

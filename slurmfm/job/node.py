@@ -69,9 +69,8 @@ def node_addrs(text: str) -> dict[str, str]:
 
 def run_launcher(argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
     """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children."""
-    old = signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
     child = subprocess.Popen(list(argv), env=env)
-    signal.signal(signal.SIGUSR2, old)
 
     def on_usr2(signum: int, frame: object) -> None:
         if forward == "none":

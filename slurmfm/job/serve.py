@@ -31,6 +31,7 @@ def wait_ready(
     running: Callable[[], bool],
     timeout_s: float,
     poll_s: float,
+    kind: str = "model",
     check: Callable[[str], bool] = http_ok,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -41,9 +42,12 @@ def wait_ready(
         if check(url):
             return None
         if not running():
-            return f"the server step ended before {url} answered (see its output)"
+            return f"the {kind} server step ended before {url} answered (see its output)"
         if clock() >= deadline:
-            return f"the server at {url} did not become healthy within {timeout_s:g} s"
+            return (
+                f"the {kind} server at {url} did not become healthy within {timeout_s:g} s "
+                "(launcher.ready_timeout_s)"
+            )
         sleep(poll_s)
 
 

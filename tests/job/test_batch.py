@@ -120,7 +120,7 @@ def test_save_signal_forwarded_then_requeue_recorded_after_it_happened(tmp_path:
     box: list[Batch] = []
     step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
     slurm = Slurm()
-    box.append(make(tmp_path, step, slurm, "--done-check", "marker"))
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0"))
     assert go(box[0]) == 0
     assert step.signals == [signal.SIGUSR2]
     assert ["scontrol", "requeue", "77"] in slurm.calls
@@ -245,3 +245,22 @@ def test_no_save_protocol_without_requeue_keeps_serving_to_the_limit(tmp_path: P
         "event=signal USR2 before the time limit",
         "event=give-up requeue disabled: time limit near (launcher saves periodically)",
     ]
+
+
+def test_first_forward_waits_for_the_grace_after_the_step_started(tmp_path: Path) -> None:
+    """A step that just started gets the save signal only after signal_grace_s."""
+    now = [100.0]
+    step = Step(0)
+    b = make(tmp_path, step, Slurm(), "--signal-grace-s", "2", "--resignal-s", "10")
+    b.clock = lambda: now[0]
+    b.step, b.step_started = step, 100.0  # type: ignore[assignment]
+    b.on_usr2(signal.SIGUSR2, None)
+    b.forward_signal()
+    assert step.signals == []
+    now[0] = 102.0
+    b.forward_signal()
+    b.forward_signal()
+    assert step.signals == [signal.SIGUSR2]  # then again only after resignal_s
+    now[0] = 112.0
+    b.forward_signal()
+    assert step.signals == [signal.SIGUSR2] * 2
