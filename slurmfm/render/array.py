@@ -41,6 +41,15 @@ _ENTRY = 'python3 "$SLURMFM_RUNTIME" node'
 
 def _case(tasks: Sequence[int], bodies: Sequence[list[str]], indent: str = "    ") -> list[str]:
     out = ['case "${SLURM_ARRAY_TASK_ID:?slurmfm: this script is a job array}" in']
+    if indent and all(len(b) == 1 for b in bodies):
+        # one line per task keeps the launch near the top of the script
+        out.extend(f"  {i}) {b[0]} ;;" for i, b in zip(tasks, bodies, strict=True))
+        out.append(
+            f'  *) echo "slurmfm: array task $SLURM_ARRAY_TASK_ID is not one of the {len(tasks)} '
+            'tasks of this sweep" >&2; exit 2 ;;'
+        )
+        out.append("esac")
+        return out
     for i, body in zip(tasks, bodies, strict=True):
         out.append(f"  {i})")
         # Heredoc bodies and their delimiter must stay at column 0.

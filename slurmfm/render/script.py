@@ -628,7 +628,6 @@ def _batch_opts(
     # Servers have no state to save and NeMo has no save-on-signal protocol: at the signal the
     # job requeues at once (resuming from the last periodic checkpoint). Others save first.
     save = kind not in ("nemo", "vllm", "sglang")
-    opts.append(f"--save-protocol {int(save)} --resignal-s 10 --probe-timeout-s 60")
     done = "marker"
     from slurmfm.recipe.schema import MegatronLauncher
 
@@ -637,7 +636,9 @@ def _batch_opts(
         done = f"megatron:{int(str(L.model_args['train-iters']))}"
     elif kind in ("vllm", "sglang"):
         done = "none"
-    opts.append(f"--done-check {done}")
+    opts.append(
+        f"--save-protocol {int(save)} --resignal-s 10 --probe-timeout-s 60 --done-check {done}"
+    )
     if observe.enabled:
         opts.append(f"--observe 1 --observe-job-json {observe.job_json}")
     if serve is not None:
@@ -647,9 +648,21 @@ def _batch_opts(
             f" --health-path {sh_quote(serve.health_path)}"
             f" --ready-timeout-s {serve.ready_timeout_s} --ready-poll-s {serve.ready_poll_s}"
         )
-    for name in recipe.secrets:
-        opts.append(f"--secret {name}")
+    if recipe.secrets:
+        # masked in the launch command the job log prints
+        opts.append(" ".join(f"--secret {name}" for name in recipe.secrets))
     return opts
+
+
+def _wrap(words: list[str], width: int = 88) -> list[str]:
+    """Shell words grouped into lines of at most ``width`` characters (one word may exceed)."""
+    lines: list[str] = []
+    for w in words:
+        if lines and len(lines[-1]) + 1 + len(w) <= width:
+            lines[-1] += " " + w
+        else:
+            lines.append(w)
+    return lines
 
 
 def render_script(
@@ -764,7 +777,7 @@ def render_script(
         "prepare_opts": prepare,
         "order_how": order_how,
         "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve),
-        "srun_opts": srun,
+        "srun_opts": _wrap(srun),
         "argv": argv,
         "prefix": prefix,
         "how": how,
@@ -780,7 +793,7 @@ def render_script(
         # exiting); Megatron-LM saves on SIGTERM (--exit-signal-handler).
         "forward": {"megatron": "TERM"}.get(recipe.launcher.kind, "none"),
         "serve": serve,
-        "serve_srun": serve_srun,
+        "serve_srun": _wrap(serve_srun),
         "runtime_sha": rf.sha256,
         "payload": payload_line(rf),
     }
