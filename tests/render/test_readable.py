@@ -39,4 +39,5 @@ def test_short_script_launch_near_the_top(path: Path) -> None:
             j = i - 1
             while j >= 0 and lines[j] and not lines[j].startswith("# "):
                 j -= 1
-            assert j >= 0 and lines[j].startswith("# "), (path.stem, line)
+            assert j >= 0, (path.stem, line)
+            assert lines[j].startswith("# "), (path.stem, line)
