@@ -194,7 +194,7 @@ def _directives(
     if c.flavor == "hyperpod" and not c.partition:
         warnings.append(
             "cluster.partition: HyperPod's default partition 'dev' also holds login nodes; "
-            "name a partition (aws-launch-facts.md section 4.3)"
+            "name a partition"
         )
     if r.exclusive:
         d.append(Directive("exclusive", None, "whole nodes: NCCL/EFA tuning assumes it"))
@@ -202,7 +202,7 @@ def _directives(
         if c.flavor == "hyperpod":
             warnings.append(
                 "GPUs not requested through GRES on HyperPod: older HyperPod AMIs have no GPU "
-                "GRES and auto-resume needs --nodes with --exclusive (aws-launch-facts.md 4.3)"
+                "GRES and auto-resume needs --nodes with --exclusive (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-resiliency-slurm-auto-resume.html)"
             )
         elif supports("gpus_per_node", v):
             d.append(Directive("gpus-per-node", str(inst.gpus)))
@@ -237,7 +237,7 @@ def _directives(
                 "signal",
                 f"B:USR2@{res.save_before_timeout_s}",
                 "USR2 to the batch shell before the time limit: save and requeue "
-                "(USR2, not USR1, which NCCL uses: peer-launchers.md section 2)",
+                "(USR2: what slurmfm/checkpoint.py SaveRequest listens for)",
             )
         )
     if placement.switches:
@@ -619,9 +619,12 @@ def _batch_opts(
         f" --drain {int(res.drain_unhealthy)} --hyperpod {int(recipe.cluster.flavor == 'hyperpod')}"
     ]
     if health.enabled:
+        # A multi-node NVLink domain (GB200) needs the IMEX channel: NCCL's MNNVL fails
+        # without /dev/nvidia-caps-imex-channels (NVIDIA/nccl src/mnnvl.cc).
+        imex = int(max(inst.nvlink.instances) > 1)
         opts.append(
             f"--health 1 --gpus {health.gpus} --efa {health.efa} --dcgm {res.dcgm_level}"
-            " --efa-tries 3 --efa-delay-s 5"
+            f" --imex {imex} --efa-tries 3 --efa-delay-s 5"
         )
     if nccl_check != "off":
         opts.append(f"--nccl-check {nccl_check} --nccl-timeout-s {res.nccl_check_timeout_s}")

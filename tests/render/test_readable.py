@@ -41,3 +41,14 @@ def test_short_script_launch_near_the_top(path: Path) -> None:
                 j -= 1
             assert j >= 0, (path.stem, line)
             assert lines[j].startswith("# "), (path.stem, line)
+
+
+def test_gb200_health_gate_checks_the_imex_channel() -> None:
+    """Issue 12.4: the host health gate checks IMEX where NVLink spans instances."""
+    gb200 = api.dry_run(
+        api.load(ROOT / "recipes" / "gb200-llama3-405b.yaml"), slurm_version="24.11"
+    )
+    assert "--imex 1" in gb200.script.text
+    p5 = api.dry_run(api.load(ROOT / "recipes" / "llama3-8b-p5-fsdp.yaml"), slurm_version="24.11")
+    assert "--imex 0" in p5.script.text
+    assert "--efa-tries 3 --efa-delay-s 5" in p5.script.text  # issue 12.6: as AWS retries
