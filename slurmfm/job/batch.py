@@ -230,9 +230,17 @@ class Batch:
         self.next_signal = max(self.clock(), self.step_started + self.o.signal_grace_s)
 
     def on_term(self, signum: int, frame: object) -> None:
+        code = 128 + signum
+        if self.signalled and self.o.save_protocol and not self.gave_up:
+            # The save outlasted the window and Slurm is ending the job at its time limit
+            # (issue 15.3): requeue from the last checkpoint instead of ending TIMEOUT.
+            with contextlib.suppress(Exception):
+                d = dec.Decision("requeue", "the step outlasted the save window", code)
+                if self.act(d) == 0:
+                    code = 0
         with contextlib.suppress(Exception):
             self.cleanup()
-        os._exit(128 + signum)
+        os._exit(code)
 
     def forward_signal(self) -> None:
         step = self.step

@@ -264,3 +264,26 @@ def test_first_forward_waits_for_the_grace_after_the_step_started(tmp_path: Path
     now[0] = 112.0
     b.forward_signal()
     assert step.signals == [signal.SIGUSR2] * 2
+
+
+def test_term_after_the_signal_requeues_from_the_last_checkpoint(tmp_path: Path) -> None:
+    """15.3: a save that outlasts the window still requeues when Slurm ends the job."""
+    import slurmfm.job.batch as bm
+
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--requeue-tries", "1")
+    b.signalled = True
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+
+    orig = bm.os._exit
+    bm.os._exit = fake_exit  # type: ignore[assignment]
+    try:
+        b.on_term(signal.SIGTERM, None)
+    finally:
+        bm.os._exit = orig
+    assert exits == [0]
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path)[-1] == "event=requeue the step outlasted the save window"
