@@ -83,8 +83,8 @@ class Batch:
         self.step_started = 0.0
 
     # --- decisions -------------------------------------------------------------------------
-    def act(self, d: dec.Decision) -> int:
-        """Carry out a decision; record it only after it happened."""
+    def act(self, d: dec.Decision, recorded: bool = False) -> int:
+        """Carry out a decision; record it only after it happened (``recorded``: already)."""
         d = dec.apply_cap(d, self.restart, self.o.max_restarts, self.o.requeue)
         if d.action == "finished":
             self.state.record("finished", d.reason)
@@ -96,7 +96,8 @@ class Batch:
                 me, self.run, self.sleep, self.o.requeue_tries, self.o.requeue_delay_s
             )
             if ok:
-                self.state.record("requeue", d.reason)
+                if not recorded:
+                    self.state.record("requeue", d.reason)
                 return 0
             self.state.record("fail", f"requeue failed ({why}): {d.reason}")
             log(f"could not requeue job {me}: {why}", err=True)
@@ -106,21 +107,20 @@ class Batch:
         log(f"not requeueing: {d.reason}", err=True)
         return d.exit_code or dec.GIVE_UP_EXIT
 
-    def drain(self, node: str, why: str, state: str = "DRAIN") -> None:
+    def drain(self, node: str, why: str, state: str = "DRAIN") -> bool:
+        """Set ``node`` to ``state`` when permitted; True when Slurm took it."""
         if not self.o.drain:
             log(f"{node} failed a check: {why} (resilience.drain_unhealthy is off)", True)
-            return
+            return False
         if self.o.hyperpod:
             # HyperPod replaces a node whose drain reason starts with Action:Replace (AWS docs
             # "sagemaker-hyperpod-resiliency-slurm-replace-faulty-instance").
             why = "Action:Replace " + why
         if sl.set_node(node, state, why, self.run):
             log(f"set {node} {state}: {why}", err=True)
-        else:
-            log(
-                f"could not set {node} {state} (not permitted?): {why}; ask an admin",
-                err=True,
-            )
+            return True
+        log(f"could not set {node} {state} (not permitted?): {why}; ask an admin", err=True)
+        return False
 
     # --- steps -----------------------------------------------------------------------------
     def all_nodes_srun(self, *cmd: str, overlap: bool = False) -> list[str]:
@@ -416,14 +416,6 @@ class Batch:
             if rc != 0 and not self.signalled and not o.hyperpod:
                 if sl.controller_up(self.run):
                     dead = sl.probe(self.order, self.run, o.probe_timeout_s)
-                    for h in dead:
-                        self.drain(
-                            h,
-                            "did not answer after a failed step (job {})".format(
-                                self.env.get("SLURM_JOB_ID", "")
-                            ),
-                            "DOWN",
-                        )
                 else:
                     log("slurmctld does not answer; not judging the nodes", err=True)
             retry = (
@@ -432,7 +424,19 @@ class Batch:
             d = dec.decide(
                 rc, self.signalled, self.finished() if rc == 0 else False, dead, retry, o.hyperpod
             )
-            return self.act(d)
+            capped = dec.apply_cap(d, self.restart, o.max_restarts, o.requeue)
+            recorded = False
+            why = "did not answer after a failed step (job {})".format(
+                self.env.get("SLURM_JOB_ID", "")
+            )
+            for h in dead:
+                if self.drain(h, why, "DOWN") and not recorded and capped.action == "requeue":
+                    # A node set DOWN makes Slurm requeue this job itself at once (seen on
+                    # the lab: it may end this step before `scontrol requeue` returns), so
+                    # the requeue is recorded as soon as its cause happened.
+                    self.state.record("requeue", capped.reason)
+                    recorded = True
+            return self.act(d, recorded)
         finally:
             self.cleanup()
 
