@@ -246,7 +246,7 @@ class Batch:
         step = self.step
         if self.next_signal is None or step is None or step.poll() is not None:
             return
-        if self.clock() >= self.next_signal:
+        if self.clock() >= max(self.next_signal, self.step_started + self.o.signal_grace_s):
             with contextlib.suppress(OSError):
                 step.send_signal(signal.SIGUSR2)
             self.next_signal = self.clock() + self.o.resignal_s
@@ -374,6 +374,8 @@ class Batch:
         # scancel and the end of the time limit send TERM: clean up (endpoint files, agents)
         # as the bash EXIT trap did, then end as TERM would.
         signal.signal(signal.SIGTERM, self.on_term)
+        if self.env.get("SLURMFM_EARLY_USR2"):  # it came while the batch script prepared
+            self.on_usr2(signal.SIGUSR2, None)
         try:
             if (o.gpus or o.efa or o.dcgm or o.imex) and o.health:
                 code = self.health_gate()

@@ -287,3 +287,14 @@ def test_term_after_the_signal_requeues_from_the_last_checkpoint(tmp_path: Path)
     assert exits == [0]
     assert ["scontrol", "requeue", "77"] in slurm.calls
     assert state(tmp_path)[-1] == "event=requeue the step outlasted the save window"
+
+
+def test_a_signal_before_the_runtime_took_over_is_not_lost(tmp_path: Path) -> None:
+    """The batch script passes an early USR2 on (SLURMFM_EARLY_USR2); the runtime acts on it."""
+    step = Step(0)
+    slurm = Slurm()
+    b = make(tmp_path, step, slurm, "--signal-grace-s", "0")
+    b.env["SLURMFM_EARLY_USR2"] = "1"
+    assert go(b) == 0
+    assert step.signals == [signal.SIGUSR2]
+    assert state(tmp_path)[0] == "event=signal USR2 before the time limit"
