@@ -36,7 +36,7 @@ from lab import (
 # Fixtures that hand a test one of the run's shared labs; the group is the suite.
 SHARED_LAB_FIXTURES = frozenset({"slurm_lab", "slurm_lab_suite", "each_lab", "every_lab"})
 # Fixtures that build a stand-in cluster (fake srun/scontrol/torchrun on PATH) for the job.
-SCRIPT_FIXTURES = frozenset({"cluster"})
+SCRIPT_FIXTURES = frozenset({"cluster", "sandbox"})
 TIERS = ("unit", "script", "real")
 
 

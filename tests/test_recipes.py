@@ -48,14 +48,12 @@ def _sbatch_lines(text: str) -> list[str]:
 
 
 def _srun_command(text: str) -> str:
-    """The launch srun command (after ``# Launch:``), backslash-continued lines joined."""
+    """The launch srun command (after ``# Launch:``, or the server's after ``# Serve:`` for a
+    server-only job), backslash-continued lines joined."""
     lines = text.splitlines()
     launch = next(i for i, line in enumerate(lines) if line.startswith("# Launch:"))
-    # a server step runs with its own host order: SLURMFM_HOST_ORDER=... srun
-    starts = [
-        i
-        for i, line in enumerate(lines)
-        if re.match(r"(SLURMFM_HOST_ORDER=\S+ )?srun ", line) and i > launch
+    starts = [i for i, line in enumerate(lines) if re.match(r"  srun ", line) and i > launch] or [
+        i for i, line in enumerate(lines) if line.startswith("slurmfm_serve=(srun ")
     ]
     assert len(starts) == 1, f"expected exactly one launch srun command, found {len(starts)}"
     parts: list[str] = []
@@ -137,9 +135,9 @@ def test_auto_resume_only_on_hyperpod_srun(path: Path, flavor: str, version: str
     if flavor == "hyperpod":
         assert "--auto-resume=1" in _srun_command(text).split()
     else:
-        # only added at run time when the node turns out to be a HyperPod node
+        # only added by the runtime when the node turns out to be a HyperPod node
         assert "--auto-resume=1" not in _srun_command(text).split()
-        assert '"${slurmfm_auto_resume[@]}"' in _srun_command(text).split()
+        assert "--hyperpod 0" in text
 
 
 @pytest.mark.parametrize(("path", "flavor", "version"), COMBOS)

@@ -31,14 +31,14 @@ def collected(marker: str, *paths: str) -> set[str]:
 
 
 def test_tiers_come_from_the_fixtures() -> None:
-    real = collected("real", "tests/test_slurm_lab.py", "tests/resilience/test_runtime.py")
-    script = collected("script", "tests/test_slurm_lab.py", "tests/resilience/test_runtime.py")
-    unit = collected("unit", "tests/test_slurm_lab.py", "tests/resilience/test_runtime.py")
+    real = collected("real", "tests/test_slurm_lab.py", "tests/render/test_script_props.py")
+    script = collected("script", "tests/test_slurm_lab.py", "tests/render/test_script_props.py")
+    unit = collected("unit", "tests/test_slurm_lab.py", "tests/render/test_script_props.py")
     # a shared lab fixture, an own-lab fixture (own_lab_fixture)
     assert "tests/test_slurm_lab.py::test_version_matches_lab" in real
     assert "tests/test_slurm_lab.py::test_up_restarts_a_slurmd_whose_registration_was_lost" in real
     # the stand-in cluster of the job runtime tests
-    assert any(n.startswith("tests/resilience/test_runtime.py::") for n in script)
+    assert any(n.startswith("tests/render/test_script_props.py::") for n in script)
     assert (
         "tests/test_slurm_lab.py::test_lab_ports_stay_out_of_the_ephemeral_range_and_apart" in unit
     )

@@ -30,12 +30,13 @@ def _refuse_pipeline_file(path: str) -> None:
     """A pipeline file (top-level ``stages:``) given to a recipe command: say which command
     checks it, instead of listing every recipe field it lacks."""
     import re
-    from pathlib import Path
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return  # the loader reports it
+    from slurmfm.fsutil import InputFileError, read_bounded
+
+    try:  # bounded, regular files only (a FIFO must not hang this): the loader reports the rest
+        text = read_bounded(path).decode("utf-8")
+    except (OSError, UnicodeDecodeError, InputFileError):
+        return
     m = re.search(r"^stages\s*:", text, re.M)
     if m is not None:
         line = text.count("\n", 0, m.start()) + 1

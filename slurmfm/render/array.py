@@ -36,11 +36,20 @@ if TYPE_CHECKING:
 
 _EXPORT = re.compile(r"^export [A-Za-z_][A-Za-z0-9_]*=\S.*$")
 _HEREDOC_START = "SLURMFM_NEMO_DRIVER=$(cat <<"
-_ENTRY = 'bash -c "$SLURMFM_NODE_ENTRY" slurmfm-node'
+_ENTRY = 'python3 "$SLURMFM_RUNTIME" node'
 
 
 def _case(tasks: Sequence[int], bodies: Sequence[list[str]], indent: str = "    ") -> list[str]:
     out = ['case "${SLURM_ARRAY_TASK_ID:?slurmfm: this script is a job array}" in']
+    if indent and all(len(b) == 1 for b in bodies):
+        # one line per task keeps the launch near the top of the script
+        out.extend(f"  {i}) {b[0]} ;;" for i, b in zip(tasks, bodies, strict=True))
+        out.append(
+            f'  *) echo "slurmfm: array task $SLURM_ARRAY_TASK_ID is not one of the {len(tasks)} '
+            'tasks of this sweep" >&2; exit 2 ;;'
+        )
+        out.append("esac")
+        return out
     for i, body in zip(tasks, bodies, strict=True):
         out.append(f"  {i})")
         # Heredoc bodies and their delimiter must stay at column 0.
@@ -110,7 +119,10 @@ def merge_task_scripts(
     differs = [j for j in range(len(base)) if any(lines[j] != base[j] for lines in texts)]
     h0, h1 = _span(base, _HEREDOC_START, ")", exact=True)
     launch_at = next((i for i, line in enumerate(base) if line.startswith("# Launch:")), -1)
-    s0, s1 = _span(base, "srun ", " &", after=max(launch_at, 0), exact=False)
+    # the launch: `exec python3 RUNTIME batch ... -- srun ... node ... -- ARGV` up to the first
+    # line that does not continue
+    s0 = next((i for i in range(max(launch_at, 0), len(base)) if base[i].startswith("exec ")), -1)
+    s1 = next((i for i in range(s0, len(base)) if not base[i].endswith("\\")), -1)
     entry = next((i for i in range(s0, s1 + 1) if _ENTRY in base[i]), -1) if s0 >= 0 else -1
     indexes = [t.index for t in tasks]
 
@@ -153,7 +165,7 @@ def merge_task_scripts(
         replace[a] = (b, _case(indexes, bodies))
     if argv_idx:
         a, b = min(argv_idx), max(argv_idx)
-        tail = " &" if base[b].rstrip().endswith(" &") else " \\"
+        tail = " \\" if base[b].rstrip().endswith(" \\") else ""
         lead = base[a][: len(base[a]) - len(base[a].lstrip())]
         replace[a] = (b, [f'{lead}"${{slurmfm_task_argv[@]}}"{tail}'])
         bodies = [

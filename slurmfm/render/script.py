@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from slurmfm import __version__
 from slurmfm.errors import RenderError, UnsupportedError
 from slurmfm.plan.types import Placement
+from slurmfm.render.payload import RuntimeFile, payload_line, runtime_file
 from slurmfm.render.quote import env_name, sbatch_value, sh_join, sh_quote
 from slurmfm.target import Target as Target  # noqa: PLC0414 - re-exported for callers
 
@@ -77,6 +78,9 @@ class RenderedScript:
     notes: tuple[str, ...] = field(default_factory=tuple)
     components: tuple[Component, ...] = ()
     container_env: tuple[str, ...] = ()
+    # What the job needs beside its text: the runtime zipapp (also embedded in the text's last
+    # line, so a plain `sbatch` of the text works on its own).
+    files: tuple[RuntimeFile, ...] = ()
 
 
 # Compiled templates kept on disk, as Python keeps ``__pycache__``, when a caller provides a
@@ -592,8 +596,14 @@ def _container_opts(
         and not any(m.split(":", 1)[0].rstrip("/") == IMEX_CHANNELS_DIR for m in mounts)
     ):
         mounts.append(IMEX_CHANNELS_DIR)
+    # The per-node entry wraps the launcher, so it runs where the launcher runs: inside the
+    # container, which therefore sees the runtime file (read-only, at the same path).
+    runtime = '"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"'
     if mounts:
-        opts.append(f"--container-mounts={sh_quote(','.join(mounts), what='container.mounts')}")
+        listed = sh_quote(",".join(mounts), what="container.mounts")
+        opts.append(f"--container-mounts={listed},{runtime}")
+    else:
+        opts.append(f"--container-mounts={runtime}")
     if c.workdir:
         opts.append(f"--container-workdir={sh_quote(c.workdir, what='container.workdir')}")
     if not c.mount_home:
@@ -655,22 +665,15 @@ class Observe:
     gpus: int = 0
     recipe: str = "''"
     job_json: str = "''"
-    agent: str = ""
-    heredoc_tag: str = "SLURMFM_OBSERVE_AGENT_EOF"
 
 
 def _observe(recipe: Recipe, inst: InstanceType) -> Observe:
     import json
-    from pathlib import Path
 
     o = recipe.observability
     enabled = o.enabled == "on" or (o.enabled == "auto" and inst.gpus > 0 and not inst.virtual)
     if not enabled:
         return Observe(False)
-    agent = (Path(__file__).resolve().parent.parent / "observe" / "agent.py").read_text()
-    tag = Observe.heredoc_tag
-    if tag in agent:  # pragma: no cover - the agent's own source is fixed
-        raise RenderError("observe: the agent source contains its own heredoc delimiter")
     # what `slurmfm logs --rank` needs; nothing that differs between the tasks of a sweep
     job = {
         "recipe": recipe.name,
@@ -691,7 +694,6 @@ def _observe(recipe: Recipe, inst: InstanceType) -> Observe:
         gpus=inst.gpus,
         recipe=sh_quote(recipe.name, what="name"),
         job_json=sh_quote(json.dumps(job, sort_keys=True)),
-        agent=agent if agent.endswith("\n") else agent + "\n",
     )
 
 
@@ -700,6 +702,107 @@ def _nccl_check(recipe: Recipe, inst: InstanceType) -> str:
     if mode == "auto":
         return "fail" if inst.efa_interfaces > 0 and not inst.virtual else "off"
     return mode
+
+
+def _prepare_opts(
+    recipe: Recipe, placement: Placement, serve: ServeLaunch | None
+) -> tuple[list[str], str]:
+    """Options of ``runtime prepare``: where the host order comes from, ports, storage."""
+    opts: list[str] = []
+    if placement.nodes:
+        opts.append("--planned " + sh_quote(" ".join(placement.nodes)))
+        how = "planned by `slurmfm plan`, pin mode"
+    elif placement.rank_key:
+        rank_map = " ".join(f"{h}={k}" for h, k in sorted(placement.rank_key.items()))
+        opts.append("--rank-map " + sh_quote(rank_map))
+        how = "the planner's rank map sorts the allocation"
+    elif placement.mode == "constrain":
+        opts.append("--topo-addr 1")
+        how = "sorted by each node's SLURM_TOPOLOGY_ADDR"
+    else:
+        how = "the allocation's own order"
+    port = getattr(recipe.launcher, "rdzv_port", None)
+    if port:
+        opts.append(f"--rdzv-port {port}")
+    if recipe.launcher.kind == "nemo":  # one task per GPU, laid out in host order
+        opts.append(f"--tasks-per-node {recipe.procs_per_node}")
+    if serve is not None:
+        opts.append(f"--serve {serve.group} --serve-nodes {serve.nodes} --serve-port {serve.port}")
+        if serve.dist_port is not None:
+            opts.append(f"--dist-port {serve.dist_port}")
+    s = recipe.storage
+    if s.stripe == "auto":
+        opts.append("--stripe 1")
+    if s.min_free_gb:
+        gb = str(int(s.min_free_gb)) if s.min_free_gb == int(s.min_free_gb) else str(s.min_free_gb)
+        opts.append(f"--min-free-kb {int(s.min_free_gb * 1024 * 1024)} --min-free-gb {gb}")
+    return opts, how
+
+
+def _batch_opts(
+    recipe: Recipe,
+    inst: InstanceType,
+    health: HealthGate,
+    nccl_check: str,
+    observe: Observe,
+    serve: ServeLaunch | None,
+) -> list[str]:
+    """Options of ``runtime batch``, one readable group per line."""
+    res = recipe.resilience
+    kind = recipe.launcher.kind
+    opts = [
+        f"--max-restarts {res.max_restarts} --requeue {int(res.requeue)}"
+        f" --drain {int(res.drain_unhealthy)} --hyperpod {int(recipe.cluster.flavor == 'hyperpod')}"
+    ]
+    if health.enabled:
+        # A multi-node NVLink domain (GB200) needs the IMEX channel: NCCL's MNNVL fails
+        # without /dev/nvidia-caps-imex-channels (NVIDIA/nccl src/mnnvl.cc).
+        imex = int(max(inst.nvlink.instances) > 1)
+        opts.append(
+            f"--health 1 --gpus {health.gpus} --efa {health.efa} --dcgm {res.dcgm_level}"
+            f" --imex {imex} --efa-tries 3 --efa-delay-s 5"
+        )
+    if nccl_check != "off":
+        opts.append(f"--nccl-check {nccl_check} --nccl-timeout-s {res.nccl_check_timeout_s}")
+    # resilience.save_on_signal (default by launcher: servers have no state to save, NeMo and
+    # scripts without a USR2 handler have no save protocol): false requeues at once at the
+    # signal, resuming from the last periodic checkpoint; true lets the training save first.
+    save = recipe.save_on_signal
+    done = "marker"
+    from slurmfm.recipe.schema import MegatronLauncher
+
+    L = recipe.launcher
+    if isinstance(L, MegatronLauncher) and L.model_args.get("train-iters") not in (None, False):
+        done = f"megatron:{int(str(L.model_args['train-iters']))}"
+    elif kind in ("vllm", "sglang"):
+        done = "none"
+    opts.append(
+        f"--save-protocol {int(save)} --resignal-s 10 --probe-timeout-s 60 --done-check {done}"
+    )
+    if observe.enabled:
+        opts.append(f"--observe 1 --observe-job-json {observe.job_json}")
+    if serve is not None:
+        words = '"${#slurmfm_serve[@]}"'
+        opts.append(
+            f"--serve-words {words} --serve-kind {serve.kind} --serve-model {serve.model_json}"
+            f" --health-path {sh_quote(serve.health_path)}"
+            f" --ready-timeout-s {serve.ready_timeout_s} --ready-poll-s {serve.ready_poll_s}"
+        )
+    if recipe.secrets:
+        # masked in the launch command the job log prints
+        opts.append(" ".join(f"--secret {name}" for name in recipe.secrets))
+    return opts
+
+
+def _wrap(words: list[str], width: int = 88) -> list[str]:
+    """Shell words grouped into lines of at most ``width`` characters (one word may exceed)."""
+    lines: list[str] = []
+    for w in words:
+        if lines and len(lines[-1]) + 1 + len(w) <= width:
+            lines[-1] += " " + w
+        else:
+            lines.append(w)
+    return lines
 
 
 def render_script(
@@ -737,7 +840,7 @@ def render_script(
     split = serve is not None and serve.group == "split"
     # A split trainer runs on the first hosts of the order only; elsewhere the step spans the
     # (first component of the) allocation.
-    nodes_expr = '"${#slurmfm_order[@]}"' if split else '"$SLURM_JOB_NUM_NODES"'
+    nodes_expr = '"$SLURMFM_NNODES"' if split else '"$SLURM_JOB_NUM_NODES"'
     nemo = recipe.launcher.kind == "nemo"
     # --nodes is left out for NeMo: Slurm >= 24.11 refuses it with --distribution=arbitrary.
     srun = [] if nemo else [f"--nodes={nodes_expr}"]
@@ -752,25 +855,31 @@ def render_script(
         srun.extend(
             [
                 f"--ntasks-per-node={g}",
-                f'--ntasks="$((${{#slurmfm_order[@]}} * {g}))"',
+                # the runtime's prepare step lists each host of the order once per task
+                '--ntasks="$SLURMFM_NTASKS"',
                 "--distribution=arbitrary",
-                '--nodelist="$(for slurmfm_h in "${slurmfm_order[@]}"; do '
-                f"for ((slurmfm_t = 0; slurmfm_t < {g}; slurmfm_t++)); do "
-                'printf %s, "$slurmfm_h"; done; done)"',
+                '--nodelist="$SLURMFM_TASK_NODELIST"',
             ]
         )
     else:
         srun.extend([f"--ntasks={nodes_expr}", "--ntasks-per-node=1"])
-    if split and not nemo:  # NeMo's node list above already names the trainer's hosts
-        srun.append('--nodelist="$(IFS=,; echo "${slurmfm_order[*]}")"')
+    if split and not nemo:  # NeMo's task node list already names the trainer's hosts
+        srun.append('--nodelist="$SLURMFM_NODELIST"')
     srun.append("--kill-on-bad-exit=1")
     observe = _observe(recipe, inst)
     if observe.enabled:
         # "T: " before each output line, T the task: `slurmfm logs --rank` selects on it.
         srun.append("--label")
-    # HyperPod's --auto-resume=1 is not added here: the launch line of the template already
-    # carries it (srun-only; sbatch rejects it: SRC_HYPERPOD_AUTO_RESUME), and a second copy
-    # on the same srun is what this list used to add.
+    hyperpod = recipe.cluster.flavor == "hyperpod"
+    if hyperpod:
+        # HyperPod's auto-resume is an srun option; sbatch rejects it (AWS docs
+        # "sagemaker-hyperpod-resiliency-slurm-auto-resume"). Other flavors: the runtime adds
+        # it when it finds /opt/sagemaker_cluster on the node.
+        srun.insert(0, "--auto-resume=1")
+    if recipe.resilience.log_mode == "per_restart":
+        srun.append(
+            '--output="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}_r${SLURMFM_RESTART}.out"'
+        )
     srun.extend(container_opts)
     serve_srun: list[str] = []
     serve_container_opts = container_opts
@@ -790,7 +899,7 @@ def render_script(
             if serve.group == "hetjob":
                 serve_srun.insert(0, "--het-group=1")
             else:
-                serve_srun.append('--nodelist="$(IFS=,; echo "${slurmfm_serve_order[*]}")"')
+                serve_srun.append('--nodelist="$SLURMFM_SERVE_NODELIST"')
             serve_srun += [
                 "--kill-on-bad-exit=1",
                 '--output="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}_serve.out"',
@@ -812,11 +921,18 @@ def render_script(
         (env_name(f"SLURMFM_DATA_{k.upper()}"), sh_quote(v, what=f"storage.data.{k}"))
         for k, v in s.data.items()
     ]
-    rank_map = " ".join(f"{h}={k}" for h, k in sorted(placement.rank_key.items()))
     nemo_driver = _nemo_driver(recipe, "$SLURMFM_CHECKPOINT_DIR")
     heredoc_tag = "SLURMFM_NEMO_DRIVER_EOF"
     if nemo_driver and heredoc_tag in nemo_driver:
         raise RenderError("launcher: the NeMo driver text contains its own heredoc delimiter")
+    health = _health(recipe, inst)
+    nccl_check = _nccl_check(recipe, inst)
+    # Only launchers that run NCCL under the per-node entry get an NCCL log to check: vLLM and
+    # SGLang set up NCCL themselves and never log there (no false "no NCCL line" warning).
+    if recipe.launcher.kind in ("vllm", "sglang"):
+        nccl_check = "off"
+    rf = runtime_file()
+    prepare, order_how = _prepare_opts(recipe, placement, serve)
     ctx = {
         "version": __version__,
         "recipe": recipe,
@@ -830,45 +946,32 @@ def render_script(
         "log_dir": sh_quote(s.log_dir, what="storage.log_dir"),
         "checkpoint_dir": sh_quote(checkpoint_dir, what="storage.checkpoint_root"),
         "run_id": sh_quote(run_id, what="storage.run_id"),
-        "host_order": sh_quote(" ".join(placement.nodes)) if placement.nodes else "''",
-        "rank_map": sh_quote(rank_map) if rank_map else "''",
-        # constrain mode without a carried map: order by SLURM_TOPOLOGY_ADDR in the job
-        "topo_addr_order": int(placement.mode == "constrain" and not placement.rank_key),
-        "rdzv_port": getattr(recipe.launcher, "rdzv_port", None),
-        "srun_opts": srun,
+        "prepare_opts": prepare,
+        "order_how": order_how,
+        "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve),
+        "srun_opts": _wrap(srun),
         "argv": argv,
         "prefix": prefix,
         "how": how,
         "nemo_driver": nemo_driver,
         "heredoc_tag": heredoc_tag,
-        "placement": placement,
-        "world": recipe.world_size,
         "procs_per_node": recipe.procs_per_node,
-        "res": recipe.resilience,
-        "health": _health(recipe, inst),
-        "nccl_check": _nccl_check(recipe, inst),
+        "world": recipe.world_size,
+        "nccl_log": nccl_check != "off",
         "observe": observe,
-        "min_free_kb": int(s.min_free_gb * 1024 * 1024),
-        "min_free_gb_text": (
-            str(int(s.min_free_gb)) if s.min_free_gb == int(s.min_free_gb) else str(s.min_free_gb)
-        ),
         # What the per-node entry sends to the launcher's children on the save signal. Slurm
         # already delivers the USR2 sent to srun to every process of the step, so torchrun
         # scripts need nothing more (a second, late USR2 could hit a worker that is already
-        # exiting); Megatron-LM saves on SIGTERM (--exit-signal-handler); NeMo has no such
-        # protocol and is requeued at the signal instead.
-        "forward": {"nemo": "none", "megatron": "TERM"}.get(recipe.launcher.kind, "none"),
-        # Servers have no state to save: at the signal the job requeues and serves again.
-        # resilience.save_on_signal (default by launcher): false requeues at the signal.
-        "save_protocol": recipe.save_on_signal,
+        # exiting); Megatron-LM saves on SIGTERM (--exit-signal-handler).
+        "forward": {"megatron": "TERM"}.get(recipe.launcher.kind, "none"),
         # Heterogeneous components: each one's own profile differences and health
         # expectations, for the runtime to apply per component (empty for one component).
         "components": components,
         "container_env": container_env,
-        "hyperpod": recipe.cluster.flavor == "hyperpod",
-        "per_restart_log": recipe.resilience.log_mode == "per_restart",
         "serve": serve,
-        "serve_srun": serve_srun,
+        "serve_srun": _wrap(serve_srun),
+        "runtime_sha": rf.sha256,
+        "payload": payload_line(rf),
     }
     text = _env().get_template("sbatch.sh.j2").render(**ctx)
     return RenderedScript(
@@ -884,4 +987,5 @@ def render_script(
         notes=(how,),
         components=components,
         container_env=tuple(container_env),
+        files=(rf,),
     )

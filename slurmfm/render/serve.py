@@ -55,6 +55,7 @@ class ServeLaunch:
     model_json: str  # the model name as a JSON string, shell-quoted
     model_cache: str | None  # shell-quoted HF_HOME, if any
     dist_port: int | None  # SGLang's --dist-init-addr port when fixed by the recipe
+    ray: str | None = None  # vLLM multi-node: the node entry's --ray options (shell words)
 
     @property
     def description(self) -> str:
@@ -82,6 +83,7 @@ def serve_launch(
     lines: list[str]
     prefix = 0
     dist_port = None
+    ray = None
     if launcher.kind == "vllm":
         serve = [sh_quote(launcher.command, what="launcher.command"), "serve", model]
         opts = [
@@ -91,23 +93,17 @@ def serve_launch(
             f"--pipeline-parallel-size {par.pp}",
         ]
         if nodes > 1:
-            # Each node runs the vLLM entry: Ray head + `vllm serve` on rank 0, Ray worker
-            # elsewhere; the node entry inserts --node-rank=R right after these four words.
-            lines = [
-                'bash -c "$SLURMFM_VLLM_ENTRY" slurmfm-vllm',
-                " ".join(
-                    [
-                        sh_quote(launcher.ray, what="launcher.ray"),
-                        sh_quote(launcher.python, what="launcher.python"),
-                        str(launcher.ray_port),
-                        str(nodes),
-                        str(launcher.ray_timeout_s),
-                    ]
-                ),
-                " ".join(serve),
-                " ".join([*opts, "--distributed-executor-backend ray"]),
-            ]
-            prefix = 4
+            # Each node's runtime entry starts the Ray head (node 0, then `vllm serve` once
+            # every node joined) or a Ray worker (slurmfm/job/node.py run_ray_node).
+            ray = " ".join(
+                [
+                    sh_quote(launcher.ray, what="launcher.ray"),
+                    f"--ray-python {sh_quote(launcher.python, what='launcher.python')}",
+                    f"--ray-port {launcher.ray_port} --ray-nodes {nodes}",
+                    f"--ray-timeout-s {launcher.ray_timeout_s}",
+                ]
+            )
+            lines = [" ".join(serve), " ".join([*opts, "--distributed-executor-backend ray"])]
         else:
             lines = [" ".join(serve), " ".join(opts)]
     else:
@@ -122,7 +118,7 @@ def serve_launch(
                 f'--nnodes {nodes} --dist-init-addr "$SLURMFM_SERVE_HEAD:$SLURMFM_SERVE_DIST_PORT"'
             )
             prefix = 3
-            dist_port = launcher.dist_port
+            dist_port = launcher.dist_port or 0
         lines.append('--host 0.0.0.0 --port "$SLURMFM_SERVE_PORT"')
     if extra:
         lines.append(" ".join(extra))
@@ -143,4 +139,5 @@ def serve_launch(
             else None
         ),
         dist_port=dist_port,
+        ray=ray,
     )

@@ -3,6 +3,8 @@
 # Instance lab-cpu: 2 processes per node, world size 4,
 # tp=1 pp=1 cp=1 ep=1 dp=4.
 # Slurm target 22.05 (assumed: recipe says auto and no cluster was asked); flavor generic.
+# Run-time decisions (host order, health gate, signals, requeue) are made by the job runtime,
+# a Python zipapp carried in this file's last line (README "Job runtime").
 #SBATCH --job-name=quickstart
 #SBATCH --nodes=2
 # one launcher per node; torchrun starts the per-GPU processes
@@ -20,249 +22,46 @@
 #SBATCH --signal=B:USR2@300
 
 set -euo pipefail
-
-# Restarts: Slurm counts requeues in SLURM_RESTART_COUNT; slurmfm caps them and records why.
-SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0}
-SLURMFM_MAX_RESTARTS=3
-export SLURMFM_RESTART SLURMFM_MAX_RESTARTS
-export SLURMFM_SAVE_SIGNAL=USR2
+# The pre-timeout USR2 can come before the runtime takes over: pass it on to the runtime.
+trap 'export SLURMFM_EARLY_USR2=1' USR2
 
 # The recipe's own environment (a recipe value wins over the profile).
 export OMP_NUM_THREADS=1
 
-# Storage: one checkpoint directory per run, shared by save and resume.
+# Storage: one checkpoint directory per run, shared by save and resume; logs and the state file
+# (`slurmfm status` reads it) in the log directory.
 export SLURMFM_RUN_ID=quickstart
 export SLURMFM_CHECKPOINT_DIR=runs/checkpoints/quickstart/quickstart
 export SLURMFM_LOG_DIR=runs/logs
-mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
-SLURMFM_STATE_FILE="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.state"
-export SLURMFM_STATE_FILE
-# One line per event (start, signal, requeue, fail, finished) for `slurmfm status`; a record
-# that cannot be written must never stop the job.
-slurmfm_record() {
-  { printf '%s restart=%s event=%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$SLURMFM_RESTART" "$1" "${2:-}" >>"$SLURMFM_STATE_FILE"; } 2>/dev/null || true
-}
-slurmfm_last_reason=$(sed -n 's/.* event=requeue //p' "$SLURMFM_STATE_FILE" 2>/dev/null | tail -n 1 || true)
-echo "slurmfm: job $SLURM_JOB_ID start $SLURMFM_RESTART (at most $SLURMFM_MAX_RESTARTS restarts)${slurmfm_last_reason:+; last requeue: $slurmfm_last_reason}"
-slurmfm_record start "nodes=$SLURM_JOB_NODELIST"
-slurmfm_record checkpoint-dir "$SLURMFM_CHECKPOINT_DIR"
-# On Lustre (FSx), stripe checkpoints wide with 16 MiB stripes and keep logs on one target
-# (aws-launch-facts.md section 5, "Recommended ML layout"); layouts apply to new files only.
-if [ "$(stat -f -c %T "$SLURMFM_CHECKPOINT_DIR" 2>/dev/null)" = lustre ] && command -v lfs >/dev/null; then
-  lfs setstripe -c -1 -S 16M "$SLURMFM_CHECKPOINT_DIR" || echo "slurmfm: warning: lfs setstripe failed on $SLURMFM_CHECKPOINT_DIR" >&2
-  lfs setstripe -c 1 "$SLURMFM_LOG_DIR" || echo "slurmfm: warning: lfs setstripe failed on $SLURMFM_LOG_DIR" >&2
-fi
-# Resume: the checkpoint the atomic "latest" pointer names, if any (slurmfm.checkpoint).
-if [ -f "$SLURMFM_CHECKPOINT_DIR/latest" ]; then
-  SLURMFM_RESUME_FROM="$SLURMFM_CHECKPOINT_DIR/$(head -n 1 "$SLURMFM_CHECKPOINT_DIR/latest")"
-  export SLURMFM_RESUME_FROM
-  echo "slurmfm: resuming from $SLURMFM_RESUME_FROM"
+export SLURMFM_STATE_FILE="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.state"
+# Slurm counts requeues; the training's save handler listens for this signal.
+export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
+mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
+
+# The job runtime: extracted once from this file's last line, checked against its sha256.
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/11b93396a277ee9ab4a87d9fbadc77c91e7633b6aca1938eab63b2470f3e4ace.pyz"
+if ! echo "11b93396a277ee9ab4a87d9fbadc77c91e7633b6aca1938eab63b2470f3e4ace  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+  tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
+  echo "11b93396a277ee9ab4a87d9fbadc77c91e7633b6aca1938eab63b2470f3e4ace  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
-# Host order: node i of this list holds global ranks i*2 .. i*2+1.
-# A planned order (pin mode) is used as is; a rank map (constrain mode) sorts whatever
-# Slurm allocated; constrain mode without a map sorts by each node's SLURM_TOPOLOGY_ADDR
-# (its switch path, top to leaf); otherwise the allocation's own order is kept.
-mapfile -t slurmfm_alloc < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
-slurmfm_planned=''
-slurmfm_rank_map=''
-slurmfm_topo_addr=0
-slurmfm_order=()
-if [ -n "$slurmfm_planned" ]; then
-  read -r -a slurmfm_order <<<"$slurmfm_planned"
-  if [ "${#slurmfm_order[@]}" -ne "${#slurmfm_alloc[@]}" ]; then
-    echo "slurmfm: planned order has ${#slurmfm_order[@]} hosts, allocation has ${#slurmfm_alloc[@]}" >&2
-    exit 2
-  fi
-elif [ -n "$slurmfm_rank_map" ]; then
-  declare -A slurmfm_key=()
-  for slurmfm_kv in $slurmfm_rank_map; do
-    slurmfm_key[${slurmfm_kv%%=*}]=${slurmfm_kv#*=}
-  done
-  mapfile -t slurmfm_order < <(
-    for slurmfm_h in "${slurmfm_alloc[@]}"; do
-      printf '%s %s\n' "${slurmfm_key[$slurmfm_h]:-~$slurmfm_h}" "$slurmfm_h"
-    done | LC_ALL=C sort | cut -d' ' -f2
-  )
-elif [ "$slurmfm_topo_addr" = 1 ]; then
-  # One quick step prints "ADDR NODE" per node; a natural sort groups nodes by leaf (or
-  # block) in switch order. An empty ADDR (no topology plugin) leaves name order.
-  # shellcheck disable=SC2016 # expanded by each node's shell
-  slurmfm_addr_cmd='printf "%s %s\n" "${SLURM_TOPOLOGY_ADDR:-}" "$SLURMD_NODENAME"'
-  mapfile -t slurmfm_order < <(
-    srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
-      bash -c "$slurmfm_addr_cmd" | LC_ALL=C sort -V | cut -d' ' -f2
-  )
-  if [ "${#slurmfm_order[@]}" -ne "${#slurmfm_alloc[@]}" ]; then
-    echo "slurmfm: SLURM_TOPOLOGY_ADDR step returned ${#slurmfm_order[@]} of ${#slurmfm_alloc[@]} hosts; keeping the allocation order" >&2
-    slurmfm_order=("${slurmfm_alloc[@]}")
-  fi
-else
-  slurmfm_order=("${slurmfm_alloc[@]}")
-fi
-export SLURMFM_HOST_ORDER="${slurmfm_order[*]}"
+# Host order (the allocation's own order), rendezvous address and port: the runtime
+# prints them as export lines.
+slurmfm_env=$(python3 "$SLURMFM_RUNTIME" prepare --stripe 1)
+eval "$slurmfm_env"
 
-# Rendezvous on the first host of the order, reached through its Slurm NodeAddr
-# (host names need not resolve; NodeAddr is what slurmd itself uses).
-SLURMFM_RDZV_HOST=$(scontrol show node "${slurmfm_order[0]}" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p' | head -n 1)
-# Deterministic per job (stable across requeues), distinct for jobs sharing a host.
-SLURMFM_RDZV_PORT=$((20000 + SLURM_JOB_ID % 20000))
-export SLURMFM_RDZV_HOST SLURMFM_RDZV_PORT
-export MASTER_ADDR="$SLURMFM_RDZV_HOST" MASTER_PORT="$SLURMFM_RDZV_PORT"
-echo "slurmfm: job $SLURM_JOB_ID host order: $SLURMFM_HOST_ORDER; rendezvous $MASTER_ADDR:$MASTER_PORT"
-
-# Per-node entry: finds this node's rank in the host order, inserts it into the command and
-# runs it with USR2 ignored. Slurm delivers a signal sent to srun to every process of the
-# step (proctrack), so torchrun itself would otherwise die of USR2; the training processes
-# install their own USR2 handler (slurmfm.checkpoint.SaveRequest), which replaces the
-# inherited "ignore". For Megatron-LM the entry also sends TERM to the launcher's children
-# (its --exit-signal-handler saves on TERM); FWD is "none" otherwise.
-# shellcheck disable=SC2016 # expanded by the per-node shell, not here
-SLURMFM_NODE_ENTRY='set -u
-n=$1; fwd=$2; shift 2
-rank=-1; i=0
-for h in $SLURMFM_HOST_ORDER; do
-  if [ "$h" = "$SLURMD_NODENAME" ]; then rank=$i; fi
-  i=$((i + 1))
-done
-if [ "$rank" -lt 0 ]; then echo "slurmfm: $SLURMD_NODENAME is not in the host order" >&2; exit 3; fi
-export SLURMFM_NODE_RANK=$rank
-if [ "$rank" -eq 0 ] && [ -n "${SLURMFM_NCCL_LOG:-}" ]; then
-  export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"
-fi
-if [ "$n" -gt 0 ]; then set -- "${@:1:n}" --node-rank="$rank" "${@:n+1}"; fi
-(trap "" USR2; exec "$@") &
-child=$!
-forward() {
-  if [ "$fwd" = none ]; then return 0; fi
-  for st in /proc/[0-9]*/stat; do
-    line=$(cat "$st" 2>/dev/null) || continue
-    line=${line##*) }
-    set -- $line
-    if [ "$2" = "$child" ]; then
-      pid=${st#/proc/}; kill -s "$fwd" "${pid%/stat}" 2>/dev/null || true
-    fi
-  done
-}
-trap forward USR2
-while :; do
-  rc=0
-  wait "$child" || rc=$?
-  if [ "$rc" -gt 128 ]; then
-    if kill -0 "$child" 2>/dev/null; then continue; fi
-    again=0; wait "$child" 2>/dev/null || again=$?
-    if [ "$again" -ne 127 ]; then rc=$again; fi
-  fi
-  exit "$rc"
-done'
-
-# Requeue this job (Slurm keeps its id and counts the restart) unless the cap is reached.
-slurmfm_requeue() {
-  if [ "$SLURMFM_RESTART" -lt "$SLURMFM_MAX_RESTARTS" ]; then
-    slurmfm_record requeue "$1"
-    # An array task names itself ARRAY_TASK: its SLURM_JOB_ID can be the array's own id,
-    # which scontrol takes as every task of the array, finished ones included (seen on
-    # 22.05, 24.11 and 26.05: tests/e2e/test_dependencies.py).
-    slurmfm_self=$SLURM_JOB_ID
-    if [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then
-      slurmfm_self=${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}
-    fi
-    echo "slurmfm: requeueing job $slurmfm_self: $1"
-    scontrol requeue "$slurmfm_self"
-    exit 0
-  fi
-  slurmfm_record give-up "restart cap $SLURMFM_MAX_RESTARTS reached: $1"
-  echo "slurmfm: not requeueing ($SLURMFM_MAX_RESTARTS restarts reached): $1" >&2
-}
-
-# Take nodes that failed a check out of service, when Slurm lets this user (operators and
-# admins may): DRAIN a node that answers but is unhealthy; DOWN one that no longer answers,
-# so Slurm releases the job from it at once instead of after SlurmdTimeout.
-slurmfm_drain() {
-  local node=$1 why=$2 state=${3:-DRAIN}
-  if scontrol update NodeName="$node" State="$state" Reason="slurmfm: $why" 2>/dev/null; then
-    echo "slurmfm: set $node $state: $why" >&2
-  else
-    echo "slurmfm: could not set $node $state (not permitted?): $why; ask an admin" >&2
-  fi
-}
-
-slurmfm_tmp=$(mktemp -d)
-trap 'rm -rf "$slurmfm_tmp"' EXIT
-# The job's host order, for `slurmfm report` (nodes in rank order).
-slurmfm_record hosts "$SLURMFM_HOST_ORDER"
-
-# Pre-timeout save: Slurm sends USR2 to this shell (--signal=B:USR2@...); it is forwarded to
-# the training processes, which save and exit; the job then requeues itself.
-slurmfm_signalled=""
-slurmfm_on_usr2() {
-  slurmfm_signalled="time limit near"
-  slurmfm_record signal "USR2 before the time limit"
-  echo "slurmfm: USR2 received: asking the training processes to save and exit"
-  # Repeat every 10 s until the step ends: a process still starting up (before it installed
-  # its handler) ignores the signal, and would otherwise run into the time limit.
-  (
-    while kill -USR2 "$slurmfm_srun" 2>/dev/null; do sleep 10; done
-  ) &
-  slurmfm_resignal=$!
-}
-trap slurmfm_on_usr2 USR2
-
-# HyperPod's auto-resume is an srun option (sbatch rejects it); this cluster flavor is not
-# hyperpod, but a HyperPod node is detected by /opt/sagemaker_cluster, as the AWS samples do
-# (aws-launch-facts.md section 4.3).
-slurmfm_auto_resume=()
-if [ -d /opt/sagemaker_cluster ]; then slurmfm_auto_resume=(--auto-resume=1); fi
-slurmfm_step_log=()
-
-# Launch: torchrun, static rendezvous, node rank from the job's host order.
-srun "${slurmfm_auto_resume[@]}" "${slurmfm_step_log[@]}" --nodes="$SLURM_JOB_NUM_NODES" \
-  --ntasks="$SLURM_JOB_NUM_NODES" \
-  --ntasks-per-node=1 \
+# Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
+# requeue; each node's entry inserts its rank and prints the final command.
+trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
+exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --hyperpod 0 \
+  --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check marker -- \
+  srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
   --kill-on-bad-exit=1 \
-  bash -c "$SLURMFM_NODE_ENTRY" slurmfm-node 3 none \
+  python3 "$SLURMFM_RUNTIME" node --prefix 3 --forward none -- \
   python3 -m torch.distributed.run \
   --nnodes=2 --nproc-per-node=2 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   recipes/scripts/train_tiny.py \
-  --steps 10 --checkpoint-every 5 &
-slurmfm_srun=$!
-slurmfm_rc=0
-# A trapped signal interrupts `wait`; wait again for srun's own status (127: already had it).
-while :; do
-  slurmfm_rc=0
-  wait "$slurmfm_srun" || slurmfm_rc=$?
-  if [ "$slurmfm_rc" -gt 128 ]; then
-    if kill -0 "$slurmfm_srun" 2>/dev/null; then continue; fi
-    slurmfm_again=0
-    wait "$slurmfm_srun" 2>/dev/null || slurmfm_again=$?
-    if [ "$slurmfm_again" -ne 127 ]; then slurmfm_rc=$slurmfm_again; fi
-  fi
-  break
-done
-if [ -n "${slurmfm_resignal:-}" ]; then kill "$slurmfm_resignal" 2>/dev/null || true; fi
-if [ -n "$slurmfm_signalled" ]; then
-  if [ "$slurmfm_rc" -eq 0 ] && [ -e "$SLURMFM_CHECKPOINT_DIR/DONE" ]; then
-    # The training finished its work while the signal was on its way: nothing to resume.
-    slurmfm_record finished "exit 0 (all work done before the time limit)"
-    exit 0
-  fi
-  slurmfm_requeue "saved before the time limit (training exit $slurmfm_rc)"
-  exit "$slurmfm_rc"
-fi
-if [ "$slurmfm_rc" -ne 0 ]; then
-  # Which nodes still answer? Drain the ones that do not, then requeue without them.
-  slurmfm_dead=""
-  for slurmfm_h in "${slurmfm_order[@]}"; do
-    if ! timeout 60 srun --nodes=1 --ntasks=1 -w "$slurmfm_h" true >/dev/null 2>&1; then
-      slurmfm_drain "$slurmfm_h" "did not answer after a failed step (job $SLURM_JOB_ID)" DOWN
-      slurmfm_dead+="$slurmfm_h "
-    fi
-  done
-  slurmfm_requeue "step failed with exit $slurmfm_rc${slurmfm_dead:+; unresponsive: $slurmfm_dead}"
-  exit "$slurmfm_rc"
-fi
-if [ "$slurmfm_rc" -ne 0 ]; then
-  slurmfm_record fail "exit $slurmfm_rc"
-  exit "$slurmfm_rc"
-fi
-slurmfm_record finished "exit 0"
+  --steps 10 --checkpoint-every 5
+
+# slurmfm-runtime sha256=11b93396a277ee9ab4a87d9fbadc77c91e7633b6aca1938eab63b2470f3e4ace <base64 zipapp of slurmfm/job, 43120 chars>

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurmfm.observe import agent
+from slurmfm.job import agent
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,10 +1,7 @@
-"""The rendered job script's observability, run under bash against the fake cluster of
-tests/resilience/test_runtime.py (stub srun/scontrol, fake sysfs per node).
-
-Checked: every node's agent maps the node's GPUs for DCGM-Exporter while training runs and
-removes the mapping afterwards; each node writes its own textfile with the job labels and the
-step the training reported; EFA counters are saved at start and end; the host order is in the
-state file; and a missing metrics directory never fails the job.
+"""The job's observability wiring: the script's exports reach the agent exactly, and the
+batch step starts and stops one agent per node. What each agent does on its node is unit-tested
+in tests/observe/test_agent.py, and on the real lab (with real Prometheus) in
+tests/observe/test_real_slurm_observe.py.
 """
 
 from __future__ import annotations
@@ -14,43 +11,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
-from resilience.test_runtime import fake_cluster
 
 from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
-
-# Stands in for torchrun: records what the node sees while "training", makes EFA traffic,
-# reports progress the way slurmfm.checkpoint does, and waits for the textfile to refresh.
-TRAIN = r"""#!/bin/bash
-n=$SLURMD_NODENAME
-ls "$MAPDIR" > "$STUB_OUT/mapping-$n" 2>&1
-cat "$MAPDIR"/0 >> "$STUB_OUT/mapping-$n" 2>/dev/null
-hw="$SLURMFM_SYSFS/class/infiniband/rdmap0s0/ports/1/hw_counters"
-echo 5000 > "$hw/tx_bytes"
-if [ "$SLURMFM_NODE_RANK" = 0 ]; then
-  printf '{"step": 7, "checkpoint_step": 5, "time": 1}' > "$SLURMFM_PROGRESS_FILE"
-fi
-sleep 2.5
-cp "$TEXTFILE_DIR/slurmfm_job_77_$n.prom" "$STUB_OUT/prom-$n" 2>/dev/null || true
-exit 0
-"""
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> dict[str, Any]:
-    fake = fake_cluster(tmp_path, fake_train=TRAIN)
-    for h in ("n1", "n2"):
-        hw = tmp_path / "sys" / h / "class/infiniband/rdmap0s0/ports/1/hw_counters"
-        hw.mkdir(parents=True)
-        (hw / "tx_bytes").write_text("1000\n")
-        (hw / "rx_bytes").write_text("10\n")
-    for d in ("map", "textfile", "logs"):
-        (tmp_path / d).mkdir()
-    return fake
 
 
 def render(tmp: Path, **obs: Any) -> str:
@@ -74,87 +39,70 @@ def render(tmp: Path, **obs: Any) -> str:
     return render_script(recipe, Target.for_recipe(recipe, "24.11")).text
 
 
-def run(cluster: dict[str, Any], text: str) -> subprocess.CompletedProcess[str]:
-    tmp: Path = cluster["tmp"]
-    script = tmp / "job.sh"
-    script.write_text(text)
-    env = {
-        "PATH": f"{cluster['bin']}:/usr/bin:/bin",
-        "STUB_OUT": str(cluster["out"]),
-        "FAKE_HOSTS": "n1 n2",
-        "FAKE_SYSFS": str(tmp / "sys"),
-        "FAKE_GPUS": "8",
-        "SLURM_JOB_NODELIST": "n1,n2",
-        "SLURM_JOB_NUM_NODES": "2",
-        "SLURM_JOB_ID": "77",
-        "SLURM_JOB_NAME": "rt",
-        "MAPDIR": str(tmp / "map"),
-        "TEXTFILE_DIR": str(tmp / "textfile"),
-    }
-    return subprocess.run(
-        ["bash", str(script)], env=env, cwd=tmp, text=True, capture_output=True, timeout=120
+def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Path) -> None:
+    """The batch step starts one agent per node (an --overlap step), waits for their start
+    snapshots (no longer than its timeout), and asks them to stop through the stop file."""
+    from slurmfm.job.batch import Batch
+    from slurmfm.job.cli import parser
+
+    obs = tmp_path / "rt_77.observe"
+    started: list[list[str]] = []
+
+    class Agents:
+        def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+            started.append(argv)
+            for h in ("n1", "n2"):  # what each node's agent writes at start
+                (obs / f"node_{h}_r0.json").write_text("{}")
+            self.rc: int | None = None
+
+        def poll(self) -> int | None:
+            if (obs / "stop-r0").exists():
+                self.rc = 0
+            return self.rc
+
+        def wait(self, timeout: float | None = None) -> int:
+            return self.rc or 0
+
+        def terminate(self) -> None:
+            self.rc = -15
+
+    a = parser().parse_args(
+        ["batch", "--runtime", "rt.pyz", "--observe", "1", "--observe-job-json", '{"recipe": "rt"}']
     )
-
-
-def test_every_node_maps_gpus_writes_metrics_and_cleans_up(cluster: dict[str, Any]) -> None:
-    tmp: Path = cluster["tmp"]
-    proc = run(cluster, render(tmp))
-    assert proc.returncode == 0, proc.stderr
-    out: Path = cluster["out"]
-    for n in ("n1", "n2"):
-        # while training ran: files 0..7, each naming this job (DCGM-Exporter's format)
-        seen = (out / f"mapping-{n}").read_text().split()
-        assert seen == [*map(str, range(8)), "77"], seen
-        fams = {
-            s.name: s
-            for f in text_string_to_metric_families((out / f"prom-{n}").read_text())
-            for s in f.samples
-        }
-        assert fams["slurmfm_job_restarts"].labels == {
-            "jobid": "77",
-            "recipe": "rt",
-            "run_id": "rt",
-            "node": n,
-        }
-        assert fams["slurmfm_job_gpus"].value == 8
-        assert fams["slurmfm_job_efa_devices"].value == 1
-        if n == "n1":
-            assert fams["slurmfm_train_step"].value == 7
-            assert fams["slurmfm_checkpoint_step"].value == 5
-        else:
-            assert "slurmfm_train_step" not in fams
-    # after the job: mapping and textfiles gone, EFA snapshots and node facts kept
-    assert list((tmp / "map").iterdir()) == []
-    assert list((tmp / "textfile").iterdir()) == []
-    obs = tmp / "logs" / "rt_77.observe"
-    for n in ("n1", "n2"):
-        start = json.loads((obs / f"efa_start_{n}_r0.json").read_text())
-        end = json.loads((obs / f"efa_end_{n}_r0.json").read_text())
-        assert start["devices"]["rdmap0s0"]["1"]["tx_bytes"] == 1000
-        assert end["devices"]["rdmap0s0"]["1"]["tx_bytes"] == 5000
-    assert json.loads((obs / "job.json").read_text())["procs_per_node"] == 8
-    state = (tmp / "logs" / "rt_77.state").read_text()
-    assert "event=hosts n1 n2" in state
-    assert "event=finished" in state
-
-
-def test_missing_metrics_directories_never_fail_the_job(cluster: dict[str, Any]) -> None:
-    tmp: Path = cluster["tmp"]
-    text = render(tmp, textfile_dir=str(tmp / "absent"), dcgm_job_mapping_dir=str(tmp / "absent2"))
-    proc = run(cluster, text)
-    assert proc.returncode == 0, proc.stderr
-    assert "event=finished" in (tmp / "logs" / "rt_77.state").read_text()
-    # one warning per node and directory, not one per interval
-    assert proc.stderr.count("textfile directory") == 2, proc.stderr
-    assert proc.stderr.count("DCGM job mapping directory") == 2, proc.stderr
+    env = {
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURMFM_OBS_DIR": str(obs),
+        "SLURMFM_OBS_STOP": str(obs / "stop-r0"),
+        "SLURMFM_LOG_DIR": str(tmp_path),
+    }
+    b = Batch(a, env, popen=Agents, clock=lambda: 0.0, sleep=lambda s: None)
+    b.observe_start()
+    assert started == [
+        [
+            "srun",
+            "--nodes=2",
+            "--ntasks=2",
+            "--ntasks-per-node=1",
+            "--overlap",
+            "python3",
+            "rt.pyz",
+            "observe",
+        ]
+    ]
+    assert json.loads((obs / "job.json").read_text()) == {"recipe": "rt"}
+    b.observe_stop()
+    assert (obs / "stop-r0").exists()
+    assert b.observer is None
 
 
 def test_observability_off_renders_nothing(tmp_path: Path) -> None:
     text = render(tmp_path, enabled="off")
-    assert "SLURMFM_OBSERVE_AGENT" not in text
+    assert "SLURMFM_OBS_" not in text
     assert "--label" not in text
-    assert "event=hosts" not in text  # the record call is there, its output is not
-    assert 'slurmfm_record hosts "$SLURMFM_HOST_ORDER"' in text
+    assert "--observe 1" not in text
+    on = render(tmp_path)
+    assert "--observe 1 --observe-job-json" in on
+    assert "--label" in on
 
 
 @settings(

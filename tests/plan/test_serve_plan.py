@@ -51,7 +51,7 @@ def test_split_plans_the_trainer_then_the_nearest_servers() -> None:
     assert any("serving group:" in line for line in p.explanation)
     text = render_script(grpo(4, 1), Target.for_recipe(grpo(4, 1)), p.placement()).text
     assert "#SBATCH --nodelist=" in text
-    assert f"slurmfm_planned='{' '.join(p.nodes)}'" in text
+    assert f"--planned '{' '.join(p.nodes)}'" in text  # the runtime's prepare step
 
 
 def test_split_without_room_for_the_server() -> None:

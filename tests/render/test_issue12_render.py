@@ -40,10 +40,14 @@ def rendered(r: Any, version: str = "24.11", placement: Placement | None = None)
 
 
 def launch_line(text: str) -> str:
-    """The training srun command (backslash continuations joined)."""
+    """The training srun command (backslash continuations joined), as the runtime runs it."""
     joined = text.replace("\\\n", " ")
-    (line,) = [ln for ln in joined.splitlines() if ln.startswith("srun ") and "NODE_ENTRY" in ln]
-    return line
+    # the launch srun is the argv of the runtime's batch step: `exec python3 ... batch ... --
+    # srun ... python3 "$SLURMFM_RUNTIME" node --prefix N ...`
+    (line,) = [
+        ln for ln in joined.splitlines() if ln.startswith("exec ") and " node --prefix " in ln
+    ]
+    return line[line.index(" srun ") + 1 :]
 
 
 GB200: dict[str, Any] = {
@@ -81,7 +85,7 @@ def test_save_mode_reaches_the_script(
     r = recipe(**over)
     assert r.save_on_signal is expected
     text = rendered(r).text
-    assert ("requeueing now; the run resumes from its last checkpoint" in text) is not expected
+    assert f"--save-protocol {int(expected)} " in text  # what the runtime's batch step does
 
 
 def test_save_on_signal_refused_for_launchers_without_a_protocol() -> None:
@@ -219,7 +223,8 @@ def test_imex_channel_mount(instance: str, enroot: str, mounts: list[str], expec
     )
     line = launch_line(rendered(r).text)
     got = re.findall(r"--container-mounts=(\S+)", line)
-    assert got == [expected]
+    # the job runtime's file follows, read-only (the per-node entry runs in the container)
+    assert got == [f'{expected},"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"']
 
 
 def test_gb200_profile_does_not_restate_nccl_defaults() -> None:
@@ -285,12 +290,15 @@ def test_nemo_step_uses_arbitrary_distribution_in_host_order() -> None:
         cluster__instance_type="p6-b200.48xlarge",
         launcher={"kind": "nemo", "recipe": "llama3_8b"},
     )
-    line = launch_line(rendered(r).text)
+    text = rendered(r).text
+    line = launch_line(text)
     assert "--distribution=arbitrary" in line
     assert "--ntasks-per-node=8" in line
-    assert '--ntasks="$((${#slurmfm_order[@]} * 8))"' in line
+    # the runtime's prepare step lists each host of the order once per task
+    assert '--ntasks="$SLURMFM_NTASKS"' in line
     assert "--nodes=" not in line  # Slurm >= 24.11 refuses --nodes with arbitrary
-    assert '--nodelist="$(for slurmfm_h in "${slurmfm_order[@]}"' in line
+    assert '--nodelist="$SLURMFM_TASK_NODELIST"' in line
+    assert "--tasks-per-node 8" in text
 
 
 def test_nemo_trainer_beside_a_split_server_has_one_node_list() -> None:

@@ -76,30 +76,42 @@ def test_pin_and_switches(tmp_path: Path) -> None:
     lines = sbatch_lines(text)
     assert "#SBATCH --switches=1@00:05:00" in lines
     assert "#SBATCH --nodelist=node[003,007]" in lines
-    assert "slurmfm_planned='node007 node003'" in text
+    assert "prepare --planned 'node007 node003'" in text
     shellcheck(text, tmp_path)
 
 
 def launch(text: str) -> str:
-    """The launch command (the srun after the "# Launch:" comment)."""
+    """The launch command (the srun after the "# Launch:" comment, to the payload line)."""
     start = text.index("# Launch:")
-    return text[text.index("\nsrun ", start) : text.index("\nslurmfm_srun=", start)]
+    return text[text.index("\n  srun ", start) + 3 : text.index("\n# slurmfm-runtime ", start)]
 
 
 def test_hyperpod_auto_resume_only_on_srun() -> None:
     text = render(recipe(cluster__flavor="hyperpod"))
     assert not any("auto-resume" in line for line in sbatch_lines(text))
-    assert launch(text).startswith("\nsrun --auto-resume=1 ")
+    assert launch(text).startswith("srun --auto-resume=1 ")
+    assert text.count("--auto-resume=1") == 1  # once (issue 12.16)
+    assert "--hyperpod 1" in text
     assert "#SBATCH --open-mode=append" in sbatch_lines(text)
     assert not any("gpus-per-node" in line for line in sbatch_lines(text))
     for flavor in ("parallelcluster", "pcs", "generic"):
         other = render(recipe(cluster__flavor=flavor))
-        assert not any("auto-resume" in line for line in sbatch_lines(other))
-        assert '"${slurmfm_auto_resume[@]}"' in launch(other)  # only when detected at run time
-        assert (
-            "if [ -d /opt/sagemaker_cluster ]; then slurmfm_auto_resume=(--auto-resume=1); fi"
-            in other
-        )
+        # only when the runtime finds /opt/sagemaker_cluster on the node
+        assert "auto-resume" not in other
+        assert "--hyperpod 0" in other
+
+
+def test_runtime_adds_auto_resume_on_a_hyperpod_node_once() -> None:
+    from slurmfm.job.batch import with_auto_resume
+
+    assert with_auto_resume(["srun", "--nodes=2", "x"]) == [
+        "srun",
+        "--auto-resume=1",
+        "--nodes=2",
+        "x",
+    ]
+    assert with_auto_resume(["srun", "--auto-resume=1", "x"]) == ["srun", "--auto-resume=1", "x"]
+    assert with_auto_resume([]) == []
 
 
 def test_profile_env_is_commented_with_source_and_user_wins() -> None:

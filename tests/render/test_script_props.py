@@ -1,8 +1,9 @@
 """Property: any user value either is refused with a clear error, or, when bash runs the
 rendered script with stub Slurm commands, arrives exactly and nothing else is executed.
 
-The script runs for real under bash with a PATH that holds only stubs (srun, scontrol, mkdir)
-and the few coreutils the script uses. Every payload also carries a canary command
+The script runs for real under bash with a PATH that holds only stubs (srun, scontrol, mkdir),
+the few coreutils the script uses and python3 for the job runtime it extracts from its own last
+line (prepare, then the batch step, which starts the stub srun). Every payload also carries a canary command
 substitution: had any value been interpreted by the shell, the canary file would exist.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmfm.errors import RecipeError, SlurmfmError
+from slurmfm.job.hosts import choose_port, ephemeral_range
 from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
 
 SRUN = """#!/bin/bash
 for a in "$@"; do
-  if [ "$a" = slurmfm-node ]; then
+  if [ "$a" = --kill-on-bad-exit=1 ]; then
     printf '%s\\0' "$@" > "$STUB_OUT/argv"
     env -0 > "$STUB_OUT/env"
   fi
@@ -31,10 +34,17 @@ done
 """
 SCONTROL = """#!/bin/bash
 if [ "$2" = hostnames ]; then printf 'node002\\nnode001\\n'; exit 0; fi
-echo "NodeName=$3 Arch=x86_64 NodeAddr=10.0.0.7 NodeHostName=$3"
+# scontrol -o show node a,b: one line per node
+IFS=, read -r -a nodes <<<"$4"
+for n in "${nodes[@]}"; do echo "NodeName=$n Arch=x86_64 NodeAddr=10.0.0.7 NodeHostName=$n"; done
 """
+# Records every directory; creates only the runtime's directory under the sandbox log dir
+# (a user's checkpoint path must never be created on this host).
 MKDIR = """#!/bin/bash
 printf '%s\\0' "$@" >> "$STUB_OUT/mkdir"
+for a in "$@"; do
+  case $a in "$SANDBOX_LOGS"/*) /bin/mkdir -p "$a" ;; esac
+done
 """
 
 
@@ -46,7 +56,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, body in (("srun", SRUN), ("scontrol", SCONTROL), ("mkdir", MKDIR)):
         (bindir / name).write_text(body)
         (bindir / name).chmod(0o755)
+    (bindir / "python3").symlink_to(sys.executable)
     for tool in (
+        "base64",
+        "mv",
+        "sha256sum",
         "sed",
         "head",
         "sort",
@@ -85,9 +99,10 @@ def run_script(sandbox: Path, text: str, tmp: Path) -> tuple[list[str], dict[str
         "SLURM_JOB_ID": "4242",
         "SLURM_JOB_NAME": "prop",
         "HF_TOKEN": "s3cr3t-value",
+        "SANDBOX_LOGS": str(sandbox / "logs"),
     }
     proc = subprocess.run(
-        ["/bin/bash", str(script)], env=env, cwd=tmp, capture_output=True, timeout=30
+        ["/bin/bash", str(script)], env=env, cwd=tmp, capture_output=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     argv = (out / "argv").read_bytes().decode("utf-8").split("\0")[:-1]
@@ -124,7 +139,7 @@ PAYLOAD = st.one_of(
 )
 
 
-def build(values: dict[str, Any]) -> dict[str, Any]:
+def build(values: dict[str, Any], logs: Path) -> dict[str, Any]:
     return {
         "name": "prop",
         "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
@@ -146,14 +161,14 @@ def build(values: dict[str, Any]) -> dict[str, Any]:
         "secrets": ["HF_TOKEN"],
         "storage": {
             "checkpoint_root": values["ckpt"],
-            "log_dir": "/fsx/logs",
+            "log_dir": str(logs),
             "data": {"train": values["data"]},
         },
     }
 
 
 @settings(
-    max_examples=120,
+    max_examples=40,  # each example runs bash and the runtime twice (~3 s)
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -190,7 +205,7 @@ def test_user_values_arrive_exactly(
         "data": data,
     }
     try:
-        recipe = validate(build(values))
+        recipe = validate(build(values, sandbox / "logs"))
         rendered = render_script(recipe, Target.for_recipe(recipe, "24.11.5"))
     except (RecipeError, SlurmfmError) as exc:
         # Refusal is allowed, but it must be one clear located message.
@@ -200,11 +215,12 @@ def test_user_values_arrive_exactly(
     assert "s3cr3t-value" not in rendered.text
     argv, envs = run_script(sandbox, rendered.text, tmp)
     assert not (tmp / "canary").exists(), "a user value was executed by the shell"
-    # srun argv: options, then bash -c ENTRY slurmfm-node N, then the per-node command.
-    i = argv.index("slurmfm-node")
-    cmd = argv[i + 3 :]  # slurmfm-node PREFIX FORWARD command...
+    # srun argv: options, python3 RUNTIME node OPTIONS --, then the per-node command.
+    i = argv.index("--", argv.index("node"))
+    cmd = argv[i + 1 :]
+    port = choose_port(4242, 0, 20000, 6000, ephemeral_range(), is_free=lambda p: True)
     assert cmd[0] == python
-    assert cmd[cmd.index("--master-port=" + str(20000 + 4242 % 20000)) + 1] == script
+    assert cmd[cmd.index(f"--master-port={port}") + 1] == script
     assert cmd[-len(args) :] == args if args else True
     assert f"--container-image={image}" in argv
     assert f"--container-workdir={workdir}" in argv
@@ -230,7 +246,8 @@ def test_missing_secret_stops_the_job(sandbox: Path, tmp_path: Path) -> None:
                 "env": "v",
                 "ckpt": "/c",
                 "data": "/d",
-            }
+            },
+            tmp_path / "logs",
         )
     )
     text = render_script(recipe, Target.for_recipe(recipe, "24.11")).text

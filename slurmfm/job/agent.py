@@ -3,9 +3,10 @@
 Why a separate agent, and why standard library only: node_exporter's textfile collector and
 DCGM-Exporter's HPC job mapping both read *local* directories of each node, so something must
 run on every node of the job; and that node may have no slurmfm installed (the training itself
-may run in a container). The job script therefore embeds this file's source and runs it with
-the node's ``python3`` (3.7 or later) in one ``srun --overlap --ntasks-per-node=1`` step beside
-the training step. The same source is imported and unit-tested as ``slurmfm.observe.agent``.
+may run in a container). The job runtime (:mod:`slurmfm.job`) runs it as ``python3 RUNTIME
+observe`` with the node's ``python3`` (3.8 or later) in one ``srun --overlap
+--ntasks-per-node=1`` step beside the training step. The same source is imported and
+unit-tested as ``slurmfm.job.agent``.
 
 What it does on its node, configured by environment variables the job script exports:
 

@@ -1,0 +1,454 @@
+"""The batch step: health gate, observability agents, server readiness, the launch, signals,
+and the finish / requeue / fail decision with its record.
+
+The batch script ``exec``s into ``python3 RUNTIME batch [options] -- srun ...``, so this process
+*is* the batch shell Slurm signals with ``--signal=B:USR2@T``. On USR2 it records the signal and
+either forwards USR2 to the launch ``srun`` (Slurm passes it to every process of the step) and
+repeats it every ``resignal_s`` until the step ends (a process still starting up ignores it), or,
+for a launcher without a save protocol, requeues at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from . import decide as dec
+from . import nccl, serve
+from . import slurm as sl
+from .health import parse_report, run_command
+from .state import StateFile, state_path
+
+if TYPE_CHECKING:
+    from .health import Runner
+
+
+def log(msg: str, err: bool = False) -> None:
+    print("slurmfm: " + msg, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def masked(argv: Sequence[str], secrets: Sequence[str], env: dict[str, str]) -> str:
+    """The launch command as one shell line (shlex), with secret values replaced."""
+    values = [env[s] for s in secrets if env.get(s)]
+    out = []
+    for word in argv:
+        shown = word
+        for v in values:
+            shown = shown.replace(v, "<secret>")
+        out.append(shown)
+    return " ".join(shlex.quote(w) for w in out)
+
+
+class Batch:
+    """One run of the batch step; ``opts`` are the parsed CLI options (see cli.py)."""
+
+    def __init__(
+        self,
+        opts: argparse.Namespace,
+        env: dict[str, str] | None = None,
+        run: Runner = run_command,
+        popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.o = opts
+        self.env = dict(os.environ if env is None else env)
+        self.run = run
+        self.popen = popen
+        self.clock = clock
+        self.sleep = sleep
+        self.restart = int(self.env.get("SLURM_RESTART_COUNT", "0") or 0)
+        log_dir = self.env.get("SLURMFM_LOG_DIR", ".")
+        self.state = StateFile(
+            self.env.get("SLURMFM_STATE_FILE") or state_path(log_dir, self.env), self.restart
+        )
+        self.order = self.env.get("SLURMFM_HOST_ORDER", "").split()
+        self.signalled = False
+        self.step: subprocess.Popen[bytes] | None = None
+        self.server: subprocess.Popen[bytes] | None = None
+        self.observer: subprocess.Popen[bytes] | None = None
+        self.next_signal: float | None = None
+        self.nccl_socket = False
+        self.gave_up = False
+        self.step_started = 0.0
+
+    # --- decisions -------------------------------------------------------------------------
+    def act(self, d: dec.Decision, recorded: bool = False) -> int:
+        """Carry out a decision; record it only after it happened (``recorded``: already)."""
+        d = dec.apply_cap(d, self.restart, self.o.max_restarts, self.o.requeue)
+        if d.action == "finished":
+            self.state.record("finished", d.reason)
+            return 0
+        if d.action == "requeue":
+            me = sl.self_id(self.env)
+            log(f"requeueing job {me}: {d.reason}")
+            ok, why = sl.requeue(
+                me, self.run, self.sleep, self.o.requeue_tries, self.o.requeue_delay_s
+            )
+            if ok:
+                if not recorded:
+                    self.state.record("requeue", d.reason)
+                return 0
+            self.state.record("fail", f"requeue failed ({why}): {d.reason}")
+            log(f"could not requeue job {me}: {why}", err=True)
+            return d.exit_code or dec.GIVE_UP_EXIT
+        event = "give-up" if d.reason.startswith(("restart cap", "requeue disabled")) else "fail"
+        self.state.record(event, d.reason)
+        log(f"not requeueing: {d.reason}", err=True)
+        return d.exit_code or dec.GIVE_UP_EXIT
+
+    def drain(self, node: str, why: str, state: str = "DRAIN") -> bool:
+        """Set ``node`` to ``state`` when permitted; True when Slurm took it."""
+        if not self.o.drain:
+            log(f"{node} failed a check: {why} (resilience.drain_unhealthy is off)", True)
+            return False
+        if self.o.hyperpod:
+            # HyperPod replaces a node whose drain reason starts with Action:Replace (AWS docs
+            # "sagemaker-hyperpod-resiliency-slurm-replace-faulty-instance").
+            why = "Action:Replace " + why
+        if sl.set_node(node, state, why, self.run):
+            log(f"set {node} {state}: {why}", err=True)
+            return True
+        log(f"could not set {node} {state} (not permitted?): {why}; ask an admin", err=True)
+        return False
+
+    # --- steps -----------------------------------------------------------------------------
+    def all_nodes_srun(self, *cmd: str, overlap: bool = False) -> list[str]:
+        n = self.env.get("SLURM_JOB_NUM_NODES", str(len(self.order) or 1))
+        argv = ["srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1"]
+        if overlap:
+            argv.append("--overlap")
+        return argv + ["python3", self.o.runtime, *cmd]
+
+    def health_gate(self) -> int | None:
+        o = self.o
+        cmd = [
+            "health",
+            "--gpus",
+            str(o.gpus),
+            "--efa",
+            str(o.efa),
+            "--dcgm",
+            str(o.dcgm),
+            "--efa-tries",
+            str(o.efa_tries),
+            "--efa-delay-s",
+            str(o.efa_delay_s),
+        ]
+        if o.imex:
+            cmd.append("--imex")
+        rc, out = self.run(self.all_nodes_srun(*cmd), o.health_timeout_s)
+        sys.stdout.write(out)
+        _, bad = parse_report(out)
+        if rc == 0 and not bad:
+            return None
+        for node, why in bad:
+            self.drain(node, "health gate: " + why)
+        sick = " ".join(n for n, _ in bad) or "some node"
+        log("health gate failed on: %s" % (sick if bad else "unknown nodes (exit %d)" % rc), True)
+        code = self.act(dec.Decision("requeue", f"health gate failed on {sick}", 3))
+        return code or 3
+
+    def observe_start(self) -> None:
+        obs_dir = self.env.get("SLURMFM_OBS_DIR", "")
+        try:
+            os.makedirs(obs_dir, exist_ok=True)
+            stop = self.env.get("SLURMFM_OBS_STOP", "")
+            if stop and os.path.exists(stop):
+                os.remove(stop)
+            with open(os.path.join(obs_dir, "job.json"), "w", encoding="utf-8") as fh:
+                fh.write(self.o.observe_job_json + "\n")
+        except OSError:
+            log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
+            return
+        self.observer = self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)
+        n = int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1)
+        deadline = self.clock() + self.o.observe_start_s
+        suffix = "_r%d.json" % self.restart
+        while self.clock() < deadline and self.observer.poll() is None:
+            try:
+                done = [
+                    f for f in os.listdir(obs_dir) if f.startswith("node_") and f.endswith(suffix)
+                ]
+            except OSError:
+                done = []
+            if len(done) >= n:
+                break
+            self.sleep(0.5)
+
+    def observe_stop(self) -> None:
+        if self.observer is None:
+            return
+        with contextlib.suppress(OSError):
+            open(self.env.get("SLURMFM_OBS_STOP", ""), "a").close()
+        deadline = self.clock() + self.o.observe_start_s
+        while self.observer.poll() is None and self.clock() < deadline:
+            self.sleep(0.5)
+        if self.observer.poll() is None:
+            self.observer.terminate()
+        self.observer.wait()
+        self.observer = None
+
+    def on_usr2(self, signum: int, frame: object) -> None:
+        if self.signalled:
+            return
+        self.signalled = True
+        self.state.record("signal", "USR2 before the time limit")
+        if not self.o.save_protocol:
+            # No save protocol (a server, NeMo): requeue now; the run resumes from its last
+            # periodic checkpoint. When it may not requeue, it keeps running to the limit.
+            d = dec.apply_cap(
+                dec.Decision("requeue", "time limit near (launcher saves periodically)", 0),
+                self.restart,
+                self.o.max_restarts,
+                self.o.requeue,
+            )
+            if d.action != "requeue":
+                log("USR2 received: not requeueing: %s" % d.reason, err=True)
+                self.state.record("give-up", d.reason)
+                self.gave_up = True
+                return
+            log("USR2 received: requeueing now; the run resumes from its last checkpoint")
+            if self.act(d) == 0:
+                self.cleanup()
+                os._exit(0)
+            self.gave_up = True  # the failed requeue is recorded; keep running
+            return
+        log("USR2 received: asking the training processes to save and exit")
+        # A step that has just started may still hold processes that have not installed their
+        # handlers yet: the first USR2 goes no earlier than signal_grace_s after its start.
+        self.next_signal = max(self.clock(), self.step_started + self.o.signal_grace_s)
+
+    def on_term(self, signum: int, frame: object) -> None:
+        code = 128 + signum
+        if self.signalled and self.o.save_protocol and not self.gave_up:
+            # The save outlasted the window and Slurm is ending the job at its time limit
+            # (issue 15.3): requeue from the last checkpoint instead of ending TIMEOUT.
+            with contextlib.suppress(Exception):
+                d = dec.Decision("requeue", "the step outlasted the save window", code)
+                if self.act(d) == 0:
+                    code = 0
+        with contextlib.suppress(Exception):
+            self.cleanup()
+        os._exit(code)
+
+    def forward_signal(self) -> None:
+        step = self.step
+        if self.next_signal is None or step is None or step.poll() is not None:
+            return
+        if self.clock() >= max(self.next_signal, self.step_started + self.o.signal_grace_s):
+            with contextlib.suppress(OSError):
+                step.send_signal(signal.SIGUSR2)
+            self.next_signal = self.clock() + self.o.resignal_s
+
+    def start_server(self, argv: Sequence[str]) -> int | None:
+        o = self.o
+        self.server = self.popen(list(argv), env=self.env)
+        url = self.env.get("SLURMFM_SERVE_URL", "") + o.health_path
+        log(f"waiting up to {o.ready_timeout_s:g} s for {url}")
+        server = self.server
+        why = serve.wait_ready(
+            url,
+            lambda: server.poll() is None,
+            o.ready_timeout_s,
+            o.ready_poll_s,
+            kind=o.serve_kind,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        if why is not None:
+            log(why, err=True)
+            self.state.record("fail", "%s server not healthy" % o.serve_kind)
+            self.stop_server()
+            return 1
+        e = self.env
+        serve.write_endpoint(
+            self.endpoint_base(),
+            {
+                "url": e.get("SLURMFM_SERVE_URL", ""),
+                "host": e.get("SLURMFM_SERVE_HEAD", ""),
+                "port": int(e.get("SLURMFM_SERVE_PORT", "0") or 0),
+                "health": o.health_path,
+                "kind": o.serve_kind,
+                "model": json.loads(o.serve_model or "null"),
+                "job_id": e.get("SLURM_JOB_ID", ""),
+                "run_id": e.get("SLURMFM_RUN_ID", ""),
+                "nodes": e.get("SLURMFM_SERVE_ORDER", ""),
+                "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        )
+        self.state.record("ready", "url={}".format(e.get("SLURMFM_SERVE_URL", "")))
+        log(
+            "{} server ready at {} (endpoint file {}.json)".format(
+                o.serve_kind, e.get("SLURMFM_SERVE_URL", ""), self.endpoint_base()
+            )
+        )
+        return None
+
+    def endpoint_base(self) -> str:
+        return os.path.join(
+            self.env.get("SLURMFM_LOG_DIR", "."), "endpoints", self.env.get("SLURMFM_RUN_ID", "run")
+        )
+
+    def stop_server(self) -> None:
+        if self.server is not None and self.server.poll() is None:
+            self.server.terminate()
+            self.server.wait()
+
+    def cleanup(self) -> None:
+        if self.o.serve_kind:
+            serve.drop_endpoint(self.endpoint_base(), self.env.get("SLURM_JOB_ID", ""))
+        self.observe_stop()
+
+    def nccl_watch(self) -> None:
+        step = self.step
+        pattern = os.path.join(
+            self.env.get("SLURMFM_LOG_DIR", "."),
+            "nccl-%s-r%d-*" % (self.env.get("SLURM_JOB_ID", ""), self.restart),
+        )
+        v = nccl.watch(
+            pattern, self.o.nccl_timeout_s, lambda: step is not None and step.poll() is None
+        )
+        if v == "efa":
+            log("NCCL transport check: EFA (aws-ofi-nccl) in use")
+        elif v == "socket":
+            log(
+                "NCCL transport check: NCCL fell back to TCP sockets instead of EFA; check the "
+                f"aws-ofi-nccl plugin path and FI_PROVIDER (see {pattern})",
+                err=True,
+            )
+            if self.o.nccl_check == "fail" and step is not None:
+                self.nccl_socket = True
+                step.terminate()
+        elif step is not None and step.poll() is None:
+            log(
+                f"NCCL transport check: no NCCL network line within {self.o.nccl_timeout_s:g} s",
+                err=True,
+            )
+
+    def wait_step(self) -> int:
+        step = self.step
+        if step is None:  # pragma: no cover - main() sets it first
+            return 0
+        while True:
+            self.forward_signal()
+            try:
+                return step.wait(timeout=self.o.poll_s)
+            except subprocess.TimeoutExpired:
+                continue
+
+    def finished(self) -> bool | None:
+        ckpt = self.env.get("SLURMFM_CHECKPOINT_DIR", "")
+        kind, _, arg = self.o.done_check.partition(":")
+        if kind == "megatron":
+            return dec.megatron_finished(ckpt, int(arg))
+        if kind == "marker":
+            # Without the pre-timeout signal an exit 0 stays "done" for scripts that never
+            # write the marker; after the signal only the marker says the work is finished.
+            return True if dec.marker_finished(ckpt) else (False if self.signalled else None)
+        return None
+
+    def main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
+        o = self.o
+        last = self.state.last("requeue")
+        log(
+            "job %s start %d (at most %d restarts)%s"
+            % (
+                self.env.get("SLURM_JOB_ID", "?"),
+                self.restart,
+                o.max_restarts,
+                "; last requeue: " + last if last else "",
+            )
+        )
+        signal.signal(signal.SIGUSR2, self.on_usr2)
+        # scancel and the end of the time limit send TERM: clean up (endpoint files, agents)
+        # as the bash EXIT trap did, then end as TERM would.
+        signal.signal(signal.SIGTERM, self.on_term)
+        if self.env.get("SLURMFM_EARLY_USR2"):  # it came while the batch script prepared
+            self.on_usr2(signal.SIGUSR2, None)
+        try:
+            if (o.gpus or o.efa or o.dcgm or o.imex) and o.health:
+                code = self.health_gate()
+                if code is not None:
+                    return code
+            if o.observe:
+                self.observe_start()
+            if serve_argv:
+                code = self.start_server(serve_argv)
+                if code is not None:
+                    return code
+            if not o.hyperpod and os.path.isdir(o.hyperpod_marker):
+                # A HyperPod node, though the recipe's flavor is not hyperpod: its auto-resume
+                # is an srun option (AWS docs "sagemaker-hyperpod-resiliency-slurm-auto-resume").
+                launch_argv = with_auto_resume(launch_argv)
+                serve_argv = with_auto_resume(serve_argv)
+            if launch_argv:
+                log("launch: " + masked(launch_argv, o.secret, self.env))
+                self.step = self.popen(list(launch_argv), env=self.env)
+                self.step_started = self.clock()
+            else:
+                log("launch: " + masked(serve_argv, o.secret, self.env))
+                self.step, self.server = self.server, None
+                self.step_started = self.clock()
+            watcher = None
+            if o.nccl_check != "off":
+                watcher = threading.Thread(target=self.nccl_watch, daemon=True)
+                watcher.start()
+            rc = self.wait_step()
+            rc = 128 - rc if rc < 0 else rc
+            if self.nccl_socket:
+                self.state.record("fail", "NCCL fell back to sockets")
+                return 3
+            if self.server is not None and self.server.poll() is None:
+                log("trainer finished (exit %d); stopping the %s server" % (rc, o.serve_kind))
+                self.stop_server()
+            if self.gave_up:  # already recorded at the signal
+                return rc or dec.GIVE_UP_EXIT
+            dead: list[str] = []
+            if rc != 0 and not self.signalled and not o.hyperpod:
+                if sl.controller_up(self.run):
+                    dead = sl.probe(self.order, self.run, o.probe_timeout_s)
+                else:
+                    log("slurmctld does not answer; not judging the nodes", err=True)
+            retry = (
+                None if o.retry_exit == "any" else [int(x) for x in o.retry_exit.split(",") if x]
+            )
+            d = dec.decide(
+                rc, self.signalled, self.finished() if rc == 0 else False, dead, retry, o.hyperpod
+            )
+            capped = dec.apply_cap(d, self.restart, o.max_restarts, o.requeue)
+            recorded = False
+            why = "did not answer after a failed step (job {})".format(
+                self.env.get("SLURM_JOB_ID", "")
+            )
+            for h in dead:
+                if self.drain(h, why, "DOWN") and not recorded and capped.action == "requeue":
+                    # A node set DOWN makes Slurm requeue this job itself at once (seen on
+                    # the lab: it may end this step before `scontrol requeue` returns), so
+                    # the requeue is recorded as soon as its cause happened.
+                    self.state.record("requeue", capped.reason)
+                    recorded = True
+            return self.act(d, recorded)
+        finally:
+            self.cleanup()
+
+
+def with_auto_resume(argv: Sequence[str]) -> list[str]:
+    words = list(argv)
+    if words[:1] == ["srun"] and "--auto-resume=1" not in words:
+        words.insert(1, "--auto-resume=1")
+    return words
+
+
+def dump_json(value: object) -> str:
+    return json.dumps(value, sort_keys=True)

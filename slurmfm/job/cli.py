@@ -1,0 +1,347 @@
+"""``python3 RUNTIME <subcommand>``: the entry points the batch script and its steps call.
+
+* ``prepare``: host order, rendezvous, node addresses, resume pointer; prints ``export`` lines
+  (values quoted with shlex) that the batch script evaluates before its ``srun`` lines.
+* ``batch``: the batch step itself (:mod:`.batch`); the script ``exec``s into it.
+* ``node``: the per-node entry of a launch step (:mod:`.node`).
+* ``health``: the per-node health gate (:mod:`.health`).
+* ``observe``: the per-node observability agent (:mod:`.agent`).
+* ``whoami``: prints ``NODE SLURM_TOPOLOGY_ADDR`` (for the topology order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+
+from . import hosts as hs
+from . import slurm as sl
+from .checkpoint import resume_from
+from .health import check_node, run_command
+from .state import StateFile, state_path
+
+
+def _kv(text: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
+
+
+def storage_ok(a: argparse.Namespace, ckpt: str, st: StateFile) -> bool:
+    """Stripe the checkpoint directory on Lustre; refuse to start without enough free space.
+
+    On Lustre (FSx) checkpoints are striped wide with 16 MiB stripes (AWS FSx for Lustre
+    performance guide, "Striping data in your file system"); layouts apply to new files only.
+    The shared log directory is never restriped (it belongs to every user of the directory).
+    On Lustre the emptiest storage target (OST) is what fills first, so its free space counts.
+    """
+    _, fstype = run_command(["stat", "-f", "-c", "%T", ckpt], 30)
+    lustre = fstype.strip() == "lustre"
+    if lustre and a.stripe:
+        rc, _ = run_command(["lfs", "setstripe", "-c", "-1", "-S", "16M", ckpt], 60)
+        if rc != 0:
+            print(f"slurmfm: warning: lfs setstripe failed on {ckpt}", file=sys.stderr)
+    if a.min_free_kb <= 0:
+        return True
+    free_kb = -1
+    where = "on its file system"
+    if lustre:
+        rc, out = run_command(["lfs", "df", ckpt], 60)
+        osts = [
+            int(line.split()[3])
+            for line in out.splitlines()
+            if "OST:" in line and len(line.split()) > 3 and line.split()[3].isdigit()
+        ]
+        if osts:
+            free_kb, where = min(osts), "on its emptiest Lustre OST"
+    if free_kb < 0:
+        try:
+            sv = os.statvfs(ckpt)
+            free_kb = sv.f_bavail * sv.f_frsize // 1024
+        except OSError:
+            return True
+    if free_kb < a.min_free_kb:
+        print(
+            "slurmfm: %s has %d GiB free %s; the recipe needs %s GiB (storage.min_free_gb)"
+            % (ckpt, free_kb // 1048576, where, a.min_free_gb),
+            file=sys.stderr,
+        )
+        st.record("fail", "not enough free space")
+        return False
+    return True
+
+
+def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
+    alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
+    topo: dict[str, str] | None = None
+    if a.topo_addr and not a.planned and not a.rank_map:
+        n = str(len(alloc))
+        _rc, text = run_command(
+            [
+                "srun",
+                "--nodes=" + n,
+                "--ntasks=" + n,
+                "--ntasks-per-node=1",
+                "python3",
+                a.runtime,
+                "whoami",
+            ],
+            120,
+        )
+        topo = {}
+        for line in text.splitlines():
+            parts = line.split(None, 1)
+            if len(parts) >= 1 and parts[0] in alloc:
+                topo[parts[0]] = parts[1] if len(parts) > 1 else ""
+    try:
+        order = hs.host_order(alloc, a.planned.split(), _kv(a.rank_map), topo)
+    except hs.OrderError as exc:
+        print(f"slurmfm: {exc}", file=sys.stderr)
+        return 2
+    exports: dict[str, str] = {}
+    serve_order: list[str] = []
+    if a.serve == "split":
+        if len(order) <= a.serve_nodes:
+            print(
+                "slurmfm: %d hosts cannot hold %d serving node(s) and a trainer"
+                % (len(order), a.serve_nodes),
+                file=sys.stderr,
+            )
+            return 2
+        order, serve_order = order[: -a.serve_nodes], order[-a.serve_nodes :]
+    elif a.serve == "hetjob":
+        serve_order = sl.hostnames(env["SLURM_JOB_NODELIST_HET_GROUP_1"])
+    elif a.serve == "all":
+        serve_order = list(order)
+    every = sorted(set(order) | set(serve_order))
+    _, text = run_command(["scontrol", "-o", "show", "node", ",".join(every)], 60)
+    addrs = hs.parse_node_addrs(text)
+    job_id = int(env.get("SLURM_JOB_ID", "0") or 0)
+    restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
+    eph = hs.ephemeral_range()
+    local = env.get("SLURMD_NODENAME", "")
+    head = order[0]
+    rdzv_port = a.rdzv_port or hs.choose_port(
+        job_id,
+        restart,
+        a.port_base,
+        a.port_span,
+        eph,
+        is_free=hs.port_is_free if head == local else (lambda p: True),
+    )
+    exports.update(
+        SLURMFM_HOST_ORDER=" ".join(order),
+        SLURMFM_NODELIST=",".join(order),
+        SLURMFM_NNODES=str(len(order)),
+        SLURMFM_NODE_ADDRS=" ".join(f"{h}={addrs.get(h, h)}" for h in every),
+        SLURMFM_RDZV_HOST=addrs.get(head, head),
+        SLURMFM_RDZV_PORT=str(rdzv_port),
+    )
+    if a.tasks_per_node > 0:
+        # srun --distribution=arbitrary places task i on the i-th name of --nodelist: each
+        # host once per task, in the job's order, so SLURM_PROCID follows the planned order
+        # (Lightning's SLURMEnvironment takes the global rank from it).
+        exports["SLURMFM_NTASKS"] = str(len(order) * a.tasks_per_node)
+        exports["SLURMFM_TASK_NODELIST"] = ",".join(
+            h for h in order for _ in range(a.tasks_per_node)
+        )
+    exports["MASTER_ADDR"] = exports["SLURMFM_RDZV_HOST"]
+    exports["MASTER_PORT"] = exports["SLURMFM_RDZV_PORT"]
+    if serve_order:
+        shead = addrs.get(serve_order[0], serve_order[0])
+        exports.update(
+            SLURMFM_SERVE_ORDER=" ".join(serve_order),
+            SLURMFM_SERVE_NODELIST=",".join(serve_order),
+            SLURMFM_SERVE_HEAD=shead,
+            SLURMFM_SERVE_PORT=str(a.serve_port),
+            SLURMFM_SERVE_URL="http://%s:%d" % (shead, a.serve_port),
+        )
+        if a.dist_port >= 0:
+            exports["SLURMFM_SERVE_DIST_PORT"] = str(
+                a.dist_port
+                or hs.choose_port(
+                    job_id,
+                    restart,
+                    a.port_base + a.port_span,
+                    a.port_span,
+                    eph,
+                    is_free=lambda p: p != rdzv_port,
+                )
+            )
+    ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
+    st = StateFile(
+        env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
+    )
+    if ckpt and not storage_ok(a, ckpt, st):
+        return 2
+    res = resume_from(ckpt) if ckpt else None
+    if res:
+        exports["SLURMFM_RESUME_FROM"] = res
+        print(f"slurmfm: resuming from {res}", file=sys.stderr)
+    st.record("start", "nodes={}".format(env.get("SLURM_JOB_NODELIST", "")))
+    st.record("checkpoint-dir", ckpt)
+    st.record("hosts", exports["SLURMFM_HOST_ORDER"])
+    print(
+        "slurmfm: job {} host order: {}; rendezvous {}:{}".format(
+            env.get("SLURM_JOB_ID", "?"),
+            exports["SLURMFM_HOST_ORDER"],
+            exports["MASTER_ADDR"],
+            exports["MASTER_PORT"],
+        ),
+        file=sys.stderr,
+    )
+    if serve_order:
+        print(
+            "slurmfm: serving hosts: {}; endpoint will be {}".format(
+                exports["SLURMFM_SERVE_ORDER"], exports["SLURMFM_SERVE_URL"]
+            ),
+            file=sys.stderr,
+        )
+    for k in sorted(exports):
+        out.append(f"export {k}={shlex.quote(exports[k])}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slurmfm-runtime", description=__doc__)
+    sub = p.add_subparsers(dest="cmd")
+    sub.required = True
+    pr = sub.add_parser("prepare")
+    pr.add_argument("--runtime", default=sys.argv[0])
+    pr.add_argument("--planned", default="")
+    pr.add_argument("--rank-map", default="")
+    pr.add_argument("--topo-addr", type=int, default=0)
+    pr.add_argument("--serve", default="none", choices=["none", "all", "split", "hetjob"])
+    pr.add_argument("--serve-nodes", type=int, default=0)
+    pr.add_argument("--serve-port", type=int, default=0)
+    pr.add_argument("--dist-port", type=int, default=-1, help="SGLang: 0 picks one, -1 none")
+    pr.add_argument("--rdzv-port", type=int, default=0)
+    pr.add_argument("--tasks-per-node", type=int, default=0, help="NeMo: tasks in host order")
+    pr.add_argument("--port-base", type=int, default=20000)
+    pr.add_argument("--port-span", type=int, default=6000)
+    pr.add_argument("--stripe", type=int, default=0)
+    pr.add_argument("--min-free-kb", type=int, default=0)
+    pr.add_argument("--min-free-gb", default="0")
+
+    b = sub.add_parser("batch")
+    b.add_argument("--runtime", default=sys.argv[0])
+    b.add_argument("--max-restarts", type=int, default=3)
+    b.add_argument("--requeue", type=int, default=1)
+    b.add_argument("--requeue-tries", type=int, default=3)
+    b.add_argument("--requeue-delay-s", type=float, default=10.0)
+    b.add_argument("--retry-exit", default="any", help="'any' or a comma list of exit codes")
+    b.add_argument("--drain", type=int, default=0)
+    b.add_argument("--hyperpod", type=int, default=0)
+    b.add_argument("--hyperpod-marker", default="/opt/sagemaker_cluster")
+    b.add_argument("--health", type=int, default=0)
+    b.add_argument("--gpus", type=int, default=0)
+    b.add_argument("--efa", type=int, default=0)
+    b.add_argument("--dcgm", type=int, default=0)
+    b.add_argument("--imex", type=int, default=0)
+    b.add_argument("--efa-tries", type=int, default=3)
+    b.add_argument("--efa-delay-s", type=float, default=5.0)
+    b.add_argument("--health-timeout-s", type=float, default=600.0)
+    b.add_argument("--nccl-check", default="off", choices=["off", "warn", "fail"])
+    b.add_argument("--nccl-timeout-s", type=float, default=600.0)
+    b.add_argument("--save-protocol", type=int, default=1)
+    b.add_argument("--resignal-s", type=float, default=10.0)
+    b.add_argument("--signal-grace-s", type=float, default=2.0)
+    b.add_argument("--probe-timeout-s", type=float, default=60.0)
+    b.add_argument("--poll-s", type=float, default=0.5)
+    b.add_argument("--done-check", default="none", help="none | marker | megatron:ITERS")
+    b.add_argument("--observe", type=int, default=0)
+    b.add_argument("--observe-job-json", default="{}")
+    b.add_argument("--observe-start-s", type=float, default=30.0)
+    b.add_argument("--serve-words", type=int, default=0)
+    b.add_argument("--serve-kind", default="")
+    b.add_argument("--serve-model", default="")
+    b.add_argument("--health-path", default="/health")
+    b.add_argument("--ready-timeout-s", type=float, default=1800.0)
+    b.add_argument("--ready-poll-s", type=float, default=5.0)
+    b.add_argument("--secret", action="append", default=[])
+    b.add_argument("argv", nargs=argparse.REMAINDER)
+
+    n = sub.add_parser("node")
+    n.add_argument("--prefix", type=int, default=0)
+    n.add_argument("--forward", default="none", choices=["none", "TERM", "USR2", "INT"])
+    n.add_argument("--order-var", default="SLURMFM_HOST_ORDER", help="where the host order is")
+    n.add_argument("--ray", default="", help="vLLM across nodes: the ray command")
+    n.add_argument("--ray-python", default="python3")
+    n.add_argument("--ray-port", default="6379")
+    n.add_argument("--ray-nodes", default="1")
+    n.add_argument("--ray-timeout-s", default="300")
+    n.add_argument("argv", nargs=argparse.REMAINDER)
+
+    h = sub.add_parser("health")
+    h.add_argument("--gpus", type=int, default=0)
+    h.add_argument("--efa", type=int, default=0)
+    h.add_argument("--dcgm", type=int, default=0)
+    h.add_argument("--imex", action="store_true")
+    h.add_argument("--efa-tries", type=int, default=3)
+    h.add_argument("--efa-delay-s", type=float, default=5.0)
+
+    sub.add_parser("observe")
+    sub.add_parser("whoami")
+    return p
+
+
+def _rest(argv: Sequence[str]) -> list[str]:
+    words = list(argv)
+    return words[1:] if words[:1] == ["--"] else words
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    env = dict(os.environ)
+    if a.cmd == "prepare":
+        out: list[str] = []
+        rc = prepare(a, env, out)
+        if rc == 0:
+            print("\n".join(out))
+        return rc
+    if a.cmd == "batch":
+        from .batch import Batch
+
+        words = _rest(a.argv)
+        k = a.serve_words
+        serve_argv, launch = words[:k], words[k:]
+        return Batch(a, env).main(serve_argv, launch)
+    if a.cmd == "node":
+        from .node import main as node_main
+
+        ray = None
+        if a.ray:
+            ray = {
+                "ray": a.ray,
+                "python": a.ray_python,
+                "port": a.ray_port,
+                "nodes": a.ray_nodes,
+                "timeout": a.ray_timeout_s,
+            }
+        env["SLURMFM_HOST_ORDER"] = env.get(a.order_var, "")
+        return node_main(_rest(a.argv), a.prefix, a.forward, ray, env)
+    if a.cmd == "health":
+        node = env.get("SLURMD_NODENAME", "unknown")
+        bad = check_node(
+            a.gpus,
+            a.efa,
+            a.dcgm,
+            a.imex,
+            sysfs=env.get("SLURMFM_SYSFS", "/sys"),
+            efa_tries=a.efa_tries,
+            efa_delay_s=a.efa_delay_s,
+        )
+        if bad:
+            print(f"slurmfm-health {node} FAIL {bad}", flush=True)
+            return 1
+        print(f"slurmfm-health {node} OK", flush=True)
+        return 0
+    if a.cmd == "observe":
+        from .agent import main as agent_main
+
+        return agent_main()
+    if a.cmd == "whoami":
+        print("{} {}".format(env.get("SLURMD_NODENAME", ""), env.get("SLURM_TOPOLOGY_ADDR", "")))
+        return 0
+    return 2  # pragma: no cover - argparse requires a subcommand

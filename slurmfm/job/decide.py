@@ -1,0 +1,106 @@
+"""What the job does when its step ends: finish, requeue, or fail (pure; no I/O).
+
+The rules, in order:
+
+1. The pre-timeout signal came: the job requeues (the training saved, or saves periodically),
+   unless the work is finished. Also when the save outlasted the window and the step ended
+   non-zero: the last checkpoint on disk is still good.
+2. The step failed: requeue when a node is gone or the exit code is one the recipe marks
+   retryable; otherwise fail at once (an argument error fails the same way every time).
+3. The step exited 0: finished when the completion check agrees (Megatron-LM also exits 0 after
+   ``--exit-duration-in-mins``), else requeue to continue.
+
+A requeue past the restart cap, or with requeue off, is a give-up: the job must end FAILED
+(never COMPLETED 0:0, which would start ``afterok`` stages on unfinished work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+GIVE_UP_EXIT = 3
+
+
+class Decision(NamedTuple):
+    action: str  # "finished" | "requeue" | "fail"
+    reason: str
+    exit_code: int
+
+
+def decide(
+    rc: int,
+    signalled: bool,
+    finished: bool | None,
+    unresponsive: Sequence[str] = (),
+    retryable: Sequence[int] | None = None,
+    hyperpod: bool = False,
+) -> Decision:
+    """The decision before the restart cap is applied (see :func:`apply_cap`).
+
+    ``finished`` is the completion check's answer (None: the launcher has no check, so exit 0
+    counts as finished); ``retryable`` None means every non-zero exit is retried.
+    """
+    if signalled:
+        if rc == 0 and finished is not False and finished is not None:
+            return Decision("finished", "exit 0 (all work done before the time limit)", 0)
+        return Decision("requeue", "saved before the time limit (training exit %d)" % rc, rc)
+    if rc != 0:
+        dead = " ".join(unresponsive)
+        if dead:
+            return Decision(
+                "requeue", "step failed with exit %d; unresponsive: %s" % (rc, dead), rc
+            )
+        if hyperpod:
+            # HyperPod's auto-resume replaces a faulty node and retries the step itself.
+            return Decision("fail", "exit %d" % rc, rc)
+        if retryable is None or rc in retryable:
+            return Decision("requeue", "step failed with exit %d" % rc, rc)
+        return Decision("fail", "exit %d (not a retryable exit code)" % rc, rc)
+    if finished is False:
+        return Decision("requeue", "exit 0 before the work was done (completion check)", 0)
+    return Decision("finished", "exit 0", 0)
+
+
+def apply_cap(d: Decision, restart: int, max_restarts: int, requeue_enabled: bool) -> Decision:
+    """Turn a requeue past the cap (or with requeue off) into a failure with its reason."""
+    if d.action != "requeue":
+        return d
+    if not requeue_enabled:
+        return Decision("fail", f"requeue disabled: {d.reason}", d.exit_code or GIVE_UP_EXIT)
+    if restart >= max_restarts:
+        return Decision(
+            "fail",
+            "restart cap %d reached: %s" % (max_restarts, d.reason),
+            d.exit_code or GIVE_UP_EXIT,
+        )
+    return d
+
+
+def megatron_finished(checkpoint_dir: str, train_iters: int) -> bool | None:
+    """Megatron-LM: finished when ``latest_checkpointed_iteration.txt`` reaches train_iters.
+
+    Megatron writes the iteration of its last save there (megatron/training/checkpointing.py,
+    ``get_checkpoint_tracker_filename``); ``release`` marks a released model.
+    """
+    import os
+
+    path = os.path.join(checkpoint_dir, "latest_checkpointed_iteration.txt")
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            text = fh.read().strip()
+    except OSError:
+        return False
+    if text == "release":
+        return True
+    try:
+        return int(text) >= train_iters
+    except ValueError:
+        return False
+
+
+def marker_finished(checkpoint_dir: str) -> bool | None:
+    """Other launchers: the ``DONE`` marker the training writes (slurmfm.checkpoint.mark_done)."""
+    import os
+
+    return os.path.exists(os.path.join(checkpoint_dir, "DONE"))

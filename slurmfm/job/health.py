@@ -1,0 +1,112 @@
+"""The per-node health gate: the GPUs and EFA devices the instance type has, and DCGM.
+
+Runs on each node in one ``srun`` step before the training starts; prints one line
+``slurmfm-health NODE OK`` or ``slurmfm-health NODE FAIL <why>`` that the batch step reads.
+The EFA count is retried (``efa_tries`` x ``efa_delay_s``) because the EFA driver can come up
+late after boot; AWS's own health checks retry it 3 times 5 s apart
+(aws/sagemaker-hyperpod-cluster-setup and aws-samples/awsome-distributed-training
+``4.validation_and_observability/1.pytorch-env-validation``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: subscripted ABCs and tuple[...] need Python 3.9 at run time
+    from collections.abc import Callable, Sequence
+
+    Runner = Callable[[Sequence[str], float], tuple[int, str]]
+
+
+def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+    """Run ``argv``; (exit code, stdout+stderr). A missing program or timeout is a failure."""
+    try:
+        proc = subprocess.run(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        return 127, f"{argv[0]}: command not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]} timed out after {timeout:g} s"
+    return proc.returncode, proc.stdout or ""
+
+
+def count_efa(sysfs: str) -> int:
+    """EFA devices: ``rdmap*`` entries under ``/sys/class/infiniband``."""
+    try:
+        return len(
+            [
+                d
+                for d in os.listdir(os.path.join(sysfs, "class", "infiniband"))
+                if d.startswith("rdmap")
+            ]
+        )
+    except OSError:
+        return 0
+
+
+def check_node(
+    expect_gpus: int,
+    expect_efa: int,
+    dcgm_level: int = 0,
+    imex: bool = False,
+    sysfs: str = "/sys",
+    dev: str = "/dev",
+    run: Runner = run_command,
+    sleep: Callable[[float], None] = time.sleep,
+    efa_tries: int = 3,
+    efa_delay_s: float = 5.0,
+    command_timeout_s: float = 60.0,
+) -> str | None:
+    """None when the node is healthy, else the reason (one line)."""
+    if expect_gpus > 0:
+        rc, out = run(["nvidia-smi", "-L"], command_timeout_s)
+        if rc != 0:
+            first = (out.strip().splitlines() or [""])[0]
+            return f"nvidia-smi failed: {first}"
+        n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+        if n != expect_gpus:
+            return "%d GPUs visible, expected %d" % (n, expect_gpus)
+    if expect_efa > 0:
+        n = count_efa(sysfs)
+        for _ in range(max(0, efa_tries - 1)):
+            if n == expect_efa:
+                break
+            sleep(efa_delay_s)
+            n = count_efa(sysfs)
+        if n != expect_efa:
+            return "%d EFA devices, expected %d (after %d tries)" % (n, expect_efa, efa_tries)
+    if imex:
+        # NCCL's MNNVL needs the IMEX channel device (NVIDIA/nccl src/mnnvl.cc)
+        if not os.path.exists(os.path.join(dev, "nvidia-caps-imex-channels")):
+            return f"no {dev}/nvidia-caps-imex-channels (IMEX channel missing)"
+        rc, out = run(["nvidia-imex-ctl", "-N"], command_timeout_s)
+        if rc not in (0, 127) or (rc == 0 and "READY" not in out.upper()):
+            return "nvidia-imex-ctl -N: IMEX domain not ready"
+    if dcgm_level > 0:
+        rc, _ = run(["dcgmi", "diag", "-r", str(dcgm_level)], command_timeout_s * 30)
+        if rc != 0:
+            return "dcgmi diag -r %d failed" % dcgm_level
+    return None
+
+
+def parse_report(text: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """(nodes OK, [(node, why)] failed) from the step's output lines."""
+    ok: list[str] = []
+    bad: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) >= 3 and parts[0] == "slurmfm-health":
+            if parts[2] == "OK":
+                ok.append(parts[1])
+            elif parts[2] == "FAIL":
+                bad.append((parts[1], parts[3] if len(parts) > 3 else "failed"))
+    return ok, bad

@@ -1,0 +1,135 @@
+"""Host order, node rank, node addresses and the rendezvous port.
+
+Host order decides which global ranks each node holds (node i of the order holds ranks
+``i*procs .. i*procs+procs-1``). Sources, in priority: a planned order (pin mode) used as is; a
+rank map (constrain mode) that sorts whatever Slurm allocated; ``SLURM_TOPOLOGY_ADDR`` (each
+node's switch path, top to leaf) sorted naturally, which groups nodes by leaf or block;
+otherwise the allocation's own order.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Callable, Sequence
+
+
+class OrderError(Exception):
+    """The planned order does not fit the allocation."""
+
+
+def natural_key(text: str) -> tuple[object, ...]:
+    """Digits compare as numbers (``node2`` < ``node10``), like ``sort -V`` on these names."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part)
+        for part in re.split(r"(\d+)", text)
+        if part
+    )
+
+
+def host_order(
+    alloc: Sequence[str],
+    planned: Sequence[str] = (),
+    rank_map: dict[str, str] | None = None,
+    topo_addr: dict[str, str] | None = None,
+) -> list[str]:
+    """The order of ``alloc`` the job ranks its nodes by (see the module docstring)."""
+    if planned:
+        if sorted(planned) != sorted(alloc):
+            raise OrderError(
+                "planned order has %d hosts, allocation has %d (%s)"
+                % (len(planned), len(alloc), " ".join(sorted(set(alloc) ^ set(planned))))
+            )
+        return list(planned)
+    if rank_map:
+        # hosts without a key go last, in allocation order (the "~" sorts after the keys)
+        return sorted(alloc, key=lambda h: (rank_map.get(h, "~" + h),))
+    if topo_addr is not None:
+        if set(topo_addr) != set(alloc):
+            return list(alloc)
+        return sorted(alloc, key=lambda h: (natural_key(topo_addr[h]), natural_key(h)))
+    return list(alloc)
+
+
+def node_rank(order: Sequence[str], node: str) -> int:
+    """This node's index in the order, -1 when it is not in it."""
+    try:
+        return list(order).index(node)
+    except ValueError:
+        return -1
+
+
+def insert_rank(argv: Sequence[str], prefix: int, rank: int) -> list[str]:
+    """Insert ``--node-rank=R`` after the first ``prefix`` words (0: insert nothing)."""
+    words = list(argv)
+    if prefix <= 0:
+        return words
+    return words[:prefix] + ["--node-rank=%d" % rank] + words[prefix:]
+
+
+def parse_node_addrs(scontrol_show_node: str) -> dict[str, str]:
+    """``NodeName -> NodeAddr`` from ``scontrol -o show node`` output."""
+    out: dict[str, str] = {}
+    for line in scontrol_show_node.splitlines():
+        name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
+        addr = re.search(r"(?:^|\s)NodeAddr=(\S+)", line)
+        if name:
+            out[name.group(1)] = addr.group(1) if addr else name.group(1)
+    return out
+
+
+def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    """The node's ephemeral port range (Linux default 32768-60999)."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            lo, hi = (int(x) for x in fh.read().split()[:2])
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def port_is_free(port: int) -> bool:
+    """True when nothing on this host listens on or holds ``port`` (TCP, all addresses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def choose_port(
+    job_id: int,
+    restart: int,
+    base: int,
+    span: int,
+    ephemeral: tuple[int, int],
+    is_free: Callable[[int], bool] = port_is_free,
+    tries: int = 64,
+) -> int:
+    """A port in ``[base, base+span)``, outside ``ephemeral``, free where it can be checked.
+
+    Why: a port inside the ephemeral range can be held by any outgoing connection on the head
+    node; a port that changes with the restart count lets a requeue avoid a port the last run
+    left in TIME_WAIT. Deterministic for a given job and restart.
+    """
+    lo, hi = ephemeral
+    start = (job_id * 7 + restart * 131) % span
+    first = None
+    for i in range(span):
+        port = base + (start + i) % span
+        if lo <= port <= hi or not 1024 <= port <= 65535:
+            continue
+        if first is None:
+            first = port
+        if tries <= 0:
+            break
+        tries -= 1
+        if is_free(port):
+            return port
+    if first is None:
+        raise OrderError(
+            "no port in %d-%d lies outside the ephemeral range %d-%d"
+            % (base, base + span - 1, lo, hi)
+        )
+    return first

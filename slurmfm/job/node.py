@@ -1,0 +1,198 @@
+"""The per-node entry: every launch step runs ``python3 RUNTIME node ... -- COMMAND``.
+
+It finds this node's rank in the host order, inserts ``--node-rank=R`` into the command, and
+runs it with USR2 ignored. Why ignored: Slurm delivers a signal sent to ``srun`` to every process
+of the step (proctrack), so torchrun itself would die of the pre-timeout USR2; the training
+processes install their own USR2 handler (slurmfm.checkpoint.SaveRequest), which replaces the
+inherited "ignore". For Megatron-LM (``--forward TERM``) the entry sends TERM to the launcher's
+children on USR2: Megatron's ``--exit-signal-handler`` saves on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from .health import run_command
+from .hosts import insert_rank, node_rank
+from .serve import ray_alive
+
+if TYPE_CHECKING:
+    from .health import Runner
+
+
+def children(pid: int, proc: str = "/proc") -> list[int]:
+    """Direct children of ``pid``: ``/proc/PID/task/*/children`` or, without it, a stat scan."""
+    kids: list[int] = []
+    task_dir = os.path.join(proc, str(pid), "task")
+    try:
+        for tid in os.listdir(task_dir):
+            with open(os.path.join(task_dir, tid, "children"), encoding="ascii") as fh:
+                kids.extend(int(x) for x in fh.read().split())
+        return kids
+    except (OSError, ValueError):
+        pass
+    for name in os.listdir(proc) if os.path.isdir(proc) else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, name, "stat"), encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(pid):
+            kids.append(int(name))
+    return kids
+
+
+def exit_code(returncode: int) -> int:
+    """A shell-style exit code: 128+N for a child killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def node_addrs(text: str) -> dict[str, str]:
+    """``"h1=a1 h2=a2"`` (exported by the batch step) as a dict."""
+    out = {}
+    for kv in text.split():
+        host, _, addr = kv.partition("=")
+        if host:
+            out[host] = addr or host
+    return out
+
+
+def run_launcher(argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
+    """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
+    child = subprocess.Popen(list(argv), env=env)
+
+    def on_usr2(signum: int, frame: object) -> None:
+        if forward == "none":
+            return
+        sig = getattr(signal, "SIG" + forward)
+        for kid in children(child.pid):
+            with contextlib.suppress(OSError):
+                os.kill(kid, sig)
+
+    def on_term(signum: int, frame: object) -> None:
+        # Slurm signals the whole step; the launcher gets TERM itself. Wait for its status.
+        with contextlib.suppress(OSError):
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGUSR2, on_usr2)
+    signal.signal(signal.SIGTERM, on_term)
+    return exit_code(child.wait())
+
+
+def run_ray_node(
+    argv: Sequence[str],
+    rank: int,
+    head: str,
+    own_addr: str,
+    ray: str,
+    python: str,
+    port: int,
+    nnodes: int,
+    timeout_s: float,
+    env: dict[str, str],
+    run: Runner = run_command,
+    call: Callable[[Sequence[str], dict[str, str]], int] = lambda a, e: subprocess.call(
+        list(a), env=e
+    ),
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    retry_s: float = 5.0,
+    poll_s: float = 2.0,
+) -> int:
+    """vLLM across nodes (vLLM examples/online_serving/multi-node-serving.sh, run_cluster.sh).
+
+    Node 0 starts the Ray head, waits until every node's Ray worker is alive, then serves; the
+    other nodes join as workers, retrying while the head starts. Every node pins Ray and vLLM
+    to its own Slurm NodeAddr (``--node-ip-address``, ``VLLM_HOST_IP``).
+    """
+    deadline = clock() + timeout_s
+    env = dict(env, VLLM_HOST_IP=own_addr)
+    addr = "%s:%d" % (head, port)
+    if rank != 0:
+        while (
+            call(
+                [ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr, "--block"], env
+            )
+            != 0
+        ):
+            if clock() >= deadline:
+                print(
+                    f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
+                    file=sys.stderr,
+                )
+                return 1
+            sleep(retry_s)
+        return 0
+    if (
+        call([ray, "start", "--head", "--port=%d" % port, "--node-ip-address=" + own_addr], env)
+        != 0
+    ):
+        print("slurmfm: ray start --head failed", file=sys.stderr)
+        return 1
+    while True:
+        alive = ray_alive(python, addr, run)
+        if alive >= nnodes:
+            break
+        if clock() >= deadline:
+            print(
+                "slurmfm: only %d of %d Ray nodes joined within %g s" % (alive, nnodes, timeout_s),
+                file=sys.stderr,
+            )
+            call([ray, "stop"], env)
+            return 1
+        sleep(poll_s)
+    print("slurmfm: Ray cluster has %d nodes; starting the server" % nnodes, flush=True)
+    try:
+        return run_launcher(argv, "none", env)
+    finally:
+        call([ray, "stop"], env)
+
+
+def main(
+    argv: Sequence[str],
+    prefix: int,
+    forward: str,
+    ray: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> int:
+    env = dict(os.environ if env is None else env)
+    me = env.get("SLURMD_NODENAME", "")
+    order = env.get("SLURMFM_HOST_ORDER", "").split()
+    rank = node_rank(order, me)
+    if rank < 0:
+        print(f"slurmfm: {me} is not in the host order", file=sys.stderr)
+        return 3
+    env["SLURMFM_NODE_RANK"] = str(rank)
+    if rank == 0 and env.get("SLURMFM_NCCL_LOG"):
+        env.update(
+            NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=env["SLURMFM_NCCL_LOG"]
+        )
+    if ray:
+        addrs = node_addrs(env.get("SLURMFM_NODE_ADDRS", ""))
+        return run_ray_node(
+            argv,
+            rank,
+            env.get("SLURMFM_SERVE_HEAD", ""),
+            addrs.get(me, me),
+            ray["ray"],
+            ray["python"],
+            int(ray["port"]),
+            int(ray["nodes"]),
+            float(ray["timeout"]),
+            env,
+        )
+    final = insert_rank(argv, prefix, rank)
+    if rank == 0:
+        print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
+    return run_launcher(final, forward, env)

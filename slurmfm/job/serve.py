@@ -1,0 +1,98 @@
+"""Model servers: HTTP readiness, the endpoint files, and Ray readiness for vLLM.
+
+Readiness polls ``GET <health_path>`` with urllib (no curl, no bash ``/dev/tcp``) until it
+answers 200, the server step ends, or the timeout passes. The endpoint files tell the user and
+dependent jobs where the server answers; written (temp name, rename) once it is healthy and
+removed when the job ends, only when they still name this job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+
+def http_ok(url: str, timeout_s: float = 5.0) -> bool:
+    """``GET url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - http only
+            return int(resp.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_ready(
+    url: str,
+    running: Callable[[], bool],
+    timeout_s: float,
+    poll_s: float,
+    kind: str = "model",
+    check: Callable[[str], bool] = http_ok,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """None when ``url`` answered 200, else why not."""
+    deadline = clock() + timeout_s
+    while True:
+        if check(url):
+            return None
+        if not running():
+            return f"the {kind} server step ended before {url} answered (see its output)"
+        if clock() >= deadline:
+            return (
+                f"the {kind} server at {url} did not become healthy within {timeout_s:g} s "
+                "(launcher.ready_timeout_s)"
+            )
+        sleep(poll_s)
+
+
+def _atomic(path: str, text: str) -> None:
+    tmp = "%s.%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write_endpoint(base: str, info: dict[str, object]) -> None:
+    """``BASE.json`` (every field) and ``BASE.env`` (URL and job id, for ``source``)."""
+    os.makedirs(os.path.dirname(base), exist_ok=True)
+    _atomic(base + ".json", json.dumps(info) + "\n")
+    _atomic(
+        base + ".env",
+        "SLURMFM_ENDPOINT_URL={}\nSLURMFM_ENDPOINT_JOB_ID={}\n".format(info["url"], info["job_id"]),
+    )
+
+
+def drop_endpoint(base: str, job_id: str) -> None:
+    """Remove the endpoint files if they still name ``job_id`` (a later job may own them)."""
+    try:
+        with open(base + ".json", encoding="utf-8") as fh:
+            owner = json.load(fh).get("job_id")
+    except (OSError, ValueError):
+        return
+    if str(owner) == str(job_id):
+        for suffix in (".json", ".env"):
+            with contextlib.suppress(OSError):
+                os.remove(base + suffix)
+
+
+RAY_ALIVE = (
+    "import ray, sys; ray.init(address=sys.argv[1]); "
+    "print(sum(bool(n['Alive']) for n in ray.nodes()))"
+)
+
+
+def ray_alive(
+    python: str, address: str, run: Callable[..., tuple[int, str]], timeout_s: float = 60.0
+) -> int:
+    """Alive Ray nodes, counted as vLLM's multi-node-serving.sh does."""
+    rc, out = run([python, "-c", RAY_ALIVE, address], timeout_s)
+    if rc != 0:
+        return 0
+    last = (out.strip().splitlines() or ["0"])[-1].strip()
+    return int(last) if last.isdigit() else 0

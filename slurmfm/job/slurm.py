@@ -1,0 +1,100 @@
+"""What the job asks of Slurm: requeue itself, drain or down a node, probe the nodes.
+
+Every call goes through an injected runner so the unit tests can stand in for Slurm.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from .health import run_command
+
+if TYPE_CHECKING:
+    from .health import Runner
+
+
+def self_id(env: dict[str, str]) -> str:
+    """The id ``scontrol requeue`` must get: ``ARRAYID_TASKID`` for an array task.
+
+    An array task's SLURM_JOB_ID can be the array's own id, which scontrol takes as every task
+    of the array, finished ones included (seen on 22.05, 24.11 and 26.05:
+    tests/e2e/test_dependencies.py).
+    """
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return "{}_{}".format(env["SLURM_ARRAY_JOB_ID"], env["SLURM_ARRAY_TASK_ID"])
+    return env.get("SLURM_JOB_ID", "0")
+
+
+def controller_up(run: Runner = run_command, timeout_s: float = 20.0) -> bool:
+    """``scontrol ping``: does slurmctld answer? (Any user may ask.)"""
+    rc, out = run(["scontrol", "ping"], timeout_s)
+    return rc == 0 and "UP" in out
+
+
+def requeue(
+    job: str,
+    run: Runner = run_command,
+    sleep: Callable[[float], None] = time.sleep,
+    tries: int = 3,
+    delay_s: float = 10.0,
+    timeout_s: float = 30.0,
+) -> tuple[bool, str]:
+    """``scontrol requeue JOB``, retried while slurmctld does not answer."""
+    out = ""
+    for i in range(max(1, tries)):
+        rc, out = run(["scontrol", "requeue", job], timeout_s)
+        if rc == 0:
+            return True, ""
+        if i + 1 < tries:
+            sleep(delay_s)
+    return False, out.strip().splitlines()[-1] if out.strip() else "scontrol requeue failed"
+
+
+def set_node(
+    node: str, state: str, why: str, run: Runner = run_command, timeout_s: float = 30.0
+) -> bool:
+    """DRAIN (answers but unhealthy) or DOWN (no longer answers) a node, when permitted."""
+    rc, _ = run(
+        ["scontrol", "update", "NodeName=" + node, "State=" + state, "Reason=slurmfm: " + why],
+        timeout_s,
+    )
+    return rc == 0
+
+
+def probe(nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60.0) -> list[str]:
+    """The nodes that did NOT answer one parallel step (one timeout, whatever the count).
+
+    Each task prints its node name; ``--no-kill`` keeps the step running when a node cannot
+    be reached, so every node that answers is heard from.
+    """
+    if not nodes:
+        return []
+    n = str(len(nodes))
+    _rc, out = run(
+        [
+            "srun",
+            "--nodes=" + n,
+            "--ntasks=" + n,
+            "--ntasks-per-node=1",
+            "--no-kill",
+            "--kill-on-bad-exit=0",
+            "--nodelist=" + ",".join(nodes),
+            "--overlap",
+            "--immediate=%d" % max(1, int(timeout_s)),
+            "printenv",
+            "SLURMD_NODENAME",
+        ],
+        timeout_s,
+    )
+    answered = {w.strip() for w in out.split()}
+    return [h for h in nodes if h not in answered]
+
+
+def hostnames(nodelist: str, run: Runner = run_command, timeout_s: float = 30.0) -> list[str]:
+    """Expand a Slurm host list with ``scontrol show hostnames``."""
+    rc, out = run(["scontrol", "show", "hostnames", nodelist], timeout_s)
+    if rc != 0:
+        raise RuntimeError(f"scontrol show hostnames failed: {out.strip()}")
+    return out.split()

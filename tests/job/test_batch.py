@@ -1,0 +1,300 @@
+"""The batch step's decisions end to end, with a fake srun/scontrol and an injected clock."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmfm.job.batch import Batch
+from slurmfm.job.cli import parser
+
+
+class Step:
+    """A stand-in for the launch srun: ``during`` runs while the batch step waits on it."""
+
+    def __init__(self, rc: int, during: Callable[[], None] | None = None) -> None:
+        self.rc = rc
+        self.during = during
+        self.signals: list[int] = []
+        self.done = False
+        self.pid = 4242
+
+    def poll(self) -> int | None:
+        return self.rc if self.done else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self.done and self.during is not None:
+            during, self.during = self.during, None
+            during()
+            raise subprocess.TimeoutExpired("srun", timeout or 0)
+        self.done = True
+        return self.rc
+
+    def send_signal(self, sig: int) -> None:
+        self.signals.append(sig)
+
+    def terminate(self) -> None:
+        self.done = True
+
+
+class Slurm:
+    """Answers the runtime's scontrol/srun calls; records them."""
+
+    def __init__(self, dead: Sequence[str] = (), ctld: bool = True, health: str = "") -> None:
+        self.dead = set(dead)
+        self.ctld = ctld
+        self.health = health
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        a = list(argv)
+        self.calls.append(a)
+        if a[:2] == ["scontrol", "ping"]:
+            return (0, "Slurmctld(primary) at c is UP") if self.ctld else (1, "DOWN")
+        if a[:2] == ["scontrol", "requeue"]:
+            return (0, "") if self.ctld else (1, "Unable to contact slurm controller")
+        if a[0] == "srun" and "printenv" in a:
+            return 1, "\n".join(h for h in ("n1", "n2") if h not in self.dead)
+        if a[0] == "srun" and "health" in a:
+            return (1 if "FAIL" in self.health else 0), self.health
+        return 0, ""
+
+
+def make(tmp: Path, step: Step, slurm: Slurm, *opts: str, restart: int = 0) -> Batch:
+    a = parser().parse_args(
+        [
+            "batch",
+            "--runtime",
+            "rt.pyz",
+            "--drain",
+            "1",
+            *opts,
+            "--",
+            "srun",
+            "python3",
+            "train.py",
+            "--token=s3cr3t",
+        ]
+    )
+    env = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NAME": "rt",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_RESTART_COUNT": str(restart),
+        "SLURMFM_LOG_DIR": str(tmp),
+        "SLURMFM_CHECKPOINT_DIR": str(tmp / "ckpt"),
+        "SLURMFM_HOST_ORDER": "n1 n2",
+        "HF_TOKEN": "s3cr3t",
+    }
+    (tmp / "ckpt").mkdir(exist_ok=True)
+    popen: Any = lambda argv, env=None: step  # noqa: E731
+    b = Batch(a, env, run=slurm, popen=popen, clock=lambda: 0.0, sleep=lambda s: None)
+    b.launch = a.argv[1:]  # type: ignore[attr-defined]
+    return b
+
+
+def go(b: Batch) -> int:
+    return b.main([], b.launch)  # type: ignore[attr-defined]
+
+
+def state(tmp: Path) -> list[str]:
+    return [line.split(" ", 2)[2] for line in (tmp / "rt_77.state").read_text().splitlines()]
+
+
+def test_exit_zero_finishes_and_prints_the_launch_without_secrets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert go(make(tmp_path, Step(0), Slurm(), "--secret", "HF_TOKEN")) == 0
+    assert state(tmp_path) == ["event=finished exit 0"]
+    out = capsys.readouterr().out
+    assert "slurmfm: launch: srun python3 train.py '--token=<secret>'\n" in out
+    assert "s3cr3t" not in out
+
+
+def test_save_signal_forwarded_then_requeue_recorded_after_it_happened(tmp_path: Path) -> None:
+    box: list[Batch] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0"))
+    assert go(box[0]) == 0
+    assert step.signals == [signal.SIGUSR2]
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path) == [
+        "event=signal USR2 before the time limit",
+        "event=requeue saved before the time limit (training exit 0)",
+    ]
+
+
+def test_signal_after_the_work_is_done_finishes(tmp_path: Path) -> None:
+    box: list[Batch] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    box.append(make(tmp_path, step, Slurm(), "--done-check", "marker"))
+    (tmp_path / "ckpt" / "DONE").write_text("")
+    assert go(box[0]) == 0
+    assert state(tmp_path)[-1] == "event=finished exit 0 (all work done before the time limit)"
+
+
+def test_restart_cap_after_a_save_ends_failed(tmp_path: Path) -> None:
+    """15.1: giving up is a FAILED job with its reason, never COMPLETED 0:0."""
+    box: list[Batch] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--max-restarts", "3", restart=3))
+    assert go(box[0]) == 3
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+    assert state(tmp_path)[-1].startswith("event=give-up restart cap 3 reached: saved before")
+
+
+def test_dead_node_is_downed_and_the_job_requeues(tmp_path: Path) -> None:
+    slurm = Slurm(dead=["n2"])
+    assert go(make(tmp_path, Step(1), slurm)) == 0
+    probes = [c for c in slurm.calls if c[0] == "srun"]
+    assert len(probes) == 1  # one parallel step for every node
+    down = [c for c in slurm.calls if c[:2] == ["scontrol", "update"]]
+    assert down == [
+        [
+            "scontrol",
+            "update",
+            "NodeName=n2",
+            "State=DOWN",
+            "Reason=slurmfm: did not answer after a failed step (job 77)",
+        ]
+    ]
+    assert state(tmp_path)[-1] == "event=requeue step failed with exit 1; unresponsive: n2"
+
+
+def test_slurmctld_away_no_node_judged_and_requeue_failure_recorded(tmp_path: Path) -> None:
+    """15.4: an unreachable slurmctld is not a dead node; a failed requeue is not recorded
+    as a requeue."""
+    slurm = Slurm(ctld=False)
+    assert go(make(tmp_path, Step(1), slurm, "--requeue-tries", "2")) == 1
+    assert not any(c[0] == "srun" or c[:2] == ["scontrol", "update"] for c in slurm.calls)
+    assert [c for c in slurm.calls if c[:2] == ["scontrol", "requeue"]] == [
+        ["scontrol", "requeue", "77"]
+    ] * 2
+    assert state(tmp_path) == [
+        "event=fail requeue failed (Unable to contact slurm controller): step failed with exit 1"
+    ]
+
+
+def test_deterministic_failure_fails_at_once(tmp_path: Path) -> None:
+    """12.7: with retryable exit codes named, an argument error does not burn restarts."""
+    slurm = Slurm()
+    assert go(make(tmp_path, Step(2), slurm, "--retry-exit", "1,134")) == 2
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+    assert state(tmp_path)[-1] == "event=fail exit 2 (not a retryable exit code)"
+
+
+def test_health_gate_drains_and_requeues(tmp_path: Path) -> None:
+    slurm = Slurm(
+        health="slurmfm-health n1 OK\nslurmfm-health n2 FAIL 7 GPUs visible, expected 8\n"
+    )
+    step = Step(0)
+    assert go(make(tmp_path, step, slurm, "--health", "1", "--gpus", "8")) == 3
+    assert not step.done  # never launched
+    assert [
+        "scontrol",
+        "update",
+        "NodeName=n2",
+        "State=DRAIN",
+        "Reason=slurmfm: health gate: 7 GPUs visible, expected 8",
+    ] in slurm.calls
+    assert state(tmp_path)[-1] == "event=requeue health gate failed on n2"
+
+
+def test_no_save_protocol_requeues_at_the_signal(tmp_path: Path) -> None:
+    """12.3: a launcher that does not save on the signal is requeued at once."""
+    box: list[Batch] = []
+    exits: list[int] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--save-protocol", "0"))
+    import slurmfm.job.batch as bm
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    orig = bm.os._exit
+    bm.os._exit = fake_exit  # type: ignore[assignment]
+    try:
+        with pytest.raises(SystemExit):
+            go(box[0])
+    finally:
+        bm.os._exit = orig
+    assert exits == [0]
+    assert step.signals == []
+    assert state(tmp_path)[-1] == "event=requeue time limit near (launcher saves periodically)"
+
+
+def test_no_save_protocol_without_requeue_keeps_serving_to_the_limit(tmp_path: Path) -> None:
+    """A server whose requeue is off records the give-up at the signal and keeps running."""
+    box: list[Batch] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--save-protocol", "0", "--requeue", "0"))
+    assert go(box[0]) == 3  # the step ended after the give-up: never COMPLETED
+    assert step.done
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+    assert state(tmp_path) == [
+        "event=signal USR2 before the time limit",
+        "event=give-up requeue disabled: time limit near (launcher saves periodically)",
+    ]
+
+
+def test_first_forward_waits_for_the_grace_after_the_step_started(tmp_path: Path) -> None:
+    """A step that just started gets the save signal only after signal_grace_s."""
+    now = [100.0]
+    step = Step(0)
+    b = make(tmp_path, step, Slurm(), "--signal-grace-s", "2", "--resignal-s", "10")
+    b.clock = lambda: now[0]
+    b.step, b.step_started = step, 100.0  # type: ignore[assignment]
+    b.on_usr2(signal.SIGUSR2, None)
+    b.forward_signal()
+    assert step.signals == []
+    now[0] = 102.0
+    b.forward_signal()
+    b.forward_signal()
+    assert step.signals == [signal.SIGUSR2]  # then again only after resignal_s
+    now[0] = 112.0
+    b.forward_signal()
+    assert step.signals == [signal.SIGUSR2] * 2
+
+
+def test_term_after_the_signal_requeues_from_the_last_checkpoint(tmp_path: Path) -> None:
+    """15.3: a save that outlasts the window still requeues when Slurm ends the job."""
+    import slurmfm.job.batch as bm
+
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--requeue-tries", "1")
+    b.signalled = True
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+
+    orig = bm.os._exit
+    bm.os._exit = fake_exit  # type: ignore[assignment]
+    try:
+        b.on_term(signal.SIGTERM, None)
+    finally:
+        bm.os._exit = orig
+    assert exits == [0]
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path)[-1] == "event=requeue the step outlasted the save window"
+
+
+def test_a_signal_before_the_runtime_took_over_is_not_lost(tmp_path: Path) -> None:
+    """The batch script passes an early USR2 on (SLURMFM_EARLY_USR2); the runtime acts on it."""
+    step = Step(0)
+    slurm = Slurm()
+    b = make(tmp_path, step, slurm, "--signal-grace-s", "0")
+    b.env["SLURMFM_EARLY_USR2"] = "1"
+    assert go(b) == 0
+    assert step.signals == [signal.SIGUSR2]
+    assert state(tmp_path)[0] == "event=signal USR2 before the time limit"

@@ -1,0 +1,57 @@
+"""The finish / requeue / fail decision (issues 12.2, 12.7, 15.1, 15.3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmfm.job.decide import GIVE_UP_EXIT, Decision, apply_cap, decide, megatron_finished
+
+
+def test_signal_then_saved_requeues_unless_finished() -> None:
+    assert decide(0, True, False).action == "requeue"
+    assert decide(0, True, None).reason.startswith("saved before the time limit")
+    assert decide(0, True, True) == Decision(
+        "finished", "exit 0 (all work done before the time limit)", 0
+    )
+
+
+def test_late_save_still_requeues() -> None:
+    """15.3: the step outlasted the window and was killed; the last checkpoint is good."""
+    d = decide(143, True, False)
+    assert d.action == "requeue"
+    assert "training exit 143" in d.reason
+
+
+def test_non_retryable_exit_fails_at_once() -> None:
+    """12.7: an argument error fails without burning restarts; node loss still requeues."""
+    assert decide(2, False, False, retryable=[1, 134]).action == "fail"
+    assert decide(134, False, False, retryable=[1, 134]).action == "requeue"
+    d = decide(2, False, False, unresponsive=["n3"], retryable=[1])
+    assert d.action == "requeue"
+    assert d.reason.endswith("unresponsive: n3")
+    assert decide(1, False, False).action == "requeue"  # default: every exit is retryable
+
+
+def test_give_up_never_exits_zero() -> None:
+    """15.1: the restart cap after a pre-timeout save must not end COMPLETED 0:0."""
+    d = apply_cap(decide(0, True, False), restart=3, max_restarts=3, requeue_enabled=True)
+    assert d.action == "fail"
+    assert d.exit_code == GIVE_UP_EXIT
+    assert d.reason.startswith("restart cap 3 reached: saved before the time limit")
+    off = apply_cap(decide(1, False, False), 0, 3, requeue_enabled=False)
+    assert off.action == "fail"
+    assert off.exit_code == 1
+    assert off.reason.startswith("requeue disabled")
+    assert apply_cap(decide(0, False, None), 9, 3, True).action == "finished"
+
+
+def test_megatron_exit_zero_short_of_train_iters_requeues(tmp_path: Path) -> None:
+    """12.2: Megatron exits 0 after --exit-duration-in-mins; that is not done."""
+    assert megatron_finished(str(tmp_path), 1000) is False
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("500\n")
+    assert megatron_finished(str(tmp_path), 1000) is False
+    d = decide(0, False, megatron_finished(str(tmp_path), 1000))
+    assert d.action == "requeue"
+    assert "before the work was done" in d.reason
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("1000\n")
+    assert decide(0, False, megatron_finished(str(tmp_path), 1000)).action == "finished"

@@ -1,0 +1,72 @@
+"""The per-node health gate, with a fake command runner and an injected sleep."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurmfm.job.health import check_node, parse_report
+
+
+def smi(n: int):  # type: ignore[no-untyped-def]
+    def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        if argv[0] == "nvidia-smi":
+            return 0, "".join(f"GPU {i}: NVIDIA H100 (UUID: GPU-{i})\n" for i in range(n))
+        if argv[0] == "dcgmi":
+            return 1, "diag failed"
+        return 127, "not found"
+
+    return run
+
+
+def efa(root: Path, n: int) -> None:
+    d = root / "class" / "infiniband"
+    d.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (d / f"rdmap{i}s0").mkdir(exist_ok=True)
+
+
+def test_gpu_count(tmp_path: Path) -> None:
+    assert check_node(8, 0, run=smi(8), sysfs=str(tmp_path)) is None
+    assert check_node(8, 0, run=smi(7), sysfs=str(tmp_path)) == "7 GPUs visible, expected 8"
+    fail = check_node(8, 0, run=lambda a, t: (9, "NVIDIA-SMI has failed\nmore"))
+    assert fail == "nvidia-smi failed: NVIDIA-SMI has failed"
+
+
+def test_efa_is_retried_like_aws_three_times_five_seconds(tmp_path: Path) -> None:
+    """A late EFA driver: the count is right on the third try; no real sleeping."""
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        efa(tmp_path, 16 if len(slept) >= 2 else 8)
+
+    efa(tmp_path, 8)
+    assert check_node(0, 16, sysfs=str(tmp_path), sleep=sleep) is None
+    assert slept == [5.0, 5.0]
+
+
+def test_efa_gives_up_after_the_tries(tmp_path: Path) -> None:
+    slept: list[float] = []
+    efa(tmp_path, 31)
+    why = check_node(0, 32, sysfs=str(tmp_path), sleep=slept.append, efa_tries=3, efa_delay_s=0.1)
+    assert why == "31 EFA devices, expected 32 (after 3 tries)"
+    assert slept == [0.1, 0.1]
+
+
+def test_dcgm_and_imex(tmp_path: Path) -> None:
+    assert check_node(0, 0, dcgm_level=2, run=smi(0)) == "dcgmi diag -r 2 failed"
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    why = check_node(0, 0, imex=True, dev=str(dev), run=smi(0))
+    assert why is not None
+    assert "nvidia-caps-imex-channels" in why
+    (dev / "nvidia-caps-imex-channels").mkdir()
+    assert check_node(0, 0, imex=True, dev=str(dev), run=smi(0)) is None  # no imex-ctl: skip
+    not_ready = check_node(0, 0, imex=True, dev=str(dev), run=lambda a, t: (0, "Domain: DOWN"))
+    assert not_ready == "nvidia-imex-ctl -N: IMEX domain not ready"
+
+
+def test_report_parsing() -> None:
+    text = "slurmfm-health n1 OK\nnoise\nslurmfm-health n2 FAIL 7 GPUs visible, expected 8\n"
+    assert parse_report(text) == (["n1"], [("n2", "7 GPUs visible, expected 8")])

@@ -1,0 +1,69 @@
+"""Host order, rank insertion, node addresses and the port choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmfm.job import hosts as hs
+
+
+def test_planned_order_is_kept_and_must_match_the_allocation() -> None:
+    assert hs.host_order(["a", "b", "c"], planned=["c", "a", "b"]) == ["c", "a", "b"]
+    with pytest.raises(hs.OrderError, match="planned order has 2 hosts, allocation has 3"):
+        hs.host_order(["a", "b", "c"], planned=["a", "b"])
+
+
+def test_rank_map_sorts_and_unknown_hosts_go_last() -> None:
+    order = hs.host_order(["n1", "n2", "n3"], rank_map={"n3": "0001", "n1": "0002"})
+    assert order == ["n3", "n1", "n2"]
+
+
+def test_topology_address_natural_order() -> None:
+    addr = {"n10": "s0.s2.n10", "n2": "s0.s10.n2", "n1": "s0.s2.n1"}
+    assert hs.host_order(["n2", "n10", "n1"], topo_addr=addr) == ["n1", "n10", "n2"]
+    # a node that did not answer: keep the allocation's order
+    assert hs.host_order(["n2", "n1"], topo_addr={"n1": "x"}) == ["n2", "n1"]
+
+
+def test_rank_and_insertion() -> None:
+    assert hs.node_rank(["a", "b"], "b") == 1
+    assert hs.node_rank(["a", "b"], "z") == -1
+    assert hs.insert_rank(["py", "-m", "t", "--x"], 3, 1) == [
+        "py",
+        "-m",
+        "t",
+        "--node-rank=1",
+        "--x",
+    ]
+    assert hs.insert_rank(["a"], 0, 5) == ["a"]
+
+
+def test_node_addresses_from_scontrol() -> None:
+    text = (
+        "NodeName=node001 Arch=x86_64 NodeAddr=10.0.0.1 NodeHostName=h1\n"
+        "NodeName=node002 Arch=x86_64 CoresPerSocket=1\n"
+    )
+    assert hs.parse_node_addrs(text) == {"node001": "10.0.0.1", "node002": "node002"}
+
+
+def test_port_outside_ephemeral_range_and_free() -> None:
+    taken = {20035}
+    port = hs.choose_port(5, 0, 20000, 6000, (32768, 60999), is_free=lambda p: p not in taken)
+    assert port == 20036  # 20035 is taken: the next one
+    # the whole default range of the old rule (20000 + id % 20000) is checked against the
+    # node's own range: a node whose range starts at 20000 pushes the port below it
+    port = hs.choose_port(5, 0, 15000, 6000, (20000, 60999), is_free=lambda p: True)
+    assert 15000 <= port < 20000
+    # a requeue picks another port (the last one may sit in TIME_WAIT)
+    assert hs.choose_port(5, 1, 20000, 6000, (32768, 60999)) != hs.choose_port(
+        5, 0, 20000, 6000, (32768, 60999), is_free=lambda p: True
+    )
+    with pytest.raises(hs.OrderError):
+        hs.choose_port(5, 0, 40000, 100, (32768, 60999))
+
+
+def test_ephemeral_range_reads_proc(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "range"
+    f.write_text("20000\t40000\n")
+    assert hs.ephemeral_range(str(f)) == (20000, 40000)
+    assert hs.ephemeral_range(str(tmp_path / "missing")) == (32768, 60999)

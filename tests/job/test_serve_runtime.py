@@ -1,0 +1,76 @@
+"""HTTP readiness with urllib and the endpoint files."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmfm.job.serve import drop_endpoint, http_ok, wait_ready, write_endpoint
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 503)
+            self.end_headers()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_http_ok_against_a_real_server(server: str) -> None:
+    assert http_ok(server + "/health")
+    assert not http_ok(server + "/other")
+    assert not http_ok("http://127.0.0.1:1/health", timeout_s=1)
+
+
+def test_wait_ready_timeout_and_dead_server_without_sleeping() -> None:
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    why = wait_ready(
+        "u", lambda: True, 60, 5, check=lambda u: False, clock=lambda: now[0], sleep=sleep
+    )
+    assert why is not None
+    assert "within 60 s" in why
+    assert now[0] == 60
+    why = wait_ready(
+        "u", lambda: False, 60, 5, check=lambda u: False, clock=lambda: 0.0, sleep=sleep
+    )
+    assert why is not None
+    assert "ended before" in why
+    answers = iter([False, False, True])
+    assert (
+        wait_ready(
+            "u", lambda: True, 60, 5, check=lambda u: next(answers), clock=lambda: 0.0, sleep=sleep
+        )
+        is None
+    )
+
+
+def test_endpoint_files_written_and_dropped_only_by_their_job(tmp_path: Path) -> None:
+    base = str(tmp_path / "endpoints" / "run1")
+    write_endpoint(base, {"url": "http://h:8000", "job_id": "12", "model": "m"})
+    assert json.loads(Path(base + ".json").read_text())["url"] == "http://h:8000"
+    assert Path(base + ".env").read_text() == (
+        "SLURMFM_ENDPOINT_URL=http://h:8000\nSLURMFM_ENDPOINT_JOB_ID=12\n"
+    )
+    drop_endpoint(base, "13")  # a later job's cleanup leaves them alone
+    assert Path(base + ".json").exists()
+    drop_endpoint(base, "12")
+    assert not Path(base + ".json").exists()
+    assert not Path(base + ".env").exists()
