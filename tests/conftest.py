@@ -107,7 +107,9 @@ def pytest_configure(config: pytest.Config) -> None:
         and config.option.basetemp is None
         and "PYTEST_XDIST_WORKER" not in os.environ
     ):
-        config.option.basetemp = str(lab_root() / "scratch" / "pytest")
+        scratch = lab_root() / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)  # slurm-lab makes it too, for chroot labs
+        config.option.basetemp = str(scratch / "pytest")
     cache = tempfile.mkdtemp(prefix="slurmfm-test-cache-")
     config.stash[_CACHE_KEY] = cache
     os.environ["SLURMFM_CACHE_DIR"] = cache

@@ -218,6 +218,8 @@ def test_gpu_job_maps_its_gpus_for_dcgm_exporter(slurm_lab: SlurmLab, tmp_path: 
         "cluster.instance_type=p5.48xlarge",
         "--set",
         "resources.procs_per_node=2",
+        "--set",  # whole nodes: a shared p5 node would ask 24 CPUs per process, a lab node has 16
+        "resources.exclusive=true",
         "--set",
         "resilience.health_gate=off",
         "--set",
