@@ -196,7 +196,7 @@ def test_megatron_saves_and_loads_one_directory(path: Path, flavor: str, version
         assert '"${slurmfm_task_argv[@]}"' in srun
         for row in rows:
             assert dict(row["exports"])["SLURMFM_CHECKPOINT_DIR"]
-            words = row["argv"]
+            words = srun.replace('"${slurmfm_task_argv[@]}"', row["argv"])
             assert re.findall(r"--save=(\S+)", words) == ['"$SLURMFM_CHECKPOINT_DIR"'], words
             assert re.findall(r"--load=(\S+)", words) == ['"$SLURMFM_CHECKPOINT_DIR"'], words
         return

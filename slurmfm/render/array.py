@@ -11,7 +11,8 @@ it as ``export`` lines and the array ``slurmfm_task_argv`` (:mod:`slurmfm.job.sw
 A row holds the task's run id, checkpoint directory and overrides; the environment variables
 and data paths whose value is not the same in every task; the launch words after the
 launcher's fixed head (torchrun: the script and its arguments; Megatron-LM: the entry point and
-its arguments); and for NeMo the driver text. Values enter the table already shell-quoted by
+its arguments) from the first line that is not the same in every task; and for NeMo the
+driver text. Values enter the table already shell-quoted by
 :func:`slurmfm.render.quote.sh_quote`, the same path a single job's values take, so the runtime
 only selects and never quotes.
 
@@ -48,7 +49,7 @@ class SweepTable:
     ``array`` is the ``--array`` value (the request's ArraySpec); ``env_names`` and
     ``data_names`` the exports left out of the shared part because the table sets them per
     task; ``argv_from`` the index of the first launch line taken from the table (``None``: the
-    launch is the same for every task, as for NeMo, whose driver is in the table);
+    launch is the same for every task; NeMo's driver, which differs, is in the table);
     ``line`` the table itself, one line of JSON after :data:`TABLE_MARK`.
     """
 
@@ -132,6 +133,12 @@ def sweep_table(
         names = list(dict.fromkeys(n for m in maps for n in m))
         return [n for n in names if any(m.get(n) != maps[0].get(n) for m in maps)]
 
+    # Launch lines the same in every task stay in the script, readable; the table holds
+    # each task's lines from the first that differs (each line is one group of words).
+    same = head
+    while all(len(a) > same and a[same] == launches[0][same] for a in launches):
+        same += 1
+    per_task_argv = not nemo and any(len(a) > same for a in launches)
     env_names = varying(envs)
     data_names = varying(datas)
     rows = []
@@ -147,8 +154,8 @@ def sweep_table(
         if nemo:
             driver = sc._nemo_driver(t.recipe, "$SLURMFM_CHECKPOINT_DIR") or ""
             exports.append(["SLURMFM_NEMO_DRIVER", sh_quote(driver, what="launcher.overrides")])
-        else:
-            row["argv"] = " ".join(argv[head:])
+        elif per_task_argv:
+            row["argv"] = " ".join(argv[same:])
         rows.append(row)
     table = json.dumps({"tasks": rows}, separators=(",", ":"), ensure_ascii=True)
     return SweepTable(
@@ -156,7 +163,7 @@ def sweep_table(
         tasks=len(tasks),
         env_names=frozenset(env_names),
         data_names=frozenset(data_names),
-        argv_from=None if nemo else head,
+        argv_from=same if per_task_argv else None,
         line=TABLE_MARK + table,
         warnings=tuple(warnings),
     )
