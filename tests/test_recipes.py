@@ -10,6 +10,7 @@ GPU count.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -187,11 +188,22 @@ def test_megatron_saves_and_loads_one_directory(path: Path, flavor: str, version
         assert "--save=" not in text
         return
     srun = _srun_command(text)
+    if recipe.sweep is not None:
+        # a sweep's launch words are each task's row of the sweep table (next-to-last line)
+        from slurmfm.render.array import TABLE_MARK
+
+        rows = json.loads(text.splitlines()[-2][len(TABLE_MARK) :])["tasks"]
+        assert '"${slurmfm_task_argv[@]}"' in srun
+        for row in rows:
+            assert dict(row["exports"])["SLURMFM_CHECKPOINT_DIR"]
+            words = srun.replace('"${slurmfm_task_argv[@]}"', row["argv"])
+            assert re.findall(r"--save=(\S+)", words) == ['"$SLURMFM_CHECKPOINT_DIR"'], words
+            assert re.findall(r"--load=(\S+)", words) == ['"$SLURMFM_CHECKPOINT_DIR"'], words
+        return
     save = re.findall(r"--save=(\S+)", srun)
     load = re.findall(r"--load=(\S+)", srun)
     assert save == ['"$SLURMFM_CHECKPOINT_DIR"'], save
     assert load == save, (save, load)
-    # (a sweep exports it once per array task, inside a case block)
     assert re.search(r"^\s*export SLURMFM_CHECKPOINT_DIR=\S+$", text, re.M)
 
 

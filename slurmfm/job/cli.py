@@ -6,6 +6,7 @@
 * ``node``: the per-node entry of a launch step (:mod:`.node`).
 * ``health``: the per-node health gate (:mod:`.health`).
 * ``observe``: the per-node observability agent (:mod:`.agent`).
+* ``task``: this array task's values from the script's sweep table (:mod:`.sweep`).
 * ``whoami``: prints ``NODE SLURM_TOPOLOGY_ADDR`` (for the topology order).
 """
 
@@ -282,6 +283,8 @@ def parser() -> argparse.ArgumentParser:
     h.add_argument("--efa-delay-s", type=float, default=5.0)
 
     sub.add_parser("observe")
+    t = sub.add_parser("task")
+    t.add_argument("--script", required=True, help="the running batch script ($0)")
     sub.add_parser("whoami")
     return p
 
@@ -341,6 +344,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .agent import main as agent_main
 
         return agent_main()
+    if a.cmd == "task":
+        from .sweep import SweepError
+        from .sweep import main as sweep_main
+
+        try:
+            print("\n".join(sweep_main(a.script, env.get("SLURM_ARRAY_TASK_ID"))))
+        except (SweepError, ValueError) as exc:
+            print(f"slurmfm: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if a.cmd == "whoami":
         print("{} {}".format(env.get("SLURMD_NODENAME", ""), env.get("SLURM_TOPOLOGY_ADDR", "")))
         return 0

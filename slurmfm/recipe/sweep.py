@@ -64,6 +64,8 @@ FIXED: Mapping[str, str] = {
     "resources": "nodes, time limit, exclusive, memory and singleton are #SBATCH options "
     "that sbatch applies to every array task",
     "resilience": "requeue, --signal and --open-mode are #SBATCH options shared by every task",
+    "launcher.kind": "the launcher kind decides the launch, the job runtime's options and the "
+    "tasks per node, which are one script and one #SBATCH set for every array task",
     "storage.log_dir": "the log directory is on the one --output line",
     "storage.run_id": "each task's run id is derived as <run_id>-t<index>",
     "storage.checkpoint_root": "one root; each task gets <root>/<name>/<run_id>-t<index>",
@@ -274,8 +276,22 @@ def expand(recipe: Recipe) -> list[SweepTask]:
                 f"{where}: array task {i} ({json.dumps(overrides, sort_keys=True)}): "
                 + "; ".join(msgs)
             ) from None
+        if _done_check(task_recipe) != _done_check(out[0].recipe if out else task_recipe):
+            where = f"sweep.tasks.{origin}" if origin is not None else "sweep.parameters"
+            raise ValueError(
+                f"{where}: array task {i} ({json.dumps(overrides, sort_keys=True)}): "
+                "launcher.model_args.train-iters cannot vary across a job array: the job "
+                "runtime's completion check, one option for every task, follows it"
+            )
         out.append(SweepTask(i, overrides, task_recipe))
     return out
+
+
+def _done_check(recipe: Recipe) -> object:
+    """What of a task decides the runtime's ``--done-check`` (Megatron-LM's train-iters): one
+    batch option shared by every array task, so it must not vary."""
+    args = getattr(recipe.launcher, "model_args", None)
+    return args.get("train-iters") if isinstance(args, dict) else None
 
 
 def array_spec(sweep: Sweep) -> str:

@@ -1,282 +1,208 @@
-"""Render a sweep as one job-array script, built from the per-task scripts of the pure renderer.
+"""Render a sweep as one job-array script: rendered once, with a table of per-task values.
 
-How: every task's recipe is rendered by :func:`slurmfm.render.script.render_script` exactly as
-a single job would be, so each task's values went through ``sh_quote`` and every check of the
-normal path. The task scripts must then have identical ``#SBATCH`` directives (sbatch applies
-one set to every array task) and the same shape (line count). Where they differ, the array
-script selects the task's own lines with ``case "$SLURM_ARRAY_TASK_ID"``:
+Why a table and not N scripts: sbatch applies one script and one set of ``#SBATCH`` options to
+every array task ("multiple jobs to be executed with identical parameters", sbatch(1)
+``--array``), so what a task may change is data, not text. The script is rendered once, from
+task 0's recipe; everything a sweep may vary (:data:`slurmfm.recipe.sweep.ALLOWED`) becomes a
+row of a JSON table carried in the script's next-to-last line (``# slurmfm-sweep {...}``). At
+run time the job runtime's ``task`` step selects the row of ``SLURM_ARRAY_TASK_ID`` and prints
+it as ``export`` lines and the array ``slurmfm_task_argv`` (:mod:`slurmfm.job.sweep`).
 
-* ``export`` lines (the run id, the checkpoint directory, environment variables, data paths):
-  a ``case`` block in place, with each task's own lines;
-* launch arguments inside the ``srun`` command: a ``case`` block before the launch fills the
-  array ``slurmfm_task_argv`` with each task's words, and the command uses
-  ``"${slurmfm_task_argv[@]}"`` (the same words, expanded the same way);
-* the NeMo driver heredoc: the whole assignment, per task.
+A row holds the task's run id, checkpoint directory and overrides; the environment variables
+and data paths whose value is not the same in every task; the launch words after the
+launcher's fixed head (torchrun: the script and its arguments; Megatron-LM: the entry point and
+its arguments) from the first line that is not the same in every task; and for NeMo the
+driver text. Values enter the table already shell-quoted by
+:func:`slurmfm.render.quote.sh_quote`, the same path a single job's values take, so the runtime
+only selects and never quotes.
 
-Any other difference is refused (:class:`~slurmfm.errors.RenderError`), so a future change to
-the template cannot silently give every task task 0's value.
+Overrides that would change an ``#SBATCH`` line or the launcher kind are refused when the
+recipe is validated (:mod:`slurmfm.recipe.sweep`); the checks here catch any difference the
+table cannot carry (a :class:`~slurmfm.errors.RenderError`), so a future change cannot silently
+give every task task 0's value.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Sequence
+import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slurmfm.errors import RenderError
-from slurmfm.render.quote import sbatch_value, sh_quote
-from slurmfm.render.script import Directive, RenderedScript, render_script
+from slurmfm.render.quote import env_name, sbatch_value, sh_quote
 
 if TYPE_CHECKING:
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
     from slurmfm.recipe.sweep import SweepTask
-    from slurmfm.render.script import Target
+    from slurmfm.render.script import RenderedScript, Target
 
-_EXPORT = re.compile(r"^export [A-Za-z_][A-Za-z0-9_]*=\S.*$")
-_HEREDOC_START = "SLURMFM_NEMO_DRIVER=$(cat <<"
-_ENTRY = 'python3 "$SLURMFM_RUNTIME" node'
-
-
-def _case(tasks: Sequence[int], bodies: Sequence[list[str]], indent: str = "    ") -> list[str]:
-    out = ['case "${SLURM_ARRAY_TASK_ID:?slurmfm: this script is a job array}" in']
-    if indent and all(len(b) == 1 for b in bodies):
-        # one line per task keeps the launch near the top of the script
-        out.extend(f"  {i}) {b[0]} ;;" for i, b in zip(tasks, bodies, strict=True))
-        out.append(
-            f'  *) echo "slurmfm: array task $SLURM_ARRAY_TASK_ID is not one of the {len(tasks)} '
-            'tasks of this sweep" >&2; exit 2 ;;'
-        )
-        out.append("esac")
-        return out
-    for i, body in zip(tasks, bodies, strict=True):
-        out.append(f"  {i})")
-        # Heredoc bodies and their delimiter must stay at column 0.
-        out.extend(indent + line if indent else line for line in body)
-        out.append("    ;;")
-    out.append("  *)")
-    out.append(
-        f'    echo "slurmfm: array task $SLURM_ARRAY_TASK_ID is not one of the {len(tasks)} '
-        'tasks of this sweep" >&2'
-    )
-    out.append("    exit 2")
-    out.append("    ;;")
-    out.append("esac")
-    return out
+# The marker the runtime looks for (slurmfm/job/sweep.py: TABLE_MARK).
+TABLE_MARK = "# slurmfm-sweep "
 
 
-def _span(
-    lines: list[str], start: str, end: str, *, after: int = 0, exact: bool
-) -> tuple[int, int]:
-    """(first, last) line index of a block, or (-1, -1); the end line equals (or ends with)
-    ``end``."""
-    for i in range(after, len(lines)):
-        if lines[i].startswith(start):
-            for j in range(i, len(lines)):
-                if (lines[j] == end) if exact else lines[j].rstrip().endswith(end):
-                    return i, j
-    return -1, -1
+@dataclass(frozen=True)
+class SweepTable:
+    """What the renderer needs to render a sweep once.
 
-
-def _words(line: str) -> str:
-    text = line.strip()
-    for tail in (" \\", " &"):
-        if text.endswith(tail):
-            text = text[: -len(tail)].rstrip()
-    return text
-
-
-def _contiguous(idx: list[int]) -> list[tuple[int, int]]:
-    groups: list[tuple[int, int]] = []
-    for j in idx:
-        if groups and j == groups[-1][1] + 1:
-            groups[-1] = (groups[-1][0], j)
-        else:
-            groups.append((j, j))
-    return groups
-
-
-def merge_task_scripts(
-    scripts: Sequence[RenderedScript], tasks: Sequence[SweepTask], array: str, log_dir: str
-) -> str:
-    """One array script from per-task scripts that differ only where a task may differ."""
-    texts = [s.text.split("\n") for s in scripts]
-    base = texts[0]
-    for t, lines in zip(tasks, texts, strict=True):
-        if len(lines) != len(base):
-            raise RenderError(
-                f"sweep: array task {t.index} renders a script of another shape than task 0 "
-                "(it adds or removes an environment variable or a launch argument); give every "
-                "task the same keys"
-            )
-    for t, s in zip(tasks, scripts, strict=True):
-        if s.directives != scripts[0].directives:
-            raise RenderError(
-                f"sweep: array task {t.index} needs other #SBATCH options than task 0; sbatch "
-                "applies one set to every array task"
-            )
-    differs = [j for j in range(len(base)) if any(lines[j] != base[j] for lines in texts)]
-    h0, h1 = _span(base, _HEREDOC_START, ")", exact=True)
-    launch_at = next((i for i, line in enumerate(base) if line.startswith("# Launch:")), -1)
-    # the launch: `exec python3 RUNTIME batch ... -- srun ... node ... -- ARGV` up to the first
-    # line that does not continue
-    s0 = next((i for i in range(max(launch_at, 0), len(base)) if base[i].startswith("exec ")), -1)
-    s1 = next((i for i in range(s0, len(base)) if not base[i].endswith("\\")), -1)
-    entry = next((i for i in range(s0, s1 + 1) if _ENTRY in base[i]), -1) if s0 >= 0 else -1
-    indexes = [t.index for t in tasks]
-
-    replace: dict[int, tuple[int, list[str]]] = {}  # start -> (end, new lines)
-    insert_before_launch: list[str] = []
-    heredoc_done = False
-    argv_idx: list[int] = []
-    export_idx: list[int] = []
-    for j in differs:
-        line = base[j]
-        if h0 <= j <= h1 and h0 >= 0:
-            if not heredoc_done:
-                bodies = [lines[h0 : h1 + 1] for lines in texts]
-                replace[h0] = (h1, _case(indexes, bodies, indent=""))
-                heredoc_done = True
-        elif s0 >= 0 and s0 <= j <= s1:
-            if entry < 0 or j <= entry:
-                raise RenderError(
-                    f"sweep: array tasks differ in srun options ({line.strip()!r}); only the "
-                    "launched command may differ"
-                )
-            argv_idx.append(j)
-        elif _EXPORT.match(line):
-            export_idx.append(j)
-        elif line.startswith("#") and not line.startswith("#SBATCH"):
-            replace[j] = (j, [f"{line} [array task 0; differs per task]"])
-        else:
-            raise RenderError(
-                f"sweep: array tasks differ in a script line that cannot vary per task: "
-                f"{line.strip()!r}"
-            )
-    for a, b in _contiguous(export_idx):
-        bodies = [lines[a : b + 1] for lines in texts]
-        if a == min(export_idx):
-            # The first block (it holds the run id) also says which task this is.
-            bodies = [
-                [*body, f"export SLURMFM_SWEEP_OVERRIDES={sh_quote(t.overrides_json)}"]
-                for body, t in zip(bodies, tasks, strict=True)
-            ]
-        replace[a] = (b, _case(indexes, bodies))
-    if argv_idx:
-        a, b = min(argv_idx), max(argv_idx)
-        tail = " \\" if base[b].rstrip().endswith(" \\") else ""
-        lead = base[a][: len(base[a]) - len(base[a].lstrip())]
-        replace[a] = (b, [f'{lead}"${{slurmfm_task_argv[@]}}"{tail}'])
-        bodies = [
-            ["slurmfm_task_argv=(" + " ".join(_words(x) for x in lines[a : b + 1]) + ")"]
-            for lines in texts
-        ]
-        insert_before_launch = [
-            "# This array task's own launch arguments (the sweep's overrides).",
-            *_case(indexes, bodies),
-        ]
-
-    out: list[str] = []
-    j = 0
-    while j < len(base):
-        if j == launch_at and insert_before_launch:
-            out.extend(insert_before_launch)
-        if j in replace:
-            end, new = replace[j]
-            out.extend(new)
-            j = end + 1
-            continue
-        out.append(base[j])
-        j += 1
-    return "\n".join(_array_directives(out, array, log_dir))
-
-
-def _array_directives(lines: list[str], array: str, log_dir: str) -> list[str]:
-    """Add ``--array`` and give each task its own log (``%A`` array id, ``%a`` task index)."""
-    out_prefix = "#SBATCH --output="
-    at = [i for i, line in enumerate(lines) if line.startswith(out_prefix)]
-    if len(at) != 1:
-        raise RenderError("sweep: expected exactly one #SBATCH --output line")
-    i = at[0]
-    lines = list(lines)
-    lines[i] = f"{out_prefix}{_array_output(log_dir)}"
-    lines[i + 1 : i + 1] = [
-        "# one array task per sweep point (sbatch(1) --array; %K caps how many run at once)",
-        f"#SBATCH --array={sbatch_value(array, what='sweep')}",
-    ]
-    return lines
-
-
-def _array_output(log_dir: str) -> str:
-    return f"{sbatch_value(log_dir, what='storage.log_dir').rstrip('/')}/%x_%A_%a.out"
-
-
-def _line_break(value: object, path: str) -> str | None:
-    """The dotted path of the first string holding a newline, if any.
-
-    The merge works on physical lines; a quoted value spanning lines could otherwise be split
-    between a task-specific and a shared part. Refusing it keeps the merge exact.
+    ``array`` is the ``--array`` value (the request's ArraySpec); ``env_names`` and
+    ``data_names`` the exports left out of the shared part because the table sets them per
+    task; ``argv_from`` the index of the first launch line taken from the table (``None``: the
+    launch is the same for every task; NeMo's driver, which differs, is in the table);
+    ``line`` the table itself, one line of JSON after :data:`TABLE_MARK`.
     """
-    if isinstance(value, str):
-        return path or "(value)" if "\n" in value else None
-    if isinstance(value, dict):
-        items: list[tuple[str, object]] = [(str(k), v) for k, v in value.items()]
-    elif isinstance(value, list):
-        items = [(str(i), v) for i, v in enumerate(value)]
-    else:
-        return None
-    for key, item in items:
-        found = _line_break(item, f"{path}.{key}" if path else key)
-        if found:
-            return found
-    return None
+
+    array: str
+    tasks: int
+    env_names: frozenset[str]
+    data_names: frozenset[str]
+    argv_from: int | None
+    line: str
+    warnings: tuple[str, ...] = ()
+
+
+def _fixed_parts(recipe: Recipe, target: Target, placement: Placement | None) -> object:
+    """Everything of a task's script that the table cannot carry: the ``#SBATCH`` options and
+    the runtime's prepare and batch options. Equal for every task, or the sweep is refused."""
+    from slurmfm.catalog.instances import get_instance
+    from slurmfm.plan.types import Placement as _Placement
+    from slurmfm.render import script as sc
+
+    inst = get_instance(recipe.cluster.instance_type)
+    place = placement or _Placement()
+    serve = sc._serve(recipe)
+    directives, _ = sc._directives(recipe, inst, target, place)
+    batch = sc._batch_opts(
+        recipe,
+        inst,
+        sc._health(recipe, inst),
+        sc._nccl_check(recipe, inst),
+        sc._observe(recipe, inst),
+        serve,
+    )
+    prepare, _ = sc._prepare_opts(recipe, place, serve)
+    return (tuple(directives), tuple(batch), tuple(prepare), serve, recipe.launcher.kind)
+
+
+def sweep_table(
+    recipe: Recipe, tasks: list[SweepTask], target: Target, placement: Placement | None
+) -> SweepTable:
+    """The per-task values of ``tasks`` as a :class:`SweepTable` (pure)."""
+    from slurmfm.catalog.instances import get_instance
+    from slurmfm.recipe.sweep import array_spec
+    from slurmfm.render import script as sc
+
+    if recipe.sweep is None:
+        raise RenderError("sweep: the recipe has no sweep section")
+    inst = get_instance(recipe.cluster.instance_type)
+    fixed = _fixed_parts(tasks[0].recipe, target, placement)
+    envs: list[dict[str, str]] = []
+    datas: list[dict[str, str]] = []
+    launches: list[list[str]] = []
+    warnings: list[str] = []
+    nemo = recipe.launcher.kind == "nemo"
+    head = 0 if nemo else 2  # torchrun's python -m torch.distributed.run and its options
+    for t in tasks:
+        if _fixed_parts(t.recipe, target, placement) != fixed:
+            raise RenderError(
+                f"sweep: array task {t.index} needs other #SBATCH or runtime options than task "
+                "0 (sbatch applies one set to every array task); vary only "
+                "what the sweep's allowed keys change"
+            )
+        lines, env_warnings = sc._env_lines(t.recipe, inst)
+        warnings.extend(w for w in env_warnings if w not in warnings)
+        envs.append({e.name: e.shell_value for e in lines})
+        datas.append(
+            {
+                env_name(f"SLURMFM_DATA_{k.upper()}"): sh_quote(v, what=f"storage.data.{k}")
+                for k, v in t.recipe.storage.data.items()
+            }
+        )
+        argv, prefix, _ = sc._launch(t.recipe, "$SLURMFM_CHECKPOINT_DIR")
+        first, first_prefix, _ = sc._launch(tasks[0].recipe, "$SLURMFM_CHECKPOINT_DIR")
+        if argv[:head] != first[:head] or prefix != first_prefix:
+            raise RenderError(
+                f"sweep: array task {t.index} changes the launcher's fixed part "
+                f"({' '.join(argv[:head])!r}); only the script, its arguments and the "
+                "model-parallel options may differ"
+            )
+        launches.append(argv)
+
+    def varying(maps: list[dict[str, str]]) -> list[str]:
+        names = list(dict.fromkeys(n for m in maps for n in m))
+        return [n for n in names if any(m.get(n) != maps[0].get(n) for m in maps)]
+
+    # Launch lines the same in every task stay in the script, readable; the table holds
+    # each task's lines from the first that differs (each line is one group of words).
+    same = head
+    while all(len(a) > same and a[same] == launches[0][same] for a in launches):
+        same += 1
+    per_task_argv = not nemo and any(len(a) > same for a in launches)
+    env_names = varying(envs)
+    data_names = varying(datas)
+    rows = []
+    for t, env, data, argv in zip(tasks, envs, datas, launches, strict=True):
+        exports = [
+            ["SLURMFM_RUN_ID", sh_quote(t.run_id, what="storage.run_id")],
+            ["SLURMFM_CHECKPOINT_DIR", sh_quote(t.checkpoint_dir, what="storage.checkpoint_root")],
+            ["SLURMFM_SWEEP_OVERRIDES", sh_quote(t.overrides_json, what="sweep")],
+            *([n, env[n]] for n in env_names if n in env),
+            *([n, data[n]] for n in data_names if n in data),
+        ]
+        row: dict[str, object] = {"task": t.index, "exports": exports}
+        if nemo:
+            driver = sc._nemo_driver(t.recipe, "$SLURMFM_CHECKPOINT_DIR") or ""
+            exports.append(["SLURMFM_NEMO_DRIVER", sh_quote(driver, what="launcher.overrides")])
+        elif per_task_argv:
+            row["argv"] = " ".join(argv[same:])
+        rows.append(row)
+    table = json.dumps({"tasks": rows}, separators=(",", ":"), ensure_ascii=True)
+    return SweepTable(
+        array=array_spec(recipe.sweep),
+        tasks=len(tasks),
+        env_names=frozenset(env_names),
+        data_names=frozenset(data_names),
+        argv_from=same if per_task_argv else None,
+        line=TABLE_MARK + table,
+        warnings=tuple(warnings),
+    )
+
+
+def array_output(log_dir: str) -> str:
+    """Each task's own log: ``%A`` the array's id, ``%a`` the task index (sbatch(1))."""
+    return f"{sbatch_value(log_dir, what='storage.log_dir').rstrip('/')}/%x_%A_%a.out"
 
 
 def render_array(
     recipe: Recipe, target: Target | None = None, placement: Placement | None = None
 ) -> RenderedScript:
     """Render a recipe with ``sweep`` as one job-array script (pure, deterministic)."""
-    from slurmfm.recipe.sweep import array_spec, expand
+    from slurmfm.recipe.sweep import expand
+    from slurmfm.render.script import render_script
+    from slurmfm.target import Target as _Target
 
     if recipe.sweep is None:
         raise RenderError("sweep: the recipe has no sweep section")
+    target = target or _Target.for_recipe(recipe)
     tasks = expand(recipe)
-    for t in tasks:
-        where = _line_break(t.recipe.model_dump(mode="json"), "")
-        if where:
-            raise RenderError(
-                f"sweep: array task {t.index}: {where} contains a line break; a sweep's values "
-                "must be single lines (the array script selects each task's lines by line)"
-            )
-    scripts = [render_script(t.recipe, target, placement) for t in tasks]
-    array = array_spec(recipe.sweep)
-    text = merge_task_scripts(scripts, tasks, array, recipe.storage.log_dir)
-    first = scripts[0]
-    directives: list[Directive] = []
-    for d in first.directives:
-        if d.option == "output":
-            directives.append(Directive("output", _array_output(recipe.storage.log_dir)))
-            directives.append(Directive("array", array))
-        else:
-            directives.append(d)
-    warnings: list[str] = []
+    table = sweep_table(recipe, tasks, target, placement)
+    first = render_script(tasks[0].recipe, target, placement, sweep=table)
+    warnings = list(first.warnings)
     if placement is not None and placement.mode == "pin" and placement.nodes:
-        warnings.append(
+        warnings.insert(
+            0,
             "sweep: every array task requests the same pinned nodes (--nodelist), so the tasks "
-            "run one after another; use --mode constrain to let them run side by side"
+            "run one after another; use --mode constrain to let them run side by side",
         )
-    for s in scripts:
-        warnings.extend(w for w in s.warnings if w not in warnings)
+    warnings.extend(w for w in table.warnings if w not in warnings)
     notes = (
         *first.notes,
-        f"job array of {len(tasks)} tasks (--array={array})",
+        f"job array of {len(tasks)} tasks (--array={table.array})",
         *(f"task {t.index}: {t.checkpoint_dir} {t.overrides_json}" for t in tasks),
     )
     return dataclasses.replace(
         first,
-        text=text,
-        directives=tuple(directives),
         warnings=tuple(warnings),
         checkpoint_dir=f"{recipe.storage.checkpoint_root.rstrip('/')}/{recipe.name}/"
         f"{recipe.storage.run_id or recipe.name}-t<index>",

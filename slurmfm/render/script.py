@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from slurmfm.catalog.nccl import EnvSetting, JobTraits
     from slurmfm.catalog.slurm_features import SlurmVersion
     from slurmfm.recipe.schema import Recipe
+    from slurmfm.render.array import SweepTable
     from slurmfm.render.serve import ServeLaunch
 
 SRC_HYPERPOD_AUTO_RESUME = (
@@ -805,16 +806,48 @@ def _wrap(words: list[str], width: int = 88) -> list[str]:
     return lines
 
 
+def _array_directives(
+    directives: list[Directive], sweep: SweepTable, log_dir: str
+) -> list[Directive]:
+    """A sweep's ``--output`` per task and its ``--array`` (the request's ArraySpec, also in
+    the script so that a plain ``sbatch`` of it runs the array)."""
+    from slurmfm.render.array import array_output
+
+    out: list[Directive] = []
+    for d in directives:
+        if d.option != "output":
+            out.append(d)
+            continue
+        out.append(Directive("output", array_output(log_dir)))
+        out.append(
+            Directive(
+                "array",
+                sbatch_value(sweep.array, what="sweep"),
+                "one array task per sweep point (sbatch(1) --array; %K caps how many run at once)",
+            )
+        )
+    return out
+
+
 def render_script(
-    recipe: Recipe, target: Target | None = None, placement: Placement | None = None
+    recipe: Recipe,
+    target: Target | None = None,
+    placement: Placement | None = None,
+    *,
+    sweep: SweepTable | None = None,
 ) -> RenderedScript:
-    """Render ``recipe`` into an sbatch script for ``target``; pure, deterministic."""
+    """Render ``recipe`` into an sbatch script for ``target``; pure, deterministic.
+
+    With ``sweep`` (:func:`slurmfm.render.array.render_array`), ``recipe`` is task 0's and the
+    values the table sets per task are left out of the shared exports and the launch."""
     from slurmfm.catalog.instances import get_instance
 
     target = target or Target.for_recipe(recipe)
     placement = placement or Placement()
     inst = get_instance(recipe.cluster.instance_type)
     directives, warnings = _directives(recipe, inst, target, placement)
+    if sweep is not None:
+        directives = _array_directives(directives, sweep, recipe.storage.log_dir)
     env, env_warnings = _env_lines(recipe, inst)
     warnings.extend(env_warnings)
     components = _components(recipe, inst)
@@ -823,6 +856,7 @@ def render_script(
         {e.name for e in env}
         | set(recipe.secrets)
         | {e.name for comp in components for e in comp.env}
+        | (sweep.env_names if sweep is not None else frozenset())
     )
     container_opts, container_warnings = _container_opts(recipe, inst, container_env)
     warnings.extend(container_warnings)
@@ -837,6 +871,9 @@ def render_script(
         argv, prefix, how = list(serve.argv), serve.prefix, serve.description
     else:
         argv, prefix, how = _launch(recipe, "$SLURMFM_CHECKPOINT_DIR")
+    if sweep is not None and sweep.argv_from is not None:
+        # this array task's own launch words, set from the sweep table
+        argv = [*argv[: sweep.argv_from], '"${slurmfm_task_argv[@]}"']
     split = serve is not None and serve.group == "split"
     # A split trainer runs on the first hosts of the order only; elsewhere the step spans the
     # (first component of the) allocation.
@@ -921,7 +958,12 @@ def render_script(
         (env_name(f"SLURMFM_DATA_{k.upper()}"), sh_quote(v, what=f"storage.data.{k}"))
         for k, v in s.data.items()
     ]
-    nemo_driver = _nemo_driver(recipe, "$SLURMFM_CHECKPOINT_DIR")
+    shown_env = env
+    if sweep is not None:
+        data = [(n, v) for n, v in data if n not in sweep.data_names]
+        shown_env = [e for e in env if e.name not in sweep.env_names]
+    # a sweep's driver is per task, in the table
+    nemo_driver = None if sweep is not None else _nemo_driver(recipe, "$SLURMFM_CHECKPOINT_DIR")
     heredoc_tag = "SLURMFM_NEMO_DRIVER_EOF"
     if nemo_driver and heredoc_tag in nemo_driver:
         raise RenderError("launcher: the NeMo driver text contains its own heredoc delimiter")
@@ -939,7 +981,8 @@ def render_script(
         "inst": inst,
         "target": target,
         "directives": directives,
-        "env": env,
+        "env": shown_env,
+        "sweep": sweep,
         "secrets": list(recipe.secrets),
         "setup": setup,
         "data": data,

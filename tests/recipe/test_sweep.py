@@ -52,6 +52,7 @@ def base(sweep: dict[str, Any]) -> dict[str, Any]:
         ("storage.log_dir", "--output"),
         ("storage.run_id", "<run_id>-t<index>"),
         ("container.image", "not confined to the script body"),
+        ("launcher.kind", "the launcher kind decides the launch"),
     ],
 )
 def test_fixed_fields_are_refused_with_the_reason(tmp_path: Path, key: str, why: str) -> None:
@@ -63,6 +64,25 @@ def test_fixed_fields_are_refused_with_the_reason(tmp_path: Path, key: str, why:
     assert problem.field == "sweep.tasks.0"
     assert "cannot vary across a job array" in problem.message
     assert why in problem.message
+
+
+def test_megatron_train_iters_cannot_vary() -> None:
+    # it decides the job runtime's completion check, one batch option for the whole array
+    data = {
+        "name": "mg",
+        "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
+        "resources": {"nodes": 2},
+        "launcher": {"kind": "megatron", "model_args": {"train-iters": 10}},
+        "sweep": {"parameters": {"launcher.model_args.train-iters": [10, 20]}},
+    }
+    with pytest.raises(RecipeError) as exc:
+        validate(data)
+    (problem,) = exc.value.problems
+    assert problem.field == "sweep.parameters"
+    assert "array task 1" in problem.message
+    assert "train-iters cannot vary across a job array" in problem.message
+    data["sweep"] = {"parameters": {"launcher.model_args.lr": [0.1, 0.2]}}
+    assert len(api.sweep_tasks(validate(data))) == 2
 
 
 def test_grid_key_refused_at_its_line(tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
-"""Sweeps rendered as one job array: directives, per-task selection, quoting, refusals.
+"""Sweeps rendered once as a job array with a per-task table: directives, per-task values,
+quoting, refusals.
 
 The property test runs the array script under bash with stub Slurm commands once per array
 task (``SLURM_ARRAY_TASK_ID``) and checks that each task's own launch arguments, environment,
-run id and checkpoint directory arrive exactly, and that no value is ever executed.
+run id and checkpoint directory arrive exactly (line breaks included), and that no value is
+ever executed.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,9 +21,9 @@ from hypothesis import strategies as st
 from test_script_props import PAYLOAD, sandbox  # noqa: F401 - the fixture is used by name
 
 from slurmfm import api
-from slurmfm.errors import RecipeError, RenderError, SlurmfmError
+from slurmfm.errors import RecipeError, SlurmfmError
 from slurmfm.recipe.loader import validate
-from slurmfm.render.array import merge_task_scripts
+from slurmfm.render.array import TABLE_MARK
 from slurmfm.render.script import Target, render_script
 
 # The job runtime is extracted into the log directory: one this host may write.
@@ -145,7 +148,12 @@ def test_unknown_task_index_stops(sandbox: Path, tmp_path: Path) -> None:  # noq
     r = validate(base(sweep={"parameters": {"env.A": ["a", "b"]}}))
     script = tmp_path / "job.sh"
     script.write_text(api.render(r, slurm_version="22.05").text)
-    env = {"PATH": str(sandbox / "bin"), "SLURM_ARRAY_TASK_ID": "7", "SLURM_JOB_ID": "1"}
+    env = {
+        "PATH": str(sandbox / "bin"),
+        "SLURM_ARRAY_TASK_ID": "7",
+        "SLURM_JOB_ID": "1",
+        "SLURM_JOB_NAME": "sw",
+    }
     proc = subprocess.run(["/bin/bash", str(script)], env=env, capture_output=True, text=True)
     assert proc.returncode == 2
     assert "array task 7 is not one of the 2 tasks" in proc.stderr
@@ -162,8 +170,10 @@ def test_megatron_and_nemo_sweeps(tmp_path: Path) -> None:
         },
     }
     text = api.render(validate(mg), slurm_version="24.11").text
-    assert text.count("slurmfm_task_argv=(") == 4
-    assert "--tensor-model-parallel-size=4" in text
+    rows = table(text)
+    assert len(rows) == 4
+    assert "--tensor-model-parallel-size=4" in rows[1]["argv"]
+    assert "--tensor-model-parallel-size" not in script_part(text)
     shellcheck(text, tmp_path)
     nemo = {
         "name": "nm",
@@ -173,31 +183,59 @@ def test_megatron_and_nemo_sweeps(tmp_path: Path) -> None:
         "sweep": {"parameters": {"launcher.overrides.optim.config.lr": [0.0001, 0.0003]}},
     }
     text = api.render(validate(nemo), slurm_version="24.11").text
-    assert text.count("SLURMFM_NEMO_DRIVER=$(cat <<'SLURMFM_NEMO_DRIVER_EOF'") == 2
-    assert r"\"optim.config.lr\": 0.0003" in text
+    assert "SLURMFM_NEMO_DRIVER_EOF" not in text  # the driver is per task, in the table
+    drivers = [dict(row["exports"])["SLURMFM_NEMO_DRIVER"] for row in table(text)]
+    assert r"\"optim.config.lr\": 0.0003" in drivers[1]
+    assert r"\"optim.config.lr\": 0.0001" in drivers[0]
     shellcheck(text, tmp_path)
 
 
-def test_merge_refuses_scripts_of_another_shape() -> None:
+def table(text: str) -> list[dict[str, Any]]:
+    """The rows of a sweep script's table (its next-to-last line)."""
+    lines = text.rstrip("\n").split("\n")
+    assert lines[-2].startswith(TABLE_MARK)
+    rows: list[dict[str, Any]] = json.loads(lines[-2][len(TABLE_MARK) :])["tasks"]
+    return rows
+
+
+def script_part(text: str) -> str:
+    """The script without its table and payload lines."""
+    return "\n".join(text.rstrip("\n").split("\n")[:-2])
+
+
+def test_the_script_is_rendered_once_and_only_the_table_differs() -> None:
+    r = validate(
+        base(sweep={"parameters": {"env.A": ["1", "2"], "launcher.args": [["--lr", "9"]]}})
+    )
+    text = api.render(r, slurm_version="24.11").text
+    body = script_part(text)
+    # no per-task selection in the script text: one launch, one set of exports
+    assert "case " not in body
+    assert body.count("exec python3") == 1
+    assert "export A=" not in body  # A differs per task: set from the table
+    # the launch is the same in every task: it stays in the script, whole
+    assert "  train.py \\\n  --lr 9" in body
+    assert "slurmfm_task_argv" not in body
+    rows = table(text)
+    assert [dict(row["exports"])["A"] for row in rows] == ["1", "2"]
+    assert all("argv" not in row for row in rows)
+    # arguments that differ come from the table; the script before them stays in the script
+    r = validate(base(sweep={"parameters": {"launcher.args": [["--lr", "1"], ["--lr", "2"]]}}))
+    text = api.render(r, slurm_version="24.11").text
+    assert '  train.py \\\n  "${slurmfm_task_argv[@]}"' in script_part(text)
+    assert [row["argv"] for row in table(text)] == ["--lr 1", "--lr 2"]
+
+
+def test_tasks_may_set_different_variables(sandbox: Path, tmp_path: Path) -> None:  # noqa: F811
+    # one task sets B, the other does not: each task exports only its own
     r = validate(base(sweep={"tasks": [{"env.A": "1"}, {"env.B": "2"}]}))
-    with pytest.raises(RenderError, match="another shape than task 0"):
-        api.render(r, slurm_version="24.11")
-
-
-def test_merge_refuses_differences_outside_the_allowed_lines() -> None:
-    r = validate(base(sweep={"parameters": {"env.A": ["1", "2"]}}))
-    tasks = api.sweep_tasks(r)
-    target = Target.for_recipe(r, "24.11")
-    scripts = [render_script(t.recipe, target) for t in tasks]
-    other = scripts[1].text.replace("set -euo pipefail", "set -eu")
-    import dataclasses
-
-    scripts[1] = dataclasses.replace(scripts[1], text=other)
-    with pytest.raises(RenderError, match="cannot vary per task"):
-        merge_task_scripts(scripts, tasks, "0-1", "/logs")
-    scripts[1] = dataclasses.replace(scripts[1], directives=scripts[1].directives[:-1])
-    with pytest.raises(RenderError, match="other #SBATCH options"):
-        merge_task_scripts(scripts, tasks, "0-1", "/logs")
+    info = api.dry_run(r, slurm_version="24.11")
+    _, env0 = run_task(sandbox, info.text, tmp_path, 0)
+    assert env0["A"] == "1"
+    assert "B" not in env0
+    _, env1 = run_task(sandbox, info.text, tmp_path, 1)
+    assert env1["A"] == "base"
+    assert env1["B"] == "2"
 
 
 @settings(
@@ -239,19 +277,17 @@ def test_pinned_sweep_warns_that_tasks_serialize() -> None:
     assert any("run one after another" in w for w in script.warnings)
 
 
-@pytest.mark.parametrize(
-    "task",
-    [{"env.A": "x\nexport B=1"}, {"launcher.args": ["a\n#c", "b"]}, {"storage.data.d": "/a\n/b"}],
-)
-def test_line_breaks_in_sweep_values_are_refused(task: dict[str, Any]) -> None:
-    if "storage.data.d" in task:  # a path: refused already by validate (issue 15 item 12)
-        with pytest.raises(RecipeError, match="a path must not contain a line break"):
-            validate(base(sweep={"tasks": [task, {}]}))
-    else:
-        r = validate(base(sweep={"tasks": [task, {}]}))
-        with pytest.raises(RenderError, match="contains a line break"):
-            api.render(r, slurm_version="24.11")
-    # a line break in a value shared by every task is refused too: the merge is line based
-    shared = validate(base(env={"A": "one\ntwo"}, sweep={"parameters": {"env.B": ["1", "2"]}}))
-    with pytest.raises(RenderError, match=r"env\.A contains a line break"):
-        api.render(shared, slurm_version="24.11")
+def test_line_breaks_in_sweep_values_arrive(sandbox: Path, tmp_path: Path) -> None:  # noqa: F811
+    # the table is JSON, not lines of the script: a value may span lines
+    r = validate(
+        base(
+            env={"C": "one\ntwo"},
+            sweep={"tasks": [{"env.A": "x\nexport B=1", "launcher.args": ["a\n#c", "b"]}, {}]},
+        )
+    )
+    text = api.render(r, slurm_version="24.11").text
+    argv, env = run_task(sandbox, text, tmp_path, 0)
+    assert argv[-2:] == ["a\n#c", "b"]
+    assert env["A"] == "x\nexport B=1"
+    assert "B" not in env
+    assert env["C"] == "one\ntwo"
