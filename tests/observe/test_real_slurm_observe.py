@@ -150,10 +150,16 @@ def test_job_metrics_dashboard_and_report(
         "/api/v1/query", query=f'max(slurmfm_job_restarts{{jobid="{job_id}"}})', time=str(t_seen)
     )["result"]
     assert restarts[0]["value"][1] == "1"
-    nodes = prom("/api/v1/query", query=f'slurmfm_job_info{{jobid="{job_id}"}}', time=str(t_seen))[
-        "result"
-    ]
-    assert len({r["metric"]["node"] for r in nodes}) == 2  # one textfile per node
+    # one textfile per node, each seen at some point of the job's life (an instant query at
+    # t_seen missed a node whose agent started late on a loaded machine)
+    nodes = prom(
+        "/api/v1/query_range",
+        query=f'slurmfm_job_info{{jobid="{job_id}"}}',
+        start=str(t0),
+        end=str(time.time()),
+        step="1",
+    )["result"]
+    assert len({r["metric"]["node"] for r in nodes}) == 2
 
     # --- every dashboard query returns this job's series
     board = json.loads(dashboard.SHIPPED.read_text())
