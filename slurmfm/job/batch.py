@@ -356,7 +356,9 @@ class Batch:
         if kind == "megatron":
             return dec.megatron_finished(ckpt, int(arg))
         if kind == "marker":
-            verdict, self.done_note = dec.marker_verdict(ckpt, self.ask, self.marker_before)
+            verdict, self.done_note = dec.marker_verdict(
+                ckpt, self.ask, self.env.get("SLURM_JOB_ID", ""), self.marker_before
+            )
             if verdict == "done":
                 return True
             if verdict == "stale":

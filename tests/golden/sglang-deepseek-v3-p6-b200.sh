@@ -55,10 +55,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/b8d0e285f1cb30a882790943b4e9a3c2c54220fa67c4e295f80c4aca833d6edf.pyz"
-if ! echo "b8d0e285f1cb30a882790943b4e9a3c2c54220fa67c4e295f80c4aca833d6edf  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/ad8aac6dbbf5d92fd5087063c756877919433ef6afecae38f4fe25e8d0907c2f.pyz"
+if ! echo "ad8aac6dbbf5d92fd5087063c756877919433ef6afecae38f4fe25e8d0907c2f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "b8d0e285f1cb30a882790943b4e9a3c2c54220fa67c4e295f80c4aca833d6edf  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "ad8aac6dbbf5d92fd5087063c756877919433ef6afecae38f4fe25e8d0907c2f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -89,4 +89,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 10 --requeue 1 --drain 1 --
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
   --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=b8d0e285f1cb30a882790943b4e9a3c2c54220fa67c4e295f80c4aca833d6edf <base64 zipapp of slurmfm/job, 44836 chars>
+# slurmfm-runtime sha256=ad8aac6dbbf5d92fd5087063c756877919433ef6afecae38f4fe25e8d0907c2f <base64 zipapp of slurmfm/job, 45040 chars>

@@ -110,10 +110,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/b8d0e285f1cb30a882790943b4e9a3c2c54220fa67c4e295f80c4aca833d6edf.pyz"
-if ! echo "b8d0e285f1cb30a882790943b4e9a3c2c54220fa67c4e295f80c4aca833d6edf  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/ad8aac6dbbf5d92fd5087063c756877919433ef6afecae38f4fe25e8d0907c2f.pyz"
+if ! echo "ad8aac6dbbf5d92fd5087063c756877919433ef6afecae38f4fe25e8d0907c2f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "b8d0e285f1cb30a882790943b4e9a3c2c54220fa67c4e295f80c4aca833d6edf  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "ad8aac6dbbf5d92fd5087063c756877919433ef6afecae38f4fe25e8d0907c2f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -193,4 +193,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --log-interval 10 \
   --wandb-project llama3-8b-lr-sweep
 
-# slurmfm-runtime sha256=b8d0e285f1cb30a882790943b4e9a3c2c54220fa67c4e295f80c4aca833d6edf <base64 zipapp of slurmfm/job, 44836 chars>
+# slurmfm-runtime sha256=ad8aac6dbbf5d92fd5087063c756877919433ef6afecae38f4fe25e8d0907c2f <base64 zipapp of slurmfm/job, 45040 chars>

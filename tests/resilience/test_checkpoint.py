@@ -499,6 +499,7 @@ def test_done_marker_says_what_was_asked_and_who_wrote_it(tmp_path: Path) -> Non
     }
     assert ck.is_done(tmp_path)
     assert not list(tmp_path.glob(".DONE.*"))  # written under a temporary name, then renamed
-    assert marker_verdict(str(tmp_path), "a20", None)[0] == "done"
-    # resubmitted with 240 steps (another launch command): the old marker is stale
-    assert marker_verdict(str(tmp_path), "a240", None)[0] == "stale"
+    assert marker_verdict(str(tmp_path), "a20", "12", None)[0] == "done"
+    # resubmitted with 240 steps (another launch command, another job): the marker is stale
+    assert marker_verdict(str(tmp_path), "a240", "13", None)[0] == "stale"
+    assert marker_verdict(str(tmp_path), "a20", "13", None)[0] == "stale"
