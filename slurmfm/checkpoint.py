@@ -331,20 +331,45 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
     return removed
 
 
-def mark_done(directory: Path | None = None) -> None:
+def mark_done(
+    directory: Path | None = None,
+    *,
+    steps: int | None = None,
+    samples: int | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
     """Record that the run finished all its work (the job then does not requeue itself).
 
     A save signal can arrive while the last steps finish; the job script requeues after a
-    signal unless this marker says there is nothing left to do.
+    signal unless this marker says there is nothing left to do. The run directory outlives a
+    run, so the marker says what was asked and who wrote it (JSON): ``ask``, the digest of the
+    launch command the job exports as ``SLURMFM_ASK``, the job id and restart, and the target
+    ``steps``/``samples`` the training was given. The job accepts it only when ``ask`` matches
+    its own: a finished 20-step run resubmitted with 240 steps trains on (issue 15.2).
     """
-    d = directory or run_dir()
+    import json
+    import time
+
+    e = os.environ if env is None else env
+    record: dict[str, object] = {
+        "ask": e.get("SLURMFM_ASK", ""),
+        "job_id": e.get("SLURM_JOB_ID", ""),
+        "restart": int(e.get("SLURM_RESTART_COUNT", "0") or 0),
+        "time": time.time(),
+    }
+    if steps is not None:
+        record["steps"] = steps
+    if samples is not None:
+        record["samples"] = samples
+    d = directory or run_dir(env)
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".{DONE}.{os.getpid()}.tmp"
-    tmp.write_text("done\n", encoding="utf-8")
+    tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, d / DONE)
 
 
 def is_done(directory: Path | None = None) -> bool:
+    """Whether any marker is there (whoever wrote it; the job checks whose it is)."""
     return ((directory or run_dir()) / DONE).exists()
 
 

@@ -100,7 +100,8 @@ def main() -> int:
     dist.barrier()
     if rank == 0:
         ck.report_progress(args.steps, force=True)
-        ck.mark_done(ckpt_dir)  # nothing left to do: no requeue even if a save signal came late
+        # nothing left of what was asked: no requeue even if a save signal came late
+        ck.mark_done(ckpt_dir, steps=args.steps)
         print(json.dumps({"event": "done", "steps": args.steps, "world_size": world,
                           "lr": args.lr, "run_id": os.environ.get("SLURMFM_RUN_ID", ""),
                           "checkpoint_dir": str(ckpt_dir)}), flush=True)

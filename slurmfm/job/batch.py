@@ -81,6 +81,9 @@ class Batch:
         self.nccl_socket = False
         self.gave_up = False
         self.step_started = 0.0
+        self.ask = ""
+        self.marker_before: tuple[int, int, int] | None = None
+        self.done_note = ""
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False) -> int:
@@ -353,9 +356,17 @@ class Batch:
         if kind == "megatron":
             return dec.megatron_finished(ckpt, int(arg))
         if kind == "marker":
+            verdict, self.done_note = dec.marker_verdict(
+                ckpt, self.ask, self.env.get("SLURM_JOB_ID", ""), self.marker_before
+            )
+            if verdict == "done":
+                return True
+            if verdict == "stale":
+                # What another ask finished says nothing about this one: not done.
+                return False
             # Without the pre-timeout signal an exit 0 stays "done" for scripts that never
             # write the marker; after the signal only the marker says the work is finished.
-            return True if dec.marker_finished(ckpt) else (False if self.signalled else None)
+            return False if self.signalled else None
         return None
 
     def main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
@@ -392,6 +403,10 @@ class Batch:
                 # is an srun option (AWS docs "sagemaker-hyperpod-resiliency-slurm-auto-resume").
                 launch_argv = with_auto_resume(launch_argv)
                 serve_argv = with_auto_resume(serve_argv)
+            self.ask = ask_digest(launch_argv or serve_argv)
+            # The training writes it into its DONE marker (slurmfm.checkpoint.mark_done).
+            self.env["SLURMFM_ASK"] = self.ask
+            self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
             if launch_argv:
                 log("launch: " + masked(launch_argv, o.secret, self.env))
                 self.step = self.popen(list(launch_argv), env=self.env)
@@ -426,6 +441,10 @@ class Batch:
             d = dec.decide(
                 rc, self.signalled, self.finished() if rc == 0 else False, dead, retry, o.hyperpod
             )
+            if self.done_note:
+                log("completion check: " + self.done_note)
+                if d.action == "requeue" and self.done_note.startswith("stale"):
+                    d = d._replace(reason=f"{d.reason}; {self.done_note}")
             capped = dec.apply_cap(d, self.restart, o.max_restarts, o.requeue)
             recorded = False
             why = "did not answer after a failed step (job {})".format(
@@ -448,6 +467,18 @@ def with_auto_resume(argv: Sequence[str]) -> list[str]:
     if words[:1] == ["srun"] and "--auto-resume=1" not in words:
         words.insert(1, "--auto-resume=1")
     return words
+
+
+def ask_digest(argv: Sequence[str]) -> str:
+    """What this attempt was asked: a digest of its launch command as the job runs it.
+
+    Steps, samples and every other argument (the NeMo driver text too) change it. The
+    training rewrites its marker each time it finds its work done, so the digest need only
+    hold for one attempt: what differs between jobs (the rendezvous port) costs nothing.
+    """
+    import hashlib
+
+    return hashlib.sha256("\0".join(argv).encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def dump_json(value: object) -> str:

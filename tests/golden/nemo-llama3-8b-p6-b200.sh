@@ -74,10 +74,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/93a3dda3c5e9a3efa9760e4b8ec607244d0a9a1d4354c2ed761c0b492ae7bf03.pyz"
-if ! echo "93a3dda3c5e9a3efa9760e4b8ec607244d0a9a1d4354c2ed761c0b492ae7bf03  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/39c58485ced176a35ea862581c16091231a8d0dd6b77967aca13fb99903b0578.pyz"
+if ! echo "39c58485ced176a35ea862581c16091231a8d0dd6b77967aca13fb99903b0578  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "93a3dda3c5e9a3efa9760e4b8ec607244d0a9a1d4354c2ed761c0b492ae7bf03  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "39c58485ced176a35ea862581c16091231a8d0dd6b77967aca13fb99903b0578  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -127,4 +127,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   python3 "$SLURMFM_RUNTIME" node --prefix 0 --forward none -- \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=93a3dda3c5e9a3efa9760e4b8ec607244d0a9a1d4354c2ed761c0b492ae7bf03 <base64 zipapp of slurmfm/job, 45012 chars>
+# slurmfm-runtime sha256=39c58485ced176a35ea862581c16091231a8d0dd6b77967aca13fb99903b0578 <base64 zipapp of slurmfm/job, 46932 chars>

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from collections.abc import Callable, Sequence
@@ -10,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from slurmfm.job.batch import Batch
+from slurmfm.checkpoint import mark_done
+from slurmfm.job.batch import Batch, ask_digest
 from slurmfm.job.cli import parser
 
 
@@ -132,11 +134,56 @@ def test_save_signal_forwarded_then_requeue_recorded_after_it_happened(tmp_path:
 
 def test_signal_after_the_work_is_done_finishes(tmp_path: Path) -> None:
     box: list[Batch] = []
-    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+
+    def train() -> None:  # the training finishes (a plain marker, written by this attempt)
+        (tmp_path / "ckpt" / "DONE").write_text("done\n")
+        box[0].on_usr2(signal.SIGUSR2, None)
+
+    step = Step(0, during=train)
     box.append(make(tmp_path, step, Slurm(), "--done-check", "marker"))
-    (tmp_path / "ckpt" / "DONE").write_text("")
     assert go(box[0]) == 0
     assert state(tmp_path)[-1] == "event=finished exit 0 (all work done before the time limit)"
+
+
+def test_stale_marker_of_a_shorter_run_does_not_end_a_longer_one(tmp_path: Path) -> None:
+    """15.2: a finished 20-step run's marker; the run now asks for 240 and saved at step 95."""
+    box: list[Batch] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker"))
+    old = {"ask": "a20", "job_id": "12", "steps": 20}
+    (tmp_path / "ckpt" / "DONE").write_text(json.dumps(old))
+    assert go(box[0]) == 0
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path)[-1] == (
+        "event=requeue saved before the time limit (training exit 0); "
+        "stale DONE marker (written by job 12 for another launch, steps 20)"
+    )
+
+
+def test_marker_for_this_ask_finishes_and_the_step_is_told_the_ask(tmp_path: Path) -> None:
+    box: list[Batch] = []
+    seen: dict[str, str] = {}
+
+    def train() -> None:
+        seen["ask"] = box[0].env["SLURMFM_ASK"]
+        mark_done(tmp_path / "ckpt", steps=240, env=box[0].env)
+        box[0].on_usr2(signal.SIGUSR2, None)
+
+    box.append(make(tmp_path, Step(0, during=train), Slurm(), "--done-check", "marker"))
+    assert go(box[0]) == 0
+    assert seen["ask"] == ask_digest(["srun", "python3", "train.py", "--token=s3cr3t"])
+    assert state(tmp_path)[-1] == "event=finished exit 0 (all work done before the time limit)"
+
+
+def test_plain_marker_older_than_the_attempt_is_stale(tmp_path: Path) -> None:
+    """An exit 0 without the signal and an old plain DONE: the work was not shown done."""
+    slurm = Slurm()
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "DONE").write_text("done\n")
+    assert go(make(tmp_path, Step(0), slurm, "--done-check", "marker")) == 0
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path)[-1].endswith("; stale DONE marker (plain, older than this attempt)")
 
 
 def test_restart_cap_after_a_save_ends_failed(tmp_path: Path) -> None:

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
-from slurmfm.job.decide import GIVE_UP_EXIT, Decision, apply_cap, decide, megatron_finished
+from slurmfm.job.decide import (
+    GIVE_UP_EXIT,
+    Decision,
+    apply_cap,
+    decide,
+    marker_stamp,
+    marker_verdict,
+    megatron_finished,
+)
 
 
 def test_signal_then_saved_requeues_unless_finished() -> None:
@@ -55,3 +65,33 @@ def test_megatron_exit_zero_short_of_train_iters_requeues(tmp_path: Path) -> Non
     assert "before the work was done" in d.reason
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("1000\n")
     assert decide(0, False, megatron_finished(str(tmp_path), 1000)).action == "finished"
+
+
+def test_marker_counts_only_for_the_ask_and_job_that_wrote_it(tmp_path: Path) -> None:
+    """15.2: the run directory outlives a run; its DONE says what was asked and by whom."""
+    assert marker_verdict(str(tmp_path), "a240", "13", None) == ("absent", "")
+    (tmp_path / "DONE").write_text(json.dumps({"ask": "a20", "job_id": "12", "steps": 20}))
+    before = marker_stamp(str(tmp_path))
+    assert marker_verdict(str(tmp_path), "a240", "12", before) == (
+        "stale",
+        "stale DONE marker (written by job 12 for another launch, steps 20)",
+    )
+    # the same command line in another job: what it asked may differ (environment, data)
+    assert marker_verdict(str(tmp_path), "a20", "13", before) == (
+        "stale",
+        "stale DONE marker (written by job 12, not this job)",
+    )
+    assert marker_verdict(str(tmp_path), "a20", "12", before)[0] == "done"
+
+
+def test_plain_marker_counts_only_when_this_attempt_wrote_it(tmp_path: Path) -> None:
+    (tmp_path / "DONE").write_text("done\n")
+    before = marker_stamp(str(tmp_path))
+    assert marker_verdict(str(tmp_path), "a", "1", before)[0] == "stale"
+    (tmp_path / "new").write_text("done\n")
+    os.replace(tmp_path / "new", tmp_path / "DONE")  # as mark_done writes it: a new file
+    assert marker_verdict(str(tmp_path), "a", "1", before) == (
+        "done",
+        "plain DONE marker written during this attempt",
+    )
+    assert marker_verdict(str(tmp_path), "a", "1", None)[0] == "done"  # absent at the start

@@ -480,3 +480,26 @@ def test_a_full_disk_of_leftovers_and_old_checkpoints_does_not_stop_a_save(
     assert names[-1] == "step_000000005"
     assert int((d / names[-1] / "meta.txt").read_text()) == 5
     assert not [p for p in d.iterdir() if p.name.startswith(".step_")]
+
+
+def test_done_marker_says_what_was_asked_and_who_wrote_it(tmp_path: Path) -> None:
+    """15.2: the job accepts a DONE marker only for the ask that wrote it."""
+    import json
+
+    from slurmfm.job.decide import marker_verdict
+
+    env = {"SLURMFM_ASK": "a20", "SLURM_JOB_ID": "12", "SLURM_RESTART_COUNT": "1"}
+    ck.mark_done(tmp_path, steps=20, env=env)
+    record = json.loads((tmp_path / ck.DONE).read_text())
+    assert {k: record[k] for k in ("ask", "job_id", "restart", "steps")} == {
+        "ask": "a20",
+        "job_id": "12",
+        "restart": 1,
+        "steps": 20,
+    }
+    assert ck.is_done(tmp_path)
+    assert not list(tmp_path.glob(".DONE.*"))  # written under a temporary name, then renamed
+    assert marker_verdict(str(tmp_path), "a20", "12", None)[0] == "done"
+    # resubmitted with 240 steps (another launch command, another job): the marker is stale
+    assert marker_verdict(str(tmp_path), "a240", "13", None)[0] == "stale"
+    assert marker_verdict(str(tmp_path), "a20", "13", None)[0] == "stale"

@@ -6,6 +6,7 @@ tests. Checked from the jobs' own logs (append mode keeps every restart's output
 * time limit near -> USR2 -> the job saves -> requeues itself -> resumes at the next step;
 * a node dies mid-job (its slurmd and the job's processes on it are killed) -> the job sets it
   DOWN, requeues, and resumes from the last checkpoint on other nodes;
+* a finished short run resubmitted with more steps trains on (its DONE marker is stale);
 * preflight refuses impossible requests with Slurm's reason, exit 2, nothing queued.
 """
 
@@ -136,6 +137,37 @@ def test_time_limit_save_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> 
     assert info["restarts"] >= 1
     assert info["last_requeue_reason"].startswith("saved before the time limit")
     assert info["last_checkpoint"].endswith(f"step_{total:09d}")
+
+
+def test_finished_short_run_resubmitted_with_more_steps_trains_on(
+    resil_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """15.2: the 20-step run's DONE marker must not end the 240-step run at its first save."""
+    short = submit(resil_lab, tmp_path, "launcher.args=[--steps, '20', --checkpoint-every, '10']")
+    assert wait_done(resil_lab, short, timeout=300)["JobState"] == "COMPLETED"
+    marker = json.loads((tmp_path / "ckpt" / "quickstart" / "quickstart" / "DONE").read_text())
+    assert (marker["job_id"], marker["steps"]) == (short, 20)
+    total = 240
+    job_id = submit(
+        resil_lab,
+        tmp_path,
+        "resources.time_limit=2",
+        "resilience.save_before_timeout_s=75",
+        "resilience.max_restarts=6",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '20', --sleep, '0.25']",
+    )
+    rec = wait_done(resil_lab, job_id, timeout=600)
+    log = (tmp_path / "logs" / f"quickstart_{job_id}.out").read_text()
+    ev = events(log)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) >= 1, log[-3000:]
+    assert next(e["step"] for e in ev if e["event"] == "resume") == 20
+    assert {e["step"] for e in ev if e["event"] == "step"} == set(range(21, total + 1))
+    assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
+    state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
+    assert f"stale DONE marker (written by job {short} for another launch, steps 20)" in state
+    marker = json.loads((tmp_path / "ckpt" / "quickstart" / "quickstart" / "DONE").read_text())
+    assert (marker["job_id"], marker["steps"]) == (job_id, total)
 
 
 def node_processes(node: str, job_id: str) -> list[int]:

@@ -35,12 +35,17 @@ def main() -> None:
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
-        # its work is done: say so, as slurmfm.checkpoint.mark_done does (the 5-minute test
-        # job gets the pre-timeout signal at once; without the marker it would be a save)
+        # its work is done: say so for this launch (SLURMFM_ASK), as slurmfm.checkpoint.mark_done
+        # does (the 5-minute test job gets the pre-timeout signal at once; without the marker
+        # it would be a save)
         run = os.environ["SLURMFM_CHECKPOINT_DIR"]
         os.makedirs(run, exist_ok=True)
+        record = {
+            "ask": os.environ.get("SLURMFM_ASK", ""),
+            "job_id": os.environ.get("SLURM_JOB_ID"),
+        }
         with open(os.path.join(run, "DONE"), "w") as fh:
-            fh.write("done\n")
+            json.dump(record, fh)
 
 
 if __name__ == "__main__":
