@@ -685,6 +685,14 @@ class Resilience(_Strict):
             "false for nemo, vllm and sglang"
         ),
     )
+    retry_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=list,
+        description=(
+            "step exit codes that requeue the job; others fail it at once (an argument error "
+            "or ImportError fails the same way every time). A dead node, a process killed by "
+            "a signal (exit > 128) and the pre-timeout save always requeue"
+        ),
+    )
     model_params_b: float | None = Field(
         default=None,
         gt=0,
