@@ -59,42 +59,6 @@ export HF_HOME=/fsx/cache/huggingface
 
 # Storage: one checkpoint directory per run, shared by save and resume; logs and the state file
 # (`slurmfm status` reads it) in the log directory.
-case "${SLURM_ARRAY_TASK_ID:?slurmfm: this script is a job array}" in
-  0)
-    export SLURMFM_RUN_ID=llama3-8b-lr-sweep-t0
-    export SLURMFM_CHECKPOINT_DIR=/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t0
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.model_args.lr":0.0001,"launcher.model_args.lr-warmup-iters":100}'
-    ;;
-  1)
-    export SLURMFM_RUN_ID=llama3-8b-lr-sweep-t1
-    export SLURMFM_CHECKPOINT_DIR=/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t1
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.model_args.lr":0.0001,"launcher.model_args.lr-warmup-iters":400}'
-    ;;
-  2)
-    export SLURMFM_RUN_ID=llama3-8b-lr-sweep-t2
-    export SLURMFM_CHECKPOINT_DIR=/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t2
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.model_args.lr":0.0003,"launcher.model_args.lr-warmup-iters":100}'
-    ;;
-  3)
-    export SLURMFM_RUN_ID=llama3-8b-lr-sweep-t3
-    export SLURMFM_CHECKPOINT_DIR=/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t3
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.model_args.lr":0.0003,"launcher.model_args.lr-warmup-iters":400}'
-    ;;
-  4)
-    export SLURMFM_RUN_ID=llama3-8b-lr-sweep-t4
-    export SLURMFM_CHECKPOINT_DIR=/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t4
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.model_args.lr":0.0006,"launcher.model_args.lr-warmup-iters":100}'
-    ;;
-  5)
-    export SLURMFM_RUN_ID=llama3-8b-lr-sweep-t5
-    export SLURMFM_CHECKPOINT_DIR=/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t5
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.model_args.lr":0.0006,"launcher.model_args.lr-warmup-iters":400}'
-    ;;
-  *)
-    echo "slurmfm: array task $SLURM_ARRAY_TASK_ID is not one of the 6 tasks of this sweep" >&2
-    exit 2
-    ;;
-esac
 export SLURMFM_LOG_DIR=/fsx/logs
 export SLURMFM_STATE_FILE="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.state"
 # Slurm counts requeues; the training's save handler listens for this signal.
@@ -107,31 +71,28 @@ export SLURMFM_OBS_TEXTFILE_DIR=/var/lib/node_exporter/textfile_collector SLURMF
 export SLURMFM_OBS_EFA=1 SLURMFM_OBS_INTERVAL=15 SLURMFM_OBS_GPUS=8 SLURMFM_OBS_RECIPE=sweep-lr-llama3-8b-p5
 export SLURMFM_OBS_DIR="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.observe"
 export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRESS_FILE="$SLURMFM_OBS_DIR/progress.json"
-mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
+mkdir -p "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/517d785bd84266130a3e5ce752584d940d86e662739418565a69766aeda8cd4b.pyz"
-if ! echo "517d785bd84266130a3e5ce752584d940d86e662739418565a69766aeda8cd4b  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9.pyz"
+if ! echo "a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "517d785bd84266130a3e5ce752584d940d86e662739418565a69766aeda8cd4b  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
+
+# This array task's own run id, checkpoint directory, environment and launch arguments: the
+# runtime selects the row of SLURM_ARRAY_TASK_ID in the sweep table (next-to-last line).
+slurmfm_task_argv=()
+slurmfm_task=$(python3 "$SLURMFM_RUNTIME" task --script "$0")
+eval "$slurmfm_task"
+mkdir -p "$SLURMFM_CHECKPOINT_DIR"
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
 slurmfm_env=$(python3 "$SLURMFM_RUNTIME" prepare --stripe 1)
 eval "$slurmfm_env"
 
-# This array task's own launch arguments (the sweep's overrides).
-case "${SLURM_ARRAY_TASK_ID:?slurmfm: this script is a job array}" in
-  0) slurmfm_task_argv=(--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100) ;;
-  1) slurmfm_task_argv=(--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400) ;;
-  2) slurmfm_task_argv=(--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100) ;;
-  3) slurmfm_task_argv=(--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400) ;;
-  4) slurmfm_task_argv=(--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100) ;;
-  5) slurmfm_task_argv=(--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400) ;;
-  *) echo "slurmfm: array task $SLURM_ARRAY_TASK_ID is not one of the 6 tasks of this sweep" >&2; exit 2 ;;
-esac
 # Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
@@ -175,23 +136,7 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --micro-batch-size 1 \
   --global-batch-size 256 \
   --train-iters 2000 \
-  "${slurmfm_task_argv[@]}" \
-  --weight-decay 0.1 \
-  --adam-beta1 0.9 \
-  --adam-beta2 0.95 \
-  --clip-grad 1.0 \
-  --bf16 \
-  --use-distributed-optimizer \
-  --sequence-parallel \
-  --save-interval 500 \
-  --ckpt-format torch_dist \
-  --tokenizer-type HuggingFaceTokenizer \
-  --tokenizer-model /fsx/models/Meta-Llama-3-8B \
-  --data-path /fsx/data/llama3/redpajama-v2_text_document \
-  --split 99,1,0 \
-  --eval-interval 250 \
-  --eval-iters 10 \
-  --log-interval 10 \
-  --wandb-project llama3-8b-lr-sweep
+  "${slurmfm_task_argv[@]}"
 
-# slurmfm-runtime sha256=517d785bd84266130a3e5ce752584d940d86e662739418565a69766aeda8cd4b <base64 zipapp of slurmfm/job, 45544 chars>
+# slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t0"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":1,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t1"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":2,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t2"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":3,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t3"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t3"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":4,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t4"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t4"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":5,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t5"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t5"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"}]}
+# slurmfm-runtime sha256=a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9 <base64 zipapp of slurmfm/job, 49328 chars>

@@ -32,53 +32,32 @@ export OMP_NUM_THREADS=1
 
 # Storage: one checkpoint directory per run, shared by save and resume; logs and the state file
 # (`slurmfm status` reads it) in the log directory.
-case "${SLURM_ARRAY_TASK_ID:?slurmfm: this script is a job array}" in
-  0)
-    export SLURMFM_RUN_ID=sweep-quickstart-t0
-    export SLURMFM_CHECKPOINT_DIR=runs/checkpoints/sweep-quickstart/sweep-quickstart-t0
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.args":["--steps","10","--checkpoint-every","5","--lr","0.01"]}'
-    ;;
-  1)
-    export SLURMFM_RUN_ID=sweep-quickstart-t1
-    export SLURMFM_CHECKPOINT_DIR=runs/checkpoints/sweep-quickstart/sweep-quickstart-t1
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.args":["--steps","10","--checkpoint-every","5","--lr","0.05"]}'
-    ;;
-  2)
-    export SLURMFM_RUN_ID=sweep-quickstart-t2
-    export SLURMFM_CHECKPOINT_DIR=runs/checkpoints/sweep-quickstart/sweep-quickstart-t2
-    export SLURMFM_SWEEP_OVERRIDES='{"launcher.args":["--steps","10","--checkpoint-every","5","--lr","0.2"]}'
-    ;;
-  *)
-    echo "slurmfm: array task $SLURM_ARRAY_TASK_ID is not one of the 3 tasks of this sweep" >&2
-    exit 2
-    ;;
-esac
 export SLURMFM_LOG_DIR=runs/logs
 export SLURMFM_STATE_FILE="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.state"
 # Slurm counts requeues; the training's save handler listens for this signal.
 export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
-mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
+mkdir -p "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/517d785bd84266130a3e5ce752584d940d86e662739418565a69766aeda8cd4b.pyz"
-if ! echo "517d785bd84266130a3e5ce752584d940d86e662739418565a69766aeda8cd4b  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9.pyz"
+if ! echo "a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "517d785bd84266130a3e5ce752584d940d86e662739418565a69766aeda8cd4b  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
+
+# This array task's own run id, checkpoint directory, environment and launch arguments: the
+# runtime selects the row of SLURM_ARRAY_TASK_ID in the sweep table (next-to-last line).
+slurmfm_task_argv=()
+slurmfm_task=$(python3 "$SLURMFM_RUNTIME" task --script "$0")
+eval "$slurmfm_task"
+mkdir -p "$SLURMFM_CHECKPOINT_DIR"
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
 slurmfm_env=$(python3 "$SLURMFM_RUNTIME" prepare --stripe 1)
 eval "$slurmfm_env"
 
-# This array task's own launch arguments (the sweep's overrides).
-case "${SLURM_ARRAY_TASK_ID:?slurmfm: this script is a job array}" in
-  0) slurmfm_task_argv=(--steps 10 --checkpoint-every 5 --lr 0.01) ;;
-  1) slurmfm_task_argv=(--steps 10 --checkpoint-every 5 --lr 0.05) ;;
-  2) slurmfm_task_argv=(--steps 10 --checkpoint-every 5 --lr 0.2) ;;
-  *) echo "slurmfm: array task $SLURM_ARRAY_TASK_ID is not one of the 3 tasks of this sweep" >&2; exit 2 ;;
-esac
 # Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
@@ -93,4 +72,5 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   recipes/scripts/train_tiny.py \
   "${slurmfm_task_argv[@]}"
 
-# slurmfm-runtime sha256=517d785bd84266130a3e5ce752584d940d86e662739418565a69766aeda8cd4b <base64 zipapp of slurmfm/job, 45544 chars>
+# slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t0"],["SLURMFM_CHECKPOINT_DIR","runs/checkpoints/sweep-quickstart/sweep-quickstart-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.01\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.01"},{"task":1,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t1"],["SLURMFM_CHECKPOINT_DIR","runs/checkpoints/sweep-quickstart/sweep-quickstart-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.05\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.05"},{"task":2,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t2"],["SLURMFM_CHECKPOINT_DIR","runs/checkpoints/sweep-quickstart/sweep-quickstart-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.2\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.2"}]}
+# slurmfm-runtime sha256=a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9 <base64 zipapp of slurmfm/job, 49328 chars>
