@@ -172,6 +172,7 @@ _LEAF_FIELDS = (
     "recipe",
     "requeue",
     "reservation",
+    "retry_exit_codes",
     "run_id",
     "save_before_timeout_s",
     "save_on_signal",
