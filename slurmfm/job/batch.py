@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from . import decide as dec
@@ -86,8 +86,12 @@ class Batch:
         self.done_note = ""
 
     # --- decisions -------------------------------------------------------------------------
-    def act(self, d: dec.Decision, recorded: bool = False) -> int:
-        """Carry out a decision; record it only after it happened (``recorded``: already)."""
+    def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
+        """Carry out a decision; record it only after it happened (``recorded``: already).
+
+        ``exclude``: failed nodes Slurm was not told about (the owner may not drain them);
+        the requeued job is kept off them (see :func:`slurm.requeue_excluding`).
+        """
         d = dec.apply_cap(d, self.restart, self.o.max_restarts, self.o.requeue)
         if d.action == "finished":
             self.state.record("finished", d.reason)
@@ -95,12 +99,22 @@ class Batch:
         if d.action == "requeue":
             me = sl.self_id(self.env)
             log(f"requeueing job {me}: {d.reason}")
-            ok, why = sl.requeue(
-                me, self.run, self.sleep, self.o.requeue_tries, self.o.requeue_delay_s
-            )
+            with term_ignored():
+                # requeuehold makes slurmd TERM this job at once; the update and release that
+                # follow must not die with it (the children inherit the ignored TERM).
+                ok, why, note = sl.requeue_excluding(
+                    me,
+                    exclude,
+                    self.run,
+                    self.sleep,
+                    self.o.requeue_tries,
+                    self.o.requeue_delay_s,
+                )
+            if note:
+                log(f"requeued job {me}: {note}", err=not note.startswith("excluded"))
             if ok:
                 if not recorded:
-                    self.state.record("requeue", d.reason)
+                    self.state.record("requeue", d.reason + (f" ({note})" if note else ""))
                 return 0
             self.state.record("fail", f"requeue failed ({why}): {d.reason}")
             log(f"could not requeue job {me}: {why}", err=True)
@@ -155,11 +169,12 @@ class Batch:
         _, bad = parse_report(out)
         if rc == 0 and not bad:
             return None
-        for node, why in bad:
-            self.drain(node, "health gate: " + why)
+        undrained = [node for node, why in bad if not self.drain(node, "health gate: " + why)]
         sick = " ".join(n for n, _ in bad) or "some node"
         log("health gate failed on: %s" % (sick if bad else "unknown nodes (exit %d)" % rc), True)
-        code = self.act(dec.Decision("requeue", f"health gate failed on {sick}", 3))
+        code = self.act(
+            dec.Decision("requeue", f"health gate failed on {sick}", 3), exclude=undrained
+        )
         return code or 3
 
     def observe_start(self) -> None:
@@ -435,9 +450,7 @@ class Batch:
                     dead = sl.probe(self.order, self.run, o.probe_timeout_s)
                 else:
                     log("slurmctld does not answer; not judging the nodes", err=True)
-            retry = (
-                None if o.retry_exit == "any" else [int(x) for x in o.retry_exit.split(",") if x]
-            )
+            retry = retry_codes(o.retry_exit)
             d = dec.decide(
                 rc, self.signalled, self.finished() if rc == 0 else False, dead, retry, o.hyperpod
             )
@@ -450,16 +463,42 @@ class Batch:
             why = "did not answer after a failed step (job {})".format(
                 self.env.get("SLURM_JOB_ID", "")
             )
+            undowned: list[str] = []
             for h in dead:
-                if self.drain(h, why, "DOWN") and not recorded and capped.action == "requeue":
+                if not self.drain(h, why, "DOWN"):
+                    undowned.append(h)
+                elif not recorded and capped.action == "requeue":
                     # A node set DOWN makes Slurm requeue this job itself at once (seen on
                     # the lab: it may end this step before `scontrol requeue` returns), so
                     # the requeue is recorded as soon as its cause happened.
                     self.state.record("requeue", capped.reason)
                     recorded = True
-            return self.act(d, recorded)
+            return self.act(d, recorded, exclude=[] if recorded else undowned)
         finally:
             self.cleanup()
+
+
+def retry_codes(spec: str) -> list[int] | None:
+    """``--retry-exit``: 'any' (None: every exit retried), 'none' or a comma list of codes."""
+    if spec == "any":
+        return None
+    return [int(x) for x in spec.split(",") if x and x != "none"]
+
+
+@contextlib.contextmanager
+def term_ignored() -> Iterator[None]:
+    """Ignore SIGTERM (in this process and the commands it starts) for the block.
+
+    Only the main thread may change signal handlers; elsewhere the block runs unchanged.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def with_auto_resume(argv: Sequence[str]) -> list[str]:

@@ -231,7 +231,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--requeue", type=int, default=1)
     b.add_argument("--requeue-tries", type=int, default=3)
     b.add_argument("--requeue-delay-s", type=float, default=10.0)
-    b.add_argument("--retry-exit", default="any", help="'any' or a comma list of exit codes")
+    b.add_argument(
+        "--retry-exit",
+        default="any",
+        help="'any', 'none' or a comma list of exit codes (exits > 128 always retry)",
+    )
     b.add_argument("--drain", type=int, default=0)
     b.add_argument("--hyperpod", type=int, default=0)
     b.add_argument("--hyperpod-marker", default="/opt/sagemaker_cluster")

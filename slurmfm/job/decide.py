@@ -5,8 +5,11 @@ The rules, in order:
 1. The pre-timeout signal came: the job requeues (the training saved, or saves periodically),
    unless the work is finished. Also when the save outlasted the window and the step ended
    non-zero: the last checkpoint on disk is still good.
-2. The step failed: requeue when a node is gone or the exit code is one the recipe marks
-   retryable; otherwise fail at once (an argument error fails the same way every time).
+2. The step failed: requeue when a node is gone, when a process was killed by a signal
+   (exit > 128: srun reports a task killed by SIGKILL as 137, by TERM as 143; the OOM killer,
+   a node being lost) or when the exit code is one the recipe marks retryable; otherwise fail
+   at once: an argument error or an ImportError (Python exits 1 or 2) and a missing Pyxis
+   option (srun exits 1) fail the same way every time.
 3. The step exited 0: finished when the completion check agrees (Megatron-LM also exits 0 after
    ``--exit-duration-in-mins``), else requeue to continue.
 
@@ -39,7 +42,8 @@ def decide(
     """The decision before the restart cap is applied (see :func:`apply_cap`).
 
     ``finished`` is the completion check's answer (None: the launcher has no check, so exit 0
-    counts as finished); ``retryable`` None means every non-zero exit is retried.
+    counts as finished); ``retryable`` None means every non-zero exit is retried, otherwise
+    exits above 128 (killed by a signal) and the listed ones are.
     """
     if signalled:
         if rc == 0 and finished is not False and finished is not None:
@@ -56,7 +60,17 @@ def decide(
             return Decision("fail", "exit %d" % rc, rc)
         if retryable is None or rc in retryable:
             return Decision("requeue", "step failed with exit %d" % rc, rc)
-        return Decision("fail", "exit %d (not a retryable exit code)" % rc, rc)
+        if rc > 128:
+            return Decision(
+                "requeue", "step failed with exit %d (killed by signal %d)" % (rc, rc - 128), rc
+            )
+        return Decision(
+            "fail",
+            "exit %d (not a retryable exit code: a deterministic error such as a bad argument, "
+            "an ImportError or an unknown srun option; see the job log; "
+            "resilience.retry_exit_codes lists retryable ones)" % rc,
+            rc,
+        )
     if finished is False:
         return Decision("requeue", "exit 0 before the work was done (completion check)", 0)
     return Decision("finished", "exit 0", 0)

@@ -52,6 +52,93 @@ def requeue(
     return False, out.strip().splitlines()[-1] if out.strip() else "scontrol requeue failed"
 
 
+def job_record(job: str, run: Runner = run_command, timeout_s: float = 30.0) -> dict[str, str]:
+    """``scontrol show job -o JOB`` as ``{Key: value}`` (empty when scontrol fails)."""
+    rc, out = run(["scontrol", "show", "job", "-o", job], timeout_s)
+    if rc != 0:
+        return {}
+    rec: dict[str, str] = {}
+    for word in out.split():
+        key, eq, value = word.partition("=")
+        if eq and key not in rec:
+            rec[key] = value
+    return rec
+
+
+def _last(out: str, what: str) -> str:
+    """The last line scontrol printed, or ``WHAT failed``."""
+    return out.strip().splitlines()[-1] if out.strip() else what + " failed"
+
+
+def _listed(value: str) -> bool:
+    return bool(value) and value not in ("(null)", "None")
+
+
+def requeue_excluding(
+    job: str,
+    nodes: Sequence[str],
+    run: Runner = run_command,
+    sleep: Callable[[float], None] = time.sleep,
+    tries: int = 3,
+    delay_s: float = 10.0,
+    timeout_s: float = 30.0,
+) -> tuple[bool, str, str]:
+    """Requeue ``job`` so that it cannot start again on ``nodes``; (requeued, why, note).
+
+    A job owner who may not drain a node can still keep the requeued job off it:
+    ``scontrol requeuehold`` (the job is pending and held, so it cannot start before the
+    change), ``scontrol update JobId=J ExcNodeList=...`` (Slurm takes it only for a pending
+    job), then ``scontrol release``. A pinned job (``--nodelist``) also lists the node in its
+    ReqNodeList, which would contradict the exclusion, so the node is dropped from it; Slurm
+    then picks the missing nodes itself. When requeuehold fails, a plain requeue is the
+    fallback (the job may come back on the node). After a hold succeeded the release is
+    always attempted: a job left held would never run again.
+    ``note`` says what happened to the exclusion, for the log and the state file.
+    """
+    if not nodes:
+        ok, why = requeue(job, run, sleep, tries, delay_s, timeout_s)
+        return ok, why, ""
+    held, out = False, ""
+    for i in range(max(1, tries)):
+        rc, out = run(["scontrol", "requeuehold", job], timeout_s)
+        if rc == 0:
+            held = True
+            break
+        if i + 1 < tries:
+            sleep(delay_s)
+    if not held:
+        last = _last(out, "scontrol requeuehold")
+        ok, why = requeue(job, run, sleep, tries, delay_s, timeout_s)
+        return ok, why, f"not excluded ({last})"
+    bad = list(dict.fromkeys(nodes))
+    rec = job_record(job, run, timeout_s)
+    exc = rec.get("ExcNodeList", "")
+    update = ["scontrol", "update", "JobId=" + job]
+    req = rec.get("ReqNodeList", "")
+    if _listed(req):
+        try:
+            pinned = hostnames(req, run, timeout_s)
+        except RuntimeError:
+            pinned = []
+        if any(h in bad for h in pinned):
+            update.append("ReqNodeList=" + ",".join(h for h in pinned if h not in bad))
+    update.append("ExcNodeList=" + ",".join(([exc] if _listed(exc) else []) + bad))
+    rc, out = run(update, timeout_s)
+    note = "excluded " + ",".join(bad) if rc == 0 else f"not excluded ({_last(out, 'update')})"
+    released, out = False, ""
+    for i in range(max(1, tries)):
+        rc, out = run(["scontrol", "release", job], timeout_s)
+        if rc == 0:
+            released = True
+            break
+        if i + 1 < tries:
+            sleep(delay_s)
+    if not released:
+        last = _last(out, "scontrol release")
+        return True, "", f"{note}; the job is held: scontrol release {job} ({last})"
+    return True, "", note
+
+
 def set_node(
     node: str, state: str, why: str, run: Runner = run_command, timeout_s: float = 30.0
 ) -> bool:

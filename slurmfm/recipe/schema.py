@@ -172,6 +172,7 @@ _LEAF_FIELDS = (
     "recipe",
     "requeue",
     "reservation",
+    "retry_exit_codes",
     "run_id",
     "save_before_timeout_s",
     "save_on_signal",
@@ -683,6 +684,14 @@ class Resilience(_Strict):
             "has no such handler, so the job requeues at once at the signal and resumes from "
             "its last periodic checkpoint. Default by launcher: true for torchrun and megatron, "
             "false for nemo, vllm and sglang"
+        ),
+    )
+    retry_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=list,
+        description=(
+            "step exit codes that requeue the job; others fail it at once (an argument error "
+            "or ImportError fails the same way every time). A dead node, a process killed by "
+            "a signal (exit > 128) and the pre-timeout save always requeue"
         ),
     )
     model_params_b: float | None = Field(

@@ -751,9 +751,13 @@ def _batch_opts(
     """Options of ``runtime batch``, one readable group per line."""
     res = recipe.resilience
     kind = recipe.launcher.kind
+    hyperpod = int(recipe.cluster.flavor == "hyperpod")
+    # Exits > 128 (killed by a signal) retry in the runtime whatever this list says.
+    retry = ",".join(str(c) for c in sorted(set(res.retry_exit_codes))) or "none"
     opts = [
         f"--max-restarts {res.max_restarts} --requeue {int(res.requeue)}"
-        f" --drain {int(res.drain_unhealthy)} --hyperpod {int(recipe.cluster.flavor == 'hyperpod')}"
+        f" --drain {int(res.drain_unhealthy)} --hyperpod {hyperpod}",
+        f"--retry-exit {retry}",
     ]
     if health.enabled:
         # A multi-node NVLink domain (GB200) needs the IMEX channel: NCCL's MNNVL fails

@@ -47,15 +47,22 @@ class Step:
 class Slurm:
     """Answers the runtime's scontrol/srun calls; records them."""
 
-    def __init__(self, dead: Sequence[str] = (), ctld: bool = True, health: str = "") -> None:
+    def __init__(
+        self, dead: Sequence[str] = (), ctld: bool = True, health: str = "", admin: bool = True
+    ) -> None:
         self.dead = set(dead)
         self.ctld = ctld
         self.health = health
+        self.admin = admin  # False: a job owner, who may not drain or down a node
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
         a = list(argv)
         self.calls.append(a)
+        if a[:2] == ["scontrol", "update"] and a[2].startswith("NodeName=") and not self.admin:
+            return 1, "Invalid user id"
+        if a[:4] == ["scontrol", "show", "job", "-o"]:
+            return 0, "JobId=77 JobState=PENDING ReqNodeList=(null) ExcNodeList=(null)"
         if a[:2] == ["scontrol", "ping"]:
             return (0, "Slurmctld(primary) at c is UP") if self.ctld else (1, "DOWN")
         if a[:2] == ["scontrol", "requeue"]:
@@ -234,7 +241,47 @@ def test_deterministic_failure_fails_at_once(tmp_path: Path) -> None:
     slurm = Slurm()
     assert go(make(tmp_path, Step(2), slurm, "--retry-exit", "1,134")) == 2
     assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
-    assert state(tmp_path)[-1] == "event=fail exit 2 (not a retryable exit code)"
+    assert state(tmp_path)[-1].startswith("event=fail exit 2 (not a retryable exit code")
+
+
+def test_argument_error_fails_at_once_by_default_killed_rank_requeues(tmp_path: Path) -> None:
+    """12.7: with the rendered default (no retryable codes) exit 2 fails, exit 137 requeues."""
+    slurm = Slurm()
+    assert go(make(tmp_path, Step(2), slurm, "--retry-exit", "none")) == 2
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+    assert "resilience.retry_exit_codes" in state(tmp_path)[-1]
+    (tmp_path / "rt_77.state").unlink()
+    slurm = Slurm()
+    assert go(make(tmp_path, Step(137), slurm, "--retry-exit", "none")) == 0
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path)[-1] == "event=requeue step failed with exit 137 (killed by signal 9)"
+
+
+def test_health_gate_as_owner_requeues_off_the_failed_node(tmp_path: Path) -> None:
+    """12.6: a node the owner may not drain is excluded: requeuehold, ExcNodeList, release."""
+    slurm = Slurm(
+        health="slurmfm-health n1 OK\nslurmfm-health n2 FAIL 7 GPUs visible, expected 8\n",
+        admin=False,
+    )
+    assert go(make(tmp_path, Step(0), slurm, "--health", "1", "--gpus", "8")) == 3
+    scontrol = [c for c in slurm.calls if c[0] == "scontrol" and "NodeName=n2" not in c]
+    assert scontrol == [
+        ["scontrol", "requeuehold", "77"],
+        ["scontrol", "show", "job", "-o", "77"],
+        ["scontrol", "update", "JobId=77", "ExcNodeList=n2"],
+        ["scontrol", "release", "77"],
+    ]
+    assert state(tmp_path)[-1] == "event=requeue health gate failed on n2 (excluded n2)"
+
+
+def test_dead_node_as_owner_requeues_off_it(tmp_path: Path) -> None:
+    """12.6: a dead node the owner may not set DOWN is excluded from the requeued job."""
+    slurm = Slurm(dead=["n2"], admin=False)
+    assert go(make(tmp_path, Step(1), slurm)) == 0
+    assert ["scontrol", "update", "JobId=77", "ExcNodeList=n2"] in slurm.calls
+    assert ["scontrol", "release", "77"] in slurm.calls
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+    assert state(tmp_path)[-1].endswith("unresponsive: n2 (excluded n2)")
 
 
 def test_health_gate_drains_and_requeues(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from slurmfm.job.decide import (
     GIVE_UP_EXIT,
     Decision,
@@ -95,3 +97,26 @@ def test_plain_marker_counts_only_when_this_attempt_wrote_it(tmp_path: Path) -> 
         "plain DONE marker written during this attempt",
     )
     assert marker_verdict(str(tmp_path), "a", "1", None)[0] == "done"  # absent at the start
+
+
+@pytest.mark.parametrize(
+    ("rc", "signalled", "dead", "retry", "action"),
+    [
+        (2, False, [], [], "fail"),  # argparse error
+        (1, False, [], [], "fail"),  # ImportError, unknown srun option (no Pyxis)
+        (1, False, ["n2"], [], "requeue"),  # a node is gone
+        (137, False, [], [], "requeue"),  # srun: a task killed by SIGKILL (OOM killer)
+        (143, False, [], [], "requeue"),  # srun: a task killed by TERM
+        (129, False, [], [], "requeue"),
+        (128, False, [], [], "fail"),
+        (75, False, [], [75], "requeue"),  # the recipe's retry_exit_codes
+        (1, True, [], [], "requeue"),  # pre-timeout save, step ended non-zero
+        (0, True, [], [], "requeue"),  # pre-timeout save
+        (1, False, [], None, "requeue"),  # 'any'
+    ],
+)
+def test_decision_table(
+    rc: int, signalled: bool, dead: list[str], retry: list[int] | None, action: str
+) -> None:
+    """12.7: only node failures, signals, the save and the recipe's codes requeue."""
+    assert decide(rc, signalled, False, dead, retry).action == action

@@ -51,3 +51,43 @@ def test_probe_is_one_parallel_step_with_one_timeout() -> None:
 def test_controller_ping() -> None:
     assert sl.controller_up(Fake((0, "Slurmctld(primary) at ctl is UP")))
     assert not sl.controller_up(Fake((1, "Slurmctld(primary) at ctl is DOWN")))
+
+
+def test_pinned_job_is_requeued_off_the_failed_node() -> None:
+    """12.6: the node leaves ReqNodeList (pin mode) and joins the job's ExcNodeList."""
+    run = Fake(
+        (0, ""),  # requeuehold
+        (0, "JobId=9 ReqNodeList=n[1-3] ExcNodeList=n7 NodeList=n[1-3]"),
+        (0, "n1\nn2\nn3\n"),  # scontrol show hostnames
+        (0, ""),  # update
+        (0, ""),  # release
+    )
+    assert sl.requeue_excluding("9", ["n2"], run) == (True, "", "excluded n2")
+    assert run.calls == [
+        ["scontrol", "requeuehold", "9"],
+        ["scontrol", "show", "job", "-o", "9"],
+        ["scontrol", "show", "hostnames", "n[1-3]"],
+        ["scontrol", "update", "JobId=9", "ReqNodeList=n1,n3", "ExcNodeList=n7,n2"],
+        ["scontrol", "release", "9"],
+    ]
+
+
+def test_requeue_hold_refused_falls_back_to_a_plain_requeue() -> None:
+    run = Fake(*[(1, "Access/permission denied")] * 2, (0, ""))
+    ok, why, note = sl.requeue_excluding("9", ["n2"], run, lambda s: None, tries=2)
+    assert ok
+    assert why == ""
+    assert note == "not excluded (Access/permission denied)"
+    assert run.calls[-1] == ["scontrol", "requeue", "9"]
+
+
+def test_held_job_is_released_even_when_the_update_fails() -> None:
+    run = Fake((0, ""), (0, "JobId=9 ExcNodeList=(null)"), (1, "Job is no longer pending"))
+    ok, _, note = sl.requeue_excluding("9", ["n2"], run, lambda s: None)
+    assert ok
+    assert note == "not excluded (Job is no longer pending)"
+    assert run.calls[-1] == ["scontrol", "release", "9"]
+    run = Fake((0, ""), (0, ""), (0, ""), *[(1, "Unable to contact slurm controller")] * 3)
+    ok, _, note = sl.requeue_excluding("9", ["n2"], run, lambda s: None, tries=3)
+    assert ok
+    assert "the job is held: scontrol release 9" in note

@@ -311,3 +311,17 @@ def test_nemo_trainer_beside_a_split_server_has_one_node_list() -> None:
     line = launch_line(rendered(r).text)
     assert line.count("--nodelist=") == 1
     assert "--distribution=arbitrary" in line
+
+
+# --- 12.7: only retryable failures requeue ------------------------------------------------------
+def test_retry_exit_codes_reach_the_runtime() -> None:
+    """Default: no retryable codes (the runtime still retries dead nodes, signals, the save)."""
+    assert "--retry-exit none" in rendered(recipe()).text
+    r = recipe(resilience__retry_exit_codes=[75, 1, 75])
+    assert "--retry-exit 1,75" in rendered(r).text
+
+
+@pytest.mark.parametrize("codes", [[0], [256], [-1], ["x"]])
+def test_retry_exit_codes_are_validated(codes: list[Any]) -> None:
+    with pytest.raises(Exception, match="retry_exit_codes"):
+        recipe(resilience__retry_exit_codes=codes)

@@ -1,0 +1,107 @@
+"""Issue 12.6 on real Slurm: a node the job owner may not drain is kept out of the requeue.
+
+The job runs as an unprivileged user (``sbatch --uid``; the lab runs as root), pinned to two
+nodes with ``--nodelist``. Its first run plays a failed health gate on its second node through
+the runtime's own requeue path (``Batch.drain`` then ``Batch.act``): the drain is refused, the
+job is requeued with that node excluded, and the second run lands elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lab import SlurmLab
+
+pytestmark = [pytest.mark.slurm]
+
+REPO = Path(__file__).resolve().parents[2]
+USER = "slurmfm-owner"
+
+JOB = """#!/bin/bash
+echo "run restart=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST"
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+  BAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tail -n 1)
+  cd "$EXP" && BAD=$BAD /usr/bin/python3 - <<'PY'
+import os, sys
+sys.path.insert(0, os.environ["EXP"])
+from sfjob.cli import parser
+from sfjob.batch import Batch
+from sfjob import decide as dec
+bad = os.environ["BAD"]
+b = Batch(parser().parse_args(["batch", "--drain", "1", "--requeue-delay-s", "1", "--", "true"]))
+ok = b.drain(bad, "health gate: test")
+print("drained:", ok, flush=True)
+b.act(dec.Decision("requeue", "health gate failed on " + bad, 3), exclude=[] if ok else [bad])
+PY
+  sleep 300
+fi
+"""
+
+
+@pytest.fixture
+def exp() -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a job as another user")
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-s", "/bin/bash", USER], check=True)
+    d = Path(tempfile.mkdtemp(prefix="slurmfm-owner-", dir="/var/tmp"))
+    shutil.copytree(REPO / "slurmfm" / "job", d / "sfjob")
+    (d / "logs").mkdir()
+    (d / "job.sh").write_text(JOB)
+    for p in [d, *d.rglob("*")]:
+        p.chmod(0o777 if p.is_dir() or p.name == "job.sh" else 0o644)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_owner_requeue_never_lands_on_the_failed_node(slurm_lab: SlurmLab, exp: Path) -> None:
+    pinned = slurm_lab.hostnames(slurm_lab.run(["sinfo", "-h", "-o", "%N"]).stdout.split()[0])[:2]
+    proc = slurm_lab.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--uid={USER}",
+            f"--gid={USER}",
+            "--requeue",
+            "--open-mode=append",
+            "-N2",
+            "--nodelist=" + ",".join(pinned),
+            "-o",
+            f"{exp}/logs/job-%j.out",
+            f"--export=ALL,EXP={exp},SLURMFM_LOG_DIR={exp}/logs",
+            str(exp / "job.sh"),
+        ]
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 240
+    rec: dict[str, str] = {}
+    try:
+        while time.monotonic() < deadline:
+            out = slurm_lab.run(["scontrol", "show", "job", "-o", job_id]).stdout
+            rec = dict(t.split("=", 1) for t in out.split() if "=" in t)
+            if rec.get("Restarts") == "1" and rec.get("JobState") in ("RUNNING", "COMPLETED"):
+                break
+            time.sleep(1)
+        log = (exp / "logs" / f"job-{job_id}.out").read_text()
+        assert rec.get("JobState") in ("RUNNING", "COMPLETED"), (rec, log)
+        assert "run restart=1" in log
+        assert "drained: False" in log  # an owner may not drain
+        bad = pinned[1]
+        assert rec["ExcNodeList"] == bad
+        assert bad not in slurm_lab.hostnames(rec["NodeList"])
+        assert pinned[0] in slurm_lab.hostnames(rec["NodeList"])
+        state = next((exp / "logs").glob("*.state")).read_text()
+        assert f"(excluded {bad})" in state
+    finally:
+        slurm_lab.run(["scancel", job_id])
