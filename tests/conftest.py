@@ -185,16 +185,37 @@ def _put_in_group(item: pytest.Item, group: str) -> None:
         item._id = type(node_id).parse(f"{item.nodeid}@{group}")
 
 
+# About how long each lab's group of real tests takes (seconds, CI simulation on 2 cores).
+# Only the order matters: with `--dist loadgroup --no-loadscope-reorder` (scripts/run-tests) the
+# workers take whole groups in collection order, so the longest start first and no long group
+# is left to start last on a worker that is already busy (longest processing time first).
+# A group not listed counts as short.
+GROUP_SECONDS = {
+    "shared-host": 450,
+    "shared-trixie": 430,
+    "resil": 400,
+    "shared-sid": 300,
+    "sim-host": 120,
+    "plan-sid": 100,
+    "plan-trixie": 100,
+    "topo-trixie": 80,
+}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads xdist_group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     loadgroup = bool(getattr(config.option, "loadgroup", False))  # set on xdist workers only
+    groups: dict[int, str | None] = {}
     for item in items:
         tier, group = tier_and_group(item)
+        groups[id(item)] = group
         item.add_marker(getattr(pytest.mark, tier))
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
             if loadgroup:
                 _put_in_group(item, group)
+    if loadgroup:  # stable: tests keep their order within a group
+        items.sort(key=lambda it: -GROUP_SECONDS.get(groups.get(id(it)) or "", 0))
 
 
 @pytest.fixture(scope="session")

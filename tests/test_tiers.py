@@ -59,3 +59,19 @@ def test_one_lab_never_runs_on_two_workers() -> None:
         workers.setdefault(group, set()).add(worker)
     assert workers.get("sim-host"), out[-3000:]
     assert {g: len(w) for g, w in workers.items()} == dict.fromkeys(workers, 1), workers
+
+
+def test_longest_lab_groups_start_first() -> None:
+    """With --no-loadscope-reorder the workers take the groups in collection order, which
+    conftest sorts by GROUP_SECONDS, longest first, although the short groups' file is named
+    first here."""
+    from conftest import GROUP_SECONDS
+
+    out = pytest_run(
+        "-p", "xdist", "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", "-m", "real",
+        "-v", "tests/test_slurm_lab.py", "tests/plan/test_slurm_sim.py",
+    )  # fmt: skip
+    groups = [g for _, g in re.findall(r"\[(gw\d+)\] .*?::\S+@(\S+)", out)]
+    assert {"sim-host", "nudge-host"} <= set(groups), out[-3000:]
+    weights = [GROUP_SECONDS.get(g, 0) for g in groups]
+    assert weights == sorted(weights, reverse=True), groups

@@ -1,8 +1,8 @@
 """Dependencies, pipelines and array sweeps on the real local Slurm: 22.05 (the host lab),
 24.11 (trixie) and 26.05 (sid), each test on each.
 
-Every job is a lab-cpu recipe whose torchrun script (``step.py`` below, started at once by a
-stand-in for torchrun: torch is not the subject here) writes one JSON file
+Every job is a lab-cpu recipe whose torchrun script (``step.py`` below, started at once by the
+torchrun stand-in tests/standins/torchrun.py: torch is not the subject here) writes one JSON file
 per job: which stage it is, its arguments, the environment slurmfm gave it (``SLURMFM_*``, the
 array task id, an overridden variable) and when it started and ended; then it sleeps a little
 and exits with the status it was told to. Ordering and "never ran" are checked from those
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import SlurmLab
+from lab import REPO_ROOT, SlurmLab
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -66,6 +66,11 @@ sys.exit(rc)
 """
 
 
+# `python3 -m torch.distributed.run ...` started at once: these tests are about Slurm's
+# dependencies, arrays and requeues; importing torch cost each job seconds of CPU.
+TORCHRUN = REPO_ROOT / "tests" / "standins" / "torchrun.py"
+
+
 def recipe(tmp: Path, name: str, rc: int = 0, pause: float = 1.0, extra: str = "") -> Path:
     """A one-node lab-cpu recipe running step.py; requeue off so a failure is final."""
     path = tmp / f"{name}.yaml"
@@ -73,7 +78,7 @@ def recipe(tmp: Path, name: str, rc: int = 0, pause: float = 1.0, extra: str = "
         f"name: {name}\n"
         "cluster: {partition: batch, instance_type: lab-cpu}\n"
         "resources: {nodes: 1, procs_per_node: 1, time_limit: 5, exclusive: false}\n"
-        f"launcher: {{kind: torchrun, script: {tmp / 'step.py'}, python: {tmp / 'fastpy'}, "
+        f"launcher: {{kind: torchrun, script: {tmp / 'step.py'}, python: {TORCHRUN}, "
         f"args: [{name}, '{rc}', '{pause}']}}\n"
         f"env: {{STEP_OUT: {tmp / 'out'}, OMP_NUM_THREADS: '1'}}\n"
         f"storage: {{checkpoint_root: {tmp / 'ckpt'}, log_dir: {tmp / 'logs'}}}\n"
@@ -82,22 +87,9 @@ def recipe(tmp: Path, name: str, rc: int = 0, pause: float = 1.0, extra: str = "
     return path
 
 
-# Stands in for `python3 -m torch.distributed.run --opt=value... SCRIPT ARGS...`: runs SCRIPT at
-# once. These tests are about Slurm's dependencies, arrays and requeues, not torch; importing
-# torch cost each job seconds of CPU on a 2-core machine running the labs in parallel.
-FASTPY = """\
-#!/bin/sh
-if [ "$1" = -m ]; then shift 2; fi
-while [ $# -gt 0 ]; do case $1 in --*) shift ;; *) break ;; esac; done
-exec python3 "$@"
-"""
-
-
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     (tmp_path / "step.py").write_text(STEP)
-    (tmp_path / "fastpy").write_text(FASTPY)
-    (tmp_path / "fastpy").chmod(0o755)
     (tmp_path / "out").mkdir()
     return tmp_path
 
@@ -163,7 +155,7 @@ def test_failure_paths_afterok_afternotok_afterany(slurm_lab: SlurmLab, work: Pa
     assert set(jobs) == {"a", "ok", "notok", "anyway"}
     a = job(slurm_lab, jobs["a"])
     assert a["JobState"] == "FAILED"
-    assert a["ExitCode"] != "0:0"  # the step exited 3
+    assert a["ExitCode"] != "0:0"  # the step failed (step.py exited 3, torchrun 1)
     ok = job(slurm_lab, jobs["ok"])
     # What 22.05 does with --kill-on-invalid-dep=yes: cancelled at once, never started.
     assert ok["JobState"] == "CANCELLED", ok
@@ -268,8 +260,8 @@ def test_array_sweep_each_task_its_own_overrides(slurm_lab: SlurmLab, work: Path
 
 
 def test_a_failed_array_task_requeues_itself_alone(slurm_lab: SlurmLab, work: Path) -> None:
-    """Task 1 fails its first run: with requeue on, that task alone restarts (same array
-    task id, restart 1) and completes; task 0 runs once; the array ends COMPLETED."""
+    """Task 1 fails its first run (torchrun then exits 1, which the recipe marks retryable):
+    with requeue on, that task alone restarts (same array task id, restart 1) and completes; task 0 runs once; the array ends COMPLETED."""
     path = recipe(
         work,
         "flaky",
@@ -280,7 +272,11 @@ def test_a_failed_array_task_requeues_itself_alone(slurm_lab: SlurmLab, work: Pa
             "    - {launcher.args: [flaky, '-3', '1']}\n"
         ),
     )
-    path.write_text(path.read_text().replace("requeue: false", "requeue: true, max_restarts: 2"))
+    path.write_text(
+        path.read_text().replace(
+            "requeue: false", "requeue: true, max_restarts: 2, retry_exit_codes: [1]"
+        )
+    )
     proc = cli(slurm_lab, "submit", str(path), "--wait", "--timeout", "240")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     array_id = proc.stdout.strip().splitlines()[0]

@@ -10,8 +10,11 @@ ever executed.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +29,15 @@ from slurmfm.recipe.loader import validate
 from slurmfm.render.array import TABLE_MARK
 from slurmfm.render.script import Target, render_script
 
-# The job runtime is extracted into the log directory: one this host may write.
-LOGS = str(Path(tempfile.gettempdir()) / "slurmfm-test-array-logs")
+# The job runtime is extracted into the log directory: one this host may write, and one of this
+# test process only (another checkout's run may test at the same time).
+LOGS = str(Path(tempfile.gettempdir()) / f"slurmfm-test-array-logs-{os.getpid()}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_logs() -> Iterator[None]:
+    yield
+    shutil.rmtree(LOGS, ignore_errors=True)
 
 
 def base(**extra: Any) -> dict[str, Any]:

@@ -142,30 +142,50 @@ def test_time_limit_save_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> 
 def test_finished_short_run_resubmitted_with_more_steps_trains_on(
     resil_lab: SlurmLab, tmp_path: Path
 ) -> None:
-    """15.2: the 20-step run's DONE marker must not end the 240-step run at its first save."""
+    """15.2: the 20-step run's DONE marker must not end the 120-step run at its first save.
+
+    The save comes from Slurm's own path for the pre-timeout signal, sent at once: the recipe's
+    ``--signal=B:USR2@N`` makes Slurm signal the batch step only, which is what
+    ``scancel --batch --signal=USR2`` does (https://slurm.schedmd.com/scancel.html). Waiting for a
+    real time limit is test_time_limit_save_requeue_resume's subject.
+    """
     short = submit(resil_lab, tmp_path, "launcher.args=[--steps, '20', --checkpoint-every, '10']")
     assert wait_done(resil_lab, short, timeout=300)["JobState"] == "COMPLETED"
     marker = json.loads((tmp_path / "ckpt" / "quickstart" / "quickstart" / "DONE").read_text())
     assert (marker["job_id"], marker["steps"]) == (short, 20)
-    total = 240
+    total = 120
     job_id = submit(
         resil_lab,
         tmp_path,
-        "resources.time_limit=2",
-        "resilience.save_before_timeout_s=75",
-        "resilience.max_restarts=6",
-        f"launcher.args=[--steps, '{total}', --checkpoint-every, '20', --sleep, '0.25']",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '20', --sleep, '0.1']",
     )
-    rec = wait_done(resil_lab, job_id, timeout=600)
-    log = (tmp_path / "logs" / f"quickstart_{job_id}.out").read_text()
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # training under way past the old run's 20 steps
+        text = log_path.read_text() if log_path.exists() else ""
+        if any(e["event"] == "step" and e["step"] > 20 for e in events(text)):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"the job never trained past step 20:\n{text[-3000:]}")
+    sig = resil_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
+    assert sig.returncode == 0, sig.stderr
+    rec = wait_done(resil_lab, job_id, timeout=400)
+    log = log_path.read_text()
     ev = events(log)
     assert rec["JobState"] == "COMPLETED", log[-3000:]
     assert int(rec["Restarts"]) >= 1, log[-3000:]
-    assert next(e["step"] for e in ev if e["event"] == "resume") == 20
-    assert {e["step"] for e in ev if e["event"] == "step"} == set(range(21, total + 1))
+    saved = [e["step"] for e in ev if e["event"] == "saved-before-timeout"]
+    assert len(saved) == 1, log[-3000:]
+    assert saved[0] > 20
+    # the short run's checkpoint, then exactly where the signal's save left off
+    assert [e["step"] for e in ev if e["event"] == "resume"] == [20, saved[0]]
+    steps = [e["step"] for e in ev if e["event"] == "step"]
+    assert sorted(steps) == list(range(21, total + 1))  # each step once: nothing lost or redone
     assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
     state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
     assert f"stale DONE marker (written by job {short} for another launch, steps 20)" in state
+    assert "event=requeue saved before the time limit" in state
     marker = json.loads((tmp_path / "ckpt" / "quickstart" / "quickstart" / "DONE").read_text())
     assert (marker["job_id"], marker["steps"]) == (job_id, total)
 

@@ -1,0 +1,29 @@
+"""Prints the ``rank`` record of recipes/scripts/train_tiny.py from the launcher's environment.
+
+For tests of placement and rank order under the torchrun stand-in (``torchrun.py`` here): the
+same fields, with the rank from ``RANK`` (what torchrun hands a worker) instead of a process
+group. Standard library only, so it starts at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+env = os.environ
+print(
+    json.dumps(
+        {
+            "event": "rank",
+            "rank": int(env["RANK"]),
+            "world_size": int(env["WORLD_SIZE"]),
+            "local_rank": int(env.get("LOCAL_RANK", "0")),
+            "node": env.get("SLURMD_NODENAME", "?"),
+            "node_rank": int(env.get("SLURMFM_NODE_RANK", "-1")),
+            "host_order": env.get("SLURMFM_HOST_ORDER", ""),
+            "topology_addr": env.get("SLURM_TOPOLOGY_ADDR", ""),
+            "job_id": env.get("SLURM_JOB_ID", ""),
+        }
+    ),
+    flush=True,
+)

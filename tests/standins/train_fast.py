@@ -1,0 +1,80 @@
+"""Stands in for recipes/scripts/train_tiny.py where torch is not the subject (observability,
+Slurm semantics): the same arguments, the same JSON events and the same checkpoint contract
+(``slurmfm.checkpoint``: atomic save, the ``latest`` pointer, the DONE marker, progress for the
+job's metrics, the USR2 save request), but no torch, so it starts in milliseconds.
+
+Rank 0 steps and saves; every rank prints its ``rank`` record (from what torchrun or its
+stand-in, ``torchrun.py`` here, hands a worker). Without a process group the other ranks have
+nothing to agree on, so they exit after their record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from slurmfm import checkpoint as ck
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--checkpoint-every", type=int, default=5)
+    ap.add_argument("--sleep", type=float, default=0.0)
+    ap.add_argument("--lr", type=float, default=0.05)
+    args = ap.parse_args()
+    env = os.environ
+    rank = int(env["RANK"])
+    print(
+        json.dumps(
+            {
+                "event": "rank",
+                "rank": rank,
+                "world_size": int(env["WORLD_SIZE"]),
+                "local_rank": int(env.get("LOCAL_RANK", "0")),
+                "node": env.get("SLURMD_NODENAME", "?"),
+                "node_rank": int(env.get("SLURMFM_NODE_RANK", "-1")),
+                "host_order": env.get("SLURMFM_HOST_ORDER", ""),
+                "job_id": env.get("SLURM_JOB_ID", ""),
+            }
+        ),
+        flush=True,
+    )
+    if rank != 0:
+        return 0
+    ckpt_dir = ck.run_dir()
+    stop = ck.SaveRequest()
+    start = 0
+    resume = ck.latest(ckpt_dir)
+    if resume is not None:
+        start = int((resume / "state.json").read_text())
+        print(json.dumps({"event": "resume", "step": start}), flush=True)
+
+    def save(step: int) -> None:
+        path = ck.save(ckpt_dir, step, lambda tmp: Path(tmp, "state.json").write_text(str(step)))
+        print(json.dumps({"event": "checkpoint", "step": step, "path": str(path)}), flush=True)
+
+    for step in range(start + 1, args.steps + 1):
+        print(json.dumps({"event": "step", "step": step}), flush=True)
+        ck.report_progress(step)
+        if stop.requested:
+            save(step)
+            print(json.dumps({"event": "saved-before-timeout", "step": step}), flush=True)
+            stop.finish()
+            return 0
+        if step % args.checkpoint_every == 0 or step == args.steps:
+            save(step)
+        if args.sleep:
+            time.sleep(args.sleep)
+    ck.report_progress(args.steps, force=True)
+    ck.mark_done(ckpt_dir, steps=args.steps)
+    print(json.dumps({"event": "done", "steps": args.steps}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
