@@ -26,28 +26,6 @@ def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
     return load_recipe(recipe, overrides)
 
 
-def _refuse_pipeline_file(path: str) -> None:
-    """A pipeline file (top-level ``stages:``) given to a recipe command: say which command
-    checks it, instead of listing every recipe field it lacks."""
-    import re
-
-    from slurmfm.fsutil import InputFileError, read_bounded
-
-    try:  # bounded, regular files only (a FIFO must not hang this): the loader reports the rest
-        text = read_bounded(path).decode("utf-8")
-    except (OSError, UnicodeDecodeError, InputFileError):
-        return
-    m = re.search(r"^stages\s*:", text, re.M)
-    if m is not None:
-        line = text.count("\n", 0, m.start()) + 1
-        click.echo(
-            f"{path}:{line}: stages: this is a pipeline file, not a recipe; "
-            f"check it with: slurmfm pipeline validate {path}",
-            err=True,
-        )
-        raise SystemExit(2)
-
-
 def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
     """Write a whole file or nothing (scripts are executable)."""
     write_atomic(path, text, mode=mode)
@@ -163,7 +141,6 @@ def main() -> None:
 @friendly
 def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
     """Check RECIPE against the schema; problems are printed as FILE:LINE: field: message."""
-    _refuse_pipeline_file(recipe)
     r = _load(recipe, sets)
     if as_json:
         click.echo(r.model_dump_json(indent=2))
