@@ -77,18 +77,8 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
     alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
     topo: dict[str, str] | None = None
     if a.topo_addr and not a.planned and not a.rank_map:
-        n = str(len(alloc))
         _rc, text = run_command(
-            [
-                "srun",
-                "--nodes=" + n,
-                "--ntasks=" + n,
-                "--ntasks-per-node=1",
-                "python3",
-                a.runtime,
-                "whoami",
-            ],
-            120,
+            [*sl.srun_per_node(len(alloc)), "python3", a.runtime, "whoami"], 120
         )
         topo = {}
         for line in text.splitlines():

@@ -39,10 +39,10 @@ export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/84683f7e9d70af564d539f0f3f5b8039392ff1535302969566e6a1b06c8cc736.pyz"
-if ! echo "84683f7e9d70af564d539f0f3f5b8039392ff1535302969566e6a1b06c8cc736  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/fedce289ae56fded18059fc7a693b6a18d57db4638012262167f6efbd809ac91.pyz"
+if ! echo "fedce289ae56fded18059fc7a693b6a18d57db4638012262167f6efbd809ac91  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "84683f7e9d70af564d539f0f3f5b8039392ff1535302969566e6a1b06c8cc736  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "fedce289ae56fded18059fc7a693b6a18d57db4638012262167f6efbd809ac91  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -65,4 +65,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=84683f7e9d70af564d539f0f3f5b8039392ff1535302969566e6a1b06c8cc736 <base64 zipapp of slurmfm/job, 49768 chars>
+# slurmfm-runtime sha256=fedce289ae56fded18059fc7a693b6a18d57db4638012262167f6efbd809ac91 <base64 zipapp of slurmfm/job, 50020 chars>
