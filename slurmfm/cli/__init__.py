@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmfm.cli.common import F, friendly, install_template_cache, write_atomic, write_requests
+from slurmfm.cli.common import (
+    F,
+    backend_option,
+    friendly,
+    install_template_cache,
+    write_atomic,
+    write_requests,
+)
 
 if TYPE_CHECKING:
     from slurmfm.plan.types import Placement
@@ -234,13 +241,7 @@ def render(
     "NAME.argv.json (the sbatch command line) and NAME.files/ (runtime files); with --then "
     "NN-NAME.* per recipe.",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["cli", "pyslurm", "auto"]),
-    default="cli",
-    show_default=True,
-    help="How to talk to Slurm.",
-)
+@backend_option
 @click.option("--wait", is_flag=True, help="Wait for the job to end; exit 1 unless it COMPLETED.")
 @click.option(
     "--timeout", type=float, default=3600.0, show_default=True, help="For --wait, seconds."
