@@ -61,6 +61,34 @@ def test_validate_error_is_one_located_line(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("cmd", ["validate", "render"])
+def test_a_pipeline_file_is_read_once_and_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cmd: str
+) -> None:
+    """The recipe loader spots a pipeline file (top-level ``stages:``) in the data it parsed;
+    no second read of the file to look for it (slurmfm.recipe.loader.load_recipe)."""
+    import slurmfm.fsutil
+
+    reads: list[object] = []
+    real = slurmfm.fsutil.read_bounded
+
+    def counting(path: str | Path, limit: int = slurmfm.fsutil.MAX_INPUT_BYTES) -> bytes:
+        reads.append(path)
+        return real(path, limit)
+
+    monkeypatch.setattr(slurmfm.fsutil, "read_bounded", counting)
+    pipe = tmp_path / "pipe.yaml"
+    pipe.write_text("name: p\nstages:\n  a: {recipe: a.yaml}\n")
+    code, out, err = run(cmd, str(pipe))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"{pipe}:2: stages: this is a pipeline file, not a recipe; "
+        f"check it with: slurmfm pipeline validate {pipe}\n"
+    )
+    if cmd == "validate":  # render also hashes the bytes for its cache key (slurmfm.cli.cache)
+        assert reads == [pipe]
+
+
 def test_render_to_file_is_atomic_and_bad_input_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "job.sh"
     code, _, _ = run("render", QUICK, "-o", str(out))

@@ -11,32 +11,24 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fake_backend import FakeBackend, write_recipes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lab import REPO_ROOT
 
 from slurmfm import api
-from slurmfm.backends.base import JobStatus, SubmitResult
+from slurmfm.backends.base import JobStatus
 from slurmfm.cli import main
 from slurmfm.errors import BackendError, RecipeError, RenderError
 from slurmfm.pipeline import PipelineSubmitError, parse_pipeline
 from slurmfm.recipe.loader import validate
-from slurmfm.request import Dependency, SubmitRequest
+from slurmfm.request import Dependency
 from slurmfm.run_lock import RunDirInUse
-
-RECIPE = """\
-name: {name}
-cluster: {{instance_type: lab-cpu, partition: batch}}
-resources: {{nodes: 1, procs_per_node: 1, exclusive: false}}
-launcher: {{kind: torchrun, script: t.py}}
-storage: {{log_dir: {logs}, checkpoint_root: {logs}}}
-"""
 
 
 @pytest.fixture
 def stage_dir(tmp_path: Path) -> Path:
-    for name in ("a", "b", "c"):
-        (tmp_path / f"{name}.yaml").write_text(RECIPE.format(name=name, logs=tmp_path / "logs"))
+    write_recipes(tmp_path, "a", "b", "c")
     return tmp_path
 
 
@@ -236,32 +228,6 @@ def test_dependency_is_an_sbatch_argument_merged_with_singleton_and_gated() -> N
     with pytest.raises(RenderError, match="no job id yet"):
         pending.check_submittable()
     assert "--dependency=afterok:42,singleton" in pending.resolved({"up": "42"}).argv()
-
-
-@dataclass
-class FakeBackend:
-    """Records every request it receives (exactly the object a backend would send)."""
-
-    name: str = "fake"
-    fail_at: int | None = None
-    requests: list[SubmitRequest] = field(default_factory=list)
-    cancelled: list[str] = field(default_factory=list)
-
-    def version(self) -> str:
-        return "22.05.8"
-
-    def submit(self, request: SubmitRequest, *, env: dict[str, str] | None = None) -> SubmitResult:
-        if self.fail_at is not None and len(self.requests) == self.fail_at:
-            raise BackendError("sbatch: error: Batch job submission failed: QOSMaxSubmitJobs")
-        request.check_submittable()
-        self.requests.append(request)
-        return SubmitResult(str(100 + len(self.requests)))
-
-    def status(self, job_id: str) -> JobStatus:
-        return JobStatus(job_id, "COMPLETED")
-
-    def cancel(self, job_id: str) -> None:
-        self.cancelled.append(job_id)
 
 
 def three_stage(stage_dir: Path) -> Path:

@@ -5,54 +5,23 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fake_backend import RECIPE, VERSION, FakeBackend, write_recipes
 
 from slurmfm import api
-from slurmfm.backends.base import JobStatus, SubmitResult
 from slurmfm.cli import main
 from slurmfm.request import ArraySpec, Dependency, SubmitRequest
 
-RECIPE = """\
-name: {name}
-cluster: {{instance_type: lab-cpu, partition: batch}}
-resources: {{nodes: 1, procs_per_node: 1, exclusive: false}}
-launcher: {{kind: torchrun, script: t.py}}
-storage: {{log_dir: {logs}, checkpoint_root: {logs}}}
-"""
 SWEEP = "sweep: {parameters: {env.LR: ['1e-4', '3e-4', '1e-3']}, max_concurrent: 2}\n"
-VERSION = "22.05.8"
-
-
-@dataclass
-class RecordingBackend:
-    """Keeps every request exactly as received; answers like a 22.05.8 cluster."""
-
-    name: str = "recording"
-    received: list[SubmitRequest] = field(default_factory=list)
-
-    def version(self) -> str:
-        return VERSION
-
-    def submit(self, request: SubmitRequest, *, env: dict[str, str] | None = None) -> SubmitResult:
-        request.check_submittable()
-        self.received.append(request)
-        return SubmitResult(str(500 + len(self.received)))
-
-    def status(self, job_id: str) -> JobStatus:
-        return JobStatus(job_id, "COMPLETED")
-
-    def cancel(self, job_id: str) -> None:
-        raise AssertionError("nothing is cancelled here")
 
 
 @pytest.fixture
 def recipes(tmp_path: Path) -> Path:
-    for name in ("a", "b", "c"):
-        (tmp_path / f"{name}.yaml").write_text(RECIPE.format(name=name, logs=tmp_path / "logs"))
+    write_recipes(tmp_path, "a", "b", "c")
     (tmp_path / "sw.yaml").write_text(
         RECIPE.format(name="sw", logs=tmp_path / "logs") + SWEEP, encoding="utf-8"
     )
@@ -93,13 +62,13 @@ def written(
 def test_recipe_and_sweep_dry_run_bytes_are_the_submitted_bytes(
     recipes: Path, recipe: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    be = RecordingBackend()
+    be = FakeBackend()
     monkeypatch.setattr(api, "get_backend", lambda *a, **k: be)
     path = str(recipes / recipe)
     name = recipe.removesuffix(".yaml")
     shown = cli("submit", path, "--dry-run", "--slurm-version", VERSION, "-o", str(recipes / "dry"))
-    assert cli("submit", path, "--no-check", "-o", str(recipes / "sent")).strip() == "501"
-    (req,) = be.received
+    assert cli("submit", path, "--no-check", "-o", str(recipes / "sent")).strip() == "101"
+    (req,) = be.requests
     assert written(recipes / "dry", name) == sent(req)
     assert written(recipes / "sent", name) == sent(req)
     # The printed form is the same request: its command line, then the script.
@@ -116,18 +85,18 @@ def test_recipe_and_sweep_dry_run_bytes_are_the_submitted_bytes(
 def test_chain_and_pipeline_dry_run_bytes_are_the_submitted_bytes(
     recipes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    be = RecordingBackend()
+    be = FakeBackend()
     monkeypatch.setattr(api, "get_backend", lambda *a, **k: be)
     chain = [str(recipes / "a.yaml"), "--then", str(recipes / "c.yaml")]
     cli("submit", *chain, "--dry-run", "--slurm-version", VERSION, "-o", str(recipes / "dry"))
     cli("submit", *chain, "--no-check", "-o", str(recipes / "sent"))
-    ids = {"a": "501", "c": "502"}
-    for i, (stem, req) in enumerate(zip(["01-a", "02-c"], be.received, strict=True)):
+    ids = {"a": "101", "c": "102"}
+    for i, (stem, req) in enumerate(zip(["01-a", "02-c"], be.requests, strict=True)):
         assert written(recipes / "dry", stem, ids) == sent(req), stem
         assert written(recipes / "sent", stem) == sent(req), stem
-        assert ("--dependency=afterok:501" in req.argv()) == (i == 1)
+        assert ("--dependency=afterok:101" in req.argv()) == (i == 1)
 
-    be.received.clear()
+    be.requests.clear()
     pipe = str(recipes / "p.yaml")
     cli(
         "pipeline",
@@ -140,24 +109,25 @@ def test_chain_and_pipeline_dry_run_bytes_are_the_submitted_bytes(
         str(recipes / "pd"),
     )
     cli("pipeline", "submit", pipe, "--no-check", "-o", str(recipes / "ps"))
-    ids = {"a": "501", "sw": "502", "c": "503"}
-    for stem, req in zip(["01-a", "02-sw", "03-c"], be.received, strict=True):
+    ids = {"a": "101", "sw": "102", "c": "103"}
+    for stem, req in zip(["01-a", "02-sw", "03-c"], be.requests, strict=True):
         assert written(recipes / "pd", stem, ids) == sent(req), stem
         assert written(recipes / "ps", stem) == sent(req), stem
-    assert be.received[1].argv()[2:] == (
+    assert be.requests[1].argv()[2:] == (
         "--array=0-2%2",
-        "--dependency=afterok:501",
+        "--dependency=afterok:101",
         "--kill-on-invalid-dep=yes",
     )
-    assert "--dependency=afterany:502,afterok:501" in be.received[2].argv()
+    assert "--dependency=afterany:102,afterok:101" in be.requests[2].argv()
+    assert be.cancelled == []
 
 
 def test_api_submits_the_object_the_dry_run_returned(recipes: Path) -> None:
-    be = RecordingBackend()
+    be = FakeBackend()
     req = api.dry_run(api.load(recipes / "sw.yaml"), slurm_version=VERSION)
     job = api.submit_request(req, backend=be, preflight=False)
-    assert be.received == [req]
-    assert be.received[0] is req  # no re-render, no copy
+    assert be.requests == [req]
+    assert be.requests[0] is req  # no re-render, no copy
     assert job.request is req
     assert (recipes / "logs").is_dir()  # sbatch would not create --output's directory
 

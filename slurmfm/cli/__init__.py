@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmfm.cli.common import F, friendly, install_template_cache, write_atomic, write_requests
+from slurmfm.cli.common import (
+    F,
+    backend_option,
+    friendly,
+    install_template_cache,
+    write_atomic,
+    write_requests,
+)
 
 if TYPE_CHECKING:
     from slurmfm.plan.types import Placement
@@ -24,28 +31,6 @@ def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
 
     overrides = dict(parse_override(s) for s in sets)
     return load_recipe(recipe, overrides)
-
-
-def _refuse_pipeline_file(path: str) -> None:
-    """A pipeline file (top-level ``stages:``) given to a recipe command: say which command
-    checks it, instead of listing every recipe field it lacks."""
-    import re
-
-    from slurmfm.fsutil import InputFileError, read_bounded
-
-    try:  # bounded, regular files only (a FIFO must not hang this): the loader reports the rest
-        text = read_bounded(path).decode("utf-8")
-    except (OSError, UnicodeDecodeError, InputFileError):
-        return
-    m = re.search(r"^stages\s*:", text, re.M)
-    if m is not None:
-        line = text.count("\n", 0, m.start()) + 1
-        click.echo(
-            f"{path}:{line}: stages: this is a pipeline file, not a recipe; "
-            f"check it with: slurmfm pipeline validate {path}",
-            err=True,
-        )
-        raise SystemExit(2)
 
 
 def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
@@ -163,7 +148,6 @@ def main() -> None:
 @friendly
 def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
     """Check RECIPE against the schema; problems are printed as FILE:LINE: field: message."""
-    _refuse_pipeline_file(recipe)
     r = _load(recipe, sets)
     if as_json:
         click.echo(r.model_dump_json(indent=2))
@@ -257,13 +241,7 @@ def render(
     "NAME.argv.json (the sbatch command line) and NAME.files/ (runtime files); with --then "
     "NN-NAME.* per recipe.",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["cli", "pyslurm", "auto"]),
-    default="cli",
-    show_default=True,
-    help="How to talk to Slurm.",
-)
+@backend_option
 @click.option("--wait", is_flag=True, help="Wait for the job to end; exit 1 unless it COMPLETED.")
 @click.option(
     "--timeout", type=float, default=3600.0, show_default=True, help="For --wait, seconds."

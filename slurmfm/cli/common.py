@@ -14,6 +14,15 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The Slurm clients of slurmfm.api.get_backend (api.BackendKind; not imported here, see above).
+backend_option = click.option(
+    "--backend",
+    type=click.Choice(["cli", "pyslurm", "auto"]),
+    default="cli",
+    show_default=True,
+    help="How to talk to Slurm.",
+)
+
 
 def friendly(fn: F) -> F:
     """Turn slurmfm's errors into one clean line each on stderr and exit status 2."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from slurmfm.cli.common import F, friendly, install_template_cache, write_requests
+from slurmfm.cli.common import F, backend_option, friendly, install_template_cache, write_requests
 
 if TYPE_CHECKING:
     from slurmfm.pipeline import Pipeline
@@ -141,12 +141,7 @@ _RUN_OPTIONS = [
         help="Write what each stage sends here: NN-STAGE.sh, NN-STAGE.argv.json (dry run: "
         "default a new temp dir).",
     ),
-    click.option(
-        "--backend",
-        type=click.Choice(["cli", "pyslurm", "auto"]),
-        default="cli",
-        show_default=True,
-    ),
+    backend_option,
     click.option(
         "--wait",
         is_flag=True,
@@ -194,7 +189,7 @@ def validate_cmd(file: str) -> None:
 
 @pipeline.command("status")
 @click.argument("target", type=click.Path(dir_okay=False))
-@click.option("--backend", type=click.Choice(["cli", "pyslurm", "auto"]), default="cli")
+@backend_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @friendly
 def status_cmd(target: str, backend: str, as_json: bool) -> None:

@@ -142,7 +142,7 @@ class Batch:
     # --- steps -----------------------------------------------------------------------------
     def all_nodes_srun(self, *cmd: str, overlap: bool = False) -> list[str]:
         n = self.env.get("SLURM_JOB_NUM_NODES", str(len(self.order) or 1))
-        argv = ["srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1"]
+        argv = sl.srun_per_node(n)
         if overlap:
             argv.append("--overlap")
         return argv + ["python3", self.o.runtime, *cmd]

@@ -77,18 +77,8 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
     alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
     topo: dict[str, str] | None = None
     if a.topo_addr and not a.planned and not a.rank_map:
-        n = str(len(alloc))
         _rc, text = run_command(
-            [
-                "srun",
-                "--nodes=" + n,
-                "--ntasks=" + n,
-                "--ntasks-per-node=1",
-                "python3",
-                a.runtime,
-                "whoami",
-            ],
-            120,
+            [*sl.srun_per_node(len(alloc)), "python3", a.runtime, "whoami"], 120
         )
         topo = {}
         for line in text.splitlines():
@@ -204,12 +194,42 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
     return 0
 
 
+def _runtime_option(p: argparse.ArgumentParser) -> None:
+    """Where this runtime is, for the steps that run it again on every node (``srun python3
+    RUNTIME whoami|health|node``): ``prepare`` and ``batch``."""
+    p.add_argument("--runtime", default=sys.argv[0])
+
+
+def _health_options(p: argparse.ArgumentParser, *, imex_flag: bool) -> None:
+    """The node checks of the health gate (:func:`.health.check_node`).
+
+    ``batch`` takes them to pass on to its ``health`` step (``--imex 0|1``, as the script
+    writes every option with a value); ``health`` runs them (a bare ``--imex``, as
+    :meth:`.batch.Batch.health_gate` passes it).
+    """
+    p.add_argument("--gpus", type=int, default=0)
+    p.add_argument("--efa", type=int, default=0)
+    p.add_argument("--dcgm", type=int, default=0)
+    if imex_flag:
+        p.add_argument("--imex", action="store_true")
+    else:
+        p.add_argument("--imex", type=int, default=0)
+    p.add_argument("--efa-tries", type=int, default=3)
+    p.add_argument("--efa-delay-s", type=float, default=5.0)
+
+
+def _launch_argv(p: argparse.ArgumentParser) -> None:
+    """The command to launch, everything after the options (a leading ``--`` is dropped by
+    :func:`_rest`): ``batch`` and ``node``."""
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slurmfm-runtime", description=__doc__)
     sub = p.add_subparsers(dest="cmd")
     sub.required = True
     pr = sub.add_parser("prepare")
-    pr.add_argument("--runtime", default=sys.argv[0])
+    _runtime_option(pr)
     pr.add_argument("--planned", default="")
     pr.add_argument("--rank-map", default="")
     pr.add_argument("--topo-addr", type=int, default=0)
@@ -226,7 +246,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--min-free-gb", default="0")
 
     b = sub.add_parser("batch")
-    b.add_argument("--runtime", default=sys.argv[0])
+    _runtime_option(b)
     b.add_argument("--max-restarts", type=int, default=3)
     b.add_argument("--requeue", type=int, default=1)
     b.add_argument("--requeue-tries", type=int, default=3)
@@ -240,12 +260,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--hyperpod", type=int, default=0)
     b.add_argument("--hyperpod-marker", default="/opt/sagemaker_cluster")
     b.add_argument("--health", type=int, default=0)
-    b.add_argument("--gpus", type=int, default=0)
-    b.add_argument("--efa", type=int, default=0)
-    b.add_argument("--dcgm", type=int, default=0)
-    b.add_argument("--imex", type=int, default=0)
-    b.add_argument("--efa-tries", type=int, default=3)
-    b.add_argument("--efa-delay-s", type=float, default=5.0)
+    _health_options(b, imex_flag=False)
     b.add_argument("--health-timeout-s", type=float, default=600.0)
     b.add_argument("--nccl-check", default="off", choices=["off", "warn", "fail"])
     b.add_argument("--nccl-timeout-s", type=float, default=600.0)
@@ -265,7 +280,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--ready-timeout-s", type=float, default=1800.0)
     b.add_argument("--ready-poll-s", type=float, default=5.0)
     b.add_argument("--secret", action="append", default=[])
-    b.add_argument("argv", nargs=argparse.REMAINDER)
+    _launch_argv(b)
 
     n = sub.add_parser("node")
     n.add_argument("--prefix", type=int, default=0)
@@ -276,15 +291,9 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--ray-port", default="6379")
     n.add_argument("--ray-nodes", default="1")
     n.add_argument("--ray-timeout-s", default="300")
-    n.add_argument("argv", nargs=argparse.REMAINDER)
+    _launch_argv(n)
 
-    h = sub.add_parser("health")
-    h.add_argument("--gpus", type=int, default=0)
-    h.add_argument("--efa", type=int, default=0)
-    h.add_argument("--dcgm", type=int, default=0)
-    h.add_argument("--imex", action="store_true")
-    h.add_argument("--efa-tries", type=int, default=3)
-    h.add_argument("--efa-delay-s", type=float, default=5.0)
+    _health_options(sub.add_parser("health"), imex_flag=True)
 
     sub.add_parser("observe")
     t = sub.add_parser("task")

@@ -42,14 +42,28 @@ def requeue(
     timeout_s: float = 30.0,
 ) -> tuple[bool, str]:
     """``scontrol requeue JOB``, retried while slurmctld does not answer."""
+    ok, out = _retried(["scontrol", "requeue", job], run, sleep, tries, delay_s, timeout_s)
+    return (True, "") if ok else (False, _last(out, "scontrol requeue"))
+
+
+def _retried(
+    argv: Sequence[str],
+    run: Runner,
+    sleep: Callable[[float], None],
+    tries: int,
+    delay_s: float,
+    timeout_s: float,
+) -> tuple[bool, str]:
+    """Run an ``scontrol`` call until it succeeds, at most ``tries`` times, ``delay_s`` apart
+    (slurmctld may be away for a moment: a restart or a failover); (succeeded, last output)."""
     out = ""
     for i in range(max(1, tries)):
-        rc, out = run(["scontrol", "requeue", job], timeout_s)
+        rc, out = run(list(argv), timeout_s)
         if rc == 0:
-            return True, ""
+            return True, out
         if i + 1 < tries:
             sleep(delay_s)
-    return False, out.strip().splitlines()[-1] if out.strip() else "scontrol requeue failed"
+    return False, out
 
 
 def job_record(job: str, run: Runner = run_command, timeout_s: float = 30.0) -> dict[str, str]:
@@ -98,14 +112,7 @@ def requeue_excluding(
     if not nodes:
         ok, why = requeue(job, run, sleep, tries, delay_s, timeout_s)
         return ok, why, ""
-    held, out = False, ""
-    for i in range(max(1, tries)):
-        rc, out = run(["scontrol", "requeuehold", job], timeout_s)
-        if rc == 0:
-            held = True
-            break
-        if i + 1 < tries:
-            sleep(delay_s)
+    held, out = _retried(["scontrol", "requeuehold", job], run, sleep, tries, delay_s, timeout_s)
     if not held:
         last = _last(out, "scontrol requeuehold")
         ok, why = requeue(job, run, sleep, tries, delay_s, timeout_s)
@@ -125,14 +132,7 @@ def requeue_excluding(
     update.append("ExcNodeList=" + ",".join(([exc] if _listed(exc) else []) + bad))
     rc, out = run(update, timeout_s)
     note = "excluded " + ",".join(bad) if rc == 0 else f"not excluded ({_last(out, 'update')})"
-    released, out = False, ""
-    for i in range(max(1, tries)):
-        rc, out = run(["scontrol", "release", job], timeout_s)
-        if rc == 0:
-            released = True
-            break
-        if i + 1 < tries:
-            sleep(delay_s)
+    released, out = _retried(["scontrol", "release", job], run, sleep, tries, delay_s, timeout_s)
     if not released:
         last = _last(out, "scontrol release")
         return True, "", f"{note}; the job is held: scontrol release {job} ({last})"
@@ -150,6 +150,13 @@ def set_node(
     return rc == 0
 
 
+def srun_per_node(nodes: int | str) -> list[str]:
+    """``srun`` with one task on each of ``nodes`` nodes: how the runtime runs a step of its
+    own everywhere (``whoami``, the health gate, the observe agent, the liveness probe)."""
+    n = str(nodes)
+    return ["srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1"]
+
+
 def probe(nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60.0) -> list[str]:
     """The nodes that did NOT answer one parallel step (one timeout, whatever the count).
 
@@ -158,13 +165,9 @@ def probe(nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60
     """
     if not nodes:
         return []
-    n = str(len(nodes))
     _rc, out = run(
         [
-            "srun",
-            "--nodes=" + n,
-            "--ntasks=" + n,
-            "--ntasks-per-node=1",
+            *srun_per_node(len(nodes)),
             "--no-kill",
             "--kill-on-bad-exit=0",
             "--nodelist=" + ",".join(nodes),

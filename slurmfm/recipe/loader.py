@@ -314,6 +314,21 @@ def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
     data, lines = parse_yaml(text, where)
     if data is None:
         raise RecipeError([Problem(where, 1, "(recipe)", "the file is empty")])
+    if isinstance(data, dict) and "stages" in data:
+        # A pipeline file (slurmfm.pipeline): name the command that checks it instead of
+        # listing every recipe field it lacks. Checked on the data already parsed, so the
+        # file is read once (bounded, see read_source).
+        raise RecipeError(
+            [
+                Problem(
+                    where,
+                    lines.get(("stages",)),
+                    "stages",
+                    "this is a pipeline file, not a recipe; "
+                    f"check it with: slurmfm pipeline validate {where}",
+                )
+            ]
+        )
     return validate(data, source=where, lines=lines, overrides=overrides)
 
 

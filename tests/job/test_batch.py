@@ -392,3 +392,19 @@ def test_a_signal_before_the_runtime_took_over_is_not_lost(tmp_path: Path) -> No
     assert go(b) == 0
     assert step.signals == [signal.SIGUSR2]
     assert state(tmp_path)[0] == "event=signal USR2 before the time limit"
+
+
+@pytest.mark.parametrize("imex", ["0", "1"])
+def test_the_health_step_gets_the_checks_the_batch_step_was_given(
+    tmp_path: Path, imex: str
+) -> None:
+    """``batch`` and ``health`` share one option group (slurmfm.job.cli._health_options):
+    what the batch step passes to its health step parses there into the same checks."""
+    slurm = Slurm(health="slurmfm-health n1 OK\nslurmfm-health n2 OK\n")
+    checks = ["--gpus", "8", "--efa", "32", "--dcgm", "2", "--imex", imex, "--efa-tries", "4"]
+    b = make(tmp_path, Step(0), slurm, "--health", "1", *checks, "--efa-delay-s", "2.5")
+    assert go(b) == 0
+    (call,) = [c for c in slurm.calls if c[0] == "srun" and "health" in c]
+    h = parser().parse_args(call[call.index("health") :])
+    assert (h.gpus, h.efa, h.dcgm, h.efa_tries, h.efa_delay_s) == (8, 32, 2, 4, 2.5)
+    assert h.imex is (imex == "1")

@@ -91,3 +91,4 @@ def test_held_job_is_released_even_when_the_update_fails() -> None:
     ok, _, note = sl.requeue_excluding("9", ["n2"], run, lambda s: None, tries=3)
     assert ok
     assert "the job is held: scontrol release 9" in note
+    assert run.calls[-3:] == [["scontrol", "release", "9"]] * 3  # retried like the requeue

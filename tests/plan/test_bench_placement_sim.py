@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from slurmfm.plan import simulate as sim
 from slurmfm.plan.cost import JobShape
 from slurmfm.plan.planner import plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench_placement as bp
-
-
-@pytest.fixture(scope="module")
-def simgrid() -> None:
-    if not sim.available():
-        if os.environ.get("SLURMFM_REQUIRE_SIMGRID") == "1":
-            pytest.fail(
-                "SimGrid required (SLURMFM_REQUIRE_SIMGRID=1) but python3-simgrid is missing"
-            )
-        pytest.skip("SimGrid not installed (apt-get install python3-simgrid)")
 
 
 @pytest.mark.slow

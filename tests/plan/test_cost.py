@@ -3,20 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from fabrics import NAMES, SCRAMBLED, tree
 
 from slurmfm.plan.cost import CostParams, CostParamsError, JobShape, evaluate
 from slurmfm.topology.model import Node, Topology
-
-
-def tree(leaves: int = 4, per_leaf: int = 4, leaves_per_spine: int = 2) -> Topology:
-    paths = {}
-    for i in range(leaves * per_leaf):
-        leaf = i // per_leaf
-        paths[f"n{i:02d}"] = ("core", f"spine{leaf // leaves_per_spine}", f"leaf{leaf}")
-    return Topology.from_paths(paths)
-
-
-NAMES = [f"n{i:02d}" for i in range(16)]
 
 
 def test_tp8_pp2_on_16_nodes_in_topology_order() -> None:
@@ -37,10 +27,9 @@ def test_tp8_pp2_on_16_nodes_in_topology_order() -> None:
 
 
 def test_scrambled_order_crosses_more_and_costs_more() -> None:
-    # Interleave spines: n00 n08 n01 n09 ...: every DP ring edge leaves its leaf and spine.
-    scrambled = [NAMES[i // 2 + 8 * (i % 2)] for i in range(16)]
+    # Interleave spines: every DP ring edge leaves its leaf and spine.
     good = evaluate(tree(), NAMES, JobShape(16, 8, tp=8, pp=2))
-    bad = evaluate(tree(), scrambled, JobShape(16, 8, tp=8, pp=2))
+    bad = evaluate(tree(), SCRAMBLED, JobShape(16, 8, tp=8, pp=2))
     assert bad.dp_edges_cross_leaf == 16
     assert bad.dp_edges_cross_spine == 16
     assert bad.predicted_s > good.predicted_s
@@ -99,9 +88,8 @@ def test_bound_by_names_the_tier_and_the_congestion() -> None:
     r = evaluate(tree(), NAMES, job)
     # Each stage's ring stays under one spine; PP pairs (i, i+8) cross the core.
     assert r.bound_by == {"tp": "nvlink", "dp": "spine", "pp": "core"}
-    scrambled = [NAMES[i // 2 + (8 if i % 2 else 0)] for i in range(16)]
     params = CostParams.from_mapping({"tiers": {"leaf": {"oversubscription": 4}}})
-    r4 = evaluate(tree(), scrambled, JobShape(16, 8, tp=8), params)
+    r4 = evaluate(tree(), SCRAMBLED, JobShape(16, 8, tp=8), params)
     assert r4.bound_by["dp"].startswith("core x")
     assert CostParams.default().with_oversubscription(2).tiers["spine"].oversubscription == 2
 

@@ -7,39 +7,16 @@ there a missing simulator fails instead of skipping).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from fabrics import NAMES, SCRAMBLED, tree
 
 from slurmfm.plan import simulate as sim
 from slurmfm.plan.cost import CostParams, JobShape, evaluate
 from slurmfm.topology.model import Topology
 
 NIC = 3200e9 / 8  # p5-class bytes/s
-
-
-def tree(leaves: int = 4, per_leaf: int = 4, leaves_per_spine: int = 2) -> Topology:
-    paths = {}
-    for i in range(leaves * per_leaf):
-        leaf = i // per_leaf
-        paths[f"n{i:02d}"] = ("core", f"spine{leaf // leaves_per_spine}", f"leaf{leaf}")
-    return Topology.from_paths(paths)
-
-
-NAMES = [f"n{i:02d}" for i in range(16)]
-# Alternate the two spines: every ring edge leaves its leaf and its spine.
-SCRAMBLED = [NAMES[i // 2 + (8 if i % 2 else 0)] for i in range(16)]
-
-
-@pytest.fixture(scope="module")
-def simgrid() -> None:
-    if not sim.available():
-        if os.environ.get("SLURMFM_REQUIRE_SIMGRID") == "1":
-            pytest.fail(
-                "SimGrid required (SLURMFM_REQUIRE_SIMGRID=1) but python3-simgrid is missing"
-            )
-        pytest.skip("SimGrid not installed (apt-get install python3-simgrid)")
 
 
 def _links(scenario: dict[str, object]) -> dict[str, float]:

@@ -204,6 +204,15 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
     assert "a recipe is a YAML mapping" in problems(tmp_path, "- a\n- b\n")[0]
 
 
+def test_a_pipeline_file_is_refused_naming_the_command_that_checks_it(tmp_path: Path) -> None:
+    """One problem at the ``stages:`` line, not every recipe field it lacks."""
+    path = tmp_path / "recipe.yaml"
+    assert problems(tmp_path, "# a pipeline\nname: p\nstages:\n  a: {recipe: a.yaml}\n") == [
+        f"{path}:3: stages: this is a pipeline file, not a recipe; "
+        f"check it with: slurmfm pipeline validate {path}"
+    ]
+
+
 def test_overrides_apply_and_report_as_override(tmp_path: Path) -> None:
     r = load_recipe(write(tmp_path, GOOD), {"resources.nodes": 8})
     assert r.world_size == 64

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from render_helpers import shellcheck
 from test_script_props import PAYLOAD, sandbox  # noqa: F401 - the fixture is used by name
 
 from slurmfm import api
@@ -85,14 +86,6 @@ def run_task(sandbox: Path, text: str, tmp: Path, task: int) -> tuple[list[str],
         if "=" in item
     )
     return argv, envs
-
-
-def shellcheck(text: str, tmp: Path) -> None:
-    f = tmp / "array.sh"
-    f.write_text(text)
-    subprocess.run(["bash", "-n", str(f)], check=True)
-    proc = subprocess.run(["shellcheck", "-S", "style", str(f)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
 
 
 def test_array_directives_and_logs(tmp_path: Path) -> None:

@@ -9,34 +9,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from render_helpers import recipe, rendered
 
 from slurmfm.cli import main
 from slurmfm.plan.types import Placement
 from slurmfm.recipe.loader import validate
-from slurmfm.render.script import Target, render_script
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def recipe(**over: Any) -> Any:
-    base: dict[str, Any] = {
-        "name": "r",
-        "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
-        "resources": {"nodes": 2},
-        "parallelism": {"tp": 8},
-        "launcher": {"kind": "torchrun", "script": "/fsx/train.py"},
-    }
-    for key, value in over.items():
-        cur = base
-        *parents, leaf = key.split("__")
-        for p in parents:
-            cur = cur.setdefault(p, {})
-        cur[leaf] = value
-    return validate(base)
-
-
-def rendered(r: Any, version: str = "24.11", placement: Placement | None = None) -> Any:
-    return render_script(r, Target.for_recipe(r, version), placement)
 
 
 def launch_line(text: str) -> str:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
+from render_helpers import recipe, render, shellcheck
 
 from slurmfm.errors import UnsupportedError
 from slurmfm.plan.types import Placement
@@ -14,37 +13,8 @@ from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
 
 
-def recipe(**over: Any) -> Any:
-    base: dict[str, Any] = {
-        "name": "r",
-        "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
-        "resources": {"nodes": 2},
-        "parallelism": {"tp": 8},
-        "launcher": {"kind": "torchrun", "script": "/fsx/train.py"},
-    }
-    for key, value in over.items():
-        cur = base
-        *parents, leaf = key.split("__")
-        for p in parents:
-            cur = cur.setdefault(p, {})
-        cur[leaf] = value
-    return validate(base)
-
-
-def render(r: Any, version: str = "24.11", placement: Placement | None = None) -> str:
-    return render_script(r, Target.for_recipe(r, version), placement).text
-
-
 def sbatch_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("#SBATCH")]
-
-
-def shellcheck(text: str, tmp: Path) -> None:
-    f = tmp / "s.sh"
-    f.write_text(text)
-    subprocess.run(["bash", "-n", str(f)], check=True)
-    proc = subprocess.run(["shellcheck", "-S", "style", str(f)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
 
 
 @pytest.mark.parametrize(
