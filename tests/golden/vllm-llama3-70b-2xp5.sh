@@ -69,10 +69,10 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9.pyz"
-if ! echo "a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/dee41ffe9cd77bb81fb3add15d8ccd057c3832759ac38a4ba05f850e19162201.pyz"
+if ! echo "dee41ffe9cd77bb81fb3add15d8ccd057c3832759ac38a4ba05f850e19162201  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "dee41ffe9cd77bb81fb3add15d8ccd057c3832759ac38a4ba05f850e19162201  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -104,4 +104,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 20 --requeue 1 --drain 1 --
   --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=a02c7abc51c6b58b27ec87cd2e337bc5e2de9274bea3ac9e50bd261115e07fd9 <base64 zipapp of slurmfm/job, 49328 chars>
+# slurmfm-runtime sha256=dee41ffe9cd77bb81fb3add15d8ccd057c3832759ac38a4ba05f850e19162201 <base64 zipapp of slurmfm/job, 55036 chars>
