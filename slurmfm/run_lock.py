@@ -42,8 +42,7 @@ class RunDirInUse(SlurmfmError):
 def run_dir(recipe: Recipe) -> Path:
     """The run's checkpoint directory as the job sees it (relative: to the submit directory,
     which sbatch makes the job's working directory)."""
-    s = recipe.storage
-    return Path(s.checkpoint_root) / recipe.name / (s.run_id or recipe.name)
+    return Path(recipe.checkpoint_dir)
 
 
 def record_path(recipe: Recipe) -> Path:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from lab import (
+    GROUP_SECONDS,
     SUITES,
     SlurmLab,
     SuiteLabFactory,
@@ -183,23 +184,6 @@ def _put_in_group(item: pytest.Item, group: str) -> None:
     node_id = getattr(item, "_id", None)  # absent before pytest 9.2, where xdist's own works
     if node_id is not None and not item.nodeid.endswith(f"@{group}"):
         item._id = type(node_id).parse(f"{item.nodeid}@{group}")
-
-
-# About how long each lab's group of real tests takes (seconds, CI simulation on 2 cores).
-# Only the order matters: with `--dist loadgroup --no-loadscope-reorder` (scripts/run-tests) the
-# workers take whole groups in collection order, so the longest start first and no long group
-# is left to start last on a worker that is already busy (longest processing time first).
-# A group not listed counts as short.
-GROUP_SECONDS = {
-    "shared-host": 450,
-    "shared-trixie": 430,
-    "resil": 400,
-    "shared-sid": 300,
-    "sim-host": 120,
-    "plan-sid": 100,
-    "plan-trixie": 100,
-    "topo-trixie": 80,
-}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads xdist_group

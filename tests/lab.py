@@ -99,6 +99,23 @@ NOT_REQUESTED = (
 )
 
 
+# About how long each lab's group of real tests takes (seconds, CI simulation on 2 cores).
+# Only the order matters: with `--dist loadgroup --no-loadscope-reorder` (scripts/run-tests) the
+# workers take whole groups in collection order, so the longest start first and no long group
+# is left to start last on a worker that is already busy (longest processing time first).
+# A group not listed counts as short.
+GROUP_SECONDS = {
+    "shared-host": 450,
+    "shared-trixie": 430,
+    "resil": 400,
+    "shared-sid": 300,
+    "sim-host": 120,
+    "plan-sid": 100,
+    "plan-trixie": 100,
+    "topo-trixie": 80,
+}
+
+
 def job_binds() -> str:
     """What jobs in a chroot lab need from the host, for ``SLURMFM_LAB_BIND`` (read-only).
 

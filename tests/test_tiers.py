@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from lab import REPO_ROOT
+from lab import GROUP_SECONDS, REPO_ROOT
 
 
 def pytest_run(*args: str) -> str:
@@ -63,10 +63,8 @@ def test_one_lab_never_runs_on_two_workers() -> None:
 
 def test_longest_lab_groups_start_first() -> None:
     """With --no-loadscope-reorder the workers take the groups in collection order, which
-    conftest sorts by GROUP_SECONDS, longest first, although the short groups' file is named
+    conftest sorts by lab.GROUP_SECONDS, longest first, although the short groups' file is named
     first here."""
-    from conftest import GROUP_SECONDS
-
     out = pytest_run(
         "-p", "xdist", "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", "-m", "real",
         "-v", "tests/test_slurm_lab.py", "tests/plan/test_slurm_sim.py",

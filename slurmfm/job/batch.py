@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from . import decide as dec
-from . import nccl, serve
+from . import hetjob, nccl, serve
 from . import slurm as sl
 from .health import parse_report, run_command
 from .state import StateFile, state_path
@@ -76,7 +76,13 @@ class Batch:
         self.signalled = False
         self.step: subprocess.Popen[bytes] | None = None
         self.server: subprocess.Popen[bytes] | None = None
-        self.observer: subprocess.Popen[bytes] | None = None
+        self.observers: list[subprocess.Popen[bytes]] = []
+        # Components beyond the first of a heterogeneous job (empty otherwise).
+        self.het = hetjob.components(
+            getattr(opts, "component", []) or [],
+            getattr(opts, "component_env", []) or [],
+            getattr(opts, "component_unset", []) or [],
+        )
         self.next_signal: float | None = None
         self.nccl_socket = False
         self.gave_up = False
@@ -141,41 +147,127 @@ class Batch:
 
     # --- steps -----------------------------------------------------------------------------
     def all_nodes_srun(self, *cmd: str, overlap: bool = False) -> list[str]:
-        n = self.env.get("SLURM_JOB_NUM_NODES", str(len(self.order) or 1))
-        argv = sl.srun_per_node(n)
+        return self.component_srun(None, ["python3", self.o.runtime, *cmd], overlap)
+
+    def component_srun(
+        self, comp: hetjob.Component | None, cmd: Sequence[str], overlap: bool = False
+    ) -> list[str]:
+        """One task on each node of ``comp`` (None: the first component, the batch's own)."""
+        if comp is None:
+            n = self.env.get("SLURM_JOB_NUM_NODES", str(len(self.order) or 1))
+            argv = sl.srun_per_node(n, 0 if self.het else None)
+        else:
+            argv = sl.srun_per_node(comp.nodes, comp.group)
         if overlap:
             argv.append("--overlap")
-        return argv + ["python3", self.o.runtime, *cmd]
+        return argv + list(cmd)
 
-    def health_gate(self) -> int | None:
+    def component(self, argv: Sequence[str]) -> hetjob.Component | None:
+        """The component an srun command line runs in (None: the first one)."""
+        g = hetjob.step_group(argv)
+        return next((c for c in self.het if c.group == g), None)
+
+    def step_env(self, argv: Sequence[str]) -> dict[str, str]:
+        """The environment of a step: its own component's NCCL/EFA profile applied."""
+        return hetjob.step_env(self.env, self.component(argv))
+
+    def health_gate(self, steps: Sequence[Sequence[str]] = ()) -> int | None:
+        """Check every component's nodes with that component's expectations.
+
+        ``steps``: the job's srun command lines (server, launch). Where a component expects
+        the IMEX channel and its step runs in a container, a short step in the same image
+        with the same mounts then checks the channel is visible inside it too (issue 12
+        item 4). A node that fails the host checks is drained and the job requeued off it; a
+        channel the host has but the container lacks is the job's configuration (its mounts,
+        Enroot's hooks), the same on any node: the job fails with the reason, nothing drained.
+        """
         o = self.o
-        cmd = [
-            "health",
-            "--gpus",
-            str(o.gpus),
-            "--efa",
-            str(o.efa),
-            "--dcgm",
-            str(o.dcgm),
-            "--efa-tries",
-            str(o.efa_tries),
-            "--efa-delay-s",
-            str(o.efa_delay_s),
-        ]
-        if o.imex:
-            cmd.append("--imex")
-        rc, out = self.run(self.all_nodes_srun(*cmd), o.health_timeout_s)
-        sys.stdout.write(out)
-        _, bad = parse_report(out)
-        if rc == 0 and not bad:
-            return None
+        first = hetjob.Component(0, 0, bool(o.health), o.gpus, o.efa, bool(o.imex))
+        out_all = ""
+        worst = 0
+        checked = []
+        for comp in [first, *self.het]:
+            if not comp.health or not (comp.gpus or comp.efa or o.dcgm or comp.imex):
+                continue
+            where = None if comp is first else comp
+            checked.append((comp, where))
+            cmd = [
+                "health",
+                "--gpus",
+                str(comp.gpus),
+                "--efa",
+                str(comp.efa),
+                "--dcgm",
+                str(o.dcgm),
+                "--efa-tries",
+                str(o.efa_tries),
+                "--efa-delay-s",
+                str(o.efa_delay_s),
+            ]
+            if comp.imex:
+                cmd.append("--imex")
+            rc, out = self.run(
+                self.component_srun(where, ["python3", o.runtime, *cmd]), o.health_timeout_s
+            )
+            out_all += out
+            worst = worst or rc
+        sys.stdout.write(out_all)
+        _, bad = parse_report(out_all)
+        if worst == 0 and not bad:
+            return self.container_gate([w for c, w in checked if c.imex], steps)
         undrained = [node for node, why in bad if not self.drain(node, "health gate: " + why)]
         sick = " ".join(n for n, _ in bad) or "some node"
-        log("health gate failed on: %s" % (sick if bad else "unknown nodes (exit %d)" % rc), True)
+        log(
+            "health gate failed on: %s" % (sick if bad else "unknown nodes (exit %d)" % worst),
+            True,
+        )
         code = self.act(
             dec.Decision("requeue", f"health gate failed on {sick}", 3), exclude=undrained
         )
         return code or 3
+
+    def container_gate(
+        self, comps: Sequence[hetjob.Component | None], steps: Sequence[Sequence[str]]
+    ) -> int | None:
+        """The in-container IMEX check of each component in ``comps``; None when it passed."""
+        for comp in comps:
+            rc, out = self.container_imex_check(comp, steps)
+            sys.stdout.write(out)
+            _, bad = parse_report(out)
+            if rc == 0 and not bad:
+                continue
+            where = " ".join(n for n, _ in bad) or "its nodes (exit %d)" % rc
+            why = bad[0][1] if bad else "the container step failed"
+            reason = "IMEX channel check inside the container failed on %s: %s" % (where, why)
+            log(reason, True)
+            return self.act(dec.Decision("fail", reason, 2))
+        return None
+
+    def container_imex_check(
+        self, comp: hetjob.Component | None, steps: Sequence[Sequence[str]]
+    ) -> tuple[int, str]:
+        """Look for the IMEX channel inside the container of ``comp``'s step, if it has one.
+
+        Same image and mounts as that step (its own Pyxis options), so a channel directory
+        Enroot does not provide and no mount brings in fails here, before the launch, and not
+        as an NCCL error minutes into the run (NCCL falls back or fails without it:
+        NVIDIA/nccl src/mnnvl.cc).
+        """
+        group = 0 if comp is None else comp.group
+        for argv in steps:
+            g = hetjob.step_group(argv)
+            words = hetjob.container_words(argv)
+            if (0 if g is None else g) != group or not any(
+                w.startswith("--container-image") for w in words
+            ):
+                continue
+            cmd = [*words, "sh", "-c", hetjob.CONTAINER_IMEX_CHECK]
+            rc, out = self.run(self.component_srun(comp, cmd), self.o.health_timeout_s)
+            if rc != 0 and "slurmfm-health" not in out:
+                last = (out.strip().splitlines() or [""])[-1]
+                log("IMEX check in the container failed (exit %d): %s" % (rc, last), True)
+            return rc, out
+        return 0, ""
 
     def observe_start(self) -> None:
         obs_dir = self.env.get("SLURMFM_OBS_DIR", "")
@@ -189,11 +281,16 @@ class Batch:
         except OSError:
             log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
             return
-        self.observer = self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)
-        n = int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1)
+        # One agent on every node of every component, each told its own GPU count.
+        self.observers = [self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)]
+        for comp in self.het:
+            env = dict(hetjob.step_env(self.env, comp), SLURMFM_OBS_GPUS=str(comp.gpus))
+            argv = self.component_srun(comp, ["python3", self.o.runtime, "observe"], True)
+            self.observers.append(self.popen(argv, env=env))
+        n = int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1) + sum(c.nodes for c in self.het)
         deadline = self.clock() + self.o.observe_start_s
         suffix = "_r%d.json" % self.restart
-        while self.clock() < deadline and self.observer.poll() is None:
+        while self.clock() < deadline and all(p.poll() is None for p in self.observers):
             try:
                 done = [
                     f for f in os.listdir(obs_dir) if f.startswith("node_") and f.endswith(suffix)
@@ -205,17 +302,18 @@ class Batch:
             self.sleep(0.5)
 
     def observe_stop(self) -> None:
-        if self.observer is None:
+        if not self.observers:
             return
         with contextlib.suppress(OSError):
             open(self.env.get("SLURMFM_OBS_STOP", ""), "a").close()
         deadline = self.clock() + self.o.observe_start_s
-        while self.observer.poll() is None and self.clock() < deadline:
+        while any(p.poll() is None for p in self.observers) and self.clock() < deadline:
             self.sleep(0.5)
-        if self.observer.poll() is None:
-            self.observer.terminate()
-        self.observer.wait()
-        self.observer = None
+        for p in self.observers:
+            if p.poll() is None:
+                p.terminate()
+            p.wait()
+        self.observers = []
 
     def on_usr2(self, signum: int, frame: object) -> None:
         if self.signalled:
@@ -271,7 +369,7 @@ class Batch:
 
     def start_server(self, argv: Sequence[str]) -> int | None:
         o = self.o
-        self.server = self.popen(list(argv), env=self.env)
+        self.server = self.popen(list(argv), env=self.step_env(argv))
         url = self.env.get("SLURMFM_SERVE_URL", "") + o.health_path
         log(f"waiting up to {o.ready_timeout_s:g} s for {url}")
         server = self.server
@@ -403,8 +501,10 @@ class Batch:
         if self.env.get("SLURMFM_EARLY_USR2"):  # it came while the batch script prepared
             self.on_usr2(signal.SIGUSR2, None)
         try:
-            if (o.gpus or o.efa or o.dcgm or o.imex) and o.health:
-                code = self.health_gate()
+            if (o.health and (o.gpus or o.efa or o.dcgm or o.imex)) or any(
+                c.health for c in self.het
+            ):
+                code = self.health_gate([serve_argv, launch_argv])
                 if code is not None:
                     return code
             if o.observe:
@@ -424,7 +524,7 @@ class Batch:
             self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
             if launch_argv:
                 log("launch: " + masked(launch_argv, o.secret, self.env))
-                self.step = self.popen(list(launch_argv), env=self.env)
+                self.step = self.popen(list(launch_argv), env=self.step_env(launch_argv))
                 self.step_started = self.clock()
             else:
                 log("launch: " + masked(serve_argv, o.secret, self.env))

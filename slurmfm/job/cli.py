@@ -280,6 +280,15 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--ready-timeout-s", type=float, default=1800.0)
     b.add_argument("--ready-poll-s", type=float, default=5.0)
     b.add_argument("--secret", action="append", default=[])
+    b.add_argument(
+        "--component",
+        action="append",
+        default=[],
+        help="a heterogeneous component beyond the first: 'G nodes=N health=0|1 gpus=N efa=N "
+        "imex=0|1'",
+    )
+    b.add_argument("--component-env", action="append", default=[], help="G:NAME=VALUE")
+    b.add_argument("--component-unset", action="append", default=[], help="G:NAME")
     _launch_argv(b)
 
     n = sub.add_parser("node")

@@ -89,13 +89,43 @@ def check_node(
         if not os.path.exists(os.path.join(dev, "nvidia-caps-imex-channels")):
             return f"no {dev}/nvidia-caps-imex-channels (IMEX channel missing)"
         rc, out = run(["nvidia-imex-ctl", "-N"], command_timeout_s)
-        if rc not in (0, 127) or (rc == 0 and "READY" not in out.upper()):
-            return "nvidia-imex-ctl -N: IMEX domain not ready"
+        if rc != 127:  # where the binary exists
+            bad = imex_domain_problem(rc, out)
+            if bad:
+                return "nvidia-imex-ctl -N: " + bad
     if dcgm_level > 0:
         rc, _ = run(["dcgmi", "diag", "-r", str(dcgm_level)], command_timeout_s * 30)
         if rc != 0:
             return "dcgmi diag -r %d failed" % dcgm_level
     return None
+
+
+def imex_domain_problem(rc: int, out: str) -> str | None:
+    """What ``nvidia-imex-ctl -N`` says is wrong with the IMEX domain, or None when it is up.
+
+    The output (NVIDIA IMEX guide, "IMEX Service Command Service",
+    https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/cmdservice.html) lists each
+    node as ``Node #I - ADDRESS - STATE`` (READY when its daemon is up), a connectivity table
+    (``C`` connected) and ``Domain State: UP`` when every node of the domain is connected;
+    anything else (DEGRADED, DOWN) leaves cross-node NVLink memory unusable.
+    """
+    if rc != 0:
+        first = (out.strip().splitlines() or [""])[0]
+        return "exit %d: %s" % (rc, first) if first else "exit %d" % rc
+    state = ""
+    not_ready = []
+    for line in out.splitlines():
+        text = line.strip()
+        if text.startswith("Domain State:"):
+            state = text.split(":", 1)[1].strip()
+        elif text.startswith("Node #"):
+            parts = [p.strip() for p in text.split(" - ")]
+            if len(parts) >= 3 and parts[2].split()[:1] != ["READY"]:
+                not_ready.append("%s is %s" % (parts[1], parts[2]))
+    if state.upper() == "UP":
+        return None
+    why = "IMEX domain state %s" % (state or "not reported")
+    return why + ("; " + ", ".join(not_ready) if not_ready else "")
 
 
 def parse_report(text: str) -> tuple[list[str], list[tuple[str, str]]]:

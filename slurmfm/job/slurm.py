@@ -150,11 +150,13 @@ def set_node(
     return rc == 0
 
 
-def srun_per_node(nodes: int | str) -> list[str]:
+def srun_per_node(nodes: int | str, het_group: int | None = None) -> list[str]:
     """``srun`` with one task on each of ``nodes`` nodes: how the runtime runs a step of its
-    own everywhere (``whoami``, the health gate, the observe agent, the liveness probe)."""
+    own everywhere (``whoami``, the health gate, the observe agent, the liveness probe); in a
+    heterogeneous job on the nodes of component ``het_group`` (``srun --het-group``)."""
     n = str(nodes)
-    return ["srun", "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1"]
+    het = [] if het_group is None else ["--het-group=%d" % het_group]
+    return ["srun", *het, "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1"]
 
 
 def probe(nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60.0) -> list[str]:

@@ -204,7 +204,6 @@ def render_array(
     return dataclasses.replace(
         first,
         warnings=tuple(warnings),
-        checkpoint_dir=f"{recipe.storage.checkpoint_root.rstrip('/')}/{recipe.name}/"
-        f"{recipe.storage.run_id or recipe.name}-t<index>",
+        checkpoint_dir=f"{recipe.checkpoint_dir}-t<index>",
         notes=notes,
     )

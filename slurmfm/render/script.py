@@ -429,6 +429,8 @@ class Component:
     env: tuple[EnvLine, ...]
     unset: tuple[str, ...]
     health: HealthGate
+    nodes: int = 0
+    imex: bool = False
 
 
 def _components(recipe: Recipe, inst: InstanceType) -> tuple[Component, ...]:
@@ -448,9 +450,15 @@ def _components(recipe: Recipe, inst: InstanceType) -> tuple[Component, ...]:
     own_names = {e.name for e in own}
     drop = tuple(name for name in exported if name not in own_names)
     return (
-        Component(0, inst.name, (), (), _health(recipe, inst)),
+        Component(0, inst.name, (), (), _health(recipe, inst), recipe.train_nodes, inst.needs_imex),
         Component(
-            1, sinst.name, tuple(_profile_line(e) for e in differ), drop, _health(recipe, sinst)
+            1,
+            sinst.name,
+            tuple(_profile_line(e) for e in differ),
+            drop,
+            _health(recipe, sinst),
+            s.nodes,
+            sinst.needs_imex,
         ),
     )
 
@@ -747,6 +755,7 @@ def _batch_opts(
     nccl_check: str,
     observe: Observe,
     serve: ServeLaunch | None,
+    components: tuple[Component, ...] = (),
 ) -> list[str]:
     """Options of ``runtime batch``, one readable group per line."""
     res = recipe.resilience
@@ -793,6 +802,18 @@ def _batch_opts(
             f" --health-path {sh_quote(serve.health_path)}"
             f" --ready-timeout-s {serve.ready_timeout_s} --ready-poll-s {serve.ready_poll_s}"
         )
+    for comp in components[1:]:
+        # Heterogeneous component N: its own health gate and observability agent on its own
+        # nodes, and the profile lines of its instance type that differ from the exports
+        # above, applied to its steps (`srun --het-group=N`) by the runtime.
+        h = comp.health
+        opts.append(
+            f"--component '{comp.group} nodes={comp.nodes} health={int(h.enabled)}"
+            f" gpus={h.gpus} efa={h.efa} imex={int(comp.imex)}'"
+        )
+        own = [f"--component-env {comp.group}:{e.name}={e.shell_value}" for e in comp.env]
+        own += [f"--component-unset {comp.group}:{name}" for name in comp.unset]
+        opts.extend(_wrap(own))
     if recipe.secrets:
         # masked in the launch command the job log prints
         opts.append(" ".join(f"--secret {name}" for name in recipe.secrets))
@@ -867,9 +888,8 @@ def render_script(
     for name in recipe.secrets:
         env_name(name, what="secrets")
     s = recipe.storage
-    run_id = s.run_id or recipe.name
-    ckpt = s.checkpoint_root.rstrip("/") or "/"
-    checkpoint_dir = f"{ckpt}/{recipe.name}/{run_id}" if ckpt != "/" else f"/{recipe.name}/{run_id}"
+    run_id = recipe.run_id
+    checkpoint_dir = recipe.checkpoint_dir
     serve = _serve(recipe)
     if serve is not None and serve.group == "all":
         argv, prefix, how = list(serve.argv), serve.prefix, serve.description
@@ -995,7 +1015,7 @@ def render_script(
         "run_id": sh_quote(run_id, what="storage.run_id"),
         "prepare_opts": prepare,
         "order_how": order_how,
-        "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve),
+        "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve, components),
         "srun_opts": _wrap(srun),
         "argv": argv,
         "prefix": prefix,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmfm.job.health import check_node, parse_report
+from slurmfm.job.health import check_node, imex_domain_problem, parse_report
 
 
 def smi(n: int):  # type: ignore[no-untyped-def]
@@ -64,7 +64,54 @@ def test_dcgm_and_imex(tmp_path: Path) -> None:
     (dev / "nvidia-caps-imex-channels").mkdir()
     assert check_node(0, 0, imex=True, dev=str(dev), run=smi(0)) is None  # no imex-ctl: skip
     not_ready = check_node(0, 0, imex=True, dev=str(dev), run=lambda a, t: (0, "Domain: DOWN"))
-    assert not_ready == "nvidia-imex-ctl -N: IMEX domain not ready"
+    assert not_ready == "nvidia-imex-ctl -N: IMEX domain state not reported"
+
+
+# The shape of `nvidia-imex-ctl -N` output (NVIDIA IMEX guide, "IMEX Service Command Service":
+# https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/cmdservice.html).
+IMEX_UP = """\
+Connectivity Table Legend:
+I - Invalid - Node wasn't reachable, no connection status available
+C - Connected - Ready for operation
+
+3/25/2025 10:39:43.659
+Nodes:
+Node #0   - 10.0.0.1   - READY
+Node #1   - 10.0.0.2   - READY
+
+ Nodes From\\To  0   1
+       0        C   C
+       1        C   C
+Domain State: UP
+"""
+
+
+def test_imex_ctl_output_is_parsed(tmp_path: Path) -> None:
+    assert imex_domain_problem(0, IMEX_UP) is None
+    degraded = (
+        IMEX_UP.replace("10.0.0.2   - READY", "10.0.0.2   - UNAVAILABLE")
+        .replace("C   C\n       1        C   C", "C   I\n       1        I   C")
+        .replace("Domain State: UP", "Domain State: DEGRADED")
+    )
+    assert imex_domain_problem(0, degraded) == (
+        "IMEX domain state DEGRADED; 10.0.0.2 is UNAVAILABLE"
+    )
+    # "READY" alone (the old test) is no longer enough: the domain must say UP
+    assert imex_domain_problem(0, "READY\n") == "IMEX domain state not reported"
+    assert imex_domain_problem(1, "cannot connect to the IMEX daemon\n") == (
+        "exit 1: cannot connect to the IMEX daemon"
+    )
+    dev = tmp_path / "dev"
+    (dev / "nvidia-caps-imex-channels").mkdir(parents=True)
+    calls: list[list[str]] = []
+
+    def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        calls.append(list(argv))
+        return 0, degraded
+
+    why = check_node(0, 0, imex=True, dev=str(dev), run=run)
+    assert why == "nvidia-imex-ctl -N: IMEX domain state DEGRADED; 10.0.0.2 is UNAVAILABLE"
+    assert calls == [["nvidia-imex-ctl", "-N"]]
 
 
 def test_report_parsing() -> None:

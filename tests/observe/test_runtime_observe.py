@@ -92,7 +92,7 @@ def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Pa
     assert json.loads((obs / "job.json").read_text()) == {"recipe": "rt"}
     b.observe_stop()
     assert (obs / "stop-r0").exists()
-    assert b.observer is None
+    assert b.observers == []
 
 
 def test_observability_off_renders_nothing(tmp_path: Path) -> None:

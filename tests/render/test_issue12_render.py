@@ -258,9 +258,99 @@ def test_hetjob_component_profile_and_health() -> None:
     assert {e.name: e.shell_value for e in c1.env} == {"FI_EFA_USE_DEVICE_RDMA": "1"}
     assert c1.unset == ()
     assert (c1.health.gpus, c1.health.efa) == (8, 32)
+    assert (c0.nodes, c1.nodes, c0.imex, c1.imex) == (2, 1, False, False)
     # the batch script's exports stay component 0's profile
     assert "FI_EFA_USE_DEVICE_RDMA" not in {e.name for e in out.env}
     assert rendered(recipe()).components == ()
+
+
+def batch_words(text: str) -> list[str]:
+    """The words of the runtime's batch step, as bash passes them (variables left as text)."""
+    joined = text.replace("\\\n", " ")
+    (line,) = [ln for ln in joined.splitlines() if ln.startswith("exec python3 ")]
+    words = shlex.split(line.replace('"${#slurmfm_serve[@]}"', "1"))
+    return words[words.index("batch") :]
+
+
+def het(trainer: str, server: str, **over: Any) -> Any:
+    tp = {"p6e-gb200.36xlarge": 4}
+    return recipe(
+        cluster__instance_type=trainer,
+        parallelism={"tp": tp.get(trainer, 8)},
+        network={"aws_ofi_nccl": "1.6.0"},  # legacy flags only on p4/p5
+        serve={
+            "nodes": 2,
+            "placement": "hetjob",
+            "instance_type": server,
+            "parallelism": {"tp": tp.get(server, 8), "pp": 2},
+            "launcher": {"kind": "vllm", "model": "m"},
+        },
+        **over,
+    )
+
+
+def test_hetjob_script_hands_each_component_to_the_runtime() -> None:
+    """What the renderer computed per component reaches the runtime's options exactly."""
+    from slurmfm.job import hetjob
+    from slurmfm.job.cli import parser
+
+    out = rendered(het("p6-b200.48xlarge", "p5.48xlarge"))
+    a = parser().parse_args(batch_words(out.text))
+    (c1,) = hetjob.components(a.component, a.component_env, a.component_unset)
+    assert c1 == hetjob.Component(1, 2, True, 8, 32, False, (("FI_EFA_USE_DEVICE_RDMA", "1"),))
+    assert (a.gpus, a.efa, a.imex) == (8, 8, 0)  # component 0: the trainer's own
+    # the reverse: a profile line of the trainer that the server's type lacks is unset there
+    a = parser().parse_args(batch_words(rendered(het("p5.48xlarge", "p6-b200.48xlarge")).text))
+    (c1,) = hetjob.components(a.component, a.component_env, a.component_unset)
+    assert c1.unset == ("FI_EFA_USE_DEVICE_RDMA",)
+    assert (c1.efa, a.efa) == (8, 32)
+    # one component: nothing of the kind
+    a = parser().parse_args(batch_words(rendered(recipe()).text))
+    assert (a.component, a.component_env, a.component_unset) == ([], [], [])
+
+
+def test_hetjob_gb200_server_in_a_container_gets_the_channel_and_its_check() -> None:
+    r = het("p5.48xlarge", "p6e-gb200.36xlarge", container={"image": "/fsx/i.sqsh"})
+    out = rendered(r)
+    a = parser_args(out.text)
+    from slurmfm.job import hetjob
+
+    (c1,) = hetjob.components(a.component, a.component_env, a.component_unset)
+    assert (c1.gpus, c1.efa, c1.imex) == (4, 16, True)
+    assert a.imex == 0  # the p5 trainer needs no IMEX
+    serve_line = out.text.replace("\\\n", " ").split("slurmfm_serve=(", 1)[1].split(")", 1)[0]
+    serve = shlex.split(serve_line.replace("$SLURMFM_RUNTIME", "/rt"))
+    # the runtime's in-container check runs in the server step's own image and mounts
+    words = hetjob.container_words(serve)
+    assert words[0] == "--container-image=/fsx/i.sqsh"
+    assert words[1] == "--container-mounts=/dev/nvidia-caps-imex-channels,/rt:/rt:ro"
+    assert hetjob.step_group(serve) == 1
+
+
+def parser_args(text: str) -> Any:
+    from slurmfm.job.cli import parser
+
+    return parser().parse_args(batch_words(text))
+
+
+def test_gb200_container_recipe_gives_the_runtime_its_imex_checks() -> None:
+    """recipes/gb200-llama3-405b.yaml: the host check (--imex 1) and, from the launch step's
+    own Pyxis options, the in-container check (slurmfm/job/batch.py container_gate)."""
+    from slurmfm.job import hetjob
+    from slurmfm.recipe.loader import load_recipe
+
+    r = load_recipe(REPO / "recipes" / "gb200-llama3-405b.yaml")
+    text = rendered(r).text
+    words = batch_words(text)
+    a = parser_args(text)
+    assert (a.health, a.gpus, a.efa, a.imex) == (1, 4, 16, 1)
+    launch = words[words.index("--") + 1 :]
+    assert launch[0] == "srun"
+    pyxis = hetjob.container_words(launch)
+    assert pyxis[0] == "--container-image=/fsx/containers/nemo-25.11-arm64.sqsh"
+    assert pyxis[1].startswith("--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels,")
+    assert "--no-container-mount-home" in pyxis
+    assert hetjob.step_group(launch) is None  # one component: the check runs beside it
 
 
 # --- 12.5: NeMo tasks laid out in the planned host order ----------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import SlurmLab, free_port
+from lab import REPO_ROOT, SlurmLab, free_port
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -90,10 +90,19 @@ def trainer_recipe(tmp: Path, name: str, nodes: int, serve: dict[str, Any]) -> d
     return {**base(tmp, name, nodes, trainer), "serve": serve}
 
 
-def submit(lab: SlurmLab, tmp: Path, recipe: dict[str, Any]) -> str:
+def submit(
+    lab: SlurmLab, tmp: Path, recipe: dict[str, Any], env: dict[str, str] | None = None
+) -> str:
+    """Submit ``recipe``; ``env`` is added to the submitting environment (sbatch passes it
+    on to the job, so a stand-in found first on PATH there is what the job runs)."""
     path = tmp / "recipe.yaml"
     path.write_text(json.dumps(recipe))  # JSON is YAML
-    proc = lab.slurmfm("submit", str(path))
+    proc = lab.run(
+        [*lab.slurmfm_argv(), "submit", str(path)],
+        cwd=REPO_ROOT,
+        timeout=120,
+        env={**lab.env, **(env or {})},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.split()[0]
 
@@ -249,16 +258,47 @@ def test_train_and_serve_split(each_lab: SlurmLab, tmp_path: Path) -> None:
     assert not (tmp_path / "logs" / "endpoints" / "grpo-split.json").exists()
 
 
+def gpu_node_standins(tmp: Path, gpus: int, efa: int, path: str) -> dict[str, str]:
+    """What the health gate looks at on a p5 node, standing in on a lab node: an
+    ``nvidia-smi -L`` listing ``gpus`` GPUs (first on ``path``) and a sysfs tree with ``efa``
+    EFA devices (``SLURMFM_SYSFS``, the health step's sysfs root)."""
+    bindir = tmp / "gpu-bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/bash\n"
+        f'for i in $(seq 0 {gpus - 1}); do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done\n'
+    )
+    smi.chmod(0o755)
+    for i in range(efa):
+        (tmp / "sysfs" / "class" / "infiniband" / f"rdmap{i}s0").mkdir(parents=True)
+    return {"PATH": f"{bindir}:{path}", "SLURMFM_SYSFS": str(tmp / "sysfs")}
+
+
 @pytest.mark.torch
 def test_train_and_serve_hetjob(each_lab: SlurmLab, tmp_path: Path) -> None:
+    """A heterogeneous job whose server (component 1) is a p5 and whose trainer (component
+    0) is a CPU node: component 1's nodes pass their own health gate (8 GPUs, 32 EFA devices,
+    from stand-ins), run their own observability agent, and the server step gets p5's
+    NCCL/EFA profile, which the trainer's step does not."""
     serve = {
         "nodes": 1,
         "placement": "hetjob",
         "partition": "debug",
+        "instance_type": "p5.48xlarge",  # the lab's nodes carry Gres=gpu:8
+        "parallelism": {"tp": 8},  # one replica on the node's 8 GPUs
         "launcher": vllm_launcher(tmp_path, model="Qwen/Qwen2.5-7B-Instruct"),
     }
     recipe = trainer_recipe(tmp_path, "grpo-het", 1, serve)
-    job_id = submit(each_lab, tmp_path, recipe)
+    recipe["observability"] = {
+        "enabled": "on",
+        "textfile_dir": None,
+        "dcgm_job_mapping_dir": None,
+        "interval_s": 1,
+    }
+    job_id = submit(
+        each_lab, tmp_path, recipe, gpu_node_standins(tmp_path, 8, 32, each_lab.env["PATH"])
+    )
     rec = each_lab.wait_job(job_id, timeout=180)
     log = job_log(tmp_path, "grpo-het", job_id)
     assert rec["JobState"] == "COMPLETED", log
@@ -269,7 +309,21 @@ def test_train_and_serve_hetjob(each_lab: SlurmLab, tmp_path: Path) -> None:
     assert [h["HetJobOffset"] for h in het] == ["0", "1"]
     assert het[1]["Partition"] == "debug"
     serve_node = each_lab.hostnames(het[1]["NodeList"])
+    train_node = each_lab.hostnames(het[0]["NodeList"])
     (ev,) = [e for e in events(log) if e["event"] == "trainer"]
     assert ev["server"]["node"] == serve_node[0]
-    assert ev["node"] == each_lab.hostnames(het[0]["NodeList"])[0]
+    assert ev["node"] == train_node[0]
     assert ev["models"] == ["Qwen/Qwen2.5-7B-Instruct"]
+    # component 1's node passed the gate with p5's expectations (the CPU trainer has none)
+    assert re.findall(r"^slurmfm-health (\S+) (\S+)", log, re.MULTILINE) == [
+        (serve_node[0], "OK")
+    ], log
+    # its own profile: p5's EFA settings on the server, none on the CPU trainer
+    assert ev["server"]["net_env"]["FI_PROVIDER"] == "efa", ev["server"]
+    assert ev["server"]["net_env"]["NCCL_SOCKET_IFNAME"] == "^docker,lo,veth"
+    assert "FI_PROVIDER" not in ev["net_env"], ev["net_env"]
+    assert "NCCL_SOCKET_IFNAME" not in ev["net_env"], ev["net_env"]
+    # an agent ran on each component's node
+    obs = tmp_path / "logs" / f"grpo-het_{job_id}.observe"
+    nodes = sorted(p.name for p in obs.glob("node_*_r0.json"))
+    assert nodes == sorted(f"node_{n}_r0.json" for n in (*train_node, *serve_node)), nodes

@@ -23,6 +23,7 @@ def main() -> None:
         "world_size": world,
         "node": os.environ.get("SLURMD_NODENAME"),
         "host_order": os.environ.get("SLURMFM_HOST_ORDER"),
+        "net_env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "FI_"))},
     }
     if rank == 0:
         url = os.environ["SLURMFM_SERVE_URL"]
