@@ -84,6 +84,8 @@ class Batch:
         self.ask = ""
         self.marker_before: tuple[int, int, int] | None = None
         self.done_note = ""
+        self.requeued = False  # this attempt requeued the job itself
+        self.stopping = False
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
@@ -113,6 +115,7 @@ class Batch:
             if note:
                 log(f"requeued job {me}: {note}", err=not note.startswith("excluded"))
             if ok:
+                self.requeued = True
                 if not recorded:
                     self.state.record("requeue", d.reason + (f" ({note})" if note else ""))
                 return 0
@@ -248,6 +251,9 @@ class Batch:
         self.next_signal = max(self.clock(), self.step_started + self.o.signal_grace_s)
 
     def on_term(self, signum: int, frame: object) -> None:
+        if self.stopping:  # a second TERM while the first is handled
+            return
+        self.stopping = True
         code = 128 + signum
         if self.signalled and self.o.save_protocol and not self.gave_up:
             # The save outlasted the window and Slurm is ending the job at its time limit
@@ -256,9 +262,50 @@ class Batch:
                 d = dec.Decision("requeue", "the step outlasted the save window", code)
                 if self.act(d) == 0:
                     code = 0
+        if not self.requeued:
+            with contextlib.suppress(Exception):
+                self.record_stop()
         with contextlib.suppress(Exception):
             self.cleanup()
         os._exit(code)
+
+    def record_stop(self) -> None:
+        """Record what the TERM means, as Slurm says at this moment (issue 15.16a).
+
+        ``scancel``, an operator's ``scontrol requeue``, preemption and the time limit all
+        reach the batch step as TERM, followed by KILL after ``KillWait`` (default 30 s,
+        https://slurm.schedmd.com/slurm.conf.html#OPT_KillWait), so the question to
+        slurmctld has a short bound (``--stop-query-s``) and its answer is written before
+        anything else is cleaned up. A TERM that follows this attempt's own requeue is not
+        asked about: the requeue is recorded already.
+        """
+        me = sl.self_id(self.env)
+        rec = sl.job_record(me, self.run, self.o.stop_query_s)
+        why = sl.stop_reason(rec, self.restart) or (
+            "TERM; slurmctld did not answer within %g s" % self.o.stop_query_s
+        )
+        self.state.record("stop", why)
+        log("TERM received: " + why, err=True)
+
+    def note_unasked_restart(self) -> None:
+        """Record why this attempt runs when slurmfm did not requeue the last one.
+
+        The runtime records each requeue it asks for with the number of the attempt it ends
+        (``restart=N-1`` in the state file), so attempt N finds it. Without it the restart
+        was Slurm's (a node failure with ``--requeue``, a failed launch) or an operator's
+        (``scontrol requeue``, preemption); what Slurm and the last attempt's own TERM record
+        say is recorded as the reason (:func:`slurm.restart_reason`).
+        """
+        if self.restart <= 0:
+            return
+        own = self.state.last_entry("requeue")
+        if own is not None and own[0] == self.restart - 1:
+            return
+        stop = self.state.last_entry("stop")
+        previous = stop[1] if stop is not None and stop[0] == self.restart - 1 else ""
+        why = sl.restart_reason(sl.self_id(self.env), previous, self.run, 10.0)
+        self.state.record("restart", why)
+        log("restart %d: %s" % (self.restart, why))
 
     def forward_signal(self) -> None:
         step = self.step
@@ -396,6 +443,8 @@ class Batch:
                 "; last requeue: " + last if last else "",
             )
         )
+        with contextlib.suppress(Exception):  # a missing reason never stops the job
+            self.note_unasked_restart()
         signal.signal(signal.SIGUSR2, self.on_usr2)
         # scancel and the end of the time limit send TERM: clean up (endpoint files, agents)
         # as the bash EXIT trap did, then end as TERM would.
@@ -473,6 +522,7 @@ class Batch:
                     # the requeue is recorded as soon as its cause happened.
                     self.state.record("requeue", capped.reason)
                     recorded = True
+                    self.requeued = True
             return self.act(d, recorded, exclude=[] if recorded else undowned)
         finally:
             self.cleanup()
