@@ -443,12 +443,14 @@ class Batch:
                 "; last requeue: " + last if last else "",
             )
         )
-        with contextlib.suppress(Exception):  # a missing reason never stops the job
-            self.note_unasked_restart()
         signal.signal(signal.SIGUSR2, self.on_usr2)
         # scancel and the end of the time limit send TERM: clean up (endpoint files, agents)
         # as the bash EXIT trap did, then end as TERM would.
         signal.signal(signal.SIGTERM, self.on_term)
+        # After the handlers: asking Slurm may take seconds, and a signal must not kill the
+        # step meanwhile. A missing reason never stops the job.
+        with contextlib.suppress(Exception):
+            self.note_unasked_restart()
         if self.env.get("SLURMFM_EARLY_USR2"):  # it came while the batch script prepared
             self.on_usr2(signal.SIGUSR2, None)
         try:
