@@ -112,12 +112,16 @@ class Batch:
                     self.o.requeue_tries,
                     self.o.requeue_delay_s,
                 )
+                if ok:
+                    # Still under the ignored TERM: the TERM the requeue brings must find
+                    # the requeue recorded, or the next attempt would take it for one
+                    # slurmfm did not ask for.
+                    self.requeued = True
+                    if not recorded:
+                        self.state.record("requeue", d.reason + (f" ({note})" if note else ""))
             if note:
                 log(f"requeued job {me}: {note}", err=not note.startswith("excluded"))
             if ok:
-                self.requeued = True
-                if not recorded:
-                    self.state.record("requeue", d.reason + (f" ({note})" if note else ""))
                 return 0
             self.state.record("fail", f"requeue failed ({why}): {d.reason}")
             log(f"could not requeue job {me}: {why}", err=True)
