@@ -553,3 +553,25 @@ def test_term_after_the_runtimes_own_requeue_asks_nothing(tmp_path: Path) -> Non
     assert state(tmp_path) == ["event=requeue the step outlasted the save window"]
     assert not any(c[:3] == ["scontrol", "show", "job"] for c in slurm.calls)
     assert term(b) == []  # a second TERM while the first is handled does nothing more
+
+
+def test_own_requeue_is_recorded_before_term_can_arrive(tmp_path: Path) -> None:
+    """The TERM a requeue brings must find it recorded: the record is made under ignored TERM."""
+    from slurmfm.job import decide as dec
+
+    b = make(tmp_path, Step(0), Slurm())
+    seen: list[object] = []
+    record = b.state.record
+
+    def spy(event: str, detail: str = "") -> None:
+        seen.append((event, signal.getsignal(signal.SIGTERM)))
+        record(event, detail)
+
+    b.state.record = spy  # type: ignore[method-assign]
+    before = signal.signal(signal.SIGTERM, b.on_term)
+    try:
+        assert b.act(dec.Decision("requeue", "step failed with exit 137", 137)) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert seen == [("requeue", signal.SIG_IGN)]
+    assert b.requeued
