@@ -264,8 +264,8 @@ def restart_reason(
     Sources, each when it has something: what the last attempt recorded at its TERM
     (:func:`stop_reason`), how accounting saw the last attempt end (``sacct --duplicates``:
     REQUEUED, NODE_FAIL, PREEMPTED, ...) and when slurmctld requeued the job (a requeue
-    resets ``SubmitTime``: sacct(1), SubmitTime). Without any of them the reason still says
-    the runtime did not ask for the restart.
+    resets ``SubmitTime``, https://slurm.schedmd.com/sacct.html#OPT_Submit; seen on 22.05).
+    Without any of them the reason still says the runtime did not ask for the restart.
     """
     parts = []
     if previous_stop:

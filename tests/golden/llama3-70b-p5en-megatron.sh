@@ -79,10 +79,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/f3d4bd9bea3854ebda936d5b2492a07f62f69e550335a3e9f0cd7a2d187b1eae.pyz"
-if ! echo "f3d4bd9bea3854ebda936d5b2492a07f62f69e550335a3e9f0cd7a2d187b1eae  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/af74010b165c5ee373c2941408410194a62c8f0273d48069e3a46b5274363eaa.pyz"
+if ! echo "af74010b165c5ee373c2941408410194a62c8f0273d48069e3a46b5274363eaa  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "f3d4bd9bea3854ebda936d5b2492a07f62f69e550335a3e9f0cd7a2d187b1eae  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "af74010b165c5ee373c2941408410194a62c8f0273d48069e3a46b5274363eaa  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -173,4 +173,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=f3d4bd9bea3854ebda936d5b2492a07f62f69e550335a3e9f0cd7a2d187b1eae <base64 zipapp of slurmfm/job, 52852 chars>
+# slurmfm-runtime sha256=af74010b165c5ee373c2941408410194a62c8f0273d48069e3a46b5274363eaa <base64 zipapp of slurmfm/job, 52888 chars>

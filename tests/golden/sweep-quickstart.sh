@@ -39,10 +39,10 @@ export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
 mkdir -p "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/f3d4bd9bea3854ebda936d5b2492a07f62f69e550335a3e9f0cd7a2d187b1eae.pyz"
-if ! echo "f3d4bd9bea3854ebda936d5b2492a07f62f69e550335a3e9f0cd7a2d187b1eae  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/af74010b165c5ee373c2941408410194a62c8f0273d48069e3a46b5274363eaa.pyz"
+if ! echo "af74010b165c5ee373c2941408410194a62c8f0273d48069e3a46b5274363eaa  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "f3d4bd9bea3854ebda936d5b2492a07f62f69e550335a3e9f0cd7a2d187b1eae  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "af74010b165c5ee373c2941408410194a62c8f0273d48069e3a46b5274363eaa  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -73,4 +73,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t0"],["SLURMFM_CHECKPOINT_DIR","runs/checkpoints/sweep-quickstart/sweep-quickstart-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.01\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.01"},{"task":1,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t1"],["SLURMFM_CHECKPOINT_DIR","runs/checkpoints/sweep-quickstart/sweep-quickstart-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.05\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.05"},{"task":2,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t2"],["SLURMFM_CHECKPOINT_DIR","runs/checkpoints/sweep-quickstart/sweep-quickstart-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.2\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.2"}]}
-# slurmfm-runtime sha256=f3d4bd9bea3854ebda936d5b2492a07f62f69e550335a3e9f0cd7a2d187b1eae <base64 zipapp of slurmfm/job, 52852 chars>
+# slurmfm-runtime sha256=af74010b165c5ee373c2941408410194a62c8f0273d48069e3a46b5274363eaa <base64 zipapp of slurmfm/job, 52888 chars>
