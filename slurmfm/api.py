@@ -245,6 +245,7 @@ def status(job_id: str, *, backend: BackendKind | Backend = "cli") -> JobStatus:
     return dataclasses.replace(
         st,
         last_requeue_reason=state.last_requeue_reason,
+        last_stop_reason=state.last_stop_reason,
         last_checkpoint=state.last_checkpoint,
         events=tuple(state.events),
         restarts=max(st.restarts, state.restarts),

@@ -421,3 +421,40 @@ def test_hostile_values_never_traceback(
                 assert line.startswith((f"{recipe}:", "<override>:")), line
         codes[cmd] = res.exit_code
     assert codes["validate"] == codes["render"], (field, value, codes)
+
+
+def test_status_shows_the_reasons_of_unasked_restarts_and_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15.16a: the state file's `restart` and `stop` records reach `slurmfm status`."""
+    from slurmfm import api
+    from slurmfm.backends.base import JobStatus
+
+    (tmp_path / "demo_42.state").write_text(
+        "2026-12-01T00:00:00Z restart=0 event=start nodes=n1\n"
+        "2026-12-01T00:01:00Z restart=0 event=stop requeued by Slurm or an operator "
+        "(scontrol requeue, preemption, a failed node) (Slurm: JobState=COMPLETING "
+        "Reason=None Restarts=1)\n"
+        "2026-12-01T00:02:00Z restart=1 event=start nodes=n1\n"
+        "2026-12-01T00:02:01Z restart=1 event=restart requeued by Slurm or an operator "
+        "(not by slurmfm): scontrol: requeued at 2026-12-01T00:01:00, Restarts=1\n"
+        "2026-12-01T00:03:00Z restart=1 event=stop cancelled (scancel by the owner or an "
+        "admin) (Slurm: JobState=COMPLETING Reason=None Restarts=1)\n"
+    )
+
+    class Backend:
+        name = "fake"
+
+        def status(self, job_id: str) -> JobStatus:
+            return JobStatus(job_id, "CANCELLED", name="demo", stdout=str(tmp_path / "demo_42.out"))
+
+    monkeypatch.setattr(api, "get_backend", lambda *a, **k: Backend())
+    code, out, _ = run("status", "42")
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "last requeue requeued by Slurm or an operator (not by slurmfm): scontrol:" in flat
+    assert "last stop cancelled (scancel by the owner or an admin)" in flat
+    code, out, _ = run("status", "42", "--json")
+    info = __import__("json").loads(out)
+    assert info["last_stop_reason"].startswith("cancelled (scancel")
+    assert info["restarts"] == 1

@@ -56,6 +56,7 @@ class JobStatus:
     raw: dict[str, str] = field(default_factory=dict)
     # From the job's slurmfm state file (next to its log), when there is one:
     last_requeue_reason: str = ""
+    last_stop_reason: str = ""
     last_checkpoint: str = ""
     events: tuple[str, ...] = ()
 

@@ -1,9 +1,12 @@
 """Read the state file that slurmfm's job script writes next to the job's log.
 
 The script appends one line per event (``start``, ``checkpoint-dir``, ``signal``, ``requeue``,
-``give-up``, ``fail``, ``finished``) to ``<log_dir>/<job name>_<job id>.state``. Slurm itself
-keeps only a restart count; this file carries the reasons, so ``slurmfm status`` can say why a
-job restarted and which checkpoint it would resume from.
+``restart``, ``stop``, ``give-up``, ``fail``, ``finished``) to
+``<log_dir>/<job name>_<job id>.state``. Slurm itself keeps only a restart count; this file
+carries the reasons, so ``slurmfm status`` can say why a job restarted and which checkpoint it
+would resume from. ``requeue`` is a requeue the runtime asked for; ``restart`` is one it did
+not (Slurm's or an operator's, recorded by the attempt that followed); ``stop`` is what Slurm
+said when a TERM reached the batch step (scancel, requeue, preemption, the time limit).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class JobState:
     events: list[str] = field(default_factory=list)
     restarts: int = 0
     last_requeue_reason: str = ""
+    last_stop_reason: str = ""
     checkpoint_dir: str = ""
     last_checkpoint: str = ""
 
@@ -36,8 +40,10 @@ def parse_state(text: str) -> JobState:
             continue
         st.events.append(line)
         st.restarts = max(st.restarts, int(m.group("restart")))
-        if m.group("event") == "requeue":
+        if m.group("event") in ("requeue", "restart"):
             st.last_requeue_reason = m.group("rest")
+        elif m.group("event") == "stop":
+            st.last_stop_reason = m.group("rest")
         elif m.group("event") == "checkpoint-dir":
             st.checkpoint_dir = m.group("rest")
     return st

@@ -415,6 +415,7 @@ def status(job_id: str, as_json: bool) -> None:
         ("run time", st.run_time),
         ("output", st.stdout),
         ("last requeue", st.last_requeue_reason),
+        ("last stop", st.last_stop_reason),
         ("last checkpoint", st.last_checkpoint),
         ("from", st.source),
         ("array tasks", st.raw.get("ArrayTasks", "")),

@@ -90,6 +90,8 @@ class Batch:
         self.ask = ""
         self.marker_before: tuple[int, int, int] | None = None
         self.done_note = ""
+        self.requeued = False  # this attempt requeued the job itself
+        self.stopping = False
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
@@ -116,11 +118,16 @@ class Batch:
                     self.o.requeue_tries,
                     self.o.requeue_delay_s,
                 )
+                if ok:
+                    # Still under the ignored TERM: the TERM the requeue brings must find
+                    # the requeue recorded, or the next attempt would take it for one
+                    # slurmfm did not ask for.
+                    self.requeued = True
+                    if not recorded:
+                        self.state.record("requeue", d.reason + (f" ({note})" if note else ""))
             if note:
                 log(f"requeued job {me}: {note}", err=not note.startswith("excluded"))
             if ok:
-                if not recorded:
-                    self.state.record("requeue", d.reason + (f" ({note})" if note else ""))
                 return 0
             self.state.record("fail", f"requeue failed ({why}): {d.reason}")
             log(f"could not requeue job {me}: {why}", err=True)
@@ -346,6 +353,9 @@ class Batch:
         self.next_signal = max(self.clock(), self.step_started + self.o.signal_grace_s)
 
     def on_term(self, signum: int, frame: object) -> None:
+        if self.stopping:  # a second TERM while the first is handled
+            return
+        self.stopping = True
         code = 128 + signum
         if self.signalled and self.o.save_protocol and not self.gave_up:
             # The save outlasted the window and Slurm is ending the job at its time limit
@@ -354,9 +364,50 @@ class Batch:
                 d = dec.Decision("requeue", "the step outlasted the save window", code)
                 if self.act(d) == 0:
                     code = 0
+        if not self.requeued:
+            with contextlib.suppress(Exception):
+                self.record_stop()
         with contextlib.suppress(Exception):
             self.cleanup()
         os._exit(code)
+
+    def record_stop(self) -> None:
+        """Record what the TERM means, as Slurm says at this moment (issue 15.16a).
+
+        ``scancel``, an operator's ``scontrol requeue``, preemption and the time limit all
+        reach the batch step as TERM, followed by KILL after ``KillWait`` (default 30 s,
+        https://slurm.schedmd.com/slurm.conf.html#OPT_KillWait), so the question to
+        slurmctld has a short bound (``--stop-query-s``) and its answer is written before
+        anything else is cleaned up. A TERM that follows this attempt's own requeue is not
+        asked about: the requeue is recorded already.
+        """
+        me = sl.self_id(self.env)
+        rec = sl.job_record(me, self.run, self.o.stop_query_s)
+        why = sl.stop_reason(rec, self.restart) or (
+            "TERM; slurmctld did not answer within %g s" % self.o.stop_query_s
+        )
+        self.state.record("stop", why)
+        log("TERM received: " + why, err=True)
+
+    def note_unasked_restart(self) -> None:
+        """Record why this attempt runs when slurmfm did not requeue the last one.
+
+        The runtime records each requeue it asks for with the number of the attempt it ends
+        (``restart=N-1`` in the state file), so attempt N finds it. Without it the restart
+        was Slurm's (a node failure with ``--requeue``, a failed launch) or an operator's
+        (``scontrol requeue``, preemption); what Slurm and the last attempt's own TERM record
+        say is recorded as the reason (:func:`slurm.restart_reason`).
+        """
+        if self.restart <= 0:
+            return
+        own = self.state.last_entry("requeue")
+        if own is not None and own[0] == self.restart - 1:
+            return
+        stop = self.state.last_entry("stop")
+        previous = stop[1] if stop is not None and stop[0] == self.restart - 1 else ""
+        why = sl.restart_reason(sl.self_id(self.env), previous, self.run, 10.0)
+        self.state.record("restart", why)
+        log("restart %d: %s" % (self.restart, why))
 
     def forward_signal(self) -> None:
         step = self.step
@@ -498,6 +549,10 @@ class Batch:
         # scancel and the end of the time limit send TERM: clean up (endpoint files, agents)
         # as the bash EXIT trap did, then end as TERM would.
         signal.signal(signal.SIGTERM, self.on_term)
+        # After the handlers: asking Slurm may take seconds, and a signal must not kill the
+        # step meanwhile. A missing reason never stops the job.
+        with contextlib.suppress(Exception):
+            self.note_unasked_restart()
         if self.env.get("SLURMFM_EARLY_USR2"):  # it came while the batch script prepared
             self.on_usr2(signal.SIGUSR2, None)
         try:
@@ -573,6 +628,7 @@ class Batch:
                     # the requeue is recorded as soon as its cause happened.
                     self.state.record("requeue", capped.reason)
                     recorded = True
+                    self.requeued = True
             return self.act(d, recorded, exclude=[] if recorded else undowned)
         finally:
             self.cleanup()

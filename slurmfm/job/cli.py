@@ -268,6 +268,12 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--resignal-s", type=float, default=10.0)
     b.add_argument("--signal-grace-s", type=float, default=2.0)
     b.add_argument("--probe-timeout-s", type=float, default=60.0)
+    b.add_argument(
+        "--stop-query-s",
+        type=float,
+        default=3.0,
+        help="how long to wait for slurmctld at a TERM (the stop reason), before KillWait",
+    )
     b.add_argument("--poll-s", type=float, default=0.5)
     b.add_argument("--done-check", default="none", help="none | marker | megatron:ITERS")
     b.add_argument("--observe", type=int, default=0)

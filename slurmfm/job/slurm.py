@@ -190,3 +190,107 @@ def hostnames(nodelist: str, run: Runner = run_command, timeout_s: float = 30.0)
     if rc != 0:
         raise RuntimeError(f"scontrol show hostnames failed: {out.strip()}")
     return out.split()
+
+
+def _restarts(rec: dict[str, str], default: int) -> int:
+    value = rec.get("Restarts", "")
+    return int(value) if value.isdigit() else default
+
+
+def stop_reason(rec: dict[str, str], restart: int) -> str:
+    """What is ending attempt ``restart``, read from ``scontrol show job`` taken at its TERM.
+
+    While the job's processes still run Slurm shows every ending as ``JobState=COMPLETING``
+    (22.05 on the lab: ``scancel`` and ``scontrol requeue`` of a running job both read
+    ``JobState=COMPLETING Reason=None``), so the state alone does not tell them apart. A
+    requeue has already counted the next attempt (``Restarts`` above this attempt's
+    ``SLURM_RESTART_COUNT``: slurmctld increments ``restart_cnt`` when it requeues,
+    SchedMD/slurm:src/slurmctld/job_mgr.c ``_job_requeue_op``); the time limit sets
+    ``Reason=TimeLimit``; a job still RUNNING was only sent the signal. Slurm's own words
+    follow in parentheses.
+    """
+    if not rec:
+        return ""
+    state = rec.get("JobState", "?")
+    why = rec.get("Reason", "")
+    seen = "JobState=%s Reason=%s Restarts=%s" % (state, why or "?", rec.get("Restarts", "?"))
+    if _restarts(rec, restart) > restart:
+        what = "requeued by Slurm or an operator (scontrol requeue, preemption, a failed node)"
+    elif state == "TIMEOUT" or why == "TimeLimit":
+        what = "the time limit"
+    elif state == "PREEMPTED" or "preempt" in why.lower():
+        what = "preempted"
+    elif state == "NODE_FAIL" or why in ("NodeDown", "NodeFail"):
+        what = "a node failed"
+    elif state == "RUNNING":
+        what = "TERM sent to the running job (scancel --signal or kill), the job goes on"
+    elif state in ("CANCELLED", "COMPLETING"):
+        what = "cancelled (scancel by the owner or an admin)"
+    else:
+        what = "ended by Slurm"
+    return "%s (Slurm: %s)" % (what, seen)
+
+
+def attempts(job: str, run: Runner = run_command, timeout_s: float = 20.0) -> list[dict[str, str]]:
+    """Every attempt of ``job`` that accounting keeps (``sacct --duplicates``), oldest first.
+
+    Empty when the cluster has no accounting (``AccountingStorageType=accounting_storage/none``,
+    as on the lab: sacct then exits 1, "Slurm accounting storage is disabled") or sacct fails.
+    """
+    fields = ("JobIDRaw", "State", "ExitCode", "NodeList", "Start", "End")
+    rc, out = run(
+        [
+            "sacct",
+            "-j",
+            job,
+            "--duplicates",
+            "--allocations",
+            "--noheader",
+            "--parsable2",
+            "--format=" + ",".join(fields),
+        ],
+        timeout_s,
+    )
+    if rc != 0:
+        return []
+    rows = []
+    for line in out.splitlines():
+        values = line.split("|")
+        if len(values) == len(fields):
+            rows.append({f: values[i] for i, f in enumerate(fields)})
+    return rows
+
+
+def restart_reason(
+    job: str, previous_stop: str, run: Runner = run_command, timeout_s: float = 20.0
+) -> str:
+    """Why this attempt runs when the runtime did not requeue the last one.
+
+    Sources, each when it has something: what the last attempt recorded at its TERM
+    (:func:`stop_reason`), how accounting saw the last attempt end (``sacct --duplicates``:
+    REQUEUED, NODE_FAIL, PREEMPTED, ...) and when slurmctld requeued the job (a requeue
+    resets ``SubmitTime``, https://slurm.schedmd.com/sacct.html#OPT_Submit; seen on 22.05).
+    Without any of them the reason still says the runtime did not ask for the restart.
+    """
+    parts = []
+    if previous_stop:
+        parts.append("the last attempt recorded at its TERM: " + previous_stop)
+    ended = [r for r in attempts(job, run, timeout_s) if r["State"] not in ("RUNNING", "PENDING")]
+    if ended:
+        r = ended[-1]
+        parts.append(
+            "sacct: the last attempt ended %s (exit %s) at %s on %s"
+            % (r["State"], r["ExitCode"], r["End"], r["NodeList"])
+        )
+    rec = job_record(job, run, timeout_s)
+    if rec:
+        said = "requeued at %s, Restarts=%s" % (
+            rec.get("SubmitTime", "?"),
+            rec.get("Restarts", "?"),
+        )
+        if _listed(rec.get("Reason", "")):
+            said += ", Reason=" + rec["Reason"]
+        parts.append("scontrol: " + said)
+    return "requeued by Slurm or an operator (not by slurmfm): " + (
+        "; ".join(parts) or "Slurm does not say why"
+    )

@@ -34,13 +34,26 @@ class StateFile:
 
     def last(self, event: str) -> str | None:
         """The detail of the newest ``event`` line, if any."""
+        entry = self.last_entry(event)
+        return entry[1] if entry else None
+
+    def last_entry(self, event: str) -> tuple[int, str] | None:
+        """``(restart, detail)`` of the newest ``event`` line, if any.
+
+        The restart number says which attempt wrote it: a requeue the runtime asked for is
+        written by the attempt it ends, so the next attempt can tell it from one it did not
+        ask for (:meth:`slurmfm.job.batch.Batch.note_unasked_restart`).
+        """
         marker = f" event={event} "
         found = None
         try:
             with open(self.path, encoding="utf-8", errors="replace") as fh:
                 for line in fh:
                     if marker in line:
-                        found = line.split(marker, 1)[1].rstrip("\n")
+                        head, _, detail = line.partition(marker)
+                        restart = head.rpartition(" restart=")[2]
+                        if restart.isdigit():
+                            found = (int(restart), detail.rstrip("\n"))
         except OSError:
             return None
         return found

@@ -22,7 +22,8 @@ from slurmfm.backends.state import _LINE
 
 # Counters summed per node in the text report; the JSON report has every counter per device.
 EFA_SUMMARY = ("tx_bytes", "rx_bytes", "rdma_read_bytes", "rdma_write_bytes", "rx_drops")
-TERMINAL_EVENTS = {"requeue", "give-up", "fail", "finished"}
+# "stop": a TERM from Slurm (scancel, an operator's requeue, preemption) with what Slurm said.
+TERMINAL_EVENTS = {"requeue", "give-up", "fail", "finished", "stop"}
 
 
 @dataclass
@@ -118,6 +119,9 @@ def parse_runs(state_text: str, now: datetime | None = None) -> list[Run]:
             run.signals.append(rest)
         elif event in TERMINAL_EVENTS:
             run.outcome, run.reason, run.end = event, rest, ts
+        elif event == "restart" and n - 1 in runs and runs[n - 1].outcome in ("running", "stop"):
+            # the next attempt learnt that the last one was requeued, by Slurm or an operator
+            runs[n - 1].outcome, runs[n - 1].reason = "requeue", rest
     for run in runs.values():
         a, b = _ts(run.start), _ts(run.end)
         if a and b:

@@ -48,12 +48,20 @@ class Slurm:
     """Answers the runtime's scontrol/srun calls; records them."""
 
     def __init__(
-        self, dead: Sequence[str] = (), ctld: bool = True, health: str = "", admin: bool = True
+        self,
+        dead: Sequence[str] = (),
+        ctld: bool = True,
+        health: str = "",
+        admin: bool = True,
+        job: str = "JobId=77 JobState=PENDING ReqNodeList=(null) ExcNodeList=(null)",
+        sacct: tuple[int, str] = (1, "Slurm accounting storage is disabled"),
     ) -> None:
         self.dead = set(dead)
         self.ctld = ctld
         self.health = health
         self.admin = admin  # False: a job owner, who may not drain or down a node
+        self.job = job  # what `scontrol show job -o` prints
+        self.sacct = sacct
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str], timeout: float) -> tuple[int, str]:
@@ -62,7 +70,9 @@ class Slurm:
         if a[:2] == ["scontrol", "update"] and a[2].startswith("NodeName=") and not self.admin:
             return 1, "Invalid user id"
         if a[:4] == ["scontrol", "show", "job", "-o"]:
-            return 0, "JobId=77 JobState=PENDING ReqNodeList=(null) ExcNodeList=(null)"
+            return (0, self.job) if self.ctld else (1, "Unable to contact slurm controller")
+        if a[0] == "sacct":
+            return self.sacct
         if a[:2] == ["scontrol", "ping"]:
             return (0, "Slurmctld(primary) at c is UP") if self.ctld else (1, "DOWN")
         if a[:2] == ["scontrol", "requeue"]:
@@ -408,3 +418,176 @@ def test_the_health_step_gets_the_checks_the_batch_step_was_given(
     h = parser().parse_args(call[call.index("health") :])
     assert (h.gpus, h.efa, h.dcgm, h.efa_tries, h.efa_delay_s) == (8, 32, 2, 4, 2.5)
     assert h.imex is (imex == "1")
+
+
+# --- issue 15.16a: restarts and stops the runtime did not ask for leave their reason ----------
+
+RUNNING_AGAIN = (
+    "JobId=77 JobState=RUNNING Reason=None Restarts=1 SubmitTime=2026-12-01T18:34:23 "
+    "EndTime=Unknown"
+)
+
+
+def term(b: Batch) -> list[int]:
+    """Deliver TERM to the batch step; the exit codes it would have ended with."""
+    import slurmfm.job.batch as bm
+
+    exits: list[int] = []
+    orig = bm.os._exit
+    bm.os._exit = exits.append  # type: ignore[assignment]
+    try:
+        b.on_term(signal.SIGTERM, None)
+    finally:
+        bm.os._exit = orig
+    return exits
+
+
+def test_restart_after_the_runtimes_own_requeue_adds_no_reason(tmp_path: Path) -> None:
+    (tmp_path / "rt_77.state").write_text(
+        "2026-12-01T10:00:00Z restart=0 event=requeue step failed with exit 137\n"
+    )
+    slurm = Slurm(job=RUNNING_AGAIN)
+    assert go(make(tmp_path, Step(0), slurm, restart=1)) == 0
+    assert state(tmp_path)[1:] == ["event=finished exit 0"]
+    assert not any(c[0] == "sacct" for c in slurm.calls)
+
+
+def test_restart_nobody_in_the_runtime_asked_for_records_slurms_reason(tmp_path: Path) -> None:
+    """An older requeue of the runtime (attempt 0) does not explain attempt 2."""
+    (tmp_path / "rt_77.state").write_text(
+        "2026-12-01T10:00:00Z restart=0 event=requeue step failed with exit 137\n"
+    )
+    slurm = Slurm(job=RUNNING_AGAIN.replace("Restarts=1", "Restarts=2"))
+    assert go(make(tmp_path, Step(0), slurm, restart=2)) == 0
+    lines = state(tmp_path)
+    assert lines[1] == (
+        "event=restart requeued by Slurm or an operator (not by slurmfm): "
+        "scontrol: requeued at 2026-12-01T18:34:23, Restarts=2"
+    )
+    assert lines[2] == "event=finished exit 0"
+
+
+def test_unasked_restart_reason_uses_accounting_and_the_last_stop(tmp_path: Path) -> None:
+    (tmp_path / "rt_77.state").write_text(
+        "2026-12-01T10:00:00Z restart=0 event=stop requeued by Slurm or an operator "
+        "(scontrol requeue, preemption, a failed node) (Slurm: JobState=COMPLETING "
+        "Reason=None Restarts=1)\n"
+    )
+    sacct = (
+        "77|REQUEUED|0:15|n[1-2]|2026-12-01T09:00:00|2026-12-01T10:00:00\n"
+        "77|RUNNING|0:0|n[1-2]|2026-12-01T10:02:00|Unknown\n"
+    )
+    slurm = Slurm(job=RUNNING_AGAIN, sacct=(0, sacct))
+    assert go(make(tmp_path, Step(0), slurm, restart=1)) == 0
+    why = state(tmp_path)[1]
+    assert why.startswith("event=restart requeued by Slurm or an operator (not by slurmfm): ")
+    assert "the last attempt recorded at its TERM: requeued by Slurm or an operator" in why
+    assert (
+        "sacct: the last attempt ended REQUEUED (exit 0:15) at 2026-12-01T10:00:00 on n[1-2]" in why
+    )
+    sacct_call = next(c for c in slurm.calls if c[0] == "sacct")
+    assert sacct_call[:4] == ["sacct", "-j", "77", "--duplicates"]
+
+
+def test_unasked_restart_without_slurmctld_still_says_so_and_the_job_runs(
+    tmp_path: Path,
+) -> None:
+    slurm = Slurm(ctld=False)
+    assert go(make(tmp_path, Step(0), slurm, restart=1)) == 0
+    assert state(tmp_path) == [
+        "event=restart requeued by Slurm or an operator (not by slurmfm): Slurm does not say why",
+        "event=finished exit 0",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("job", "restart", "reason"),
+    [
+        # 22.05 on the lab: scancel and scontrol requeue of a running job, at the TERM
+        (
+            "JobState=COMPLETING Reason=None Restarts=0 EndTime=2026-12-01T18:34:23",
+            0,
+            "cancelled (scancel by the owner or an admin) "
+            "(Slurm: JobState=COMPLETING Reason=None Restarts=0)",
+        ),
+        (
+            "JobState=COMPLETING Reason=None Restarts=2 EndTime=Unknown",
+            1,
+            "requeued by Slurm or an operator (scontrol requeue, preemption, a failed node) "
+            "(Slurm: JobState=COMPLETING Reason=None Restarts=2)",
+        ),
+        (
+            "JobState=COMPLETING Reason=TimeLimit Restarts=0",
+            0,
+            "the time limit (Slurm: JobState=COMPLETING Reason=TimeLimit Restarts=0)",
+        ),
+        (
+            "JobState=PREEMPTED Reason=None Restarts=0",
+            0,
+            "preempted (Slurm: JobState=PREEMPTED Reason=None Restarts=0)",
+        ),
+        (
+            "JobState=RUNNING Reason=None Restarts=0",
+            0,
+            "TERM sent to the running job (scancel --signal or kill), the job goes on "
+            "(Slurm: JobState=RUNNING Reason=None Restarts=0)",
+        ),
+    ],
+)
+def test_term_records_what_slurm_says_before_exiting(
+    tmp_path: Path, job: str, restart: int, reason: str
+) -> None:
+    slurm = Slurm(job="JobId=77 " + job)
+    b = make(tmp_path, Step(0), slurm, "--stop-query-s", "2", restart=restart)
+    assert term(b) == [128 + signal.SIGTERM]
+    assert state(tmp_path) == ["event=stop " + reason]
+    assert [c for c in slurm.calls if c[:3] == ["scontrol", "show", "job"]] == [
+        ["scontrol", "show", "job", "-o", "77"]
+    ]
+
+
+def test_term_question_is_bounded_and_an_unanswered_one_is_recorded(tmp_path: Path) -> None:
+    timeouts: list[float] = []
+    slurm = Slurm(ctld=False)
+
+    def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        timeouts.append(timeout)
+        return slurm(argv, timeout)
+
+    b = make(tmp_path, Step(0), slurm, "--stop-query-s", "2.5")
+    b.run = run
+    assert term(b) == [128 + signal.SIGTERM]
+    assert timeouts == [2.5]
+    assert state(tmp_path) == ["event=stop TERM; slurmctld did not answer within 2.5 s"]
+
+
+def test_term_after_the_runtimes_own_requeue_asks_nothing(tmp_path: Path) -> None:
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--requeue-tries", "1")
+    b.signalled = True
+    assert term(b) == [0]
+    assert state(tmp_path) == ["event=requeue the step outlasted the save window"]
+    assert not any(c[:3] == ["scontrol", "show", "job"] for c in slurm.calls)
+    assert term(b) == []  # a second TERM while the first is handled does nothing more
+
+
+def test_own_requeue_is_recorded_before_term_can_arrive(tmp_path: Path) -> None:
+    """The TERM a requeue brings must find it recorded: the record is made under ignored TERM."""
+    from slurmfm.job import decide as dec
+
+    b = make(tmp_path, Step(0), Slurm())
+    seen: list[object] = []
+    record = b.state.record
+
+    def spy(event: str, detail: str = "") -> None:
+        seen.append((event, signal.getsignal(signal.SIGTERM)))
+        record(event, detail)
+
+    b.state.record = spy  # type: ignore[method-assign]
+    before = signal.signal(signal.SIGTERM, b.on_term)
+    try:
+        assert b.act(dec.Decision("requeue", "step failed with exit 137", 137)) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert seen == [("requeue", signal.SIG_IGN)]
+    assert b.requeued

@@ -189,3 +189,23 @@ def test_cli_logs_rank_needs_observability(stub_scontrol: Path) -> None:
     res = CliRunner().invoke(main, ["logs", "99", "--rank", "0"])
     assert res.exit_code == 2
     assert "--rank needs a job run with observability on" in res.output
+
+
+def test_parse_runs_marks_a_run_requeued_by_slurm_or_an_operator() -> None:
+    """15.16a: the `restart` record of run 1 tells how run 0 ended; `stop` ends a run."""
+    text = (
+        "2026-05-01T10:00:00Z restart=0 event=start nodes=a\n"
+        "2026-05-01T10:05:00Z restart=0 event=stop requeued by Slurm or an operator (...)\n"
+        "2026-05-01T10:07:00Z restart=1 event=start nodes=a\n"
+        "2026-05-01T10:07:01Z restart=1 event=restart requeued by Slurm or an operator "
+        "(not by slurmfm): scontrol: requeued at 2026-05-01T10:05:00, Restarts=1\n"
+        "2026-05-01T10:08:00Z restart=1 event=stop cancelled (scancel by the owner or an admin)\n"
+    )
+    first, second = parse_runs(text)
+    assert first.outcome == "requeue"
+    assert first.reason.startswith("requeued by Slurm or an operator (not by slurmfm)")
+    assert first.seconds == 300
+    assert (second.outcome, second.reason) == (
+        "stop",
+        "cancelled (scancel by the owner or an admin)",
+    )

@@ -1,0 +1,85 @@
+"""Issue 15.16a on real Slurm (22.05): an operator's requeue and a cancel leave their reasons.
+
+Two quickstart jobs run side by side on the host lab. The test requeues the first with
+``scontrol requeue`` (as an operator or the owner would, not the runtime) and cancels the
+second with ``scancel``, each once the runtime runs the launch. The state files and
+``slurmfm status`` then say what happened: the TERM's ``stop`` record with what Slurm said,
+and, in the requeued job's next attempt, a ``restart`` record saying slurmfm did not ask for
+it. Neither job needs to train: the payload only has to be running.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from lab import SlurmLab
+from resilience.test_real_slurm_resilience import submit, wait_done
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch]
+
+LONG = "launcher.args=[--steps, '100000', --checkpoint-every, '1000', --sleep, '0.5']"
+
+
+def wait_for(path: Path, text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    seen = ""
+    while time.monotonic() < deadline:
+        seen = path.read_text() if path.exists() else ""
+        if text in seen:
+            return seen
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} not in {path} after {timeout} s:\n{seen[-3000:]}")
+
+
+def test_operator_requeue_and_scancel_leave_their_reasons(
+    slurm_lab: SlurmLab, tmp_path: Path
+) -> None:
+    quick = (LONG, "resilience.save_before_timeout_s=0")
+    requeued = submit(slurm_lab, tmp_path, *quick, "storage.run_id=requeued")
+    cancelled = submit(slurm_lab, tmp_path, *quick, "storage.run_id=cancelled")
+    logs = tmp_path / "logs"
+    for job_id in (requeued, cancelled):
+        # the runtime handles TERM once it printed the launch
+        wait_for(logs / f"quickstart_{job_id}.out", "slurmfm: launch: ", 180)
+
+    assert slurm_lab.run(["scontrol", "requeue", requeued]).returncode == 0
+    assert slurm_lab.run(["scancel", cancelled]).returncode == 0
+
+    state = wait_for(logs / f"quickstart_{cancelled}.state", " event=stop ", 60)
+    assert (
+        " restart=0 event=stop cancelled (scancel by the owner or an admin) "
+        "(Slurm: JobState=COMPLETING Reason=None Restarts=0)"
+    ) in state, state
+    assert wait_done(slurm_lab, cancelled, timeout=60)["JobState"] == "CANCELLED"
+    st = slurm_lab.slurmfm("status", cancelled)
+    assert st.returncode == 0, st.stderr
+    assert "last stop" in st.stdout
+    assert "cancelled (scancel by the owner or an admin)" in " ".join(st.stdout.split())
+
+    path = logs / f"quickstart_{requeued}.state"
+    state = wait_for(path, " restart=0 event=stop ", 60)
+    assert (
+        " restart=0 event=stop requeued by Slurm or an operator (scontrol requeue, preemption, "
+        "a failed node) (Slurm: JobState=COMPLETING Reason=None Restarts=1)"
+    ) in state, state
+    # The requeued job starts again once the credential lifetime has passed (lab: 10 s).
+    state = wait_for(path, " restart=1 event=restart ", 120)
+    line = next(x for x in state.splitlines() if " restart=1 event=restart " in x)
+    assert "requeued by Slurm or an operator (not by slurmfm): " in line
+    assert "the last attempt recorded at its TERM: requeued by Slurm or an operator" in line
+    assert "scontrol: requeued at " in line
+    assert line.endswith(", Restarts=1")
+    assert " event=requeue " not in state  # the runtime never requeued it itself
+    st = slurm_lab.slurmfm("status", requeued, "--json")
+    assert st.returncode == 0, st.stderr
+    info = json.loads(st.stdout)
+    assert info["restarts"] == 1
+    assert info["last_requeue_reason"].startswith(
+        "requeued by Slurm or an operator (not by slurmfm): the last attempt recorded"
+    )
+    assert info["last_stop_reason"].startswith("requeued by Slurm or an operator")
+    slurm_lab.run(["scancel", requeued])
+    wait_done(slurm_lab, requeued, timeout=60)
