@@ -116,18 +116,97 @@ GROUP_SECONDS = {
 }
 
 
+# Directories scripts/slurm-lab refuses to bind into a chroot (chroot_mount): each would give a
+# job, or an rm -rf of the chroot, most of the host. tests/test_slurm_lab.py checks that the
+# script refuses exactly these.
+REFUSED_BINDS = frozenset(
+    map(
+        Path,
+        [
+            "/",
+            "/root",
+            "/tmp",
+            "/opt",
+            "/home",
+            "/usr",
+            "/etc",
+            "/var",
+            "/var/tmp",
+            "/proc",
+            "/sys",
+            "/dev",
+        ],
+    )
+)
+
+
+def select_binds(
+    repo: Path,
+    prefix: Path,
+    base_prefix: Path,
+    path_entries: Sequence[Path],
+    interpreter: Sequence[Path],
+) -> list[Path]:
+    """What a chroot job needs from the host to run this Python (pure: paths in, paths out).
+
+    ``prefix``/``base_prefix`` are the venv's and its base Python's (``sys.prefix``,
+    ``sys.base_prefix``), ``path_entries`` the directories on ``sys.path`` and ``interpreter``
+    the executable with every symlink on the way to the real binary (:func:`interpreter_files`).
+    A prefix is bound whole (pyenv: ``/root/.pyenv/versions/3.11.7``), unless slurm-lab would
+    refuse it: Debian's own ``python3`` has ``base_prefix`` ``/usr``. Then only the
+    ``sys.path`` directories under it are bound (the stdlib ``/usr/lib/python3.11`` with its
+    ``lib-dynload``), and the interpreter files (the venv's ``python3`` points at
+    ``/usr/bin/python3``, which points at ``python3.11``): the rest of the host's ``/usr``
+    stays out of the chroot. The shared libraries that interpreter links come from the chroot's
+    own packages (slurm-lab's ``CHROOT_PKGS``). Paths inside another are dropped.
+    """
+    wanted: list[Path] = [repo]
+    for p in (prefix, base_prefix):
+        if p not in REFUSED_BINDS:
+            wanted.append(p)
+        else:
+            wanted += [e for e in path_entries if e.is_relative_to(p) and e not in REFUSED_BINDS]
+    wanted += interpreter
+    binds: list[Path] = []
+    for d in wanted:
+        if not any(d == k or d.is_relative_to(k) for k in binds):
+            binds = [k for k in binds if not k.is_relative_to(d)] + [d]
+    return binds
+
+
+def interpreter_files(executable: Path) -> list[Path]:
+    """``executable`` and each symlink target after it, up to the real file, each with its
+    directory resolved but not its own name: a job runs ``venv/bin/python3``, the kernel
+    follows it to ``/usr/bin/python3`` and on to ``/usr/bin/python3.11``, so each of these
+    names must exist in the chroot."""
+    files: list[Path] = []
+    p = Path(os.path.realpath(executable.parent)) / executable.name
+    for _ in range(40):  # Linux's limit on symlinks in one lookup (MAXSYMLINKS, path_resolution(7))
+        files.append(p)
+        if not p.is_symlink():
+            break
+        nxt = p.parent / os.readlink(p)
+        p = Path(os.path.realpath(nxt.parent)) / nxt.name
+    return files
+
+
 def job_binds() -> str:
     """What jobs in a chroot lab need from the host, for ``SLURMFM_LAB_BIND`` (read-only).
 
     This checkout, the venv that runs the tests (``sys.prefix``) and the Python it was made
-    from (``sys.base_prefix``: the venv's ``python3`` is a symlink to it). Nothing wider, so
-    that a job in the chroot sees no more of the host than it needs.
+    from (``sys.base_prefix``: the venv's ``python3`` is a symlink to it), or only that
+    Python's own pieces when it is the system's (:func:`select_binds`). Nothing wider, so that
+    a job in the chroot sees no more of the host than it needs.
     """
-    dirs: list[Path] = []
-    for d in (REPO_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()):
-        if not any(d == k or d.is_relative_to(k) for k in dirs):
-            dirs = [k for k in dirs if not k.is_relative_to(d)] + [d]
-    return ":".join(str(d) for d in dirs)
+    entries = [Path(e).resolve() for e in sys.path if e and Path(e).is_dir()]
+    binds = select_binds(
+        REPO_ROOT,
+        Path(sys.prefix).resolve(),
+        Path(sys.base_prefix).resolve(),
+        entries,
+        interpreter_files(Path(sys.executable)) if sys.executable else [],
+    )
+    return ":".join(str(d) for d in binds)
 
 
 def last_attempt_ranks(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

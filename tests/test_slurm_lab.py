@@ -11,6 +11,7 @@ import importlib.util
 import itertools
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -25,12 +26,15 @@ from lab import (
     LAB_SCRIPT,
     NOT_REQUESTED,
     OWN_LABS,
+    REFUSED_BINDS,
     RENDEZVOUS_PORTS_START,
     OwnLab,
     SlurmLab,
     SuiteLabFactory,
+    interpreter_files,
     lab_requested,
     own_lab_fixture,
+    select_binds,
     slurm_required,
 )
 
@@ -177,12 +181,35 @@ def check_idempotent_up_and_status(lab: SlurmLab) -> None:
     assert lab.version in status.stdout
 
 
+# The stdlib modules whose extension links a library the chroot gets from CHROOT_PKGS
+# (scripts/slurm-lab), and zlib/pyexpat, which Debian's interpreter links itself.
+JOB_PYTHON_MODULES = ("ctypes", "ssl", "hashlib", "bz2", "lzma", "zlib", "pyexpat", "torch")
+
+
+def check_job_python(lab: SlurmLab) -> None:
+    """A job runs the tests' own Python and imports what torch and the job runtime need.
+
+    In a chroot lab that Python is the host's, bind-mounted through SLURMFM_LAB_BIND
+    (tests/lab.py, job_binds): whole for a pyenv Python, only its stdlib and interpreter files
+    for Debian's /usr/bin/python3, with the shared libraries from the chroot's own packages.
+    """
+    workdir = _job_dir(lab)
+    code = f"import sys, {', '.join(JOB_PYTHON_MODULES)}; print('job-python', sys.base_prefix)"
+    wrap = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+    job_id = _sbatch(lab, workdir, "-N", "1", "-t", "5", "-o", "out-%j.txt", "--wrap", wrap)
+    fields = lab.wait_job(job_id, timeout=120)
+    out = (workdir / f"out-{job_id}.txt").read_text()
+    assert fields["JobState"] == "COMPLETED", out
+    assert f"job-python {sys.base_prefix}" in out.splitlines(), out
+
+
 CHECKS: list[Callable[[SlurmLab], None]] = [
     check_all_nodes_idle,
     check_topology,
     check_two_node_job,
     check_gpus,
     check_idempotent_up_and_status,
+    check_job_python,
 ]
 
 
@@ -216,6 +243,11 @@ def test_gres_gpus(slurm_lab: SlurmLab) -> None:
 @pytest.mark.slurm
 def test_up_is_idempotent_and_status_ok(slurm_lab: SlurmLab) -> None:
     check_idempotent_up_and_status(slurm_lab)
+
+
+@pytest.mark.slurm
+def test_job_runs_the_tests_python(slurm_lab: SlurmLab) -> None:
+    check_job_python(slurm_lab)
 
 
 # ------------------------------------------------------------------ newer suites via the factory
@@ -397,3 +429,99 @@ def test_lab_ports_stay_out_of_the_ephemeral_range_and_apart() -> None:
     ctlds = [16817, 16827, 16837, *(lab.ctld_port for lab in labs.values())]
     blocks = [(c + off) // 10 % 80 for c in ctlds for off in RUN_TESTS_PORT_OFFSETS]
     assert len(blocks) == len(set(blocks)), sorted(blocks)
+
+
+# ------------------------------------------------------------------ what a chroot gets of the host
+REPO = Path("/work/slurmfm")
+
+
+def test_a_pyenv_python_is_bound_whole() -> None:
+    """A venv inside the checkout on a pyenv Python: the checkout and that Python's prefix,
+    nothing inside them again (the interpreter's files and stdlib lie within)."""
+    base = Path("/root/.pyenv/versions/3.11.7")
+    venv = REPO / ".venv"
+    binds = select_binds(
+        REPO,
+        venv,
+        base,
+        [base / "lib/python3.11", base / "lib/python3.11/lib-dynload", venv / "lib/python3.11"],
+        [venv / "bin/python", venv / "bin/python3", base / "bin/python3", base / "bin/python3.11"],
+    )
+    assert binds == [REPO, base]
+
+
+def test_debians_python_binds_its_own_pieces_not_usr() -> None:
+    """A venv made from Debian's /usr/bin/python3 (base_prefix /usr, which slurm-lab refuses):
+    the stdlib dir (with lib-dynload inside it) and each name on the way from the venv's
+    python to the binary, and nothing else of /usr."""
+    venv = Path("/var/tmp/venv")
+    usr = Path("/usr")
+    binds = select_binds(
+        REPO,
+        venv,
+        usr,
+        [usr / "lib/python3.11", usr / "lib/python3.11/lib-dynload", venv / "lib/python3.11"],
+        [venv / "bin/python", venv / "bin/python3", usr / "bin/python3", usr / "bin/python3.11"],
+    )
+    assert binds == [
+        REPO,
+        venv,
+        usr / "lib/python3.11",
+        usr / "bin/python3",
+        usr / "bin/python3.11",
+    ]
+
+
+def test_the_system_python_without_a_venv_binds_its_site_packages_too() -> None:
+    """No venv (prefix = base_prefix = /usr): the packages come from sys.path's directories
+    under /usr, so those are bound; the refused prefix itself never is."""
+    usr = Path("/usr")
+    entries = [
+        usr / "lib/python3.11",
+        usr / "local/lib/python3.11/dist-packages",
+        usr / "lib/python3/dist-packages",
+        REPO / "tests",
+    ]
+    binds = select_binds(REPO, usr, usr, entries, [usr / "bin/python3.11"])
+    assert binds == [REPO, *entries[:3], usr / "bin/python3.11"]
+    assert not set(binds) & REFUSED_BINDS
+
+
+@pytest.mark.parametrize("prefix", ["/opt", "/usr", "/home", "/"])
+def test_no_refused_directory_is_ever_named(prefix: str) -> None:
+    p = Path(prefix)
+    binds = select_binds(REPO, p, p, [p, p / "lib/python3.11"], [p / "bin/python3"])
+    assert not set(binds) & REFUSED_BINDS, binds
+    assert p / "lib/python3.11" in binds
+
+
+def test_refused_binds_are_what_slurm_lab_refuses() -> None:
+    """tests/lab.py picks what to bind by the list that scripts/slurm-lab enforces: a prefix
+    the script would refuse is split into its pieces instead of failing the lab's start."""
+    text = LAB_SCRIPT.read_text()
+    m = re.search(r"^\s*(/\|[^)\s]*)\)\n\s*die \"SLURMFM_LAB_BIND: refusing", text, re.M)
+    assert m is not None
+    assert set(map(Path, m.group(1).split("|"))) == REFUSED_BINDS
+
+
+def test_interpreter_files_follow_each_symlink_to_the_binary(tmp_path: Path) -> None:
+    """venv/bin/python -> python3 -> /usr/bin/python3 -> python3.11, as `python3 -m venv` on
+    Debian makes it: every name on the way must exist in the chroot, each with its directory
+    resolved (a symlinked directory is mounted at its target)."""
+    usr_bin = tmp_path / "usr" / "bin"
+    usr_bin.mkdir(parents=True)
+    (usr_bin / "python3.11").write_text("")
+    (usr_bin / "python3").symlink_to("python3.11")
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python3").symlink_to(usr_bin / "python3")
+    (venv_bin / "python").symlink_to("python3")
+    (tmp_path / "link").symlink_to(tmp_path / "venv")
+    real = tmp_path.resolve()
+    assert interpreter_files(tmp_path / "link" / "bin" / "python") == [
+        real / "venv/bin/python",
+        real / "venv/bin/python3",
+        real / "usr/bin/python3",
+        real / "usr/bin/python3.11",
+    ]
+    assert interpreter_files(usr_bin / "python3.11") == [real / "usr/bin/python3.11"]
