@@ -24,6 +24,15 @@ Methods, all scored with ``slurmfm.plan.cost.evaluate`` on the same topology and
   by exhaustive search over leaf sequences (nodes of one leaf are interchangeable in the cost
   model), on small cases only.
 
+Simulated time (``--sim-only``, or after the tables unless ``--no-sim``; needs SimGrid):
+jobs of 8 to 4,096 nodes on 3- and 4-level fabrics and GB200 UltraServer blocks, 30-70 % of
+the fabric busy, each placement's step simulated by ``slurmfm.plan.simulate`` at
+oversubscription 1, 2 and 4 (plan / Slurm's choice with its topology and name orders, median
+and worst; the model's rank agreement; the gap to the optimum). Jobs above 1,024 nodes are
+simulated as one round per ring: one ring step's concurrent flows carrying all ``2(p-1)``
+steps' bytes, which for one ring is exactly ``2(p-1)`` times one step (flows that start
+together share max-min, which is scale-invariant in bytes); the output says so.
+
 Targets (printed as PASS/FAIL), per version pair (slurmfm@22.05 vs slurm21-*, slurmfm@24.11
 vs slurm2405-*; real-slurm vs the plan for the lab's version): never more leaves than Slurm
 unless the plan is predicted faster (leaf count is only a tie-break);
@@ -855,6 +864,14 @@ def print_tables(
 
 # ---------------------------------------------------------------------------- simulated time
 SIM_OVERSUB = (1, 2, 4)
+# Above this many nodes a case simulates no random placements (they only feed the model's
+# rank correlation, which the smaller cases measure) and the ring runs as one round.
+SIM_RANDOM_MAX_NODES = 1024
+SIM_ROUNDS_NOTE = (
+    "jobs above 1,024 nodes: each DP ring simulated as one round carrying all 2(p-1) ring "
+    "steps' bytes (one step's concurrent flows; exactly 2(p-1) steps for one ring, see "
+    "slurmfm.plan.simulate); no random placements"
+)
 # Exact optima (MILP, slurmfm.plan.optimum) for PP=1 jobs in this size range.
 OPT_MIN_NODES = 64
 OPT_MAX_NODES = 2048
@@ -914,21 +931,32 @@ class SimCase:
 
 def build_sim_cases(quick: bool, seed: int, max_nodes: int = 4096) -> list[SimCase]:
     """Jobs of 8-4,096 nodes (quick: 8-256; at most ``max_nodes``) on 3- and 4-level fabrics
-    and GB200 blocks."""
+    and GB200 blocks.
+
+    Every size up to 1,024 nodes twice (every other job without PP, which the exact optimum
+    covers); 2,048 and 4,096 nodes once each, one with PP and one without: one simulation of
+    a 4,096-node job costs about 20 s CPU (:data:`SIM_ROUNDS_NOTE`) and each case simulates
+    every distinct placement at three oversubscriptions.
+    """
     rng = random.Random(seed + 99)
-    sizes = [8, 32, 64, 128, 256] if quick else [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-    sizes = [n for n in sizes if n <= max_nodes]
+    sizes = [8, 32, 64, 128, 256] if quick else [8, 16, 32, 64, 128, 256, 512, 1024]
+    plan_sizes = [(n, i % 2 == 0) for i, n in enumerate(sizes * (1 if quick else 2))]
+    if not quick:
+        plan_sizes += [(2048, False), (4096, True)]
     kinds = ("3-level", "4-level", "gb200")
     out = []
-    for i, nodes in enumerate(sizes * (1 if quick else 2)):
+    for i, (nodes, flat) in enumerate(plan_sizes):
+        if nodes > max_nodes:
+            continue
         kind = kinds[i % len(kinds)]
         gpus, tp = (4, 4) if kind == "gb200" else (GPUS, TP)
         pps = [p for p in (1, 2, 4, 8) if nodes % p == 0 and nodes // p >= 2]
-        # Every other job without PP: the exact optimum (slurmfm.plan.optimum) covers those.
-        pp = 1 if i % 2 == 0 else rng.choice(pps)
+        pp = 1 if flat else rng.choice(pps)
         busy = rng.uniform(0.3, 0.7)
         need = nodes / (1 - busy) * 1.25
-        fabric = next(f for f in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if f >= need)
+        fabric = next(
+            f for f in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768) if f >= need
+        )
         out.append(
             SimCase(
                 f"t{i:02d}",
@@ -973,7 +1001,7 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
         slurm[f"{tag}-name"] = rank_order(chosen, topo, policy="name")
     randoms = []
     free_sorted = sorted(free, key=natural_key)
-    for _ in range(2):
+    for _ in range(2 if job.nodes <= SIM_RANDOM_MAX_NODES else 0):
         sub = rng.sample(free_sorted, job.nodes)
         randoms.append(sorted(sub, key=natural_key))
     for o in SIM_OVERSUB:
@@ -1168,6 +1196,8 @@ def run_sim_section(
         return {}
     t1 = time.perf_counter()
     sim_cases = build_sim_cases(quick, seed, max_nodes)
+    if any(c.job.nodes > SIM_RANDOM_MAX_NODES for c in sim_cases):
+        print(f"\nsimulated time: {SIM_ROUNDS_NOTE}")
     for sc in sim_cases:
         run_sim_case(sc, plan, log)
     seconds = time.perf_counter() - t1

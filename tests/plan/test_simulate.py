@@ -214,3 +214,29 @@ def test_cli_simulate_flag(simgrid: None, tmp_path: Path) -> None:
     res = CliRunner().invoke(plan_command, [*base, "--simulate", "--mode", "constrain"])
     assert res.exit_code == 0, res.output
     assert "simulation check: pin mode only" in res.stdout
+
+
+def test_each_distinct_scenario_is_simulated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench and the planner's check ask for the same placements again; the worker sees
+    each distinct scenario once per process, and every caller gets its own result back."""
+    monkeypatch.setattr(sim, "available", lambda: True)
+    monkeypatch.setattr(sim, "simgrid_python", lambda: "/nonexistent/python")
+    monkeypatch.setattr(sim, "_RESULTS", {})
+    seen: list[list[object]] = []
+
+    def worker(scenarios: list[dict[str, object]]) -> list[dict[str, object]]:
+        seen.append(list(scenarios))
+        return [{"run": len(seen), "index": i} for i in range(len(scenarios))]
+
+    monkeypatch.setattr(sim, "_run_worker", worker)
+    topo = tree()
+    job = JobShape(4, 8, tp=8)
+    a, _ = sim.build_scenario(topo, NAMES[:4], job)
+    b, _ = sim.build_scenario(topo, [NAMES[0], NAMES[4], NAMES[1], NAMES[5]], job)
+    assert a != b
+    first = sim.run_scenarios([a, b, a])
+    assert [len(batch) for batch in seen] == [2]  # a once, b once
+    assert first == [{"run": 1, "index": 0}, {"run": 1, "index": 1}, {"run": 1, "index": 0}]
+    again = sim.run_scenarios([b, a])
+    assert len(seen) == 1  # nothing new to simulate
+    assert again == [first[1], first[0]]
