@@ -918,6 +918,27 @@ def make_gb200(rng: random.Random, n_nodes: int) -> Fabric:
     return Fabric(topo, [*leaves, *inner, "root"], "", hosts)
 
 
+def make_busy_gb200(rng: random.Random, fab: Fabric, fraction: float) -> set[str]:
+    """Busy GB200 nodes: earlier jobs' segments inside one UltraServer each, a few drains.
+
+    GB200 jobs ask ``--segment`` so that each segment shares an NVLink domain (topology.html),
+    so what is busy comes in per-UltraServer chunks (2-18 nodes); one busy node in twenty
+    is a lone drained node. :func:`make_busy`'s half-scattered pattern would leave hardly
+    any UltraServer with a segment's worth of free nodes, and Slurm's block plugin would
+    start no job at all.
+    """
+    want = int(len(fab.hosts) * fraction)
+    busy: set[str] = set(rng.sample(fab.hosts, want // 20))
+    domains = list(fab.topology.leaves)
+    while len(busy) < want:
+        us = rng.choice(domains)
+        free = [n for n in sorted(fab.topology.nodes_under(us), key=natural_key) if n not in busy]
+        if free:
+            k = min(len(free), rng.choice((2, 4, 8, 9, 16, 18)), want - len(busy))
+            busy.update(free[:k])
+    return busy
+
+
 @dataclass
 class SimCase:
     name: str
@@ -978,6 +999,35 @@ def oversub_params(o: float) -> Any:
     )
 
 
+def slurm_block_orders(topo: Topology, free: set[str], job: JobShape) -> dict[str, list[str]]:
+    """Slurm's ``topology/block`` choice for a GB200 job, without and with ``--segment``
+    (``slurm_sim.block_choices``: one ``BlockName`` per UltraServer in fabric order,
+    ``BlockSizes=18,36,72,...``), ranks in name order (Slurm up to 25.11) and block order
+    (26.05's topology order). A job Slurm would leave pending gets no entry."""
+    from slurmfm.plan.slurm_sim import block_choices
+
+    names = sorted(topo.leaves, key=natural_key)
+    out: dict[str, list[str]] = {}
+    for label, chosen in block_choices(topo, free, job.nodes, block_order=names):
+        tag = "slurmblkseg" if "segment" in label else "slurmblk"
+        out[f"{tag}-name"] = rank_order(chosen, topo, policy="name")
+        out[f"{tag}-leaf"] = rank_order(chosen, topo, policy="leaf", switch_order=names)
+    return out
+
+
+# Baselines per fabric kind: (plan version, name-order baseline, topology-order baseline).
+# GB200 clusters run topology/block (ParallelCluster >= 3.14 and HyperPod configure it for
+# p6e-gb200), so there Slurm's own choice is the block plugin's, with and without --segment.
+TREE_BASELINES = (
+    ("22.05", "slurm21-name", "slurm21-leaf"),
+    ("24.11", "slurm2405-name", "slurm2405-leaf"),
+)
+BLOCK_BASELINES = (
+    ("24.11", "slurmblk-name", "slurmblk-leaf"),
+    ("24.11", "slurmblkseg-name", "slurmblkseg-leaf"),
+)
+
+
 def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> None:
     """Plan, Slurm's choices and two random placements, simulated at each oversubscription."""
     from slurmfm.plan import simulate as sim
@@ -985,7 +1035,7 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
     rng = random.Random(case.seed)
     maker = {"3-level": make_fabric, "4-level": make_fabric4, "gb200": make_gb200}[case.kind]
     fab = maker(rng, case.fabric_nodes)
-    busy = make_busy(rng, fab, case.busy_fraction)
+    busy = (make_busy_gb200 if case.kind == "gb200" else make_busy)(rng, fab, case.busy_fraction)
     free = set(fab.hosts) - busy
     if len(free) < case.job.nodes:
         return
@@ -999,6 +1049,8 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
             chosen, topo, policy="leaf", switch_order=fab.switch_order
         )
         slurm[f"{tag}-name"] = rank_order(chosen, topo, policy="name")
+    if case.kind == "gb200":
+        slurm.update(slurm_block_orders(topo, free, job))
     randoms = []
     free_sorted = sorted(free, key=natural_key)
     for _ in range(2 if job.nodes <= SIM_RANDOM_MAX_NODES else 0):
@@ -1072,23 +1124,30 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
         opt_gap_sim: list[float] = []
         slower: list[str] = []
         more_cross: list[str] = []
+        block: dict[str, list[float]] = {"slurmblk-leaf": [], "slurmblkseg-leaf": []}
+        block_cases = pending = 0
         for c in cases:
             row = c.rows.get(o)
             if row is None:
                 continue
             s, m, x = row["sim"], row["model"], row["dp_cross"]
-            for version, (name_b, leaf_b) in (
-                ("22.05", ("slurm21-name", "slurm21-leaf")),
-                ("24.11", ("slurm2405-name", "slurm2405-leaf")),
-            ):
+            bases = BLOCK_BASELINES if c.kind == "gb200" else TREE_BASELINES
+            if c.kind == "gb200":
+                block_cases += 1
+                pending += sum(1 for _, _, leaf_b in bases if leaf_b not in s)
+            for version, name_b, leaf_b in bases:
+                if leaf_b not in s:
+                    continue  # Slurm would leave the job pending
                 fm = f"{prefix}@{version}"
                 r_leaf = s[fm] / s[leaf_b]
                 ratios["leaf"].append(r_leaf)
                 ratios["name"].append(s[fm] / s[name_b])
                 if c.job.nodes >= 64:
                     big.append(r_leaf)
+                if leaf_b in block:
+                    block[leaf_b].append(r_leaf)
                 if r_leaf > 1 + 1e-6:
-                    slower.append(f"{c.name}@{version} x{r_leaf:.4f}")
+                    slower.append(f"{c.name}@{version} vs {leaf_b} x{r_leaf:.4f}")
                 if x[fm] > x[leaf_b] and s[fm] >= s[leaf_b] * (1 - 1e-6):
                     more_cross.append(f"{c.name}@{version} {x[fm]} vs {x[leaf_b]}")
                 gain_s = 1 - s[fm] / s[leaf_b]
@@ -1122,6 +1181,13 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
             "optimum_gap_model_max": max(opt_gap_model) if opt_gap_model else None,
             "optimum_gap_sim_median": statistics.median(opt_gap_sim) if opt_gap_sim else None,
             "optimum_gap_sim_max": max(opt_gap_sim) if opt_gap_sim else None,
+            "gb200_cases": block_cases,
+            "gb200_block_pending": pending,
+            **{
+                f"vs_{k.removesuffix('-leaf')}_{stat}": (fn(v) if v else None)
+                for k, v in block.items()
+                for stat, fn in (("median", statistics.median), ("worst", max))
+            },
         }
     return out
 
@@ -1146,6 +1212,19 @@ def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str
             f"{r['gain_error_median']:>6.3f} / {r['gain_error_max']:<5.3f}"
         )
     print("(median / worst; spearman, concordance: median / min per case; gain err: median / max)")
+    for o, r in summary.items():
+        if r["gb200_cases"]:
+            print(
+                f"o={o}: GB200 ({r['gb200_cases']} cases) vs Slurm's topology/block choice, "
+                "block order: "
+                + "; ".join(
+                    f"{label} median {r[f'vs_{k}_median']:.4f} / worst {r[f'vs_{k}_worst']:.4f}"
+                    if r[f"vs_{k}_median"] is not None
+                    else f"{label} no case"
+                    for k, label in (("slurmblk", "-N only"), ("slurmblkseg", "--segment"))
+                )
+                + f"; {r['gb200_block_pending']} choices Slurm would leave pending"
+            )
     for o, r in summary.items():
         if r["optimum_cases"]:
             print(

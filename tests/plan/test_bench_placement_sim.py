@@ -61,3 +61,25 @@ def test_full_sim_cases_span_8_to_4096_nodes_on_every_fabric_kind() -> None:
     assert [c.job.nodes for c in bp.build_sim_cases(False, 1, max_nodes=512)] == [
         c.job.nodes for c in cases if c.job.nodes <= 512
     ]
+
+
+def test_gb200_cases_are_compared_with_slurms_block_choice() -> None:
+    """On GB200 fabrics the baseline is topology/block (with and without --segment), in name
+    and block order; a --segment job has each segment inside one UltraServer."""
+    import random
+
+    rng = random.Random(3)
+    fab = bp.make_gb200(rng, 144)
+    busy = bp.make_busy_gb200(rng, fab, 0.4)
+    assert len(busy) == int(len(fab.hosts) * 0.4)
+    free = set(fab.hosts) - busy
+    job = JobShape(32, 4, tp=4)
+    orders = bp.slurm_block_orders(fab.topology, free, job)
+    assert set(orders) <= {"slurmblk-name", "slurmblk-leaf", "slurmblkseg-name", "slurmblkseg-leaf"}
+    assert "slurmblkseg-leaf" in orders
+    for order in orders.values():
+        assert len(set(order)) == 32
+        assert set(order) <= free
+    seg = orders["slurmblkseg-leaf"]
+    domains = [fab.topology.leaf(n) for n in seg]
+    assert sorted(domains.count(d) for d in set(domains)) == [16, 16]  # a segment per domain
