@@ -1085,6 +1085,11 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
             best = opt.exact(topo, job, free, params)
             if best is not None:
                 orders["optimum"] = list(best.order)
+        bound = None
+        if "optimum" not in orders:
+            from slurmfm.plan import optimum as opt
+
+            bound = opt.lower_bound(topo, job, free, params)
         names = list(orders)
         reps = sim.simulate_many(
             topo, [orders[n] for n in names], job, params, sim.SimParams.uniform(o)
@@ -1098,6 +1103,7 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
                 n: evaluate(topo, orders[n], job, params).dp_edges_cross_leaf for n in names
             },
             "plan_s": plan_s,
+            "lower_bound": bound,
         }
         log(
             f"  {case.name} {case.kind} nodes={job.nodes} pp={job.pp} o={o}: "
@@ -1122,6 +1128,7 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
         gain_err: list[float] = []
         opt_gap_model: list[float] = []
         opt_gap_sim: list[float] = []
+        bound_gap: list[float] = []
         slower: list[str] = []
         more_cross: list[str] = []
         block: dict[str, list[float]] = {"slurmblk-leaf": [], "slurmblkseg-leaf": []}
@@ -1153,6 +1160,8 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
                 gain_s = 1 - s[fm] / s[leaf_b]
                 gain_m = 1 - m[fm] / m[leaf_b]
                 gain_err.append(abs(gain_m - gain_s))
+                if row.get("lower_bound"):
+                    bound_gap.append(m[fm] / row["lower_bound"] - 1)
                 if "optimum" in m:
                     opt_gap_model.append(m[fm] / m["optimum"] - 1)
                     opt_gap_sim.append(s[fm] / s["optimum"] - 1)
@@ -1181,6 +1190,9 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
             "optimum_gap_model_max": max(opt_gap_model) if opt_gap_model else None,
             "optimum_gap_sim_median": statistics.median(opt_gap_sim) if opt_gap_sim else None,
             "optimum_gap_sim_max": max(opt_gap_sim) if opt_gap_sim else None,
+            "bound_cases": len(bound_gap),
+            "bound_gap_model_median": statistics.median(bound_gap) if bound_gap else None,
+            "bound_gap_model_max": max(bound_gap) if bound_gap else None,
             "gb200_cases": block_cases,
             "gb200_block_pending": pending,
             **{
@@ -1234,6 +1246,14 @@ def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str
                 f"{100 * r['optimum_gap_model_max']:.2f} %; simulated median "
                 f"{100 * r['optimum_gap_sim_median']:.2f} % / max "
                 f"{100 * r['optimum_gap_sim_max']:.2f} %"
+            )
+    for o, r in summary.items():
+        if r["bound_cases"]:
+            print(
+                f"o={o}: gap to a proven lower bound (optimum.lower_bound; PP > 1 and GB200, "
+                f"{r['bound_cases']} plans): model median "
+                f"{100 * r['bound_gap_model_median']:.2f} % / max "
+                f"{100 * r['bound_gap_model_max']:.2f} % (the gap to the optimum is at most this)"
             )
     for o, r in summary.items():
         target = r["ge64_vs_slurm_leaf_median"]

@@ -45,6 +45,9 @@ def test_sim_section_compares_plan_slurm_and_optimum(simgrid: None) -> None:
         assert 0.0 <= r["concordance_min"] <= 1.0
         assert r["optimum_cases"] == 2  # one PP=1 case, two Slurm versions' plans
         assert r["optimum_gap_model_median"] >= -1e-9
+        # PP=2: no exact optimum, a proven lower bound instead (never above the plan).
+        assert r["bound_cases"] == 2
+        assert r["bound_gap_model_median"] >= -1e-9
 
 
 def test_full_sim_cases_span_8_to_4096_nodes_on_every_fabric_kind() -> None:
