@@ -31,7 +31,9 @@ and then fixes the rank order:
    (:func:`_better`: time, then DP ring edges crossing a leaf, then leaves): the planner's
    own selection, its selections under lower switches, one selection per PP stage (each
    stage placed as its own job, so a stage can take one spine), and Slurm's node sets, each
-   in the planner's rank order (in pin mode also in Slurm's name and leaf orders). Slurm's
+   in the planner's rank order (in pin mode also in Slurm's name and leaf orders). On fabrics
+   whose NVLink domains span nodes (GB200) Slurm's ``topology/block`` choices
+   (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``) are candidates too. Slurm's
    choices are candidates, so the plan is never predicted slower than them, and on a
    predicted tie never crosses more leaves on DP rings. With ``slurm_version`` known, only
    the rule set that version runs is simulated (feature ``tree_selection_rules_2405_3``:

@@ -240,3 +240,31 @@ def test_each_distinct_scenario_is_simulated_once(monkeypatch: pytest.MonkeyPatc
     again = sim.run_scenarios([b, a])
     assert len(seen) == 1  # nothing new to simulate
     assert again == [first[1], first[0]]
+
+
+def test_plan_simulate_on_gb200_also_races_slurms_block_choice(simgrid: None) -> None:
+    """GB200 clusters run topology/block: ``plan --simulate`` simulates its choices (``-N``
+    alone and ``--segment``) next to the plan, and keeps whichever is fastest."""
+    from slurmfm.catalog.slurm_features import SlurmVersion
+    from slurmfm.plan.planner import plan
+    from slurmfm.topology.model import Node
+
+    paths: dict[str, tuple[str, ...]] = {}
+    nodes = []
+    for u in range(4):
+        for k in range(18):
+            name = f"gb-{u * 18 + k + 1:03d}"
+            paths[name] = ("root", f"spine{u // 2}", f"us{u}")
+            nodes.append(Node(name, nvlink_domain=f"us{u}"))
+    topo = Topology.from_paths(paths, nodes)
+    busy = [f"gb-{i:03d}" for i in (1, 2, 19, 20, 21, 22)]
+    got = plan(
+        topo,
+        JobShape(32, 4, tp=4),
+        unavailable=busy,
+        slurm_version=SlurmVersion.parse("24.11"),
+        params=CostParams.default().with_oversubscription(2),
+        simulate=True,
+    )
+    line = next(x for x in got.explanation if x.startswith("simulation check"))
+    assert "topology/block, --segment=16" in line
