@@ -508,4 +508,3 @@ def test_predicted_time_beats_fewest_leaves() -> None:
         theirs = evaluate(topo, order_nodes(topo, chosen, job), job)
         assert p.predicted.predicted_s <= theirs.predicted_s * (1 + 1e-9)
     assert any(w.startswith("guard: ") and "using it" in w for w in p.explanation)
-
