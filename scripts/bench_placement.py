@@ -24,6 +24,15 @@ Methods, all scored with ``slurmfm.plan.cost.evaluate`` on the same topology and
   by exhaustive search over leaf sequences (nodes of one leaf are interchangeable in the cost
   model), on small cases only.
 
+Simulated time (``--sim-only``, or after the tables unless ``--no-sim``; needs SimGrid):
+jobs of 8 to 4,096 nodes on 3- and 4-level fabrics and GB200 UltraServer blocks, 30-70 % of
+the fabric busy, each placement's step simulated by ``slurmfm.plan.simulate`` at
+oversubscription 1, 2 and 4 (plan / Slurm's choice with its topology and name orders, median
+and worst; the model's rank agreement; the gap to the optimum). Jobs above 1,024 nodes are
+simulated as one round per ring: one ring step's concurrent flows carrying all ``2(p-1)``
+steps' bytes, which for one ring is exactly ``2(p-1)`` times one step (flows that start
+together share max-min, which is scale-invariant in bytes); the output says so.
+
 Targets (printed as PASS/FAIL), per version pair (slurmfm@22.05 vs slurm21-*, slurmfm@24.11
 vs slurm2405-*; real-slurm vs the plan for the lab's version): never more leaves than Slurm
 unless the plan is predicted faster (leaf count is only a tie-break);
@@ -855,6 +864,14 @@ def print_tables(
 
 # ---------------------------------------------------------------------------- simulated time
 SIM_OVERSUB = (1, 2, 4)
+# Above this many nodes a case simulates no random placements (they only feed the model's
+# rank correlation, which the smaller cases measure) and the ring runs as one round.
+SIM_RANDOM_MAX_NODES = 1024
+SIM_ROUNDS_NOTE = (
+    "jobs above 1,024 nodes: each DP ring simulated as one round carrying all 2(p-1) ring "
+    "steps' bytes (one step's concurrent flows; exactly 2(p-1) steps for one ring, see "
+    "slurmfm.plan.simulate); no random placements"
+)
 # Exact optima (MILP, slurmfm.plan.optimum) for PP=1 jobs in this size range.
 OPT_MIN_NODES = 64
 OPT_MAX_NODES = 2048
@@ -901,6 +918,27 @@ def make_gb200(rng: random.Random, n_nodes: int) -> Fabric:
     return Fabric(topo, [*leaves, *inner, "root"], "", hosts)
 
 
+def make_busy_gb200(rng: random.Random, fab: Fabric, fraction: float) -> set[str]:
+    """Busy GB200 nodes: earlier jobs' segments inside one UltraServer each, a few drains.
+
+    GB200 jobs ask ``--segment`` so that each segment shares an NVLink domain (topology.html),
+    so what is busy comes in per-UltraServer chunks (2-18 nodes); one busy node in twenty
+    is a lone drained node. :func:`make_busy`'s half-scattered pattern would leave hardly
+    any UltraServer with a segment's worth of free nodes, and Slurm's block plugin would
+    start no job at all.
+    """
+    want = int(len(fab.hosts) * fraction)
+    busy: set[str] = set(rng.sample(fab.hosts, want // 20))
+    domains = list(fab.topology.leaves)
+    while len(busy) < want:
+        us = rng.choice(domains)
+        free = [n for n in sorted(fab.topology.nodes_under(us), key=natural_key) if n not in busy]
+        if free:
+            k = min(len(free), rng.choice((2, 4, 8, 9, 16, 18)), want - len(busy))
+            busy.update(free[:k])
+    return busy
+
+
 @dataclass
 class SimCase:
     name: str
@@ -914,21 +952,32 @@ class SimCase:
 
 def build_sim_cases(quick: bool, seed: int, max_nodes: int = 4096) -> list[SimCase]:
     """Jobs of 8-4,096 nodes (quick: 8-256; at most ``max_nodes``) on 3- and 4-level fabrics
-    and GB200 blocks."""
+    and GB200 blocks.
+
+    Every size up to 1,024 nodes twice (every other job without PP, which the exact optimum
+    covers); 2,048 and 4,096 nodes once each, one with PP and one without: one simulation of
+    a 4,096-node job costs about 20 s CPU (:data:`SIM_ROUNDS_NOTE`) and each case simulates
+    every distinct placement at three oversubscriptions.
+    """
     rng = random.Random(seed + 99)
-    sizes = [8, 32, 64, 128, 256] if quick else [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
-    sizes = [n for n in sizes if n <= max_nodes]
+    sizes = [8, 32, 64, 128, 256] if quick else [8, 16, 32, 64, 128, 256, 512, 1024]
+    plan_sizes = [(n, i % 2 == 0) for i, n in enumerate(sizes * (1 if quick else 2))]
+    if not quick:
+        plan_sizes += [(2048, False), (4096, True)]
     kinds = ("3-level", "4-level", "gb200")
     out = []
-    for i, nodes in enumerate(sizes * (1 if quick else 2)):
+    for i, (nodes, flat) in enumerate(plan_sizes):
+        if nodes > max_nodes:
+            continue
         kind = kinds[i % len(kinds)]
         gpus, tp = (4, 4) if kind == "gb200" else (GPUS, TP)
         pps = [p for p in (1, 2, 4, 8) if nodes % p == 0 and nodes // p >= 2]
-        # Every other job without PP: the exact optimum (slurmfm.plan.optimum) covers those.
-        pp = 1 if i % 2 == 0 else rng.choice(pps)
+        pp = 1 if flat else rng.choice(pps)
         busy = rng.uniform(0.3, 0.7)
         need = nodes / (1 - busy) * 1.25
-        fabric = next(f for f in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if f >= need)
+        fabric = next(
+            f for f in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768) if f >= need
+        )
         out.append(
             SimCase(
                 f"t{i:02d}",
@@ -950,6 +999,35 @@ def oversub_params(o: float) -> Any:
     )
 
 
+def slurm_block_orders(topo: Topology, free: set[str], job: JobShape) -> dict[str, list[str]]:
+    """Slurm's ``topology/block`` choice for a GB200 job, without and with ``--segment``
+    (``slurm_sim.block_choices``: one ``BlockName`` per UltraServer in fabric order,
+    ``BlockSizes=18,36,72,...``), ranks in name order (Slurm up to 25.11) and block order
+    (26.05's topology order). A job Slurm would leave pending gets no entry."""
+    from slurmfm.plan.slurm_sim import block_choices
+
+    names = sorted(topo.leaves, key=natural_key)
+    out: dict[str, list[str]] = {}
+    for label, chosen in block_choices(topo, free, job.nodes, block_order=names):
+        tag = "slurmblkseg" if "segment" in label else "slurmblk"
+        out[f"{tag}-name"] = rank_order(chosen, topo, policy="name")
+        out[f"{tag}-leaf"] = rank_order(chosen, topo, policy="leaf", switch_order=names)
+    return out
+
+
+# Baselines per fabric kind: (plan version, name-order baseline, topology-order baseline).
+# GB200 clusters run topology/block (ParallelCluster >= 3.14 and HyperPod configure it for
+# p6e-gb200), so there Slurm's own choice is the block plugin's, with and without --segment.
+TREE_BASELINES = (
+    ("22.05", "slurm21-name", "slurm21-leaf"),
+    ("24.11", "slurm2405-name", "slurm2405-leaf"),
+)
+BLOCK_BASELINES = (
+    ("24.11", "slurmblk-name", "slurmblk-leaf"),
+    ("24.11", "slurmblkseg-name", "slurmblkseg-leaf"),
+)
+
+
 def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> None:
     """Plan, Slurm's choices and two random placements, simulated at each oversubscription."""
     from slurmfm.plan import simulate as sim
@@ -957,7 +1035,7 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
     rng = random.Random(case.seed)
     maker = {"3-level": make_fabric, "4-level": make_fabric4, "gb200": make_gb200}[case.kind]
     fab = maker(rng, case.fabric_nodes)
-    busy = make_busy(rng, fab, case.busy_fraction)
+    busy = (make_busy_gb200 if case.kind == "gb200" else make_busy)(rng, fab, case.busy_fraction)
     free = set(fab.hosts) - busy
     if len(free) < case.job.nodes:
         return
@@ -971,9 +1049,11 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
             chosen, topo, policy="leaf", switch_order=fab.switch_order
         )
         slurm[f"{tag}-name"] = rank_order(chosen, topo, policy="name")
+    if case.kind == "gb200":
+        slurm.update(slurm_block_orders(topo, free, job))
     randoms = []
     free_sorted = sorted(free, key=natural_key)
-    for _ in range(2):
+    for _ in range(2 if job.nodes <= SIM_RANDOM_MAX_NODES else 0):
         sub = rng.sample(free_sorted, job.nodes)
         randoms.append(sorted(sub, key=natural_key))
     for o in SIM_OVERSUB:
@@ -1005,6 +1085,11 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
             best = opt.exact(topo, job, free, params)
             if best is not None:
                 orders["optimum"] = list(best.order)
+        bound = None
+        if "optimum" not in orders:
+            from slurmfm.plan import optimum as opt
+
+            bound = opt.lower_bound(topo, job, free, params)
         names = list(orders)
         reps = sim.simulate_many(
             topo, [orders[n] for n in names], job, params, sim.SimParams.uniform(o)
@@ -1018,6 +1103,7 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
                 n: evaluate(topo, orders[n], job, params).dp_edges_cross_leaf for n in names
             },
             "plan_s": plan_s,
+            "lower_bound": bound,
         }
         log(
             f"  {case.name} {case.kind} nodes={job.nodes} pp={job.pp} o={o}: "
@@ -1042,30 +1128,40 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
         gain_err: list[float] = []
         opt_gap_model: list[float] = []
         opt_gap_sim: list[float] = []
+        bound_gap: list[float] = []
         slower: list[str] = []
         more_cross: list[str] = []
+        block: dict[str, list[float]] = {"slurmblk-leaf": [], "slurmblkseg-leaf": []}
+        block_cases = pending = 0
         for c in cases:
             row = c.rows.get(o)
             if row is None:
                 continue
             s, m, x = row["sim"], row["model"], row["dp_cross"]
-            for version, (name_b, leaf_b) in (
-                ("22.05", ("slurm21-name", "slurm21-leaf")),
-                ("24.11", ("slurm2405-name", "slurm2405-leaf")),
-            ):
+            bases = BLOCK_BASELINES if c.kind == "gb200" else TREE_BASELINES
+            if c.kind == "gb200":
+                block_cases += 1
+                pending += sum(1 for _, _, leaf_b in bases if leaf_b not in s)
+            for version, name_b, leaf_b in bases:
+                if leaf_b not in s:
+                    continue  # Slurm would leave the job pending
                 fm = f"{prefix}@{version}"
                 r_leaf = s[fm] / s[leaf_b]
                 ratios["leaf"].append(r_leaf)
                 ratios["name"].append(s[fm] / s[name_b])
                 if c.job.nodes >= 64:
                     big.append(r_leaf)
+                if leaf_b in block:
+                    block[leaf_b].append(r_leaf)
                 if r_leaf > 1 + 1e-6:
-                    slower.append(f"{c.name}@{version} x{r_leaf:.4f}")
+                    slower.append(f"{c.name}@{version} vs {leaf_b} x{r_leaf:.4f}")
                 if x[fm] > x[leaf_b] and s[fm] >= s[leaf_b] * (1 - 1e-6):
                     more_cross.append(f"{c.name}@{version} {x[fm]} vs {x[leaf_b]}")
                 gain_s = 1 - s[fm] / s[leaf_b]
                 gain_m = 1 - m[fm] / m[leaf_b]
                 gain_err.append(abs(gain_m - gain_s))
+                if row.get("lower_bound"):
+                    bound_gap.append(m[fm] / row["lower_bound"] - 1)
                 if "optimum" in m:
                     opt_gap_model.append(m[fm] / m["optimum"] - 1)
                     opt_gap_sim.append(s[fm] / s["optimum"] - 1)
@@ -1094,6 +1190,16 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
             "optimum_gap_model_max": max(opt_gap_model) if opt_gap_model else None,
             "optimum_gap_sim_median": statistics.median(opt_gap_sim) if opt_gap_sim else None,
             "optimum_gap_sim_max": max(opt_gap_sim) if opt_gap_sim else None,
+            "bound_cases": len(bound_gap),
+            "bound_gap_model_median": statistics.median(bound_gap) if bound_gap else None,
+            "bound_gap_model_max": max(bound_gap) if bound_gap else None,
+            "gb200_cases": block_cases,
+            "gb200_block_pending": pending,
+            **{
+                f"vs_{k.removesuffix('-leaf')}_{stat}": (fn(v) if v else None)
+                for k, v in block.items()
+                for stat, fn in (("median", statistics.median), ("worst", max))
+            },
         }
     return out
 
@@ -1119,6 +1225,19 @@ def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str
         )
     print("(median / worst; spearman, concordance: median / min per case; gain err: median / max)")
     for o, r in summary.items():
+        if r["gb200_cases"]:
+            print(
+                f"o={o}: GB200 ({r['gb200_cases']} cases) vs Slurm's topology/block choice, "
+                "block order: "
+                + "; ".join(
+                    f"{label} median {r[f'vs_{k}_median']:.4f} / worst {r[f'vs_{k}_worst']:.4f}"
+                    if r[f"vs_{k}_median"] is not None
+                    else f"{label} no case"
+                    for k, label in (("slurmblk", "-N only"), ("slurmblkseg", "--segment"))
+                )
+                + f"; {r['gb200_block_pending']} choices Slurm would leave pending"
+            )
+    for o, r in summary.items():
         if r["optimum_cases"]:
             print(
                 f"o={o}: gap to the exact optimum (MILP, PP=1, {OPT_MIN_NODES}-{OPT_MAX_NODES} "
@@ -1127,6 +1246,14 @@ def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str
                 f"{100 * r['optimum_gap_model_max']:.2f} %; simulated median "
                 f"{100 * r['optimum_gap_sim_median']:.2f} % / max "
                 f"{100 * r['optimum_gap_sim_max']:.2f} %"
+            )
+    for o, r in summary.items():
+        if r["bound_cases"]:
+            print(
+                f"o={o}: gap to a proven lower bound (optimum.lower_bound; PP > 1 and GB200, "
+                f"{r['bound_cases']} plans): model median "
+                f"{100 * r['bound_gap_model_median']:.2f} % / max "
+                f"{100 * r['bound_gap_model_max']:.2f} % (the gap to the optimum is at most this)"
             )
     for o, r in summary.items():
         target = r["ge64_vs_slurm_leaf_median"]
@@ -1168,6 +1295,8 @@ def run_sim_section(
         return {}
     t1 = time.perf_counter()
     sim_cases = build_sim_cases(quick, seed, max_nodes)
+    if any(c.job.nodes > SIM_RANDOM_MAX_NODES for c in sim_cases):
+        print(f"\nsimulated time: {SIM_ROUNDS_NOTE}")
     for sc in sim_cases:
         run_sim_case(sc, plan, log)
     seconds = time.perf_counter() - t1

@@ -7,7 +7,7 @@ impossible request exits 2 with the planner's reason, like every other user-fixa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import click
 
@@ -15,6 +15,7 @@ from slurmfm.cli.common import friendly
 
 if TYPE_CHECKING:
     from slurmfm.plan.planner import Plan
+    from slurmfm.recipe.schema import MegatronLauncher
 
 
 def _unavailable(value: str | None) -> list[str]:
@@ -59,6 +60,12 @@ def _print_plan(p: Plan, *, as_json: bool, explain: bool) -> None:
         click.echo("why:")
         for line in p.explanation:
             click.echo(f"  - {line}")
+
+
+def _is_megatron(launcher: object) -> TypeGuard[MegatronLauncher]:
+    from slurmfm.recipe.schema import MegatronLauncher
+
+    return isinstance(launcher, MegatronLauncher)
 
 
 @click.command("plan")
@@ -164,7 +171,6 @@ def plan_command(
     from slurmfm.errors import SlurmfmError
     from slurmfm.plan.cost import CostParams, JobShape
     from slurmfm.plan.planner import job_for_recipe, plan
-    from slurmfm.recipe.schema import MegatronLauncher
     from slurmfm.topology.model import TopologyError
 
     version = None
@@ -202,7 +208,9 @@ def plan_command(
         raise SlurmfmError(f"--topology: {exc}") from exc
     params = CostParams.from_file(params_file) if params_file else None
     launcher = rec.launcher if rec is not None else None
-    if isinstance(launcher, MegatronLauncher) and not params_file:
+    # The schema (pydantic) is imported only with a recipe: without one it was a third of a
+    # 64k-node plan's CPU time (scripts/bench_plan_scale.py).
+    if launcher is not None and not params_file and _is_megatron(launcher):
         from slurmfm.plan.cost import message_bytes_for_megatron
 
         sizes = message_bytes_for_megatron(launcher.model_args, tp=job.tp, pp=job.pp, dp=job.dp)

@@ -574,21 +574,28 @@ def evaluate(
     ideal_group: dict[str, float] = {}
     violations = 0
 
-    # TP, CP, EP: collectives that must stay inside an NVLink domain.
+    # TP, CP, EP: collectives that must stay inside an NVLink domain. A group's time depends
+    # only on (size, level): computed once per pair (a 64k-node plan has 16k TP groups).
     bound_by: dict[str, str] = {}
     for dim in ("tp", "cp", "ep"):
         worst = best = 0.0
+        fn = _alltoall if dim == "ep" else _ring
+        memo: dict[tuple[int, int], float] = {}
         for nodes, count in _node_groups(groups[dim], g).items():
             p = len(nodes)
             level = fab.lca_level(nodes)
             if level >= 0:
                 violations += count
             ilevel = spans.ideal_level(len(set(nodes)))
-            fn = _alltoall if dim == "ep" else _ring
-            t = fn(p, nbytes[dim], _tier_at(tiers, level))
+            t = memo.get((p, level))
+            if t is None:
+                t = memo[(p, level)] = fn(p, nbytes[dim], _tier_at(tiers, level))
             if t > worst or dim not in bound_by:
                 worst, bound_by[dim] = max(worst, t), _tier_name(level)
-            best = max(best, fn(p, nbytes[dim], _tier_at(tiers, ilevel)))
+            ti = memo.get((p, ilevel))
+            if ti is None:
+                ti = memo[(p, ilevel)] = fn(p, nbytes[dim], _tier_at(tiers, ilevel))
+            best = max(best, ti)
         per_group[dim], ideal_group[dim] = worst, best
 
     # DP: ring all-reduce with uplink congestion from all DP rings at once.
@@ -647,22 +654,30 @@ def evaluate(
     per_group["dp"], ideal_group["dp"] = worst, best
 
     # PP: point-to-point between neighbouring stages along each pipeline.
-    pairs: set[tuple[int, int]] = set()
+    pairs: dict[tuple[int, int], int] = {}  # distinct PP pair -> its level
     worst = best = 0.0
+    hop: dict[int, float] = {}  # level -> one send's time (computed once per level)
+
+    def send(level: int) -> float:
+        t = hop.get(level)
+        if t is None:
+            t = hop[level] = _p2p(nbytes["pp"], _tier_at(tiers, level))
+        return t
+
+    ideal_pair, ideal_self = spans.ideal_level(2), spans.ideal_level(1)
     for nodes in _node_groups(groups["pp"], g):
         t = tb = 0.0
         top = -1
         for a, b in itertools.pairwise(nodes):
-            pairs.add((a, b))
-            lvl = fab.pair_level(a, b)
+            lvl = pairs[(a, b)] = fab.pair_level(a, b)
             top = max(top, lvl)
-            t += _p2p(nbytes["pp"], _tier_at(tiers, lvl))
-            tb += _p2p(nbytes["pp"], _tier_at(tiers, spans.ideal_level(len({a, b}))))
+            t += send(lvl)
+            tb += send(ideal_pair if a != b else ideal_self)
         if t > worst or "pp" not in bound_by:
             bound_by["pp"] = _tier_name(top)
         worst, best = max(worst, t), max(best, tb)
     per_group["pp"], ideal_group["pp"] = worst, best
-    pp_cross = sum(1 for a, b in pairs if fab.pair_level(a, b) >= 1)
+    pp_cross = sum(1 for lvl in pairs.values() if lvl >= 1)
 
     predicted = sum(per_group.values())
     ideal = sum(ideal_group.values())

@@ -23,6 +23,7 @@ https://highs.dev) is an optional extra; :func:`available` says whether it impor
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -153,9 +154,77 @@ def exact(
     return best
 
 
+def lower_bound(
+    topology: Topology,
+    job: JobShape,
+    free: Iterable[str],
+    params: CostParams | None = None,
+) -> float:
+    """A proven lower bound on the cost model's step time for ``job`` on the ``free`` nodes.
+
+    For jobs the MILP does not cover (PP > 1, multi-node NVLink domains): the model's time is
+    the sum over dimensions of the slowest group's time (:func:`slurmfm.plan.cost.evaluate`),
+    and a group's time depends on the placement only through the level of the lowest switch
+    above its nodes (and, for DP rings, an uplink congestion factor that is never below 1). A
+    group over ``k`` distinct nodes can sit no lower than the lowest level where one switch
+    (or, at level -1, one NVLink domain) has ``k`` free nodes. So each group is charged its
+    cheapest cost over the levels it can reach, congestion 1, and each dimension its slowest
+    group: no placement costs less. The gap to it bounds the gap to the optimum from above.
+    """
+    from slurmfm.plan.cost import (
+        _alltoall,
+        _groups,
+        _node_groups,
+        _p2p,
+        _ring,
+        _tier_at,
+        nvlink_domain,
+    )
+
+    params = params or CostParams.default()
+    tiers, nbytes, g = params.tiers, params.message_bytes, job.gpus_per_node
+    dom: dict[str, int] = {}
+    most: dict[int, int] = {}  # level -> most free nodes under one switch at that level
+    under: dict[str, int] = {}
+    for n in free:
+        d = nvlink_domain(topology, n)
+        dom[d] = dom.get(d, 0) + 1
+        for sw in topology.path(n):
+            under[sw] = under.get(sw, 0) + 1
+    for sw, c in under.items():
+        lvl = topology.level(sw)
+        most[lvl] = max(most.get(lvl, 0), c)
+    most[-1] = max(dom.values(), default=0)
+    levels = sorted(most)
+
+    def cheapest(k: int, cost: Any) -> float:
+        reach = [lvl for lvl in levels if lvl >= -1 and (k <= 1 or most[lvl] >= k)]
+        if not reach:
+            raise ValueError(f"no switch has {k} free nodes")
+        return float(min(cost(_tier_at(tiers, lvl)) for lvl in reach))
+
+    groups = _groups(job)
+    total = 0.0
+    for dim in ("tp", "cp", "ep", "dp"):
+        worst = 0.0
+        for nodes in _node_groups(groups[dim], g):
+            p, k = len(nodes), len(set(nodes))
+            nb = nbytes[dim]
+            fn = _alltoall if dim == "ep" else _ring
+            worst = max(worst, cheapest(k, lambda t, p=p, nb=nb, fn=fn: fn(p, nb, t)))
+        total += worst
+    worst = 0.0
+    for nodes in _node_groups(groups["pp"], g):
+        t = 0.0
+        for a, b in itertools.pairwise(nodes):
+            t += cheapest(1 if a == b else 2, lambda tier: _p2p(nbytes["pp"], tier))
+        worst = max(worst, t)
+    return total + worst
+
+
 def gap(plan_s: float, optimum_s: float) -> float:
     """Relative excess of the plan over the optimum (0.0 = optimal)."""
     return plan_s / optimum_s - 1.0 if optimum_s > 0 else 0.0
 
 
-__all__: Sequence[str] = ("Optimum", "applies", "available", "exact", "gap")
+__all__: Sequence[str] = ("Optimum", "applies", "available", "exact", "gap", "lower_bound")

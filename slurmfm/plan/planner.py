@@ -31,7 +31,9 @@ and then fixes the rank order:
    (:func:`_better`: time, then DP ring edges crossing a leaf, then leaves): the planner's
    own selection, its selections under lower switches, one selection per PP stage (each
    stage placed as its own job, so a stage can take one spine), and Slurm's node sets, each
-   in the planner's rank order (in pin mode also in Slurm's name and leaf orders). Slurm's
+   in the planner's rank order (in pin mode also in Slurm's name and leaf orders). On fabrics
+   whose NVLink domains span nodes (GB200) Slurm's ``topology/block`` choices
+   (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``) are candidates too. Slurm's
    choices are candidates, so the plan is never predicted slower than them, and on a
    predicted tie never crosses more leaves on DP rings. With ``slurm_version`` known, only
    the rule set that version runs is simulated (feature ``tree_selection_rules_2405_3``:
@@ -437,7 +439,7 @@ def plan(
             if staged is not None:
                 alts.append(staged)
         rule_sets = guard_rule_sets(slurm_version)
-        slurm_sets: list[tuple[Rules, list[str]]] = []
+        slurm_sets: list[tuple[str, list[str]]] = []
         better, counts = _slurm_guard(
             topology,
             st,
@@ -760,7 +762,7 @@ def _slurm_guard(
     alternatives: Sequence[Sequence[str]],
     switch_order: Sequence[str] | None,
     rule_sets: Sequence[Rules],
-    slurm_sets: list[tuple[Rules, list[str]]],
+    slurm_sets: list[tuple[str, list[str]]],
 ) -> tuple[tuple[list[str], CostReport, str] | None, list[int]]:
     """A better placement by :func:`_better` (or None), and each Slurm choice's leaves.
 
@@ -774,9 +776,14 @@ def _slurm_guard(
     :func:`_better` wins (predicted time, then DP ring edges crossing a leaf, then leaves);
     Slurm's own sets are candidates, so the result is never predicted slower than any
     simulated Slurm choice. The second value: each rule set's leaf count, in ``rule_sets``
-    order. ``slurm_sets`` is filled with each rule set's chosen nodes.
+    order. ``slurm_sets`` is filled with each rule set's chosen nodes (labelled by rule set).
+
+    On fabrics whose NVLink domains span nodes (GB200 UltraServers) the cluster runs
+    ``topology/block`` (ParallelCluster >= 3.14 and HyperPod configure it for p6e-gb200), so
+    that plugin's choices (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``)
+    are Slurm's sets too; they do not count in the leaf counts.
     """
-    from slurmfm.plan.slurm_sim import rank_order, select_tree
+    from slurmfm.plan.slurm_sim import block_choices, rank_order, select_tree
 
     free = frozenset(free_nodes)
     table = st.slurm_node_table()
@@ -793,10 +800,15 @@ def _slurm_guard(
             raise PlanError(f"switch_order: {exc}") from exc
         if chosen is not None:
             sets.append((chosen, f"Slurm's own choice ({rules} rules)", True))
-            slurm_sets.append((rules, chosen))
+            slurm_sets.append((f"{rules} rules", chosen))
             counts.append(len({st.leaf_of[n] for n in chosen}))
         else:  # pragma: no cover - one root: Slurm starts the job whenever it fits
             counts.append(1 << 30)
+    for label, chosen in block_choices(topology, free, job.nodes, node_order=table):
+        sets.append((chosen, f"Slurm's topology/block choice ({label})", True))
+        slurm_sets.append(
+            (f"topology/block, {label.removeprefix('block').strip() or '-N only'}", chosen)
+        )
     best = report
     found: tuple[list[str], CostReport, str] | None = None
     seen: set[tuple[str, ...]] = {tuple(order)}
@@ -840,7 +852,7 @@ def _simulation_check(
     order: list[str],
     report: CostReport,
     params: CostParams | None,
-    slurm_sets: Sequence[tuple[Rules, list[str]]],
+    slurm_sets: Sequence[tuple[str, list[str]]],
     switch_order: Sequence[str] | None,
     why: list[str],
 ) -> tuple[list[str], CostReport]:
@@ -872,7 +884,7 @@ def _simulation_check(
                 switch_order=switch_order,
             )
             if all(cand != c for c, _ in cands):
-                cands.append((cand, f"Slurm's own choice ({rules} rules, {policy} order)"))
+                cands.append((cand, f"Slurm's own choice ({rules}, {policy} order)"))
     cost = params or CostParams.default()
     reps = sim.simulate_many(
         topology, [c for c, _ in cands], job, cost, sim.SimParams.from_cost(cost)

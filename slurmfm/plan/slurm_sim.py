@@ -26,15 +26,16 @@ no ``-w`` required nodes, no ``--contiguous``/arbitrary distribution (which woul
 tree routine, section 1.3 step 0). CPU and GRES demand are implied by the node count for such
 jobs and are not modelled.
 
-``topology/block`` (section 1.4) is **not** simulated here: the reference describes the block
-choice and the llblock/base-block preference only in outline (the ``<=`` tie on block size, the
-cap on llblocks, and how "same llblock" interacts with fit are not spelled out), and the local
-22.05 lab cannot run ``topology/block`` (it needs 23.11+), so a simulator could not be checked
-against the real thing the way this one is.
+``topology/block`` (section 1.4) is :func:`select_block`, transcribed from SchedMD/slurm
+``src/plugins/topology/block/eval_nodes_block.c`` (the ``<=`` tie on block size, the cap on
+llblocks and the "same llblock" preference come from the code, not from the outline in the
+documentation). Unlike the tree simulator it is not checked against a running Slurm: the local
+22.05 lab cannot run ``topology/block`` (it needs 23.11+); its tests are hand-worked cases.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -47,9 +48,12 @@ RankPolicy = Literal["name", "leaf"]
 __all__ = [
     "RankPolicy",
     "Rules",
+    "block_choices",
     "config_switch_order",
     "natural_key",
     "rank_order",
+    "segment_for",
+    "select_block",
     "select_tree",
 ]
 
@@ -318,3 +322,222 @@ def rank_order(
         return sorted(chosen, key=pos.__getitem__)
     sw = {s: k for k, s in enumerate(switch_order or config_switch_order(topology))}
     return sorted(chosen, key=lambda n: (sw[topology.leaf_of[n]], pos[n]))
+
+
+# ---------------------------------------------------------------------------- topology/block
+def _block_level(rem: int, levels: Sequence[bool], base: int) -> tuple[int, int]:
+    """(block level or -1 for "the whole system", llblock level): ``_get_block_level``."""
+    per = -(-rem // base)
+    want = math.ceil(math.log2(per)) if per > 0 else -1
+    ll = 0
+    if want > 0:
+        below = [k for k in range(min(want - 1, len(levels) - 1), -1, -1) if levels[k]]
+        ll = below[0] if below else -1
+    if want < 0:
+        return -1, ll
+    above = [k for k in range(want, len(levels)) if levels[k]]
+    return (above[0] if above else -1), ll
+
+
+def select_block(
+    blocks: Sequence[Sequence[str]],
+    free: set[str] | frozenset[str],
+    nodes: int,
+    *,
+    block_sizes: Sequence[int],
+    segment: int | None = None,
+    node_order: Sequence[str] | None = None,
+) -> list[str] | None:
+    """The nodes Slurm's ``topology/block`` would give an exclusive ``-N nodes`` job now.
+
+    A transcription of ``eval_nodes_block`` (SchedMD/slurm
+    ``src/plugins/topology/block/eval_nodes_block.c``; the algorithm
+    https://slurm.schedmd.com/topology.html describes) for whole-node exclusive jobs with
+    uniform node weights, no ``-w`` required nodes, no ``--consolidate-segments`` or
+    ``--spread-segments`` and no hierarchical resources:
+
+    * ``blocks``: the base blocks in ``BlockName`` line order (the block index), each its
+      nodes; ``block_sizes``: ``BlockSizes`` (B0, then B0*2^k: level k enforced). An
+      aggregated block of level k is the aligned run of 2^k consecutive base blocks.
+    * The job (or each ``--segment``, in turn, over the nodes still free) needs the smallest
+      enforced level whose blocks hold ``ceil(ceil(n / B0))`` base blocks, log2; with no such
+      level the whole system is one block. Of the blocks that can hold it (counting only the
+      ``ceil(n / llblock size)`` fullest lower-level blocks, "llblocks", when the level is not
+      an exact multiple), the one with the fewest free nodes wins, later blocks on ties.
+    * Inside it, base blocks are taken one at a time (``_choose_best_bblock``): first one in
+      an llblock already used, then one in an llblock that can hold the rest (the emptiest
+      such), else in the fullest llblock; then a base block that holds the rest (the
+      emptiest), else the fullest; later base blocks on ties. At most
+      ``ceil(n / llblock size)`` llblocks. Nodes of a base block in node-table order.
+
+    Returns the nodes in node-table order, or None when Slurm would not start the job now
+    (``ESLURM_TOPO_*``: no block fits, a segment does not fit, or the llblock cap).
+    """
+    if nodes <= 0:
+        raise ValueError("nodes must be positive")
+    if not block_sizes or not blocks:
+        raise ValueError("select_block needs base blocks and BlockSizes")
+    base = block_sizes[0]
+    levels = [False] * 32
+    for s in block_sizes:
+        k = int(math.log2(s // base))
+        if s % base or (1 << k) * base != s:
+            raise ValueError(f"BlockSizes: {s} is not {base}*2^k")
+        levels[k] = True
+    table = (
+        sorted((n for b in blocks for n in b), key=natural_key)
+        if node_order is None
+        else node_order
+    )
+    pos = {n: k for k, n in enumerate(table)}
+    bnodes = [sorted(b, key=pos.__getitem__) for b in blocks]
+    count = len(bnodes)
+    seg = segment if segment and segment <= nodes else None
+    if seg is not None and nodes % seg:
+        return None  # ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE
+    seg_cnt = nodes // seg if seg else 1
+    rem_job = seg or nodes
+    block_level, ll_level = _block_level(rem_job, levels, base)
+    if block_level < 0:
+        per_block, block_cnt = count, 1
+    else:
+        per_block = 1 << block_level
+        block_cnt = -(-count // per_block)
+    per_ll = 1 << ll_level
+    ll_size = per_ll * base
+    avail = set(free)
+    chosen: list[str] = []
+    for s in range(seg_cnt):
+        rem = rem_job
+        max_ll = -(-rem // ll_size)
+        use_ll = per_block != per_ll * max_ll
+        ll_cnt = -(-count // per_ll)
+        on_bb = [sum(1 for n in b if n in avail) for b in bnodes]
+        on_block = [0] * block_cnt
+        on_ll = [0] * ll_cnt
+        for i, c in enumerate(on_bb):
+            on_block[i // per_block] += c
+            on_ll[i // per_ll] += c
+        # Choose the block: lowest weight (uniform here), then the fewest sufficient free
+        # nodes, later blocks on ties (``bnc <= block_node_cnt``).
+        pick = -1
+        segments = 0
+        for b in range(block_cnt):
+            if use_ll:
+                lls = sorted(
+                    on_ll[b * (per_block // per_ll) : (b + 1) * (per_block // per_ll)],
+                    reverse=True,
+                )
+                room = sum(lls[:max_ll])
+            else:
+                room = on_block[b]
+            if room < rem:
+                continue
+            if s == 0 and seg_cnt > 1:
+                segments += on_block[b] // rem
+            if on_block[b] and (pick == -1 or on_block[b] <= on_block[pick]):
+                pick = b
+        if pick == -1:
+            return None  # ESLURM_TOPO_NO_FIT / ESLURM_TOPO_SEGMENT_NO_FIT
+        if s == 0 and seg_cnt > 1 and segments < seg_cnt:
+            return None  # "blocks fit %d of %d requested segments"
+        members = [i for i in range(count) if i // per_block == pick]
+        required: set[int] = set()
+        prev = rem + 1
+        while rem > 0 and prev != rem:
+            prev = rem
+            best, best_fit, best_same = -1, False, True
+            for i in members:
+                if i in required:
+                    continue
+                fit = on_bb[i] >= rem
+                if use_ll and (best == -1 or (best >> ll_level) != (i >> ll_level)):
+                    lo = i & (-1 << ll_level)
+                    same = any(j in required for j in range(lo, min(count, lo + per_ll)))
+                    if best == -1 or (same and not best_same):
+                        best, best_fit, best_same = i, fit, same
+                        continue
+                    if not same and best_same:
+                        continue
+                    c_i, c_b = on_ll[i >> ll_level], on_ll[best >> ll_level]
+                    f_i, f_b = c_i >= rem, c_b >= rem
+                    if f_i != f_b:
+                        if f_i:
+                            best, best_fit, best_same = i, fit, same
+                        continue
+                    if c_i != c_b:
+                        if (c_i < c_b) == f_i:  # both fit: emptier; neither: fuller
+                            best, best_fit, best_same = i, fit, same
+                        continue
+                if (
+                    best == -1
+                    or (fit and not best_fit)
+                    or (not fit and not best_fit and on_bb[i] >= on_bb[best])
+                    or (fit and on_bb[i] <= on_bb[best])
+                ):
+                    best, best_fit = i, fit
+            if best == -1:
+                break
+            if max_ll <= 0 and not best_same:
+                break  # "can't add more bblocks due to llblock limit"
+            required.add(best)
+            for n in bnodes[best]:
+                if rem == 0:
+                    break
+                if n in avail:
+                    avail.discard(n)
+                    chosen.append(n)
+                    rem -= 1
+            if not best_same:
+                max_ll -= 1
+        if rem > 0:
+            return None  # ESLURM_TOPO_INSUFFICIENT_RESOURCES
+    return sorted(chosen, key=pos.__getitem__)
+
+
+def segment_for(nodes: int, base: int) -> int:
+    """The ``--segment`` a job on ``base``-node blocks would ask: the largest divisor of its
+    size that fits one base block, so each segment can share one NVLink domain
+    (https://slurm.schedmd.com/topology.html, "--segment"; ``sbatch`` refuses a segment that
+    does not divide the job)."""
+    return max(d for d in range(1, min(nodes, base) + 1) if nodes % d == 0)
+
+
+def block_choices(
+    topology: Topology,
+    free: set[str] | frozenset[str],
+    nodes: int,
+    *,
+    block_order: Sequence[str] | None = None,
+    node_order: Sequence[str] | None = None,
+) -> list[tuple[str, list[str]]]:
+    """Slurm's ``topology/block`` choices on a fabric whose NVLink domains are the base blocks.
+
+    One ``BlockName`` per multi-node NVLink domain (a GB200 UltraServer; ParallelCluster and
+    HyperPod configure ``topology/block`` this way for p6e-gb200), in ``block_order`` (the
+    ``BlockName`` line order; default natural order of the domain names, which is fabric
+    order when names follow it) and ``BlockSizes`` doubling from the domain size
+    (``slurm_formats.block_sizes_for``). Two jobs: ``-N nodes`` alone and with
+    ``--segment`` (:func:`segment_for`). Each entry is (label, nodes in node-table order);
+    a job Slurm would leave pending has none. Empty when no domain spans nodes.
+    """
+    from slurmfm.plan.cost import nvlink_domain
+    from slurmfm.topology.slurm_formats import block_sizes_for
+
+    members: dict[str, list[str]] = {}
+    for n in _node_table(topology, node_order):
+        members.setdefault(nvlink_domain(topology, n), []).append(n)
+    if all(len(v) < 2 for v in members.values()):
+        return []
+    names = list(block_order) if block_order is not None else sorted(members, key=natural_key)
+    blocks = [members[b] for b in names if b in members]
+    base = max(len(b) for b in blocks)
+    sizes = block_sizes_for(base, len(blocks))
+    out: list[tuple[str, list[str]]] = []
+    for label, seg in (("block", None), ("block --segment", segment_for(nodes, base))):
+        chosen = select_block(
+            blocks, free, nodes, block_sizes=sizes, segment=seg, node_order=node_order
+        )
+        if chosen is not None:
+            out.append((label if seg is None else f"{label}={seg}", chosen))
+    return out

@@ -191,3 +191,57 @@ def test_cli_simulate_flag(simgrid: None, tmp_path: Path) -> None:
     res = CliRunner().invoke(plan_command, [*base, "--simulate", "--mode", "constrain"])
     assert res.exit_code == 0, res.output
     assert "simulation check: pin mode only" in res.stdout
+
+
+def test_each_distinct_scenario_is_simulated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench and the planner's check ask for the same placements again; the worker sees
+    each distinct scenario once per process, and every caller gets its own result back."""
+    monkeypatch.setattr(sim, "available", lambda: True)
+    monkeypatch.setattr(sim, "simgrid_python", lambda: "/nonexistent/python")
+    monkeypatch.setattr(sim, "_RESULTS", {})
+    seen: list[list[object]] = []
+
+    def worker(scenarios: list[dict[str, object]]) -> list[dict[str, object]]:
+        seen.append(list(scenarios))
+        return [{"run": len(seen), "index": i} for i in range(len(scenarios))]
+
+    monkeypatch.setattr(sim, "_run_worker", worker)
+    topo = tree()
+    job = JobShape(4, 8, tp=8)
+    a, _ = sim.build_scenario(topo, NAMES[:4], job)
+    b, _ = sim.build_scenario(topo, [NAMES[0], NAMES[4], NAMES[1], NAMES[5]], job)
+    assert a != b
+    first = sim.run_scenarios([a, b, a])
+    assert [len(batch) for batch in seen] == [2]  # a once, b once
+    assert first == [{"run": 1, "index": 0}, {"run": 1, "index": 1}, {"run": 1, "index": 0}]
+    again = sim.run_scenarios([b, a])
+    assert len(seen) == 1  # nothing new to simulate
+    assert again == [first[1], first[0]]
+
+
+def test_plan_simulate_on_gb200_also_races_slurms_block_choice(simgrid: None) -> None:
+    """GB200 clusters run topology/block: ``plan --simulate`` simulates its choices (``-N``
+    alone and ``--segment``) next to the plan, and keeps whichever is fastest."""
+    from slurmfm.catalog.slurm_features import SlurmVersion
+    from slurmfm.plan.planner import plan
+    from slurmfm.topology.model import Node
+
+    paths: dict[str, tuple[str, ...]] = {}
+    nodes = []
+    for u in range(4):
+        for k in range(18):
+            name = f"gb-{u * 18 + k + 1:03d}"
+            paths[name] = ("root", f"spine{u // 2}", f"us{u}")
+            nodes.append(Node(name, nvlink_domain=f"us{u}"))
+    topo = Topology.from_paths(paths, nodes)
+    busy = [f"gb-{i:03d}" for i in (1, 2, 19, 20, 21, 22)]
+    got = plan(
+        topo,
+        JobShape(32, 4, tp=4),
+        unavailable=busy,
+        slurm_version=SlurmVersion.parse("24.11"),
+        params=CostParams.default().with_oversubscription(2),
+        simulate=True,
+    )
+    line = next(x for x in got.explanation if x.startswith("simulation check"))
+    assert "topology/block, --segment=16" in line
