@@ -210,6 +210,20 @@ _ALL: tuple[Feature, ...] = (
         verified=False,
     ),
     Feature(
+        "requeue_expedite",
+        _V(25, 11),
+        None,
+        "sbatch --requeue=expedite: a requeued batch job is eligible to restart at once, as the "
+        "highest-priority job, its previous nodes kept from other work (25.11 release notes); "
+        "without it a requeued job waits AuthInfo=cred_expire + 1 s. Needs "
+        "SlurmctldParameters=enable_expedited_requeue: 26.05.5 refuses the job otherwise "
+        "('Requested operation not supported on this system'). On the 26.05 lab an owner's "
+        "scontrol requeue restarted the batch script within 0.1 s and its steps ran. 25.11 is "
+        "the release-notes reading; not run on 25.11, so the exact release is unverified.",
+        f"https://slurm.schedmd.com/news.html (Slurm 25.11, Expedited Requeue); {SRC_NEWER}",
+        verified=False,
+    ),
+    Feature(
         "gpus_per_node",
         _V(19, 5),
         None,

@@ -534,6 +534,18 @@ class Batch:
         return None
 
     def main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
+        """Run the job; with expedited requeue, a non-zero end the runtime chose stays an end."""
+        rc = self._main(serve_argv, launch_argv)
+        if rc != 0 and self.o.expedite and not self.requeued:
+            # --requeue=expedite would requeue this job held (sl.no_requeue says why)
+            me = sl.self_id(self.env)
+            if not sl.no_requeue(
+                me, self.run, self.sleep, self.o.requeue_tries, self.o.requeue_delay_s
+            ):
+                log(f"could not set Requeue=0 on job {me}: Slurm may hold it requeued", err=True)
+        return rc
+
+    def _main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
         o = self.o
         last = self.state.last("requeue")
         log(

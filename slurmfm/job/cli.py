@@ -249,6 +249,12 @@ def parser() -> argparse.ArgumentParser:
     _runtime_option(b)
     b.add_argument("--max-restarts", type=int, default=3)
     b.add_argument("--requeue", type=int, default=1)
+    b.add_argument(
+        "--expedite",
+        type=int,
+        default=0,
+        help="1: submitted with --requeue=expedite (a non-zero end sets Requeue=0 first)",
+    )
     b.add_argument("--requeue-tries", type=int, default=3)
     b.add_argument("--requeue-delay-s", type=float, default=10.0)
     b.add_argument(

@@ -139,6 +139,27 @@ def requeue_excluding(
     return True, "", note
 
 
+def no_requeue(
+    job: str,
+    run: Runner = run_command,
+    sleep: Callable[[float], None] = time.sleep,
+    tries: int = 3,
+    delay_s: float = 10.0,
+    timeout_s: float = 30.0,
+) -> bool:
+    """``scontrol update JobId=JOB Requeue=0``: a job that ends itself stays ended.
+
+    Why: a job submitted with ``--requeue=expedite`` (Slurm 25.11+) whose batch script exits
+    non-zero is requeued *held* (26.05.5 on the lab: ``JobState=REQUEUE_HOLD``), so a job
+    slurmfm gave up on would never end and its ``afternotok`` stages never start. With
+    Requeue=0 set first it ends FAILED (checked on the same lab).
+    """
+    ok, _ = _retried(
+        ["scontrol", "update", "JobId=" + job, "Requeue=0"], run, sleep, tries, delay_s, timeout_s
+    )
+    return ok
+
+
 def set_node(
     node: str, state: str, why: str, run: Runner = run_command, timeout_s: float = 30.0
 ) -> bool:

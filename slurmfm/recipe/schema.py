@@ -125,6 +125,7 @@ _LEAF_FIELDS = (
     "ep",
     "exclude",
     "exclusive",
+    "expedited_requeue",
     "extra_args",
     "flavor",
     "health_gate",
@@ -659,6 +660,15 @@ class Resilience(_Strict):
     """
 
     requeue: bool = True
+    expedited_requeue: bool = Field(
+        default=False,
+        description=(
+            "sbatch --requeue=expedite (Slurm >= 25.11): a requeued job may start again at "
+            "once instead of after the credential lifetime (AuthInfo=cred_expire, 120 s by "
+            "default). The cluster must allow it (SlurmctldParameters=enable_expedited_requeue;"
+            " otherwise sbatch refuses the job). https://slurm.schedmd.com/news.html (25.11)"
+        ),
+    )
     max_restarts: int = Field(default=3, ge=0, le=1000)
     save_before_timeout_s: int = Field(
         default=300,

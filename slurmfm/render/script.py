@@ -185,7 +185,22 @@ def _directives(
     out = f"{sbatch_value(recipe.storage.log_dir, what='storage.log_dir').rstrip('/')}/%x_%j.out"
     d.append(Directive("output", out))
     res = recipe.resilience
-    if res.requeue:
+    if res.requeue and res.expedited_requeue:
+        if not supports("requeue_expedite", v):
+            raise UnsupportedError(
+                f"resilience.expedited_requeue: sbatch --requeue=expedite needs Slurm >= 25.11; "
+                f"target is {v}"
+            )
+        d.append(
+            Directive(
+                "requeue",
+                "expedite",
+                "restart after node failure or a pre-timeout save, at once: no wait for the "
+                "credential lifetime (cluster needs SlurmctldParameters=enable_expedited_requeue;"
+                " https://slurm.schedmd.com/news.html, 25.11)",
+            )
+        )
+    elif res.requeue:
         d.append(Directive("requeue", None, "restart after node failure or a pre-timeout save"))
     else:
         d.append(Directive("no-requeue"))
@@ -768,6 +783,8 @@ def _batch_opts(
         f" --drain {int(res.drain_unhealthy)} --hyperpod {hyperpod}",
         f"--retry-exit {retry}",
     ]
+    if res.requeue and res.expedited_requeue:
+        opts.append("--expedite 1")  # an end it chooses must not be requeued held
     if health.enabled:
         # A multi-node NVLink domain (GB200) needs the IMEX channel: NCCL's MNNVL fails
         # without /dev/nvidia-caps-imex-channels (NVIDIA/nccl src/mnnvl.cc).

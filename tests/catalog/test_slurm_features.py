@@ -76,6 +76,7 @@ GATES = [
     ("wait_all_nodes", V(21, 8), V(22, 5), V(25, 11)),
     ("kill_on_invalid_dep", V(21, 8), V(22, 5), V(24, 11)),
     ("hetjob", V(19, 5), V(20, 2), V(22, 5, 8)),
+    ("requeue_expedite", V(25, 5, 5), V(25, 11), V(26, 5, 5)),
 ]
 
 
@@ -107,6 +108,8 @@ def test_gate_boundaries(
         ("22.05.8", {"topology_block": False, "segment": False, "switches": True}),
         ("22.05.8", {"tree_selection_rules_2405_3": False, "sbatch_test_only": True}),
         ("24.05.8", {"segment": True, "topology_yaml": False}),
+        ("24.11.5", {"requeue_expedite": False}),
+        ("26.05.5", {"requeue_expedite": True}),
     ],
 )
 def test_observed_clusters(version: str, expected: dict[str, bool]) -> None:

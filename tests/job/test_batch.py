@@ -591,3 +591,22 @@ def test_own_requeue_is_recorded_before_term_can_arrive(tmp_path: Path) -> None:
         signal.signal(signal.SIGTERM, before)
     assert seen == [("requeue", signal.SIG_IGN)]
     assert b.requeued
+
+
+@pytest.mark.parametrize("expedite", ["0", "1"])
+def test_an_expedited_job_that_ends_itself_is_not_requeued_held(
+    tmp_path: Path, expedite: str
+) -> None:
+    """15.15: with --requeue=expedite Slurm requeues a batch script's non-zero exit *held*
+    (26.05); a failure or give-up sets Requeue=0 first, so the job ends FAILED. A requeue the
+    runtime asked for, or a clean finish, leaves the flag alone."""
+    unset = ["scontrol", "update", "JobId=77", "Requeue=0"]
+    slurm = Slurm()
+    failing = make(tmp_path, Step(2), slurm, "--expedite", expedite, "--retry-exit", "none")
+    assert go(failing) == 2  # not retryable: fails at once
+    assert (unset in slurm.calls) is (expedite == "1")
+    for rc, end in ((0, "finished"), (137, "requeue")):
+        (tmp_path / end).mkdir()
+        slurm = Slurm()
+        assert go(make(tmp_path / end, Step(rc), slurm, "--expedite", expedite)) == 0
+        assert unset not in slurm.calls
