@@ -79,10 +79,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/5f895ae6fe938138e2b298c806c96cad487e622dd1b4abe92e09607cc167083d.pyz"
-if ! echo "5f895ae6fe938138e2b298c806c96cad487e622dd1b4abe92e09607cc167083d  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/a9a81ed7c26b4021fd90afa8ace3323038acb8370395b2fc6750826037d846dc.pyz"
+if ! echo "a9a81ed7c26b4021fd90afa8ace3323038acb8370395b2fc6750826037d846dc  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "5f895ae6fe938138e2b298c806c96cad487e622dd1b4abe92e09607cc167083d  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "a9a81ed7c26b4021fd90afa8ace3323038acb8370395b2fc6750826037d846dc  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -173,4 +173,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=5f895ae6fe938138e2b298c806c96cad487e622dd1b4abe92e09607cc167083d <base64 zipapp of slurmfm/job, 59352 chars>
+# slurmfm-runtime sha256=a9a81ed7c26b4021fd90afa8ace3323038acb8370395b2fc6750826037d846dc <base64 zipapp of slurmfm/job, 59548 chars>
