@@ -109,12 +109,16 @@ def run_ray_node(
     sleep: Callable[[float], None] = time.sleep,
     retry_s: float = 5.0,
     poll_s: float = 2.0,
+    launch: Callable[[Sequence[str], str, dict[str, str]], int] = run_launcher,
 ) -> int:
     """vLLM across nodes (vLLM examples/online_serving/multi-node-serving.sh, run_cluster.sh).
 
     Node 0 starts the Ray head, waits until every node's Ray worker is alive, then serves; the
     other nodes join as workers, retrying while the head starts. Every node pins Ray and vLLM
-    to its own Slurm NodeAddr (``--node-ip-address``, ``VLLM_HOST_IP``).
+    to its own Slurm NodeAddr (``--node-ip-address``, ``VLLM_HOST_IP``): on a multi-NIC host
+    (p5: EFA and ENA interfaces) Ray and vLLM would otherwise pick an address themselves, and
+    vLLM's run_cluster.sh usage gives each node its own ``VLLM_HOST_IP``. ``call``, ``run``
+    and ``launch`` are injectable so tests see what each node was told without Ray.
     """
     deadline = clock() + timeout_s
     env = dict(env, VLLM_HOST_IP=own_addr)
@@ -154,7 +158,7 @@ def run_ray_node(
         sleep(poll_s)
     print("slurmfm: Ray cluster has %d nodes; starting the server" % nnodes, flush=True)
     try:
-        return run_launcher(argv, "none", env)
+        return launch(argv, "none", env)
     finally:
         call([ray, "stop"], env)
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from slurmfm.backends.state import _LINE
+from slurmfm.job.nccl import EFA as _NCCL_EFA
+from slurmfm.job.nccl import SOCKET as _NCCL_SOCKET
 
 # Counters summed per node in the text report; the JSON report has every counter per device.
 EFA_SUMMARY = ("tx_bytes", "rx_bytes", "rdma_read_bytes", "rdma_write_bytes", "rx_drops")
@@ -162,12 +164,12 @@ def efa_delta(start: dict[str, Any], end: dict[str, Any]) -> dict[str, dict[str,
     return out
 
 
-_NCCL_EFA = re.compile(r"NET/OFI Selected provider is efa|Using network (AWS Libfabric|OFI)")
-_NCCL_SOCKET = re.compile(r"Using network Socket|NET/Socket : Using")
-
-
 def nccl_transport(log_dir: Path, job_id: str) -> list[NcclSeen]:
-    """What NCCL chose per restart, from the transport check's logs (``nccl-JOB-rN-*``)."""
+    """What NCCL chose per restart, from the transport check's logs (``nccl-JOB-rN-*``).
+
+    The line patterns are the job runtime's (:mod:`slurmfm.job.nccl`), so the report and the
+    running job's transport check never disagree about which plugin versions' lines mean EFA.
+    """
     seen: dict[int, NcclSeen] = {}
     for path in sorted(log_dir.glob(f"nccl-{job_id}-r*-*")):
         m = re.match(rf"nccl-{re.escape(job_id)}-r(\d+)-", path.name)

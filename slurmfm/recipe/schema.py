@@ -596,8 +596,8 @@ class Storage(_Strict):
     stripe: Literal["auto", "off"] = Field(
         default="auto",
         description=(
-            "auto: on Lustre (detected at job start), stripe the checkpoint directory wide "
-            "(lfs setstripe -c -1 -S 16M) and the log directory on one target (-c 1)"
+            "auto: on Lustre (detected at job start), stripe the run's checkpoint directory wide "
+            "(lfs setstripe -c -1 -S 16M); the shared log directory is never restriped"
         ),
     )
     min_free_gb: float = Field(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -532,3 +533,26 @@ def test_user_forcing_mnnvl_is_warned() -> None:
     assert not user_env_warnings(
         I("p6e-gb200.36xlarge"), AUTO, "container", {"NCCL_MNNVL_ENABLE": "0"}
     )
+
+
+def test_socket_ifname_cites_jobs_that_set_this_value() -> None:
+    """Issue 12 item 16: the NCCL_SOCKET_IFNAME citation named
+    micro-benchmarks/nccl-tests/slurm/nccl-tests-container.sbatch, which sets no
+    NCCL_SOCKET_IFNAME. The rule and the emitted line must cite the jobs that set exactly
+    ``^docker,lo,veth``: the AMI nccl-tests job (``-x NCCL_SOCKET_IFNAME=^docker,lo,veth``)
+    and, for the rule, the B200 V-JEPA2 job; NCCL's env docs for the ``^`` form. The value is
+    the one the README's NCCL/EFA profile section states as the default."""
+    ami = "awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch"
+    vjepa = (
+        "awslabs/awsome-distributed-ai:"
+        "3.test_cases/pytorch/vjepa2/slurm/benchmark_training_b200.sbatch"
+    )
+    docs = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-socket-ifname"
+    rule = RULE_BY_ID["socket-ifname"]
+    assert rule.source.split("; ") == [ami, vjepa, docs]
+    (setting,) = [s for s in nccl_env(I("p5.48xlarge"), AUTO, "host") if s.name.endswith("IFNAME")]
+    assert (setting.name, setting.value) == ("NCCL_SOCKET_IFNAME", "^docker,lo,veth")
+    assert setting.source.split("; ") == [ami, docs]
+    assert "nccl-tests-container.sbatch" not in rule.source + setting.source
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "`NCCL_SOCKET_IFNAME=^docker,lo,veth`" in readme

@@ -75,10 +75,10 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/0a1a2e4e6f9af42dabdaba8985d5df1eb3f9b8a855d6bb1355d201bd61ed8410.pyz"
-if ! echo "0a1a2e4e6f9af42dabdaba8985d5df1eb3f9b8a855d6bb1355d201bd61ed8410  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/36ed3cac05e201de77f9b80fb0e7b7b98ad149243e3d5a65d7e376f50cf2acac.pyz"
+if ! echo "36ed3cac05e201de77f9b80fb0e7b7b98ad149243e3d5a65d7e376f50cf2acac  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "0a1a2e4e6f9af42dabdaba8985d5df1eb3f9b8a855d6bb1355d201bd61ed8410  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "36ed3cac05e201de77f9b80fb0e7b7b98ad149243e3d5a65d7e376f50cf2acac  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -117,4 +117,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=0a1a2e4e6f9af42dabdaba8985d5df1eb3f9b8a855d6bb1355d201bd61ed8410 <base64 zipapp of slurmfm/job, 59924 chars>
+# slurmfm-runtime sha256=36ed3cac05e201de77f9b80fb0e7b7b98ad149243e3d5a65d7e376f50cf2acac <base64 zipapp of slurmfm/job, 60120 chars>

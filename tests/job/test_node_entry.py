@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from slurmfm.job.node import children, node_addrs
+from slurmfm.job import node
+from slurmfm.job.node import children, node_addrs, run_ray_node
 
 # A launcher stand-in: records its argv and whether USR2 is ignored, starts one worker that
 # records the signal it gets, and waits for it.
@@ -110,3 +112,91 @@ def test_children_from_proc() -> None:
 
 def test_node_addrs() -> None:
     assert node_addrs("n1=10.0.0.1 n2=") == {"n1": "10.0.0.1", "n2": "n2"}
+
+
+class RayCalls:
+    """Injected ``call``/``run``/``launch`` for run_ray_node: records what each got, with the
+    environment, so a test sees the address every Ray and vLLM process was told."""
+
+    def __init__(self, call_rcs: list[int], alive: list[str]) -> None:
+        self.call_rcs = call_rcs
+        self.alive = alive
+        self.calls: list[tuple[list[str], dict[str, str]]] = []
+        self.launched: list[tuple[list[str], dict[str, str]]] = []
+
+    def call(self, argv: Sequence[str], env: dict[str, str]) -> int:
+        self.calls.append((list(argv), dict(env)))
+        return self.call_rcs.pop(0) if self.call_rcs else 0
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
+        return 0, self.alive.pop(0)
+
+    def launch(self, argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
+        self.launched.append((list(argv), dict(env)))
+        return 0
+
+
+def ray_node(rank: int, rec: RayCalls) -> int:
+    return run_ray_node(
+        ["vllm", "serve", "m"],
+        rank,
+        "10.0.0.1",
+        "10.0.0.2" if rank else "10.0.0.1",
+        "ray",
+        "python3",
+        6379,
+        2,
+        60.0,
+        {"PATH": "/bin"},
+        run=rec.run,
+        call=rec.call,
+        clock=lambda: 0.0,
+        sleep=lambda s: None,
+        launch=rec.launch,
+    )
+
+
+def test_ray_worker_pins_its_own_address_on_every_attempt() -> None:
+    """vLLM's run_cluster.sh: each worker gives Ray its own address and VLLM_HOST_IP. Before,
+    only the head had --node-ip-address; a worker on a multi-NIC host picked one itself."""
+    rec = RayCalls(call_rcs=[1, 0], alive=[])  # the head is not up at the first try
+    assert ray_node(1, rec) == 0
+    assert [argv for argv, _ in rec.calls] == [
+        ["ray", "start", "--address=10.0.0.1:6379", "--node-ip-address=10.0.0.2", "--block"]
+    ] * 2
+    assert all(env["VLLM_HOST_IP"] == "10.0.0.2" for _, env in rec.calls)
+    assert rec.launched == []  # only node 0 serves
+
+
+def test_ray_head_pins_its_address_and_serves_with_vllm_host_ip() -> None:
+    rec = RayCalls(call_rcs=[0], alive=["1", "2"])  # the worker joins at the second poll
+    assert ray_node(0, rec) == 0
+    head_start, stop = rec.calls
+    assert head_start[0] == ["ray", "start", "--head", "--port=6379", "--node-ip-address=10.0.0.1"]
+    assert head_start[1]["VLLM_HOST_IP"] == "10.0.0.1"
+    assert stop[0] == ["ray", "stop"]
+    [(argv, env)] = rec.launched
+    assert argv == ["vllm", "serve", "m"]
+    assert env["VLLM_HOST_IP"] == "10.0.0.1"
+    assert env["PATH"] == "/bin"
+
+
+def test_node_entry_takes_its_own_nodeaddr_for_ray(tmp_path: Path) -> None:
+    """The entry looks this node up in SLURMFM_NODE_ADDRS (Slurm's NodeAddr per host), not
+    the head's address and not its hostname."""
+    out = tmp_path / "ray-args"
+    ray = tmp_path / "ray"
+    ray.write_text(f'#!/bin/sh\necho "$* VLLM_HOST_IP=$VLLM_HOST_IP" >> {out}\n')
+    ray.chmod(0o755)
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURMD_NODENAME": "n2",
+        "SLURMFM_HOST_ORDER": "n1 n2",
+        "SLURMFM_NODE_ADDRS": "n1=10.0.0.1 n2=10.0.0.2",
+        "SLURMFM_SERVE_HEAD": "10.0.0.1",
+    }
+    spec = {"ray": str(ray), "python": sys.executable, "port": "6379", "nodes": "2", "timeout": "5"}
+    assert node.main(["vllm", "serve", "m"], 0, "none", ray=spec, env=env) == 0
+    assert out.read_text() == (
+        "start --address=10.0.0.1:6379 --node-ip-address=10.0.0.2 --block VLLM_HOST_IP=10.0.0.2\n"
+    )

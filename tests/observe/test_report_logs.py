@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from slurmfm.observe import logs as lg
-from slurmfm.observe.report import build_report, parse_runs, render_text, topology_summary
+from slurmfm.observe.report import (
+    build_report,
+    nccl_transport,
+    parse_runs,
+    render_text,
+    topology_summary,
+)
 
 NCCL_FIXTURES = Path(__file__).parent.parent / "resilience" / "fixtures"
 
@@ -209,3 +215,29 @@ def test_parse_runs_marks_a_run_requeued_by_slurm_or_an_operator() -> None:
         "stop",
         "cancelled (scancel by the owner or an admin)",
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("NCCL INFO NET/OFI Selected provider is efa, fabric is efa", "efa"),  # aws-ofi-nccl 1.14+
+        ("NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)", "efa"),  # <= 1.13
+        ("NCCL INFO Selected Provider is efa", "efa"),
+        ("NCCL INFO Using network AWS Libfabric", "efa"),
+        ("NCCL INFO Using network Libfabric", "efa"),
+        ("NCCL INFO Using network OFI", "efa"),
+        ("NCCL INFO Using network Socket", "socket"),
+        ("NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>", "socket"),
+        ("NCCL INFO Bootstrap : Using eth0", "unknown"),
+    ],
+)
+def test_report_reads_every_transport_line_the_runtime_reads(
+    tmp_path: Path, line: str, want: str
+) -> None:
+    """`slurmfm report` and the job's own NCCL check (slurmfm.job.nccl) share one set of
+    patterns. Before, the report's narrower pattern called an EFA job "unknown" when the
+    plugin printed `Selected Provider is efa` (<= 1.13) or NCCL `Using network Libfabric`."""
+    (tmp_path / "nccl-7-r0-p5-1.log").write_text("NCCL INFO Bootstrap : Using eth0\n" + line + "\n")
+    [seen] = nccl_transport(tmp_path, "7")
+    assert (seen.restart, seen.transport) == (0, want)
+    assert seen.evidence == (line if want != "unknown" else "")

@@ -394,3 +394,94 @@ def test_retry_exit_codes_reach_the_runtime() -> None:
 def test_retry_exit_codes_are_validated(codes: list[Any]) -> None:
     with pytest.raises(Exception, match="retry_exit_codes"):
         recipe(resilience__retry_exit_codes=codes)
+
+
+# --- 12.15: only launchers that log NCCL under the per-node entry get the NCCL check ----------
+@pytest.mark.parametrize(
+    ("launcher", "parallelism", "checked"),
+    [
+        ({"kind": "torchrun", "script": "/fsx/train.py"}, {"tp": 8}, True),
+        ({"kind": "vllm", "model": "m"}, {"tp": 8, "pp": 2}, False),
+        ({"kind": "sglang", "model": "m"}, {"tp": 16}, False),
+    ],
+)
+def test_nccl_log_and_check_only_for_launchers_that_write_it(
+    launcher: dict[str, Any], parallelism: dict[str, int], checked: bool
+) -> None:
+    """vLLM and SGLang set NCCL up themselves and never write SLURMFM_NCCL_LOG: a check on them
+    would always end in a false "no NCCL line" warning, so their scripts have neither."""
+    r = recipe(
+        launcher=launcher, parallelism=parallelism, resilience={"nccl_transport_check": "warn"}
+    )
+    text = rendered(r).text
+    a = parser_args(text)
+    assert (a.nccl_check != "off") is checked
+    assert ("export SLURMFM_NCCL_LOG=" in text) is checked
+    if checked:
+        assert a.nccl_check == "warn"
+
+
+# --- 12.16: Lustre striping touches the run's checkpoint directory, never the log directory ---
+FAKE_BIN = {
+    # stat -f -c %T DIR: every directory is on Lustre
+    "stat": "echo lustre",
+    "lfs": 'echo "lfs $*" >> "$LFS_CALLS"',
+    "scontrol": 'case "$2" in hostnames) echo n1 ;; *) echo "NodeName=n1 NodeAddr=127.0.0.1" ;; esac',
+}
+
+
+@pytest.mark.parametrize("stripe", ["auto", "off"])
+def test_lustre_striping_never_touches_the_shared_log_directory(
+    tmp_path: Path, stripe: str
+) -> None:
+    """The generated script's own prepare step, run with its embedded runtime on a fake Lustre:
+    only the run's checkpoint directory is restriped. Before, the script ran
+    ``lfs setstripe -c 1 "$SLURMFM_LOG_DIR"``, changing the layout of a directory every user
+    of the cluster shares."""
+    import os
+    import subprocess
+    import sys
+
+    from slurmfm.render.payload import extract
+
+    ckpt, logs = tmp_path / "ckpt" / "r", tmp_path / "logs"
+    ckpt.mkdir(parents=True)
+    logs.mkdir()
+    text = rendered(
+        recipe(
+            storage={"checkpoint_root": str(ckpt.parent), "log_dir": str(logs), "stripe": stripe}
+        )
+    ).text
+    assert "lfs " not in text  # every Lustre call goes through the runtime (base64 has no " ")
+    (line,) = [ln for ln in text.splitlines() if '"$SLURMFM_RUNTIME" prepare' in ln]
+    opts = shlex.split(line.split(" prepare", 1)[1].rstrip(")"))
+    runtime = tmp_path / "runtime.pyz"
+    runtime.write_bytes(extract(text))
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, body in FAKE_BIN.items():
+        (fake / name).write_text("#!/bin/sh\n" + body + "\n")
+        (fake / name).chmod(0o755)
+    calls = tmp_path / "lfs-calls"
+    env = {
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "LFS_CALLS": str(calls),
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NAME": "r",
+        "SLURMD_NODENAME": "n1",
+        "SLURMFM_CHECKPOINT_DIR": str(ckpt),
+        "SLURMFM_LOG_DIR": str(logs),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(runtime), "prepare", *opts],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lfs = calls.read_text().splitlines() if calls.exists() else []
+    setstripe = [c for c in lfs if c.startswith("lfs setstripe")]
+    assert setstripe == ([f"lfs setstripe -c -1 -S 16M {ckpt}"] if stripe == "auto" else [])
+    assert not [c for c in lfs if str(logs) in c.split()]

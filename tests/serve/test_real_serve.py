@@ -140,6 +140,13 @@ def job_nodes(lab: SlurmLab, job_id: str) -> list[str]:
     return lab.hostnames(rec["NodeList"])
 
 
+def node_addr(lab: SlurmLab, node: str) -> str:
+    """Slurm's NodeAddr for ``node`` (what the job runtime pins Ray and vLLM to)."""
+    return parse_scontrol_record(lab.run(["scontrol", "show", "node", "-o", node]).stdout)[
+        "NodeAddr"
+    ]
+
+
 def events(log: str) -> list[dict[str, Any]]:
     return [json.loads(m.group(0)) for m in re.finditer(r'\{"event"[^\n]*\}(?=\n|$)', log)]
 
@@ -170,6 +177,15 @@ def test_vllm_two_nodes_ready_and_endpoint(each_lab: SlurmLab, tmp_path: Path) -
         assert info["tp"] == 1
         assert info["node"] == ep["nodes"].split()[0]
         assert info["hf_home"] == str(tmp_path / "hf")
+        # Every node's `ray start` got --node-ip-address and VLLM_HOST_IP = its own NodeAddr
+        # (vLLM examples/online_serving/run_cluster.sh); the server has VLLM_HOST_IP too.
+        # Before, workers got neither (the stand-in records None for a missing address).
+        pinned = {
+            n["NodeManagerHostname"]: (n["NodeManagerAddress"], n["standin_vllm_host_ip"])
+            for n in info["ray_node_list"]
+        }
+        assert pinned == {h: (node_addr(each_lab, h),) * 2 for h in order}
+        assert info["vllm_host_ip"] == node_addr(each_lab, info["node"])
         assert get_json(ep["url"] + "/v1/models")["data"][0]["id"] == recipe["launcher"]["model"]
         state = (tmp_path / "logs" / f"serve-vllm_{job_id}.state").read_text()
         assert f"event=ready url={ep['url']}" in state

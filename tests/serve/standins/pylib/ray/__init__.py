@@ -2,10 +2,13 @@
 
 slurmfm's vLLM launch counts live nodes as vLLM's multi-node-serving.sh does:
 ``sum(node["Alive"] for node in ray.nodes())``; this asks the stand-in head's registry.
+Each node carries Ray's ``NodeManagerAddress``/``NodeManagerHostname`` keys plus a stand-in
+only ``standin_vllm_host_ip`` (the ``VLLM_HOST_IP`` that node's ``ray start`` saw).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 
 _state: dict[str, str] = {}
@@ -22,6 +25,15 @@ def init(address: str | None = None, **_: object) -> None:
 def nodes() -> list[dict[str, object]]:
     host, _, port = _state["address"].rpartition(":")
     with socket.create_connection((host, int(port)), timeout=5) as conn:
-        conn.sendall(b"COUNT\n")
-        n = int(conn.makefile("r").readline())
-    return [{"Alive": True, "NodeID": f"standin-{i}"} for i in range(n)]
+        conn.sendall(b"NODES\n")
+        seen = json.loads(conn.makefile("r").readline())
+    return [
+        {
+            "Alive": True,
+            "NodeID": f"standin-{i}",
+            "NodeManagerHostname": n["name"],
+            "NodeManagerAddress": n["node_ip_address"],
+            "standin_vllm_host_ip": n["vllm_host_ip"],
+        }
+        for i, n in enumerate(seen)
+    ]
