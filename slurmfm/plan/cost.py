@@ -536,6 +536,19 @@ def _node_groups(ranges: list[range], g: int) -> Counter[tuple[int, ...]]:
     return Counter(tuple(map(div, rg)) for rg in ranges)
 
 
+def _one_per_shape(ranges: list[range], g: int) -> list[range]:
+    """``ranges`` cut to one per length when every group stays inside one node, else as is.
+
+    Why: such a group (TP=8 on 8-GPU nodes) costs the same wherever it is: NVLink inside
+    its node, never a violation. The TP/CP/EP loop of :func:`evaluate` keeps the worst and
+    the first bound, so one representative per length gives the same report without
+    16k identical groups on a 64k-node plan.
+    """
+    if not all(r.start // g == (r.stop - 1) // g for r in ranges):
+        return ranges
+    return list({len(r): r for r in reversed(ranges)}.values())
+
+
 def _ring_edges(nodes: tuple[int, ...]) -> list[tuple[int, int]]:
     """Inter-node edges of a ring that visits ``nodes`` in order and closes."""
     seq = [nodes[0]]
@@ -581,7 +594,7 @@ def evaluate(
         worst = best = 0.0
         fn = _alltoall if dim == "ep" else _ring
         memo: dict[tuple[int, int], float] = {}
-        for nodes, count in _node_groups(groups[dim], g).items():
+        for nodes, count in _node_groups(_one_per_shape(groups[dim], g), g).items():
             p = len(nodes)
             level = fab.lca_level(nodes)
             if level >= 0:

