@@ -930,6 +930,27 @@ def _top_sum(caps: list[int], k: int) -> int:
     return sum(heapq.nlargest(k, caps))
 
 
+def _top_sum_with(base: list[int], base_sum: int, caps: list[int], k: int) -> int:
+    """``_top_sum(base + caps, k)`` when ``base`` (ascending, ``len <= k``) is already the
+    ``k`` largest of its own set: add ``caps`` largest first into free slots, then swap them
+    in for the smallest of ``base`` while larger. Linear in ``caps`` and the swaps, not in
+    ``k`` (``_narrow`` asks once per candidate group: thousands on a 64k-node fabric).
+    """
+    total = base_sum
+    free = k - len(base)
+    i = 0  # next smallest of base to swap out
+    for c in sorted(caps, reverse=True):
+        if free > 0:
+            total += c
+            free -= 1
+        elif i < len(base) and c > base[i]:
+            total += c - base[i]
+            i += 1
+        else:
+            break
+    return total
+
+
 def _narrow(st: _Static, under: list[_Bin], top: str, need: int, k: int) -> list[_Bin]:
     """Keep the fewest subtrees, level by level below ``top``, that still hold ``need`` in ``k``.
 
@@ -974,12 +995,14 @@ def _narrow(st: _Static, under: list[_Bin], top: str, need: int, k: int) -> list
             if last < len(info):
                 taken = [x[3] for x in info[: last + 1]]
                 base = heapq.nlargest(k, flat[: prefix[last]])
+                base_sum = sum(base)
+                base.reverse()  # smallest first, for _top_sum_with
                 # Tight fit: the smallest remaining group that also completes the set.
                 for _, _, _, key, caps in sorted(
                     (x for x in info[last + 1 :] if -x[1] < -info[last][1]),
                     key=lambda x: (-x[1], x[2]),
                 ):
-                    if _top_sum(base + caps, k) >= need:
+                    if _top_sum_with(base, base_sum, caps, k) >= need:
                         taken[-1] = key
                         break
                 keep = set(taken)
