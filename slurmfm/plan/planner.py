@@ -163,10 +163,15 @@ class _Static:
             dfs_nodes.extend(leaf_members.get(sw, ()))
         nodes = topology.nodes
         block = topology.kind == "block"
-        self.domain = {
-            n: nodes[n].nvlink_domain or ("block:" + leaf_of[n] if block else n) for n in dfs_nodes
-        }  # nvlink_domain(topology, n), inlined: this loop runs once per node
-        self.domain_size = Counter(self.domain.values())
+        if block or any(node.nvlink_domain for node in nodes.values()):
+            self.domain = {
+                n: nodes[n].nvlink_domain or ("block:" + leaf_of[n] if block else n)
+                for n in dfs_nodes
+            }  # nvlink_domain(topology, n), inlined: this loop runs once per node
+            self.domain_size = Counter(self.domain.values())
+        else:  # every node is its own domain (HGX trees): the same maps, built in C
+            self.domain = dict(zip(dfs_nodes, dfs_nodes, strict=True))
+            self.domain_size = Counter(dict.fromkeys(dfs_nodes, 1))
         if len(self.domain_size) == len(dfs_nodes):
             self.order = dfs_nodes  # every node is its own domain: DFS order as is
         else:
@@ -176,11 +181,13 @@ class _Static:
             # Fabric order: DFS, with the nodes of one NVLink domain kept together.
             dfs_index = {n: i for i, n in enumerate(dfs_nodes)}
             self.order = sorted(dfs_nodes, key=lambda n: (first[self.domain[n]], dfs_index[n]))
-        self.pos = {n: i for i, n in enumerate(self.order)}
+        self.pos = dict(zip(self.order, range(len(self.order)), strict=True))
         self._rank_key: dict[str, str] | None = None
         self.leaf_of = dict(leaf_of)
         if len(self.domain_size) == len(dfs_nodes):
-            self.domain_attach = {self.domain[n]: leaf_of[n] for n in dfs_nodes}
+            self.domain_attach = dict(  # node -> its leaf, in DFS order (C-level zip)
+                zip(dfs_nodes, map(leaf_of.__getitem__, dfs_nodes), strict=True)
+            )
         else:
             dom_leaves: dict[str, set[str]] = {}
             for n, d in self.domain.items():

@@ -271,24 +271,27 @@ class Topology:
 
     @cached_property
     def _levels(self) -> dict[str, int]:
-        levels: dict[str, int] = {}
+        """Switch -> level: 0 without child switches, else 1 + the highest child's.
 
-        def level(sw: str) -> int:
-            if sw in levels:
-                return levels[sw]
-            kids = [c for c in self._children[sw] if c in self.parent_of]
-            levels[sw] = 0 if not kids else 1 + max(level(c) for c in kids)
-            return levels[sw]
-
-        import sys
-
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 10_000))
-        try:
-            for sw in self.parent_of:
-                level(sw)
-        finally:
-            sys.setrecursionlimit(limit)
+        Walked up from every switch without child switches (from the parent map alone: the
+        sorted per-switch children, nodes included, cost more than this on 64k nodes); a walk
+        stops where an earlier one already reached that height.
+        """
+        parent_of = self.parent_of
+        levels = dict.fromkeys(parent_of, 0)
+        inner = {p for p in parent_of.values() if p is not None}
+        limit = len(parent_of)
+        for sw in parent_of:
+            if sw in inner:
+                continue
+            d = 0
+            par = parent_of[sw]
+            while par is not None and levels[par] <= d:
+                d += 1
+                if d > limit:
+                    raise TopologyError(f"switch {sw!r} is in a cycle")
+                levels[par] = d
+                par = parent_of[par]
         return levels
 
     @cached_property
