@@ -76,6 +76,30 @@ def natural_key(name: str) -> str:
     return f"{head}1{len(run):04d}{run}"
 
 
+def natural_sorted(names: Iterable[str]) -> list[str]:
+    """``sorted(names, key=natural_key)``, without a key per name when plain order is the same.
+
+    Names that are one stem and a digit run of one width (``p5-00001``...``p5-65536``, the
+    padded hostlists Slurm sites write) differ only in runs of equal length, and for those
+    ``strnatcmp`` order is character order: numbers of one width compare like their digits,
+    a run with a leading ``0`` compares digit by digit anyway, and ``0`` sorts below the
+    other digits. Plain ``sorted`` is then several times faster on a 64k-node fabric.
+    """
+    out = list(names)
+    if out:
+        first = out[0]
+        stem = first.rstrip("0123456789")
+        cut = len(stem)
+        width = len(first)
+        if cut < width and all(
+            len(n) == width and n.startswith(stem) and n[cut:].isdigit() for n in out
+        ):
+            out.sort()
+            return out
+    out.sort(key=natural_key)
+    return out
+
+
 _STEM_KEYS: dict[str, str] = {}
 _STEM_KEYS_MAX = 65536  # distinct stems are few (one per name prefix); bound a long-lived cache
 
@@ -389,7 +413,7 @@ class Topology:
     @cached_property
     def natural_order(self) -> tuple[str, ...]:
         """Node names in Slurm's node-table order (:func:`natural_key`), computed once."""
-        return tuple(sorted(self.nodes, key=natural_key))
+        return tuple(natural_sorted(self.nodes))
 
     def nodes_under(self, switch: str) -> tuple[str, ...]:
         return self._under[switch]

@@ -30,3 +30,19 @@ def test_natural_key_fast_path_matches_the_whole_name_regex() -> None:
     for _ in range(20000):
         name = "".join(rng.choice("ab09-._1") for _ in range(rng.randint(0, 9)))
         assert natural_key(name) == _DIGIT_RUN.sub(_encode_run, name)
+
+
+def test_natural_sorted_same_as_sorting_by_the_key() -> None:
+    """The one-width fast path and the general path both give ``natural_key`` order."""
+    import random
+
+    from slurmfm.topology.model import natural_key, natural_sorted
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        stem = rng.choice(["p5-", "n", "", "a0b", "x-9-"])
+        width = rng.randint(1, 4)
+        names = {stem + "".join(rng.choice("0123456789") for _ in range(width)) for _ in range(9)}
+        if rng.random() < 0.3:  # mixed widths or stems: the general path
+            names.add(rng.choice(["n1", "n01", "p5-7", "b", "0"]))
+        assert natural_sorted(names) == sorted(names, key=natural_key)
