@@ -537,9 +537,9 @@ def plan(
     segment: int | None = None
     options: list[str] = []
     if mode == "pin":
-        import hostlist
+        from slurmfm.topology.slurm_formats import collect_hostlist
 
-        options.append(f"--nodelist={hostlist.collect_hostlist(list(order))}")
+        options.append(f"--nodelist={collect_hostlist(order)}")
         why.append("mode pin: --nodelist requests exactly these nodes; the job keeps this order")
     else:
         if topology.kind == "block":
