@@ -63,6 +63,8 @@ def natural_key(name: str) -> str:
     cached, the trailing run is encoded inline. Same result as the regex on the whole name.
     """
     stem = name.rstrip("0123456789")
+    if stem and stem[-1].isdecimal():  # a non-ASCII digit (``\d``) continues the run
+        return _DIGIT_RUN.sub(_encode_run, name)
     head = _STEM_KEYS.get(stem)
     if head is None:
         if len(_STEM_KEYS) >= _STEM_KEYS_MAX:
@@ -88,11 +90,13 @@ def natural_sorted(names: Iterable[str]) -> list[str]:
     out = list(names)
     if out:
         first = out[0]
-        stem = first.rstrip("0123456789")
-        cut = len(stem)
+        digits = "0123456789"
+        stem = first.rstrip(digits)
         width = len(first)
-        if cut < width and all(
-            len(n) == width and n.startswith(stem) and n[cut:].isdigit() for n in out
+        if (
+            len(stem) < width
+            and not (stem and stem[-1].isdecimal())
+            and all(len(n) == width and n.rstrip(digits) == stem for n in out)
         ):
             out.sort()
             return out

@@ -28,7 +28,7 @@ def test_natural_key_fast_path_matches_the_whole_name_regex() -> None:
 
     rng = random.Random(6)
     for _ in range(20000):
-        name = "".join(rng.choice("ab09-._1") for _ in range(rng.randint(0, 9)))
+        name = "".join(rng.choice("ab09-._1\u0663") for _ in range(rng.randint(0, 9)))
         assert natural_key(name) == _DIGIT_RUN.sub(_encode_run, name)
 
 
@@ -40,7 +40,7 @@ def test_natural_sorted_same_as_sorting_by_the_key() -> None:
 
     rng = random.Random(7)
     for _ in range(2000):
-        stem = rng.choice(["p5-", "n", "", "a0b", "x-9-"])
+        stem = rng.choice(["p5-", "n", "", "a0b", "x-9-", "a\u0663"])
         width = rng.randint(1, 4)
         names = {stem + "".join(rng.choice("0123456789") for _ in range(width)) for _ in range(9)}
         if rng.random() < 0.3:  # mixed widths or stems: the general path
