@@ -185,8 +185,12 @@ class _Static:
         self._rank_key: dict[str, str] | None = None
         self.leaf_of = dict(leaf_of)
         if len(self.domain_size) == len(dfs_nodes):
-            self.domain_attach = dict(  # node -> its leaf, in DFS order (C-level zip)
-                zip(dfs_nodes, map(leaf_of.__getitem__, dfs_nodes), strict=True)
+            self.domain_attach = dict(  # domain -> its one node's leaf, in DFS order (in C)
+                zip(
+                    map(self.domain.__getitem__, dfs_nodes),
+                    map(leaf_of.__getitem__, dfs_nodes),
+                    strict=True,
+                )
             )
         else:
             dom_leaves: dict[str, set[str]] = {}

@@ -526,3 +526,12 @@ def test_top_sum_with_matches_top_sum_on_the_union() -> None:
         total = sum(base)
         base.reverse()
         assert _top_sum_with(base, total, caps, k) == _top_sum(heapq.nlargest(k, flat) + caps, k)
+
+
+def test_single_node_domains_attach_by_domain_name() -> None:
+    """One-node blocks: every node is its own domain, but the domain is named ``block:...``."""
+    from slurmfm.plan.planner import _Static
+    from slurmfm.topology.slurm_formats import parse_topology_conf
+
+    st = _Static(parse_topology_conf("BlockName=b1 Nodes=n1\nBlockName=b2 Nodes=n2\n"))
+    assert st.domain_attach == {"block:b1": "b1", "block:b2": "b2"}
