@@ -14,6 +14,11 @@ so that a loaded or throttled machine shows in them too:
   leaves, host names unrelated to the fabric, 65,536 nodes), half of the nodes busy
   (``--unavailable @FILE``), a 16,384-node TP=8 PP=8 job, ``--json``.
 
+Bytecode: the children write and read it under a fresh ``PYTHONPYCACHEPREFIX`` in a temporary
+directory (the warm-up run writes it, even when the caller sets ``PYTHONDONTWRITEBYTECODE``), so
+the runs measure an installed slurmfm (pip compiles bytecode at install), not the compiler, and
+leave no ``__pycache__`` in the checkout.
+
 After the runs, one in-process breakdown of the plan's phases (CPU seconds) says where the
 time goes. This script only measures and always exits 0; tests do not assert on time.
 
@@ -96,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     busy = bp.make_busy(rng, fab, 0.5)
     job_nodes = args.nodes // 4
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
         conf = Path(tmp) / "topology.conf"
         conf.write_text(fab.conf)
         bad = Path(tmp) / "busy.txt"

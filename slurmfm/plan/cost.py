@@ -536,6 +536,19 @@ def _node_groups(ranges: list[range], g: int) -> Counter[tuple[int, ...]]:
     return Counter(tuple(map(div, rg)) for rg in ranges)
 
 
+def _one_per_shape(ranges: list[range], g: int) -> list[range]:
+    """``ranges`` cut to one per length when every group stays inside one node, else as is.
+
+    Why: such a group (TP=8 on 8-GPU nodes) costs the same wherever it is: NVLink inside
+    its node, never a violation. The TP/CP/EP loop of :func:`evaluate` keeps the worst and
+    the first bound, so one representative per length gives the same report without
+    16k identical groups on a 64k-node plan.
+    """
+    if not all(r.start // g == (r.stop - 1) // g for r in ranges):
+        return ranges
+    return list({len(r): r for r in reversed(ranges)}.values())
+
+
 def _ring_edges(nodes: tuple[int, ...]) -> list[tuple[int, int]]:
     """Inter-node edges of a ring that visits ``nodes`` in order and closes."""
     seq = [nodes[0]]
@@ -581,7 +594,7 @@ def evaluate(
         worst = best = 0.0
         fn = _alltoall if dim == "ep" else _ring
         memo: dict[tuple[int, int], float] = {}
-        for nodes, count in _node_groups(groups[dim], g).items():
+        for nodes, count in _node_groups(_one_per_shape(groups[dim], g), g).items():
             p = len(nodes)
             level = fab.lca_level(nodes)
             if level >= 0:
@@ -601,22 +614,27 @@ def evaluate(
     # DP: ring all-reduce with uplink congestion from all DP rings at once.
     dp_nodes = _node_groups(groups["dp"], g)
     load: Counter[tuple[str, bool]] = Counter()
-    edge_info: dict[tuple[int, ...], list[tuple[int, int, int]]] = {}
+    edge_info: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
     ring_edges = cross_leaf = cross_spine = 0
+    paths, doms, level_of = fab.paths, fab.domains, fab._level
     for nodes, count in dp_nodes.items():
         info = []
         for a, b in _ring_edges(nodes):
-            lvl = fab.pair_level(a, b)
-            info.append((a, b, lvl))
+            # fab.pair_level(a, b) inlined, keeping the shared prefix length for the uplinks
+            # below and the congestion pass (16k ring edges on a 64k-node plan).
+            if doms[a] == doms[b]:
+                info.append((a, b, -1, 0))
+                ring_edges += 1
+                continue
+            pa, pb = paths[a], paths[b]
+            c = len(pa) if pa is pb else _common(pa, pb)
+            lvl = level_of(pa[c - 1]) if c else 1 << 20
+            info.append((a, b, lvl, c))
             ring_edges += 1
             if lvl >= 1:
                 cross_leaf += 1
             if lvl >= 2:
                 cross_spine += 1
-            if lvl < 0:
-                continue
-            pa, pb = fab.paths[a], fab.paths[b]
-            c = _common(pa, pb)
             for sw in pa[c:]:
                 load[(sw, True)] += count
             for sw in pb[c:]:
@@ -636,11 +654,10 @@ def evaluate(
         p = len(nodes)
         level = fab.lca_level(nodes)
         congestion = 1.0
-        for a, b, lvl in info:
+        for a, b, lvl, c in info:
             if lvl < 0:
                 continue
-            pa, pb = fab.paths[a], fab.paths[b]
-            c = _common(pa, pb)
+            pa, pb = paths[a], paths[b]
             for sw in (*pa[c:], *pb[c:]):
                 congestion = max(congestion, ratio.get(sw, 0.0))
         t = _ring(p, nbytes["dp"], _tier_at(tiers, level), congestion)

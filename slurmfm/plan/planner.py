@@ -163,10 +163,15 @@ class _Static:
             dfs_nodes.extend(leaf_members.get(sw, ()))
         nodes = topology.nodes
         block = topology.kind == "block"
-        self.domain = {
-            n: nodes[n].nvlink_domain or ("block:" + leaf_of[n] if block else n) for n in dfs_nodes
-        }  # nvlink_domain(topology, n), inlined: this loop runs once per node
-        self.domain_size = Counter(self.domain.values())
+        if block or any(node.nvlink_domain for node in nodes.values()):
+            self.domain = {
+                n: nodes[n].nvlink_domain or ("block:" + leaf_of[n] if block else n)
+                for n in dfs_nodes
+            }  # nvlink_domain(topology, n), inlined: this loop runs once per node
+            self.domain_size = Counter(self.domain.values())
+        else:  # every node is its own domain (HGX trees): the same maps, built in C
+            self.domain = dict(zip(dfs_nodes, dfs_nodes, strict=True))
+            self.domain_size = Counter(dict.fromkeys(dfs_nodes, 1))
         if len(self.domain_size) == len(dfs_nodes):
             self.order = dfs_nodes  # every node is its own domain: DFS order as is
         else:
@@ -176,11 +181,17 @@ class _Static:
             # Fabric order: DFS, with the nodes of one NVLink domain kept together.
             dfs_index = {n: i for i, n in enumerate(dfs_nodes)}
             self.order = sorted(dfs_nodes, key=lambda n: (first[self.domain[n]], dfs_index[n]))
-        self.pos = {n: i for i, n in enumerate(self.order)}
+        self.pos = dict(zip(self.order, range(len(self.order)), strict=True))
         self._rank_key: dict[str, str] | None = None
         self.leaf_of = dict(leaf_of)
         if len(self.domain_size) == len(dfs_nodes):
-            self.domain_attach = {self.domain[n]: leaf_of[n] for n in dfs_nodes}
+            self.domain_attach = dict(  # domain -> its one node's leaf, in DFS order (in C)
+                zip(
+                    map(self.domain.__getitem__, dfs_nodes),
+                    map(leaf_of.__getitem__, dfs_nodes),
+                    strict=True,
+                )
+            )
         else:
             dom_leaves: dict[str, set[str]] = {}
             for n, d in self.domain.items():
@@ -530,9 +541,9 @@ def plan(
     segment: int | None = None
     options: list[str] = []
     if mode == "pin":
-        import hostlist
+        from slurmfm.topology.slurm_formats import collect_hostlist
 
-        options.append(f"--nodelist={hostlist.collect_hostlist(list(order))}")
+        options.append(f"--nodelist={collect_hostlist(order)}")
         why.append("mode pin: --nodelist requests exactly these nodes; the job keeps this order")
     else:
         if topology.kind == "block":
@@ -930,6 +941,27 @@ def _top_sum(caps: list[int], k: int) -> int:
     return sum(heapq.nlargest(k, caps))
 
 
+def _top_sum_with(base: list[int], base_sum: int, caps: list[int], k: int) -> int:
+    """``_top_sum(base + caps, k)`` when ``base`` (ascending, ``len <= k``) is already the
+    ``k`` largest of its own set: add ``caps`` largest first into free slots, then swap them
+    in for the smallest of ``base`` while larger. Linear in ``caps`` and the swaps, not in
+    ``k`` (``_narrow`` asks once per candidate group: thousands on a 64k-node fabric).
+    """
+    total = base_sum
+    free = k - len(base)
+    i = 0  # next smallest of base to swap out
+    for c in sorted(caps, reverse=True):
+        if free > 0:
+            total += c
+            free -= 1
+        elif i < len(base) and c > base[i]:
+            total += c - base[i]
+            i += 1
+        else:
+            break
+    return total
+
+
 def _narrow(st: _Static, under: list[_Bin], top: str, need: int, k: int) -> list[_Bin]:
     """Keep the fewest subtrees, level by level below ``top``, that still hold ``need`` in ``k``.
 
@@ -974,12 +1006,14 @@ def _narrow(st: _Static, under: list[_Bin], top: str, need: int, k: int) -> list
             if last < len(info):
                 taken = [x[3] for x in info[: last + 1]]
                 base = heapq.nlargest(k, flat[: prefix[last]])
+                base_sum = sum(base)
+                base.reverse()  # smallest first, for _top_sum_with
                 # Tight fit: the smallest remaining group that also completes the set.
                 for _, _, _, key, caps in sorted(
                     (x for x in info[last + 1 :] if -x[1] < -info[last][1]),
                     key=lambda x: (-x[1], x[2]),
                 ):
-                    if _top_sum(base + caps, k) >= need:
+                    if _top_sum_with(base, base_sum, caps, k) >= need:
                         taken[-1] = key
                         break
                 keep = set(taken)

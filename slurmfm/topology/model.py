@@ -57,8 +57,55 @@ def natural_key(name: str) -> str:
     (``node-1`` < ``node1``, since ``-`` < ``1``). Encoding each digit run so that plain
     string comparison gives that order makes the key one ``str`` (fast to build and compare).
     Leading spaces, which ``strnatcmp`` skips, do not occur in host names.
+
+    Fast path (a 64k-node plan sorts every name): a name is a stem and a trailing digit run
+    (``p5-`` + ``00017``); the stem's key is computed by the regex once per distinct stem and
+    cached, the trailing run is encoded inline. Same result as the regex on the whole name.
     """
-    return _DIGIT_RUN.sub(_encode_run, name)
+    stem = name.rstrip("0123456789")
+    if stem and stem[-1].isdecimal():  # a non-ASCII digit (``\d``) continues the run
+        return _DIGIT_RUN.sub(_encode_run, name)
+    head = _STEM_KEYS.get(stem)
+    if head is None:
+        if len(_STEM_KEYS) >= _STEM_KEYS_MAX:
+            _STEM_KEYS.clear()
+        head = _STEM_KEYS[stem] = _DIGIT_RUN.sub(_encode_run, stem)
+    if len(stem) == len(name):
+        return head
+    run = name[len(stem) :]
+    if run[0] == "0":
+        return head + run + "\0"
+    return f"{head}1{len(run):04d}{run}"
+
+
+def natural_sorted(names: Iterable[str]) -> list[str]:
+    """``sorted(names, key=natural_key)``, without a key per name when plain order is the same.
+
+    Names that are one stem and a digit run of one width (``p5-00001``...``p5-65536``, the
+    padded hostlists Slurm sites write) differ only in runs of equal length, and for those
+    ``strnatcmp`` order is character order: numbers of one width compare like their digits,
+    a run with a leading ``0`` compares digit by digit anyway, and ``0`` sorts below the
+    other digits. Plain ``sorted`` is then several times faster on a 64k-node fabric.
+    """
+    out = list(names)
+    if out:
+        first = out[0]
+        digits = "0123456789"
+        stem = first.rstrip(digits)
+        width = len(first)
+        if (
+            len(stem) < width
+            and not (stem and stem[-1].isdecimal())
+            and all(len(n) == width and n.rstrip(digits) == stem for n in out)
+        ):
+            out.sort()
+            return out
+    out.sort(key=natural_key)
+    return out
+
+
+_STEM_KEYS: dict[str, str] = {}
+_STEM_KEYS_MAX = 65536  # distinct stems are few (one per name prefix); bound a long-lived cache
 
 
 FREE_STATES = frozenset({"idle"})
@@ -79,6 +126,25 @@ class Node:
     @property
     def free(self) -> bool:
         return self.state in FREE_STATES
+
+    @classmethod
+    def plain(cls, names: Iterable[str]) -> list[Node]:
+        """``[Node(n) for n in names]``, four times faster: only the name is stored.
+
+        Why: a 64k-node topology.conf makes one record per node, and the frozen dataclass
+        ``__init__`` sets six fields through ``object.__setattr__``. A dataclass's defaults are
+        class attributes (docs.python.org/3/library/dataclasses.html, "default values"), so an
+        instance whose ``__dict__`` holds only ``name`` reads, compares, hashes, pickles and
+        ``replace()``-s exactly like ``Node(name)``.
+        """
+        new = object.__new__
+        out: list[Node] = []
+        append = out.append
+        for name in names:
+            node = new(cls)
+            node.__dict__["name"] = name
+            append(node)
+        return out
 
 
 @dataclass(frozen=True)
@@ -126,11 +192,15 @@ class Topology:
         """Build from explicit maps; adds a common root when there are several tops."""
         node_map = {n.name: n for n in nodes}
         parents = dict(parent_of)
-        for n, leaf in leaf_of.items():
-            if n not in node_map:
-                raise TopologyError(f"node {n!r} is under {leaf!r} but is not a known node")
+        # Set operations instead of a Python loop per node (64k-node fabrics); the loop runs
+        # only to name the first offender in the error.
+        if leaf_of.keys() - node_map.keys():
+            for n, leaf in leaf_of.items():
+                if n not in node_map:
+                    raise TopologyError(f"node {n!r} is under {leaf!r} but is not a known node")
+        for leaf in dict.fromkeys(leaf_of.values()):  # first-seen order, as before
             parents.setdefault(leaf, None)
-        missing = sorted(set(node_map) - set(leaf_of))
+        missing = sorted(node_map.keys() - leaf_of.keys())
         if missing:
             raise TopologyError(f"nodes without a switch: {', '.join(missing[:10])}")
         for sw, par in list(parents.items()):
@@ -229,24 +299,27 @@ class Topology:
 
     @cached_property
     def _levels(self) -> dict[str, int]:
-        levels: dict[str, int] = {}
+        """Switch -> level: 0 without child switches, else 1 + the highest child's.
 
-        def level(sw: str) -> int:
-            if sw in levels:
-                return levels[sw]
-            kids = [c for c in self._children[sw] if c in self.parent_of]
-            levels[sw] = 0 if not kids else 1 + max(level(c) for c in kids)
-            return levels[sw]
-
-        import sys
-
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 10_000))
-        try:
-            for sw in self.parent_of:
-                level(sw)
-        finally:
-            sys.setrecursionlimit(limit)
+        Walked up from every switch without child switches (from the parent map alone: the
+        sorted per-switch children, nodes included, cost more than this on 64k nodes); a walk
+        stops where an earlier one already reached that height.
+        """
+        parent_of = self.parent_of
+        levels = dict.fromkeys(parent_of, 0)
+        inner = {p for p in parent_of.values() if p is not None}
+        limit = len(parent_of)
+        for sw in parent_of:
+            if sw in inner:
+                continue
+            d = 0
+            par = parent_of[sw]
+            while par is not None and levels[par] <= d:
+                d += 1
+                if d > limit:
+                    raise TopologyError(f"switch {sw!r} is in a cycle")
+                levels[par] = d
+                par = parent_of[par]
         return levels
 
     @cached_property
@@ -344,7 +417,7 @@ class Topology:
     @cached_property
     def natural_order(self) -> tuple[str, ...]:
         """Node names in Slurm's node-table order (:func:`natural_key`), computed once."""
-        return tuple(sorted(self.nodes, key=natural_key))
+        return tuple(natural_sorted(self.nodes))
 
     def nodes_under(self, switch: str) -> tuple[str, ...]:
         return self._under[switch]

@@ -508,3 +508,30 @@ def test_predicted_time_beats_fewest_leaves() -> None:
         theirs = evaluate(topo, order_nodes(topo, chosen, job), job)
         assert p.predicted.predicted_s <= theirs.predicted_s * (1 + 1e-9)
     assert any(w.startswith("guard: ") and "using it" in w for w in p.explanation)
+
+
+def test_top_sum_with_matches_top_sum_on_the_union() -> None:
+    """The tight-fit shortcut of ``_narrow`` gives ``_top_sum`` of the union, exactly."""
+    import heapq
+    import random
+
+    from slurmfm.plan.planner import _top_sum, _top_sum_with
+
+    rng = random.Random(14)
+    for _ in range(3000):
+        k = rng.randint(1, 12)
+        flat = [rng.randint(1, 30) for _ in range(rng.randint(1, 20))]
+        caps = [rng.randint(1, 30) for _ in range(rng.randint(1, 10))]
+        base = heapq.nlargest(k, flat)
+        total = sum(base)
+        base.reverse()
+        assert _top_sum_with(base, total, caps, k) == _top_sum(heapq.nlargest(k, flat) + caps, k)
+
+
+def test_single_node_domains_attach_by_domain_name() -> None:
+    """One-node blocks: every node is its own domain, but the domain is named ``block:...``."""
+    from slurmfm.plan.planner import _Static
+    from slurmfm.topology.slurm_formats import parse_topology_conf
+
+    st = _Static(parse_topology_conf("BlockName=b1 Nodes=n1\nBlockName=b2 Nodes=n2\n"))
+    assert st.domain_attach == {"block:b1": "b1", "block:b2": "b2"}

@@ -478,3 +478,28 @@ def test_cli_import_export_show(tmp_path: Path) -> None:
     res = runner.invoke(topology, ["import", str(bad), "-o", str(saved)])
     assert res.exit_code == 2
     assert "already defined on line 1" in res.stderr
+
+
+def test_collect_hostlist_is_python_hostlists_text() -> None:
+    """The one-width fast path writes exactly what python-hostlist writes (and others go to it)."""
+    import random
+
+    import hostlist
+
+    from slurmfm.topology.slurm_formats import collect_hostlist
+
+    rng = random.Random(9)
+    for _ in range(3000):
+        stem = rng.choice(["p5-", "node", "", "a1b2-", "x[", "gpu-0"])
+        width = rng.randint(1, 3)
+        names = [
+            stem + "".join(rng.choice("0123456789") for _ in range(width))
+            for _ in range(rng.randint(1, 12))
+        ]
+        names += rng.sample(names, min(len(names), rng.randint(0, 2)))  # duplicates
+        if rng.random() < 0.2:
+            names.append(rng.choice(["n1", "n01", "p5-7", "b", "p5-1234"]))
+        rng.shuffle(names)
+        if "[" in stem:
+            continue  # python-hostlist refuses it; so does the fallback
+        assert collect_hostlist(names) == hostlist.collect_hostlist(names), names
