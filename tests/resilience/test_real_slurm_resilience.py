@@ -7,7 +7,9 @@ tests. Checked from the jobs' own logs (append mode keeps every restart's output
 * a node dies mid-job (its slurmd and the job's processes on it are killed) -> the job sets it
   DOWN, requeues, and resumes from the last checkpoint on other nodes;
 * a finished short run resubmitted with more steps trains on (its DONE marker is stale);
-* preflight refuses impossible requests with Slurm's reason, exit 2, nothing queued.
+* preflight refuses impossible requests with Slurm's reason, exit 2, nothing queued;
+* issue 15's faults with the fast stand-ins (no torch): a save that outlasts the window, slurmctld
+  away at a failed step, the restart cap.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,13 @@ from slurmfm.backends.slurm_cli import parse_scontrol_record
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
 RESIL = OwnLab("resil", ctld_port=16887, slurmd_port=17101, nodes=4)
+STANDINS = Path(__file__).resolve().parents[1] / "standins"
+# torchrun and the training replaced by stand-ins that start in milliseconds (same arguments,
+# events and checkpoint contract): these tests are about Slurm and the job runtime, not torch.
+FAST = (
+    f"launcher.python={STANDINS / 'torchrun.py'}",
+    f"launcher.script={STANDINS / 'train_fast.py'}",
+)
 
 
 @pytest.fixture(scope="module")
@@ -273,3 +282,187 @@ def test_preflight_refuses_and_queues_nothing(
     assert "(Slurm: " in proc.stderr  # Slurm's own words are shown too
     assert proc.stdout == ""
     assert resil_lab.run(["squeue", "-h", "-o", "%i"]).stdout.split() == before
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"not seen within {timeout} s: {what}")
+
+
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
+    resil_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """15.3: Slurm's TERM at the time limit while the pre-timeout save still runs requeues.
+
+    The pre-timeout signal is sent at once with ``scancel --batch --signal=USR2``, the request
+    Slurm makes for the recipe's ``--signal=B:USR2@N`` (https://slurm.schedmd.com/scancel.html,
+    https://slurm.schedmd.com/sbatch.html#OPT_signal). Once the slow save (``--save-sleep``) has
+    begun, the time limit is cut to one minute (``scontrol update TimeLimit``), so Slurm itself
+    ends the job at its limit with TERM (then KILL after the lab's ``KillWait``) while the save
+    is still writing: the same path as a save longer than ``save_before_timeout_s``, without
+    waiting for a long limit. The next attempt must resume from the last complete periodic
+    checkpoint (the cut save left none) and finish.
+
+    It takes 1.5 to 2 minutes, not seconds: a time limit is whole minutes and slurmctld tests
+    limits every 30 s (``PERIODIC_TIMEOUT``, SchedMD/slurm:src/slurmctld/controller.c), and only
+    a real limit shows whether ``scontrol requeue`` still works on a job Slurm is ending for it
+    (a TERM sent by hand would not: Slurm ends nothing then).
+    """
+    total, every = 60, 5
+    job_id = submit(
+        resil_lab,
+        tmp_path,
+        *FAST,
+        "resilience.max_restarts=2",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2', "
+        "--save-sleep, '600']",
+    )
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
+    wait_for(
+        "a periodic checkpoint",
+        lambda: any(e["event"] == "checkpoint" for e in events(read(log_path))),
+        120,
+    )
+    sig = resil_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
+    assert sig.returncode == 0, sig.stderr
+    wait_for(
+        "the slow save", lambda: any(e["event"] == "saving" for e in events(read(log_path))), 60
+    )
+    cut = resil_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"])
+    assert cut.returncode == 0, cut.stderr
+    wait_for(
+        "the requeue at the limit's TERM",
+        lambda: "event=requeue the step outlasted the save window" in read(state_path),
+        150,
+    )
+    # the requeued attempt gets a limit it can finish in
+    back = resil_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"])
+    assert back.returncode == 0, back.stderr
+    rec = wait_done(resil_lab, job_id, timeout=300)
+    log = log_path.read_text()
+    ev = events(log)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 1, log[-3000:]
+    saving = next(e["step"] for e in ev if e["event"] == "saving")
+    assert not [e for e in ev if e["event"] == "saved-before-timeout"]  # the save never finished
+    first = ev[: next(i for i, e in enumerate(ev) if e["event"] == "saving")]
+    last_complete = max(e["step"] for e in first if e["event"] == "checkpoint")
+    assert last_complete < saving
+    assert [e["step"] for e in ev if e["event"] == "resume"] == [last_complete]
+    check_steps(ev, total, interval=every)
+    assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
+    state = state_path.read_text()
+    assert "event=signal USR2 before the time limit" in state
+    assert "event=give-up" not in state
+    assert "event=fail" not in state
+
+
+def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
+    resil_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """15.4: slurmctld stopped, then the step fails: no node is judged, and the requeue is retried
+    until slurmctld is back and recorded only once it has happened; the next attempt finishes.
+
+    slurmctld is stopped with TERM (its pid file under the lab's ``run/``; it saves its state) and
+    started again with that state by ``slurm-lab ctld-start`` (``up`` would start a fresh lab
+    and lose the job); the ``finally`` brings it back whatever happens, so the next test finds
+    a healthy lab. The step fails by
+    ``train_fast --fail-if`` (rank 0 exits 3, the torchrun stand-in 1, listed as retryable).
+    """
+    total, every = 40, 5
+    trigger = tmp_path / "fail-now"
+    job_id = submit(
+        resil_lab,
+        tmp_path,
+        *FAST,
+        "resilience.max_restarts=2",
+        "resilience.retry_exit_codes=[1]",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2', "
+        f"--fail-if, '{trigger}']",
+    )
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
+    wait_for(
+        "a periodic checkpoint",
+        lambda: any(e["event"] == "checkpoint" for e in events(read(log_path))),
+        120,
+    )
+    nodes = resil_lab.hostnames(job(resil_lab, job_id)["NodeList"])
+    pid = int((resil_lab.lab_dir / "run" / "slurmctld.pid").read_text())
+    try:
+        os.kill(pid, signal.SIGTERM)
+        wait_for("slurmctld to stop", lambda: not Path(f"/proc/{pid}").exists(), 60)
+        trigger.touch()
+        wait_for(
+            "the runtime to find slurmctld away and try to requeue",
+            lambda: f"requeueing job {job_id}: step failed with exit 1" in read(log_path),
+            120,
+        )
+        assert "slurmctld does not answer; not judging the nodes" in read(log_path)
+        trigger.unlink()
+        away = read(state_path)
+        assert "event=requeue" not in away, away
+        assert "event=fail" not in away, away
+    finally:
+        up = RESIL.command("ctld-start", timeout=120)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "started again" in up.stdout, up.stdout
+    rec = wait_done(resil_lab, job_id, timeout=300)
+    log = log_path.read_text()
+    ev = events(log)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 1, log[-3000:]
+    failed = next(e["step"] for e in ev if e["event"] == "fail")
+    resumed = [e["step"] for e in ev if e["event"] == "resume"]
+    assert resumed, log[-3000:]
+    assert failed - every <= resumed[0] < failed, (failed, resumed)
+    assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
+    state = state_path.read_text()
+    assert "restart=0 event=requeue step failed with exit 1" in state, state
+    assert "event=fail" not in state, state
+    assert "unresponsive" not in state, state
+    for node in nodes:  # no node was judged while slurmctld was away
+        rec_n = parse_scontrol_record(
+            resil_lab.run(["scontrol", "show", "node", "-o", node]).stdout
+        )
+        assert "DOWN" not in rec_n["State"], rec_n
+        assert "DRAIN" not in rec_n["State"], rec_n
+
+
+def test_restart_cap_ends_failed_with_its_reason(resil_lab: SlurmLab, tmp_path: Path) -> None:
+    """15.1: a step that keeps failing with a retryable exit is requeued up to
+    ``resilience.max_restarts`` and then the job ends FAILED (never COMPLETED 0:0, so
+    ``--wait`` and ``afterok`` see a failure), with ``give-up`` in the state file and in
+    ``slurmfm status``."""
+    trigger = tmp_path / "fail-always"
+    trigger.touch()
+    job_id = submit(
+        resil_lab,
+        tmp_path,
+        *FAST,
+        "resilience.max_restarts=1",
+        "resilience.retry_exit_codes=[1]",
+        f"launcher.args=[--steps, '20', --fail-if, '{trigger}']",
+    )
+    rec = wait_done(resil_lab, job_id, timeout=300)
+    log = (tmp_path / "logs" / f"quickstart_{job_id}.out").read_text()
+    assert rec["JobState"] == "FAILED", log[-3000:]
+    assert rec["ExitCode"] != "0:0"
+    assert int(rec["Restarts"]) == 1
+    state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
+    assert "restart=0 event=requeue step failed with exit 1" in state, state
+    assert "restart=1 event=give-up restart cap 1 reached: step failed with exit 1" in state
+    st = resil_lab.slurmfm("status", job_id, "--json")
+    assert st.returncode == 0, st.stderr
+    info = json.loads(st.stdout)
+    assert info["state"] == "FAILED"
+    assert any("event=give-up restart cap 1 reached" in e for e in info["events"]), info

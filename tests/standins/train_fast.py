@@ -6,6 +6,11 @@ job's metrics, the USR2 save request), but no torch, so it starts in millisecond
 Rank 0 steps and saves; every rank prints its ``rank`` record (from what torchrun or its
 stand-in, ``torchrun.py`` here, hands a worker). Without a process group the other ranks have
 nothing to agree on, so they exit after their record.
+
+Fault options for the resilience tests (tests/resilience/test_real_slurm_resilience.py):
+``--save-sleep S`` makes the save asked for by the pre-timeout signal take S seconds more
+(inside the write, before the atomic rename: a save cut short leaves no checkpoint), and
+``--fail-if PATH`` makes rank 0 exit 3 at the first step that finds PATH, as a crash would.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ def main() -> int:
     ap.add_argument("--checkpoint-every", type=int, default=5)
     ap.add_argument("--sleep", type=float, default=0.0)
     ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--save-sleep", type=float, default=0.0)
+    ap.add_argument("--fail-if", type=Path, default=None)
     args = ap.parse_args()
     env = os.environ
     rank = int(env["RANK"])
@@ -54,15 +61,24 @@ def main() -> int:
         start = int((resume / "state.json").read_text())
         print(json.dumps({"event": "resume", "step": start}), flush=True)
 
-    def save(step: int) -> None:
-        path = ck.save(ckpt_dir, step, lambda tmp: Path(tmp, "state.json").write_text(str(step)))
+    def save(step: int, slow: float = 0.0) -> None:
+        def write(tmp: Path) -> None:
+            Path(tmp, "state.json").write_text(str(step))
+            if slow:
+                print(json.dumps({"event": "saving", "step": step, "sleep": slow}), flush=True)
+                time.sleep(slow)
+
+        path = ck.save(ckpt_dir, step, write)
         print(json.dumps({"event": "checkpoint", "step": step, "path": str(path)}), flush=True)
 
     for step in range(start + 1, args.steps + 1):
         print(json.dumps({"event": "step", "step": step}), flush=True)
         ck.report_progress(step)
+        if args.fail_if is not None and args.fail_if.exists():
+            print(json.dumps({"event": "fail", "step": step}), flush=True)
+            return 3
         if stop.requested:
-            save(step)
+            save(step, args.save_sleep)
             print(json.dumps({"event": "saved-before-timeout", "step": step}), flush=True)
             stop.finish()
             return 0
