@@ -32,6 +32,10 @@ from slurmfm.backends.slurm_cli import parse_scontrol_record
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
 RESIL = OwnLab("resil", ctld_port=16887, slurmd_port=17101, nodes=4)
+# A second lab of the same shape for the fault scenarios of issue 15 (restart cap, a save that
+# outlasts the window, slurmctld away): its xdist group runs beside the first one's, so the
+# real tier is not one long queue of resilience tests on one worker.
+RESIL2 = OwnLab("resil2", ctld_port=16897, slurmd_port=17151, nodes=4)
 STANDINS = Path(__file__).resolve().parents[1] / "standins"
 # torchrun and the training replaced by stand-ins that start in milliseconds (same arguments,
 # events and checkpoint contract): these tests are about Slurm and the job runtime, not torch.
@@ -41,15 +45,25 @@ FAST = (
 )
 
 
-@pytest.fixture(scope="module")
-@own_lab_fixture(RESIL)
-def resil_lab() -> Iterator[SlurmLab]:
-    lab = RESIL.up()
+def _resil(own: OwnLab) -> Iterator[SlurmLab]:
+    lab = own.up()
     yield lab
     lab.run(["scancel", "--user=root"])
     # bring killed slurmds back (slurmctld may not have noticed them yet) and undrain
-    RESIL.command("--nodes", str(RESIL.nodes), "up", timeout=300)
+    own.command("--nodes", str(own.nodes), "up", timeout=300)
     lab.run(["scontrol", "update", "NodeName=node[001-004]", "State=RESUME"])
+
+
+@pytest.fixture(scope="module")
+@own_lab_fixture(RESIL)
+def resil_lab() -> Iterator[SlurmLab]:
+    yield from _resil(RESIL)
+
+
+@pytest.fixture(scope="module")
+@own_lab_fixture(RESIL2)
+def resil2_lab() -> Iterator[SlurmLab]:
+    yield from _resil(RESIL2)
 
 
 def events(log: str) -> list[dict[str, Any]]:
@@ -298,7 +312,7 @@ def read(path: Path) -> str:
 
 
 def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
-    resil_lab: SlurmLab, tmp_path: Path
+    resil2_lab: SlurmLab, tmp_path: Path
 ) -> None:
     """15.3: Slurm's TERM at the time limit while the pre-timeout save still runs requeues.
 
@@ -318,7 +332,7 @@ def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
     """
     total, every = 60, 5
     job_id = submit(
-        resil_lab,
+        resil2_lab,
         tmp_path,
         *FAST,
         "resilience.max_restarts=2",
@@ -332,12 +346,12 @@ def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
         lambda: any(e["event"] == "checkpoint" for e in events(read(log_path))),
         120,
     )
-    sig = resil_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
+    sig = resil2_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
     assert sig.returncode == 0, sig.stderr
     wait_for(
         "the slow save", lambda: any(e["event"] == "saving" for e in events(read(log_path))), 60
     )
-    cut = resil_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"])
+    cut = resil2_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"])
     assert cut.returncode == 0, cut.stderr
     wait_for(
         "the requeue at the limit's TERM",
@@ -345,9 +359,9 @@ def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
         150,
     )
     # the requeued attempt gets a limit it can finish in
-    back = resil_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"])
+    back = resil2_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"])
     assert back.returncode == 0, back.stderr
-    rec = wait_done(resil_lab, job_id, timeout=300)
+    rec = wait_done(resil2_lab, job_id, timeout=300)
     log = log_path.read_text()
     ev = events(log)
     assert rec["JobState"] == "COMPLETED", log[-3000:]
@@ -367,7 +381,7 @@ def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
 
 
 def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
-    resil_lab: SlurmLab, tmp_path: Path
+    resil2_lab: SlurmLab, tmp_path: Path
 ) -> None:
     """15.4: slurmctld stopped, then the step fails: no node is judged, and the requeue is retried
     until slurmctld is back and recorded only once it has happened; the next attempt finishes.
@@ -381,7 +395,7 @@ def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
     total, every = 40, 5
     trigger = tmp_path / "fail-now"
     job_id = submit(
-        resil_lab,
+        resil2_lab,
         tmp_path,
         *FAST,
         "resilience.max_restarts=2",
@@ -396,8 +410,8 @@ def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
         lambda: any(e["event"] == "checkpoint" for e in events(read(log_path))),
         120,
     )
-    nodes = resil_lab.hostnames(job(resil_lab, job_id)["NodeList"])
-    pid = int((resil_lab.lab_dir / "run" / "slurmctld.pid").read_text())
+    nodes = resil2_lab.hostnames(job(resil2_lab, job_id)["NodeList"])
+    pid = int((resil2_lab.lab_dir / "run" / "slurmctld.pid").read_text())
     try:
         os.kill(pid, signal.SIGTERM)
         wait_for("slurmctld to stop", lambda: not Path(f"/proc/{pid}").exists(), 60)
@@ -416,7 +430,7 @@ def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
         up = RESIL.command("ctld-start", timeout=120)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "started again" in up.stdout, up.stdout
-    rec = wait_done(resil_lab, job_id, timeout=300)
+    rec = wait_done(resil2_lab, job_id, timeout=300)
     log = log_path.read_text()
     ev = events(log)
     assert rec["JobState"] == "COMPLETED", log[-3000:]
@@ -432,13 +446,13 @@ def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
     assert "unresponsive" not in state, state
     for node in nodes:  # no node was judged while slurmctld was away
         rec_n = parse_scontrol_record(
-            resil_lab.run(["scontrol", "show", "node", "-o", node]).stdout
+            resil2_lab.run(["scontrol", "show", "node", "-o", node]).stdout
         )
         assert "DOWN" not in rec_n["State"], rec_n
         assert "DRAIN" not in rec_n["State"], rec_n
 
 
-def test_restart_cap_ends_failed_with_its_reason(resil_lab: SlurmLab, tmp_path: Path) -> None:
+def test_restart_cap_ends_failed_with_its_reason(resil2_lab: SlurmLab, tmp_path: Path) -> None:
     """15.1: a step that keeps failing with a retryable exit is requeued up to
     ``resilience.max_restarts`` and then the job ends FAILED (never COMPLETED 0:0, so
     ``--wait`` and ``afterok`` see a failure), with ``give-up`` in the state file and in
@@ -446,14 +460,14 @@ def test_restart_cap_ends_failed_with_its_reason(resil_lab: SlurmLab, tmp_path: 
     trigger = tmp_path / "fail-always"
     trigger.touch()
     job_id = submit(
-        resil_lab,
+        resil2_lab,
         tmp_path,
         *FAST,
         "resilience.max_restarts=1",
         "resilience.retry_exit_codes=[1]",
         f"launcher.args=[--steps, '20', --fail-if, '{trigger}']",
     )
-    rec = wait_done(resil_lab, job_id, timeout=300)
+    rec = wait_done(resil2_lab, job_id, timeout=300)
     log = (tmp_path / "logs" / f"quickstart_{job_id}.out").read_text()
     assert rec["JobState"] == "FAILED", log[-3000:]
     assert rec["ExitCode"] != "0:0"
@@ -461,7 +475,7 @@ def test_restart_cap_ends_failed_with_its_reason(resil_lab: SlurmLab, tmp_path: 
     state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
     assert "restart=0 event=requeue step failed with exit 1" in state, state
     assert "restart=1 event=give-up restart cap 1 reached: step failed with exit 1" in state
-    st = resil_lab.slurmfm("status", job_id, "--json")
+    st = resil2_lab.slurmfm("status", job_id, "--json")
     assert st.returncode == 0, st.stderr
     info = json.loads(st.stdout)
     assert info["state"] == "FAILED"
