@@ -427,7 +427,7 @@ def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
         assert "event=requeue" not in away, away
         assert "event=fail" not in away, away
     finally:
-        up = RESIL.command("ctld-start", timeout=120)
+        up = RESIL2.command("ctld-start", timeout=120)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "started again" in up.stdout, up.stdout
     rec = wait_done(resil2_lab, job_id, timeout=300)
