@@ -320,7 +320,9 @@ class SlurmLab:
             if proc.returncode == 0:
                 fields = dict(tok.split("=", 1) for tok in proc.stdout.split() if "=" in tok)
                 state = fields.get("JobState", "")
-                if state not in {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", ""}:
+                # SIGNALING: Slurm is delivering a signal to the running job (not an end)
+                running = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", ""}
+                if state not in running:
                     return fields
             time.sleep(0.2)
         raise TimeoutError(f"job {job_id} not finished after {timeout}s: {fields}")
