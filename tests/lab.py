@@ -224,6 +224,36 @@ def last_attempt_ranks(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     return [last[r] for r in sorted(last)]
 
 
+def read_text(path: Path) -> str:
+    """A file's text, or "" while a job has not created it yet."""
+    return path.read_text() if path.exists() else ""
+
+
+def wait_until(
+    what: str, check: Callable[[], bool], timeout: float, shown: Callable[[], str] = lambda: ""
+) -> None:
+    """Poll ``check`` every quarter second until it holds; fail naming ``what`` after ``timeout``.
+
+    Why one helper: real tests wait on what a job writes (a log line, a state-file event, a
+    Slurm field), never a fixed sleep; ``shown`` adds what was seen last (a log tail) to the
+    failure so a timeout explains itself.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"not seen within {timeout} s: {what}\n{shown()[-3000:]}")
+
+
+def wait_for_text(path: Path, text: str, timeout: float) -> str:
+    """Wait until ``text`` is in the file at ``path``; return the file's text."""
+    wait_until(
+        f"{text!r} in {path}", lambda: text in read_text(path), timeout, lambda: read_text(path)
+    )
+    return read_text(path)
+
+
 def slurm_required() -> bool:
     return os.environ.get("SLURMFM_REQUIRE_SLURM", "") == "1"
 

@@ -11,27 +11,15 @@ it. Neither job needs to train: the payload only has to be running.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
-from lab import SlurmLab
+from lab import SlurmLab, wait_for_text
 from resilience.test_real_slurm_resilience import submit, wait_done
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
 LONG = "launcher.args=[--steps, '100000', --checkpoint-every, '1000', --sleep, '0.5']"
-
-
-def wait_for(path: Path, text: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    seen = ""
-    while time.monotonic() < deadline:
-        seen = path.read_text() if path.exists() else ""
-        if text in seen:
-            return seen
-        time.sleep(0.5)
-    raise AssertionError(f"{text!r} not in {path} after {timeout} s:\n{seen[-3000:]}")
 
 
 def test_operator_requeue_and_scancel_leave_their_reasons(
@@ -43,12 +31,12 @@ def test_operator_requeue_and_scancel_leave_their_reasons(
     logs = tmp_path / "logs"
     for job_id in (requeued, cancelled):
         # the runtime handles TERM once it printed the launch
-        wait_for(logs / f"quickstart_{job_id}.out", "slurmfm: launch: ", 180)
+        wait_for_text(logs / f"quickstart_{job_id}.out", "slurmfm: launch: ", 180)
 
     assert slurm_lab.run(["scontrol", "requeue", requeued]).returncode == 0
     assert slurm_lab.run(["scancel", cancelled]).returncode == 0
 
-    state = wait_for(logs / f"quickstart_{cancelled}.state", " event=stop ", 60)
+    state = wait_for_text(logs / f"quickstart_{cancelled}.state", " event=stop ", 60)
     assert (
         " restart=0 event=stop cancelled (scancel by the owner or an admin) "
         "(Slurm: JobState=COMPLETING Reason=None Restarts=0)"
@@ -60,13 +48,13 @@ def test_operator_requeue_and_scancel_leave_their_reasons(
     assert "cancelled (scancel by the owner or an admin)" in " ".join(st.stdout.split())
 
     path = logs / f"quickstart_{requeued}.state"
-    state = wait_for(path, " restart=0 event=stop ", 60)
+    state = wait_for_text(path, " restart=0 event=stop ", 60)
     assert (
         " restart=0 event=stop requeued by Slurm or an operator (scontrol requeue, preemption, "
         "a failed node) (Slurm: JobState=COMPLETING Reason=None Restarts=1)"
     ) in state, state
     # The requeued job starts again once the credential lifetime has passed (lab: 10 s).
-    state = wait_for(path, " restart=1 event=restart ", 120)
+    state = wait_for_text(path, " restart=1 event=restart ", 120)
     line = next(x for x in state.splitlines() if " restart=1 event=restart " in x)
     assert "requeued by Slurm or an operator (not by slurmfm): " in line
     assert "the last attempt recorded at its TERM: requeued by Slurm or an operator" in line

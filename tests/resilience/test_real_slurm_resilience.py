@@ -20,12 +20,12 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import OwnLab, SlurmLab, own_lab_fixture
+from lab import OwnLab, SlurmLab, own_lab_fixture, read_text, wait_for_text, wait_until
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -131,14 +131,7 @@ def test_time_limit_save_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> 
     # to finish: how many 2-minute attempts 240 steps need depends on how fast torch starts on a
     # loaded machine, and past the restart cap the job rightly ends FAILED (issue 15 item 1).
     state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline:
-        text = state_path.read_text() if state_path.exists() else ""
-        if "event=requeue saved before the time limit" in text:
-            break
-        time.sleep(1)
-    else:
-        pytest.fail(f"no requeue after a pre-timeout save within 400 s:\n{text}")
+    wait_for_text(state_path, "event=requeue saved before the time limit", 400)
     upd = resil_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"])
     assert upd.returncode == 0, upd.stderr
     rec = wait_done(resil_lab, job_id, timeout=900)
@@ -183,14 +176,12 @@ def test_finished_short_run_resubmitted_with_more_steps_trains_on(
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '20', --sleep, '0.1']",
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:  # training under way past the old run's 20 steps
-        text = log_path.read_text() if log_path.exists() else ""
-        if any(e["event"] == "step" and e["step"] > 20 for e in events(text)):
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(f"the job never trained past step 20:\n{text[-3000:]}")
+    wait_until(
+        "training past the old run's 20 steps",
+        lambda: any(e["event"] == "step" and e["step"] > 20 for e in events(read_text(log_path))),
+        240,
+        lambda: read_text(log_path),
+    )
     sig = resil_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
     assert sig.returncode == 0, sig.stderr
     rec = wait_done(resil_lab, job_id, timeout=400)
@@ -236,14 +227,15 @@ def test_node_death_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> None:
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2']",
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        text = log_path.read_text() if log_path.exists() else ""
-        if any(e["event"] == "checkpoint" and e["step"] >= 2 * every for e in events(text)):
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError("the job never wrote a checkpoint")
+    wait_until(
+        f"a checkpoint at step {2 * every} or later",
+        lambda: any(
+            e["event"] == "checkpoint" and e["step"] >= 2 * every
+            for e in events(read_text(log_path))
+        ),
+        180,
+        lambda: read_text(log_path),
+    )
     rec = job(resil_lab, job_id)
     nodes = resil_lab.hostnames(rec["NodeList"])
     victim = next(n for n in nodes if n != rec["BatchHost"])
@@ -298,19 +290,6 @@ def test_preflight_refuses_and_queues_nothing(
     assert resil_lab.run(["squeue", "-h", "-o", "%i"]).stdout.split() == before
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"not seen within {timeout} s: {what}")
-
-
-def read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
-
 def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
     resil2_lab: SlurmLab, tmp_path: Path
 ) -> None:
@@ -341,21 +320,23 @@ def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
-    wait_for(
+    wait_until(
         "a periodic checkpoint",
-        lambda: any(e["event"] == "checkpoint" for e in events(read(log_path))),
+        lambda: any(e["event"] == "checkpoint" for e in events(read_text(log_path))),
         120,
     )
     sig = resil2_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
     assert sig.returncode == 0, sig.stderr
-    wait_for(
-        "the slow save", lambda: any(e["event"] == "saving" for e in events(read(log_path))), 60
+    wait_until(
+        "the slow save",
+        lambda: any(e["event"] == "saving" for e in events(read_text(log_path))),
+        60,
     )
     cut = resil2_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"])
     assert cut.returncode == 0, cut.stderr
-    wait_for(
+    wait_until(
         "the requeue at the limit's TERM",
-        lambda: "event=requeue the step outlasted the save window" in read(state_path),
+        lambda: "event=requeue the step outlasted the save window" in read_text(state_path),
         150,
     )
     # the requeued attempt gets a limit it can finish in
@@ -405,25 +386,25 @@ def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
-    wait_for(
+    wait_until(
         "a periodic checkpoint",
-        lambda: any(e["event"] == "checkpoint" for e in events(read(log_path))),
+        lambda: any(e["event"] == "checkpoint" for e in events(read_text(log_path))),
         120,
     )
     nodes = resil2_lab.hostnames(job(resil2_lab, job_id)["NodeList"])
     pid = int((resil2_lab.lab_dir / "run" / "slurmctld.pid").read_text())
     try:
         os.kill(pid, signal.SIGTERM)
-        wait_for("slurmctld to stop", lambda: not Path(f"/proc/{pid}").exists(), 60)
+        wait_until("slurmctld to stop", lambda: not Path(f"/proc/{pid}").exists(), 60)
         trigger.touch()
-        wait_for(
+        wait_until(
             "the runtime to find slurmctld away and try to requeue",
-            lambda: f"requeueing job {job_id}: step failed with exit 1" in read(log_path),
+            lambda: f"requeueing job {job_id}: step failed with exit 1" in read_text(log_path),
             120,
         )
-        assert "slurmctld does not answer; not judging the nodes" in read(log_path)
+        assert "slurmctld does not answer; not judging the nodes" in read_text(log_path)
         trigger.unlink()
-        away = read(state_path)
+        away = read_text(state_path)
         assert "event=requeue" not in away, away
         assert "event=fail" not in away, away
     finally:
