@@ -67,6 +67,8 @@ class Batch:
         self.popen = popen
         self.clock = clock
         self.sleep = sleep
+        # A requeue, a release, a Requeue=0: retried while slurmctld is away (issue 15.4).
+        self.retry = sl.Retry(opts.requeue_tries, opts.requeue_delay_s, sleep=sleep)
         self.restart = int(self.env.get("SLURM_RESTART_COUNT", "0") or 0)
         log_dir = self.env.get("SLURMFM_LOG_DIR", ".")
         self.state = StateFile(
@@ -110,14 +112,7 @@ class Batch:
             with term_ignored():
                 # requeuehold makes slurmd TERM this job at once; the update and release that
                 # follow must not die with it (the children inherit the ignored TERM).
-                ok, why, note = sl.requeue_excluding(
-                    me,
-                    exclude,
-                    self.run,
-                    self.sleep,
-                    self.o.requeue_tries,
-                    self.o.requeue_delay_s,
-                )
+                ok, why, note = sl.requeue_excluding(me, exclude, self.run, self.retry)
                 if ok:
                     # Still under the ignored TERM: the TERM the requeue brings must find
                     # the requeue recorded, or the next attempt would take it for one
@@ -539,9 +534,7 @@ class Batch:
         if rc != 0 and self.o.expedite and not self.requeued:
             # --requeue=expedite would requeue this job held (sl.no_requeue says why)
             me = sl.self_id(self.env)
-            if not sl.no_requeue(
-                me, self.run, self.sleep, self.o.requeue_tries, self.o.requeue_delay_s
-            ):
+            if not sl.no_requeue(me, self.run, self.retry):
                 log(f"could not set Requeue=0 on job {me}: Slurm may hold it requeued", err=True)
         return rc
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .health import run_command
 
@@ -33,37 +33,40 @@ def controller_up(run: Runner = run_command, timeout_s: float = 20.0) -> bool:
     return rc == 0 and "UP" in out
 
 
-def requeue(
-    job: str,
-    run: Runner = run_command,
-    sleep: Callable[[float], None] = time.sleep,
-    tries: int = 3,
-    delay_s: float = 10.0,
-    timeout_s: float = 30.0,
-) -> tuple[bool, str]:
-    """``scontrol requeue JOB``, retried while slurmctld does not answer."""
-    ok, out = _retried(["scontrol", "requeue", job], run, sleep, tries, delay_s, timeout_s)
-    return (True, "") if ok else (False, _last(out, "scontrol requeue"))
+class Retry(NamedTuple):
+    """How a state-changing ``scontrol`` call is retried while slurmctld does not answer.
+
+    Why retried at all: slurmctld may be away for a moment (a restart, a failover), and a
+    requeue that fails then would end the job with restarts left (issue 15 item 4).
+    ``sleep`` is injected so the unit tests wait for nothing.
+    """
+
+    tries: int = 3
+    delay_s: float = 10.0
+    timeout_s: float = 30.0
+    sleep: Callable[[float], None] = time.sleep
 
 
-def _retried(
-    argv: Sequence[str],
-    run: Runner,
-    sleep: Callable[[float], None],
-    tries: int,
-    delay_s: float,
-    timeout_s: float,
-) -> tuple[bool, str]:
-    """Run an ``scontrol`` call until it succeeds, at most ``tries`` times, ``delay_s`` apart
-    (slurmctld may be away for a moment: a restart or a failover); (succeeded, last output)."""
+DEFAULT_RETRY = Retry()
+
+
+def _retried(argv: Sequence[str], run: Runner, retry: Retry) -> tuple[bool, str]:
+    """Run an ``scontrol`` call until it succeeds, at most ``retry.tries`` times,
+    ``retry.delay_s`` apart; (succeeded, last output)."""
     out = ""
-    for i in range(max(1, tries)):
-        rc, out = run(list(argv), timeout_s)
+    for i in range(max(1, retry.tries)):
+        rc, out = run(list(argv), retry.timeout_s)
         if rc == 0:
             return True, out
-        if i + 1 < tries:
-            sleep(delay_s)
+        if i + 1 < retry.tries:
+            retry.sleep(retry.delay_s)
     return False, out
+
+
+def requeue(job: str, run: Runner = run_command, retry: Retry = DEFAULT_RETRY) -> tuple[bool, str]:
+    """``scontrol requeue JOB``, retried while slurmctld does not answer."""
+    ok, out = _retried(["scontrol", "requeue", job], run, retry)
+    return (True, "") if ok else (False, _last(out, "scontrol requeue"))
 
 
 def job_record(job: str, run: Runner = run_command, timeout_s: float = 30.0) -> dict[str, str]:
@@ -89,13 +92,7 @@ def _listed(value: str) -> bool:
 
 
 def requeue_excluding(
-    job: str,
-    nodes: Sequence[str],
-    run: Runner = run_command,
-    sleep: Callable[[float], None] = time.sleep,
-    tries: int = 3,
-    delay_s: float = 10.0,
-    timeout_s: float = 30.0,
+    job: str, nodes: Sequence[str], run: Runner = run_command, retry: Retry = DEFAULT_RETRY
 ) -> tuple[bool, str, str]:
     """Requeue ``job`` so that it cannot start again on ``nodes``; (requeued, why, note).
 
@@ -110,14 +107,15 @@ def requeue_excluding(
     ``note`` says what happened to the exclusion, for the log and the state file.
     """
     if not nodes:
-        ok, why = requeue(job, run, sleep, tries, delay_s, timeout_s)
+        ok, why = requeue(job, run, retry)
         return ok, why, ""
-    held, out = _retried(["scontrol", "requeuehold", job], run, sleep, tries, delay_s, timeout_s)
+    held, out = _retried(["scontrol", "requeuehold", job], run, retry)
     if not held:
         last = _last(out, "scontrol requeuehold")
-        ok, why = requeue(job, run, sleep, tries, delay_s, timeout_s)
+        ok, why = requeue(job, run, retry)
         return ok, why, f"not excluded ({last})"
     bad = list(dict.fromkeys(nodes))
+    timeout_s = retry.timeout_s
     rec = job_record(job, run, timeout_s)
     exc = rec.get("ExcNodeList", "")
     update = ["scontrol", "update", "JobId=" + job]
@@ -132,21 +130,14 @@ def requeue_excluding(
     update.append("ExcNodeList=" + ",".join(([exc] if _listed(exc) else []) + bad))
     rc, out = run(update, timeout_s)
     note = "excluded " + ",".join(bad) if rc == 0 else f"not excluded ({_last(out, 'update')})"
-    released, out = _retried(["scontrol", "release", job], run, sleep, tries, delay_s, timeout_s)
+    released, out = _retried(["scontrol", "release", job], run, retry)
     if not released:
         last = _last(out, "scontrol release")
         return True, "", f"{note}; the job is held: scontrol release {job} ({last})"
     return True, "", note
 
 
-def no_requeue(
-    job: str,
-    run: Runner = run_command,
-    sleep: Callable[[float], None] = time.sleep,
-    tries: int = 3,
-    delay_s: float = 10.0,
-    timeout_s: float = 30.0,
-) -> bool:
+def no_requeue(job: str, run: Runner = run_command, retry: Retry = DEFAULT_RETRY) -> bool:
     """``scontrol update JobId=JOB Requeue=0``: a job that ends itself stays ended.
 
     Why: a job submitted with ``--requeue=expedite`` (Slurm 25.11+) whose batch script exits
@@ -154,9 +145,7 @@ def no_requeue(
     slurmfm gave up on would never end and its ``afternotok`` stages never start. With
     Requeue=0 set first it ends FAILED (checked on the same lab).
     """
-    ok, _ = _retried(
-        ["scontrol", "update", "JobId=" + job, "Requeue=0"], run, sleep, tries, delay_s, timeout_s
-    )
+    ok, _ = _retried(["scontrol", "update", "JobId=" + job, "Requeue=0"], run, retry)
     return ok
 
 

@@ -79,10 +79,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/36ed3cac05e201de77f9b80fb0e7b7b98ad149243e3d5a65d7e376f50cf2acac.pyz"
-if ! echo "36ed3cac05e201de77f9b80fb0e7b7b98ad149243e3d5a65d7e376f50cf2acac  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232.pyz"
+if ! echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "36ed3cac05e201de77f9b80fb0e7b7b98ad149243e3d5a65d7e376f50cf2acac  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -173,4 +173,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=36ed3cac05e201de77f9b80fb0e7b7b98ad149243e3d5a65d7e376f50cf2acac <base64 zipapp of slurmfm/job, 60120 chars>
+# slurmfm-runtime sha256=7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232 <base64 zipapp of slurmfm/job, 60332 chars>

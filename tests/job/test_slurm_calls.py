@@ -7,6 +7,10 @@ from collections.abc import Sequence
 from slurmfm.job import slurm as sl
 
 
+def NO_WAIT(seconds: float) -> None:
+    """A retry delay that waits for nothing."""
+
+
 class Fake:
     def __init__(self, *answers: tuple[int, str]) -> None:
         self.answers = list(answers)
@@ -27,11 +31,11 @@ def test_requeue_is_retried_while_slurmctld_is_away() -> None:
     """15.4: a requeue that fails is retried; success is only reported after it happened."""
     run = Fake((1, "Unable to contact slurm controller"), (0, ""))
     slept: list[float] = []
-    assert sl.requeue("7", run, slept.append, tries=3, delay_s=2) == (True, "")
+    assert sl.requeue("7", run, sl.Retry(tries=3, delay_s=2, sleep=slept.append)) == (True, "")
     assert run.calls == [["scontrol", "requeue", "7"]] * 2
     assert slept == [2]
     run = Fake(*[(1, "Unable to contact slurm controller")] * 3)
-    ok, why = sl.requeue("7", run, slept.append, tries=3, delay_s=2)
+    ok, why = sl.requeue("7", run, sl.Retry(tries=3, delay_s=2, sleep=slept.append))
     assert not ok
     assert "Unable to contact" in why
 
@@ -74,7 +78,7 @@ def test_pinned_job_is_requeued_off_the_failed_node() -> None:
 
 def test_requeue_hold_refused_falls_back_to_a_plain_requeue() -> None:
     run = Fake(*[(1, "Access/permission denied")] * 2, (0, ""))
-    ok, why, note = sl.requeue_excluding("9", ["n2"], run, lambda s: None, tries=2)
+    ok, why, note = sl.requeue_excluding("9", ["n2"], run, sl.Retry(tries=2, sleep=NO_WAIT))
     assert ok
     assert why == ""
     assert note == "not excluded (Access/permission denied)"
@@ -83,12 +87,22 @@ def test_requeue_hold_refused_falls_back_to_a_plain_requeue() -> None:
 
 def test_held_job_is_released_even_when_the_update_fails() -> None:
     run = Fake((0, ""), (0, "JobId=9 ExcNodeList=(null)"), (1, "Job is no longer pending"))
-    ok, _, note = sl.requeue_excluding("9", ["n2"], run, lambda s: None)
+    ok, _, note = sl.requeue_excluding("9", ["n2"], run, sl.Retry(sleep=NO_WAIT))
     assert ok
     assert note == "not excluded (Job is no longer pending)"
     assert run.calls[-1] == ["scontrol", "release", "9"]
     run = Fake((0, ""), (0, ""), (0, ""), *[(1, "Unable to contact slurm controller")] * 3)
-    ok, _, note = sl.requeue_excluding("9", ["n2"], run, lambda s: None, tries=3)
+    ok, _, note = sl.requeue_excluding("9", ["n2"], run, sl.Retry(tries=3, sleep=NO_WAIT))
     assert ok
     assert "the job is held: scontrol release 9" in note
     assert run.calls[-3:] == [["scontrol", "release", "9"]] * 3  # retried like the requeue
+
+
+def test_requeue_off_is_retried_like_the_requeue() -> None:
+    """``Requeue=0`` before an expedited job gives up is retried while slurmctld is away."""
+    run = Fake((1, "Unable to contact slurm controller"), (0, ""))
+    slept: list[float] = []
+    assert sl.no_requeue("5", run, sl.Retry(tries=2, delay_s=3, sleep=slept.append))
+    assert run.calls == [["scontrol", "update", "JobId=5", "Requeue=0"]] * 2
+    assert slept == [3]
+    assert not sl.no_requeue("5", Fake(*[(1, "denied")] * 2), sl.Retry(tries=2, sleep=NO_WAIT))
