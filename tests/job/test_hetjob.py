@@ -4,14 +4,13 @@ srun; and the rendered scripts run under bash with stub Slurm commands (issue 12
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from stub_bin import stub_bin
 
 from slurmfm.job import hetjob
 from slurmfm.job.batch import Batch
@@ -363,18 +362,8 @@ elif a[:1] == ["ping"]:
 
 @pytest.fixture
 def stubs(tmp_path: Path) -> Path:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name, body in (("srun", SRUN), ("scontrol", SCONTROL)):
-        (bindir / name).write_text(body.replace("#!PYTHON", "#!" + sys.executable, 1))
-        (bindir / name).chmod(0o755)
-    (bindir / "python3").symlink_to(sys.executable)
-    for tool in ("base64", "mv", "sha256sum", "tail", "cut", "mkdir", "stat", "sh", "env"):
-        for d in ("/usr/bin", "/bin"):
-            if os.path.exists(f"{d}/{tool}"):
-                (bindir / tool).symlink_to(f"{d}/{tool}")
-                break
-    return bindir
+    tools = ("base64", "mv", "sha256sum", "tail", "cut", "mkdir", "stat", "sh", "env")
+    return stub_bin(tmp_path / "bin", {"srun": SRUN, "scontrol": SCONTROL}, tools)
 
 
 def run_script(bindir: Path, text: str, tmp: Path, **env: str) -> tuple[int, str, list[Any]]:

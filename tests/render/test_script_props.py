@@ -9,15 +9,14 @@ substitution: had any value been interpreted by the shell, the canary file would
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stub_bin import stub_bin
 
 from slurmfm.errors import RecipeError, SlurmfmError
 from slurmfm.job.hosts import choose_port, ephemeral_range
@@ -51,38 +50,9 @@ done
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("stubs")
-    bindir = root / "bin"
-    bindir.mkdir()
-    for name, body in (("srun", SRUN), ("scontrol", SCONTROL), ("mkdir", MKDIR)):
-        (bindir / name).write_text(body)
-        (bindir / name).chmod(0o755)
-    (bindir / "python3").symlink_to(sys.executable)
-    for tool in (
-        "base64",
-        "mv",
-        "sha256sum",
-        "sed",
-        "head",
-        "sort",
-        "cut",
-        "env",
-        "cat",
-        "uname",
-        "date",
-        "tail",
-        "mktemp",
-        "rm",
-        "stat",
-        "grep",
-        "sleep",
-        "timeout",
-        "df",
-        "awk",
-    ):
-        for d in ("/usr/bin", "/bin"):
-            if os.path.exists(f"{d}/{tool}"):
-                (bindir / tool).symlink_to(f"{d}/{tool}")
-                break
+    tools = ["base64", "mv", "sha256sum", "sed", "head", "sort", "cut", "env", "cat", "uname"]
+    tools += ["date", "tail", "mktemp", "rm", "stat", "grep", "sleep", "timeout", "df", "awk"]
+    stub_bin(root / "bin", {"srun": SRUN, "scontrol": SCONTROL, "mkdir": MKDIR}, tools)
     return root
 
 
