@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import REPO_ROOT, SlurmLab, port_offset, slurm_required, worker_index
+from lab import REPO_ROOT, SlurmLab, port_offset, slurm_required, wait_until, worker_index
 from resilience.test_real_slurm_resilience import events, wait_done
 
 from slurmfm.observe import dashboard
@@ -95,6 +95,15 @@ def prom(path: str, **params: str) -> Any:
     return body["data"]
 
 
+def job_series(metric: str, job_id: str, since: float) -> list[Any]:
+    """Every series of ``metric`` for the job, from ``since`` until now, in 1 s steps."""
+    query = f'{metric}{{jobid="{job_id}"}}'
+    end = str(time.time())
+    return list(
+        prom("/api/v1/query_range", query=query, start=str(since), end=end, step="1")["result"]
+    )
+
+
 def test_job_metrics_dashboard_and_report(
     slurm_lab: SlurmLab, obs_stack: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -137,16 +146,13 @@ def test_job_metrics_dashboard_and_report(
     log = log_path.read_text() if log_path.exists() else ""
     assert rec["JobState"] == "COMPLETED", log[-3000:]
 
-    # --- Prometheus scraped the job's textfile metrics
-    time.sleep(2)
-    series = prom(
-        "/api/v1/query_range",
-        query=f'slurmfm_train_step{{jobid="{job_id}"}}',
-        start=str(t0),
-        end=str(time.time()),
-        step="1",
-    )["result"]
-    assert series, f"no slurmfm_train_step for job {job_id} in Prometheus"
+    # --- Prometheus scraped the job's textfile metrics (its last scrape may follow the job's end)
+    def scraped() -> bool:
+        steps = job_series("slurmfm_train_step", job_id, t0)
+        return bool(steps) and max(float(v) for _, v in steps[0]["values"]) >= 10
+
+    wait_until(f"slurmfm_train_step >= 10 for job {job_id} in Prometheus", scraped, 60)
+    series = job_series("slurmfm_train_step", job_id, t0)
     [s] = series
     labels = s["metric"]
     assert labels["recipe"] == "quickstart"
@@ -161,13 +167,7 @@ def test_job_metrics_dashboard_and_report(
     assert restarts[0]["value"][1] == "1"
     # one textfile per node, each seen at some point of the job's life (an instant query at
     # t_seen missed a node whose agent started late on a loaded machine)
-    nodes = prom(
-        "/api/v1/query_range",
-        query=f'slurmfm_job_info{{jobid="{job_id}"}}',
-        start=str(t0),
-        end=str(time.time()),
-        step="1",
-    )["result"]
+    nodes = job_series("slurmfm_job_info", job_id, t0)
     assert len({r["metric"]["node"] for r in nodes}) == 2
 
     # --- every dashboard query returns this job's series
