@@ -411,6 +411,13 @@ class Batch:
         if self.clock() >= max(self.next_signal, self.step_started + self.o.signal_grace_s):
             with contextlib.suppress(OSError):
                 step.send_signal(signal.SIGUSR2)
+            if self.o.container_forward != "none":
+                # The launch runs in a container, where no runtime runs: a host step on every
+                # node signals the training processes it finds there (node.forward_to_workers).
+                cmd = self.all_nodes_srun("forward", "--signal", self.o.container_forward)
+                rc, out = self.run(cmd[:1] + ["--overlap"] + cmd[1:], self.o.probe_timeout_s)
+                if rc != 0:
+                    log("forwarding SIG%s failed: %s" % (self.o.container_forward, out), err=True)
             self.next_signal = self.clock() + self.o.resignal_s
 
     def start_server(self, argv: Sequence[str]) -> int | None:
@@ -584,7 +591,13 @@ class Batch:
             self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
             if launch_argv:
                 log("launch: " + masked(launch_argv, o.secret, self.env))
-                self.step = self.popen(list(launch_argv), env=self.step_env(launch_argv))
+                inside = in_container(launch_argv)
+                if inside:
+                    # No runtime runs in the container to print it: the command node 0 runs.
+                    log("node 0 runs (in the container): " + masked(inside, o.secret, self.env))
+                # SLURMFM_STEP marks the launch's processes for `forward` (found by environment).
+                env = dict(self.step_env(launch_argv), SLURMFM_STEP="launch")
+                self.step = self.popen(list(launch_argv), env=env)
                 self.step_started = self.clock()
             else:
                 log("launch: " + masked(serve_argv, o.secret, self.env))
@@ -637,6 +650,26 @@ class Batch:
             return self.act(d, recorded, exclude=[] if recorded else undowned)
         finally:
             self.cleanup()
+
+
+CONTAINER_ENTRY = "slurmfm-node"
+
+
+def in_container(argv: Sequence[str]) -> list[str]:
+    """The command a launch in a container runs on node 0, or [] for a launch on the host.
+
+    The rendered container launch is ``srun ... sh -c PROGRAM slurmfm-node COMMAND``, where
+    PROGRAM sets the node rank from the task id (``$SLURM_PROCID``, 0 on node 0) and execs
+    COMMAND (slurmfm.render.script._container_entry).
+    """
+    words = list(argv)
+    if CONTAINER_ENTRY not in words:
+        return []
+    i = words.index(CONTAINER_ENTRY)
+    if i < 2 or words[i - 2] != "-c":
+        return []
+    prefix = ["PET_NODE_RANK=0"] if "PET_NODE_RANK" in words[i - 1] else []
+    return prefix + words[i + 1 :]
 
 
 def retry_codes(spec: str) -> list[int] | None:

@@ -272,6 +272,13 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--nccl-timeout-s", type=float, default=600.0)
     b.add_argument("--save-protocol", type=int, default=1)
     b.add_argument("--resignal-s", type=float, default=10.0)
+    b.add_argument(
+        "--container-forward",
+        default="none",
+        choices=["none", "TERM", "USR2", "INT"],
+        help="a launch in a container: on the save signal, also send this to the training "
+        "processes from a host step on every node (`forward`)",
+    )
     b.add_argument("--signal-grace-s", type=float, default=2.0)
     b.add_argument("--probe-timeout-s", type=float, default=60.0)
     b.add_argument(
@@ -313,6 +320,9 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--ray-nodes", default="1")
     n.add_argument("--ray-timeout-s", default="300")
     _launch_argv(n)
+
+    f = sub.add_parser("forward", help="signal the workers of this node's launch step")
+    f.add_argument("--signal", default="TERM", choices=["TERM", "USR2", "INT"])
 
     _health_options(sub.add_parser("health"), imex_flag=True)
 
@@ -358,6 +368,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         env["SLURMFM_HOST_ORDER"] = env.get(a.order_var, "")
         return node_main(_rest(a.argv), a.prefix, a.forward, ray, env)
+    if a.cmd == "forward":
+        import signal
+
+        from .node import forward_to_workers
+
+        sent = forward_to_workers(env.get("SLURM_JOB_ID", ""), getattr(signal, "SIG" + a.signal))
+        print(
+            "slurmfm: %s: SIG%s to %d training process(es)"
+            % (env.get("SLURMD_NODENAME", "?"), a.signal, len(sent)),
+            flush=True,
+        )
+        return 0
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")
         bad = check_node(

@@ -40,16 +40,69 @@ def children(pid: int, proc: str = "/proc") -> list[int]:
     except (OSError, ValueError):
         pass
     for name in os.listdir(proc) if os.path.isdir(proc) else []:
-        if not name.isdigit():
-            continue
-        try:
-            with open(os.path.join(proc, name, "stat"), encoding="ascii", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[1] == str(pid):
+        if name.isdigit() and parent(int(name), proc) == pid:
             kids.append(int(name))
     return kids
+
+
+def environ(pid: int, proc: str = "/proc") -> dict[str, str]:
+    """The environment ``pid`` was started with (empty when it cannot be read)."""
+    try:
+        with open(os.path.join(proc, str(pid), "environ"), "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, eq, value = item.partition(b"=")
+        if eq:
+            out[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def parent(pid: int, proc: str = "/proc") -> int:
+    """``pid``'s parent (0 when it cannot be read)."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def launch_tops(job: str, proc: str = "/proc") -> list[int]:
+    """This node's launch processes of job ``job``: the processes Slurm started for the
+    launch step (the launcher: torchrun), found by their environment, not by ancestry.
+
+    Why by environment: in a Pyxis container the launcher is not a child of anything the
+    runtime runs on the host, but it still is a host process whose environment holds Slurm's
+    ``SLURM_JOB_ID`` and the runtime's ``SLURMFM_STEP=launch`` (Pyxis passes the host
+    environment into the container). Its children (the workers) carry the same environment;
+    a top is one whose parent does not.
+    """
+    mine = set()
+    for name in os.listdir(proc) if os.path.isdir(proc) else []:
+        if name.isdigit() and int(name) != os.getpid():
+            env = environ(int(name), proc)
+            if env.get("SLURM_JOB_ID") == job and env.get("SLURMFM_STEP") == "launch":
+                mine.add(int(name))
+    return sorted(p for p in mine if parent(p, proc) not in mine)
+
+
+def forward_to_workers(job: str, sig: int, proc: str = "/proc") -> list[int]:
+    """Send ``sig`` to the children of this node's launch processes; the pids signalled.
+
+    The host-side half of the save signal for a launch in a container (README "Containers"):
+    Megatron-LM saves on SIGTERM (``--exit-signal-handler``), which must reach the training
+    processes and not torchrun, which would end them (torch/distributed/elastic/agent/server/
+    api.py: a launcher's TERM stops its workers).
+    """
+    sent: list[int] = []
+    for top in launch_tops(job, proc):
+        for kid in children(top, proc):
+            with contextlib.suppress(OSError):
+                os.kill(kid, sig)
+                sent.append(kid)
+    return sent
 
 
 def exit_code(returncode: int) -> int:

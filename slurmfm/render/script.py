@@ -592,8 +592,43 @@ def _nemo_driver(recipe: Recipe, checkpoint_dir_expr: str) -> str | None:
     )
 
 
+CONTAINER_ENTRY = "slurmfm-node"  # $0 of the program below; the runtime looks for it
+
+
+def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str:
+    """The first program of a training launch in a Pyxis container: fixed POSIX ``sh`` text
+    (no user value), then ``exec`` of the launch command; slurmfm's runtime stays on the host.
+
+    What the per-node entry (``runtime node``) does on the host is done here by the shell
+    every image has, so the image needs no Python of a given version and never runs slurmfm:
+
+    * the save signal: Slurm delivers the USR2 sent to ``srun`` to every process of the step;
+      the launcher ignores it (an ignored signal stays ignored across ``exec``, POSIX
+      execve(2)) and the training processes install their own handler. A TERM for
+      Megatron-LM comes from a host step (``runtime forward``, README "Containers");
+    * the node rank: the launch lays its tasks out in the job's host order
+      (``--distribution=arbitrary``), so the task id says the node's rank; torchrun reads it
+      from ``PET_NODE_RANK`` (pytorch/pytorch:torch/distributed/argparse_util.py: an option
+      with ``action=env`` defaults to ``PET_<DEST>``; ``--node-rank`` is one);
+    * NCCL's network choice logged on node 0 for the runtime's transport check.
+    """
+    # NeMo: one task per GPU, so the node's rank is the task id over the tasks per node.
+    per = "" if tasks_per_node == 1 else f" / {tasks_per_node}"
+    rank = f'"$((SLURM_PROCID{per}))"' if per else '"$SLURM_PROCID"'
+    lines = ['trap "" USR2', f"export SLURMFM_NODE_RANK={rank}"]
+    if torchrun:
+        lines[-1] += f" PET_NODE_RANK={rank}"
+    if nccl_log:
+        lines.append(
+            'if [ "$SLURMFM_NODE_RANK" = 0 ]; then export NCCL_DEBUG=INFO'
+            ' NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi'
+        )
+    lines.append('exec "$@"')
+    return sh_quote("\n".join(lines))
+
+
 def _container_opts(
-    recipe: Recipe, inst: InstanceType, env_names: list[str]
+    recipe: Recipe, inst: InstanceType, env_names: list[str], mount_runtime: bool = True
 ) -> tuple[list[str], list[str]]:
     """Pyxis options for a container step on ``inst``, and warnings.
 
@@ -620,14 +655,14 @@ def _container_opts(
         and not any(m.split(":", 1)[0].rstrip("/") == IMEX_CHANNELS_DIR for m in mounts)
     ):
         mounts.append(IMEX_CHANNELS_DIR)
-    # The per-node entry wraps the launcher, so it runs where the launcher runs: inside the
-    # container, which therefore sees the runtime file (read-only, at the same path).
-    runtime = '"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"'
-    if mounts:
-        listed = sh_quote(",".join(mounts), what="container.mounts")
-        opts.append(f"--container-mounts={listed},{runtime}")
-    else:
-        opts.append(f"--container-mounts={runtime}")
+    # A server step that needs the per-node entry inside the image (vLLM's Ray sequence,
+    # SGLang's node rank) sees the runtime file read-only at the same path; a training launch
+    # runs no runtime in the container (_container_entry) and gets no such mount.
+    mount_list = [sh_quote(",".join(mounts), what="container.mounts")] if mounts else []
+    if mount_runtime:
+        mount_list.append('"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"')
+    if mount_list:
+        opts.append("--container-mounts=" + ",".join(mount_list))
     if c.workdir:
         opts.append(f"--container-workdir={sh_quote(c.workdir, what='container.workdir')}")
     if not c.mount_home:
@@ -920,8 +955,11 @@ def render_script(
     # (first component of the) allocation.
     nodes_expr = '"$SLURMFM_NNODES"' if split else '"$SLURM_JOB_NUM_NODES"'
     nemo = recipe.launcher.kind == "nemo"
-    # --nodes is left out for NeMo: Slurm >= 24.11 refuses it with --distribution=arbitrary.
-    srun = [] if nemo else [f"--nodes={nodes_expr}"]
+    # A training launch in a container runs the launcher itself, not the runtime's per-node
+    # entry (_container_entry); a server sharing the whole allocation keeps the entry.
+    in_container = recipe.container is not None and (serve is None or serve.group != "all")
+    # --nodes is left out with --distribution=arbitrary: Slurm >= 24.11 refuses the two together.
+    srun = [] if nemo or in_container else [f"--nodes={nodes_expr}"]
     if serve is not None and serve.group == "hetjob":
         srun.insert(0, "--het-group=0")
     if nemo:
@@ -939,9 +977,19 @@ def render_script(
                 '--nodelist="$SLURMFM_TASK_NODELIST"',
             ]
         )
+    elif in_container:
+        # One task per node in the host order: the task id is the node rank.
+        srun.extend(
+            [
+                f"--ntasks={nodes_expr}",
+                "--ntasks-per-node=1",
+                "--distribution=arbitrary",
+                '--nodelist="$SLURMFM_NODELIST"',
+            ]
+        )
     else:
         srun.extend([f"--ntasks={nodes_expr}", "--ntasks-per-node=1"])
-    if split and not nemo:  # NeMo's task node list already names the trainer's hosts
+    if split and not nemo and not in_container:  # those node lists name the trainer's hosts
         srun.append('--nodelist="$SLURMFM_NODELIST"')
     srun.append("--kill-on-bad-exit=1")
     observe = _observe(recipe, inst)
@@ -958,7 +1006,10 @@ def render_script(
         srun.append(
             '--output="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}_r${SLURMFM_RESTART}.out"'
         )
-    srun.extend(container_opts)
+    if in_container:
+        srun.extend(_container_opts(recipe, inst, container_env, mount_runtime=False)[0])
+    else:
+        srun.extend(container_opts)
     serve_srun: list[str] = []
     serve_container_opts = container_opts
     het = [comp for comp in components if comp.group == 1]
@@ -1016,6 +1067,10 @@ def render_script(
         nccl_check = "off"
     rf = runtime_file()
     prepare, order_how = _prepare_opts(recipe, placement, serve)
+    # What the training processes get on the save signal besides Slurm's own USR2, which
+    # already reaches every process of the step (a second, late USR2 could hit a worker that
+    # is already exiting): Megatron-LM saves on SIGTERM (--exit-signal-handler).
+    forward = {"megatron": "TERM"}.get(recipe.launcher.kind, "none")
     ctx = {
         "version": __version__,
         "recipe": recipe,
@@ -1032,7 +1087,8 @@ def render_script(
         "run_id": sh_quote(run_id, what="storage.run_id"),
         "prepare_opts": prepare,
         "order_how": order_how,
-        "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve, components),
+        "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve, components)
+        + ([f"--container-forward {forward}"] if in_container and forward != "none" else []),
         "srun_opts": _wrap(srun),
         "argv": argv,
         "prefix": prefix,
@@ -1043,11 +1099,12 @@ def render_script(
         "world": recipe.world_size,
         "nccl_log": nccl_check != "off",
         "observe": observe,
-        # What the per-node entry sends to the launcher's children on the save signal. Slurm
-        # already delivers the USR2 sent to srun to every process of the step, so torchrun
-        # scripts need nothing more (a second, late USR2 could hit a worker that is already
-        # exiting); Megatron-LM saves on SIGTERM (--exit-signal-handler).
-        "forward": {"megatron": "TERM"}.get(recipe.launcher.kind, "none"),
+        "forward": forward,
+        "container_entry": (
+            _container_entry(recipe.procs_per_node if nemo else 1, prefix > 0, nccl_check != "off")
+            if in_container
+            else None
+        ),
         # Heterogeneous components: each one's own profile differences and health
         # expectations, for the runtime to apply per component (empty for one component).
         "components": components,

@@ -79,10 +79,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232.pyz"
-if ! echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b.pyz"
+if ! echo "3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -91,8 +91,17 @@ fi
 slurmfm_env=$(python3 "$SLURMFM_RUNTIME" prepare --stripe 1)
 eval "$slurmfm_env"
 
-# Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory. The runtime runs it, forwards the pre-timeout signal and decides on
-# requeue; each node's entry inserts its rank and prints the final command.
+# In the container (which runs no slurmfm), before the launch command: the node rank is the
+# task id (the tasks follow the host order; torchrun reads PET_NODE_RANK), the launcher ignores
+# the save signal (the training processes handle it), node 0 logs NCCL's network choice.
+# shellcheck disable=SC2016 # expanded by sh in the container, per task
+slurmfm_in_container='trap "" USR2
+export SLURMFM_NODE_RANK="$SLURM_PROCID" PET_NODE_RANK="$SLURM_PROCID"
+if [ "$SLURMFM_NODE_RANK" = 0 ]; then export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi
+exec "$@"'
+
+# Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory.
+# The runtime runs it, forwards the pre-timeout signal and decides on requeue.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --hyperpod 0 \
   --retry-exit none \
@@ -100,13 +109,14 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check megatron:250000 \
   --observe 1 --observe-job-json '{"instance_type": "p5en.48xlarge", "launcher": "megatron", "procs_per_node": 8, "recipe": "llama3-70b-p5en-megatron", "tasks_per_node": 1}' \
-  --secret HF_TOKEN --secret WANDB_API_KEY -- \
-  srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
-  --kill-on-bad-exit=1 --label --container-image=/fsx/containers/megatron-lm.sqsh \
-  --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
+  --secret HF_TOKEN --secret WANDB_API_KEY \
+  --container-forward TERM -- \
+  srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --distribution=arbitrary \
+  --nodelist="$SLURMFM_NODELIST" --kill-on-bad-exit=1 --label \
+  --container-image=/fsx/containers/megatron-lm.sqsh --container-mounts=/fsx:/fsx \
   --container-workdir=/workspace/Megatron-LM --no-container-mount-home \
   --container-env=CUDA_DEVICE_MAX_CONNECTIONS,FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FWD_LAYERNORM_SM_MARGIN,TORCH_NCCL_ASYNC_ERROR_HANDLING,TORCH_NCCL_AVOID_RECORD_STREAMS,WANDB_API_KEY,WANDB_DIR \
-  python3 "$SLURMFM_RUNTIME" node --prefix 3 --forward TERM -- \
+  sh -c "$slurmfm_in_container" slurmfm-node \
   python -m torch.distributed.run \
   --nnodes=16 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   /workspace/Megatron-LM/pretrain_gpt.py \
@@ -173,4 +183,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232 <base64 zipapp of slurmfm/job, 60332 chars>
+# slurmfm-runtime sha256=3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b <base64 zipapp of slurmfm/job, 62240 chars>

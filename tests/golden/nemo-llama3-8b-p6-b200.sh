@@ -74,10 +74,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232.pyz"
-if ! echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b.pyz"
+if ! echo "3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -109,8 +109,17 @@ SLURMFM_NEMO_DRIVER_EOF
 )
 export SLURMFM_NEMO_DRIVER
 
-# Launch: NeMo 2.0 recipe, one Slurm task per GPU. The runtime runs it, forwards the pre-timeout signal and decides on
-# requeue; each node's entry inserts its rank and prints the final command.
+# In the container (which runs no slurmfm), before the launch command: the node rank is the
+# task id (the tasks follow the host order; torchrun reads PET_NODE_RANK), the launcher ignores
+# the save signal (the training processes handle it), node 0 logs NCCL's network choice.
+# shellcheck disable=SC2016 # expanded by sh in the container, per task
+slurmfm_in_container='trap "" USR2
+export SLURMFM_NODE_RANK="$((SLURM_PROCID / 8))"
+if [ "$SLURMFM_NODE_RANK" = 0 ]; then export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi
+exec "$@"'
+
+# Launch: NeMo 2.0 recipe, one Slurm task per GPU.
+# The runtime runs it, forwards the pre-timeout signal and decides on requeue.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --hyperpod 1 \
   --retry-exit none \
@@ -121,11 +130,10 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --secret HF_TOKEN -- \
   srun --auto-resume=1 --ntasks-per-node=8 --ntasks="$SLURMFM_NTASKS" --distribution=arbitrary \
   --nodelist="$SLURMFM_TASK_NODELIST" --kill-on-bad-exit=1 --label \
-  --container-image=/fsx/ubuntu/aws-nemo-25.11.sqsh \
-  --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
+  --container-image=/fsx/ubuntu/aws-nemo-25.11.sqsh --container-mounts=/fsx:/fsx \
   --container-workdir=/fsx/ubuntu --no-container-mount-home \
   --container-env=FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,NEMO_HOME,NVTE_ASYNC_AMAX_REDUCTION,NVTE_DP_AMAX_REDUCE_INTERVAL,TORCH_NCCL_AVOID_RECORD_STREAMS \
-  python3 "$SLURMFM_RUNTIME" node --prefix 0 --forward none -- \
+  sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232 <base64 zipapp of slurmfm/job, 60332 chars>
+# slurmfm-runtime sha256=3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b <base64 zipapp of slurmfm/job, 62240 chars>

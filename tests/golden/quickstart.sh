@@ -39,10 +39,10 @@ export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232.pyz"
-if ! echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b.pyz"
+if ! echo "3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -65,4 +65,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232 <base64 zipapp of slurmfm/job, 60332 chars>
+# slurmfm-runtime sha256=3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b <base64 zipapp of slurmfm/job, 62240 chars>

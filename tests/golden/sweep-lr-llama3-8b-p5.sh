@@ -74,10 +74,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232.pyz"
-if ! echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b.pyz"
+if ! echo "3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -93,8 +93,17 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR"
 slurmfm_env=$(python3 "$SLURMFM_RUNTIME" prepare --stripe 1)
 eval "$slurmfm_env"
 
-# Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory. The runtime runs it, forwards the pre-timeout signal and decides on
-# requeue; each node's entry inserts its rank and prints the final command.
+# In the container (which runs no slurmfm), before the launch command: the node rank is the
+# task id (the tasks follow the host order; torchrun reads PET_NODE_RANK), the launcher ignores
+# the save signal (the training processes handle it), node 0 logs NCCL's network choice.
+# shellcheck disable=SC2016 # expanded by sh in the container, per task
+slurmfm_in_container='trap "" USR2
+export SLURMFM_NODE_RANK="$SLURM_PROCID" PET_NODE_RANK="$SLURM_PROCID"
+if [ "$SLURMFM_NODE_RANK" = 0 ]; then export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi
+exec "$@"'
+
+# Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory.
+# The runtime runs it, forwards the pre-timeout signal and decides on requeue.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --hyperpod 0 \
   --retry-exit none \
@@ -102,13 +111,14 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check megatron:2000 \
   --observe 1 --observe-job-json '{"instance_type": "p5.48xlarge", "launcher": "megatron", "procs_per_node": 8, "recipe": "sweep-lr-llama3-8b-p5", "tasks_per_node": 1}' \
-  --secret HF_TOKEN --secret WANDB_API_KEY -- \
-  srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
-  --kill-on-bad-exit=1 --label --container-image=/fsx/containers/megatron-lm.sqsh \
-  --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
+  --secret HF_TOKEN --secret WANDB_API_KEY \
+  --container-forward TERM -- \
+  srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --distribution=arbitrary \
+  --nodelist="$SLURMFM_NODELIST" --kill-on-bad-exit=1 --label \
+  --container-image=/fsx/containers/megatron-lm.sqsh --container-mounts=/fsx:/fsx \
   --container-workdir=/workspace/Megatron-LM --no-container-mount-home \
   --container-env=CUDA_DEVICE_MAX_CONNECTIONS,FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,TORCH_NCCL_ASYNC_ERROR_HANDLING,WANDB_API_KEY \
-  python3 "$SLURMFM_RUNTIME" node --prefix 3 --forward TERM -- \
+  sh -c "$slurmfm_in_container" slurmfm-node \
   python -m torch.distributed.run \
   --nnodes=2 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   /workspace/Megatron-LM/pretrain_gpt.py \
@@ -139,4 +149,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t0"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":1,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t1"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":2,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t2"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":3,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t3"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t3"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":4,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t4"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t4"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":5,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t5"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t5"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"}]}
-# slurmfm-runtime sha256=7a7b8f08571a208d1ddfa7e9639f4ff2d1a032e12d9b76bd649ad6b56d122232 <base64 zipapp of slurmfm/job, 60332 chars>
+# slurmfm-runtime sha256=3a1ffb0e04ee38a4cbe8020b2039b33631b52038476a2efe9eacd73d0c31093b <base64 zipapp of slurmfm/job, 62240 chars>

@@ -610,3 +610,52 @@ def test_an_expedited_job_that_ends_itself_is_not_requeued_held(
         slurm = Slurm()
         assert go(make(tmp_path / end, Step(rc), slurm, "--expedite", expedite)) == 0
         assert unset not in slurm.calls
+
+
+def test_container_launch_gets_the_forward_from_a_host_step(tmp_path: Path) -> None:
+    """A launch in a container (no runtime there): with each save signal to the step, one
+    host step on every node (`forward`, --overlap beside the launch) TERMs the workers."""
+    now = [100.0]
+    step = Step(0)
+    slurm = Slurm()
+    b = make(tmp_path, step, slurm, "--signal-grace-s", "0", "--container-forward", "TERM")
+    b.clock = lambda: now[0]
+    b.step, b.step_started = step, 100.0  # type: ignore[assignment]
+    b.on_usr2(signal.SIGUSR2, None)
+    b.forward_signal()
+    assert step.signals == [signal.SIGUSR2]
+    fwd = [c for c in slurm.calls if "forward" in c]
+    assert fwd == [
+        [
+            "srun",
+            "--overlap",
+            "--nodes=2",
+            "--ntasks=2",
+            "--ntasks-per-node=1",
+            "python3",
+            "rt.pyz",
+            "forward",
+            "--signal",
+            "TERM",
+        ]
+    ]
+
+
+def test_container_launch_logs_what_node_0_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slurmfm.job.batch import in_container
+
+    program = 'trap "" USR2\nexport SLURMFM_NODE_RANK="$SLURM_PROCID" PET_NODE_RANK="$SLURM_PROCID"'
+    argv = ["srun", "--container-image=i", "sh", "-c", program, "slurmfm-node", "python3", "-m"]
+    assert in_container(argv) == ["PET_NODE_RANK=0", "python3", "-m"]
+    assert in_container(["srun", "python3", "rt.pyz", "node", "--", "x"]) == []
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--secret", "HF_TOKEN")
+    b.launch = [*argv[:6], "python3", "train.py", "--token=s3cr3t"]  # type: ignore[attr-defined]
+    assert go(b) == 0
+    out = capsys.readouterr().out
+    assert (
+        "node 0 runs (in the container): PET_NODE_RANK=0 python3 train.py '--token=<secret>'" in out
+    )
+    assert "s3cr3t" not in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -200,3 +201,56 @@ def test_node_entry_takes_its_own_nodeaddr_for_ray(tmp_path: Path) -> None:
     assert out.read_text() == (
         "start --address=10.0.0.1:6379 --node-ip-address=10.0.0.2 --block VLLM_HOST_IP=10.0.0.2\n"
     )
+
+
+def test_container_program_then_host_forward(tmp_path: Path) -> None:
+    """Issue 11, a launch in a container: the rendered ``sh`` program (no slurmfm in the
+    image) gives the launcher its node rank from the task id and the ignored USR2; the host
+    step ``runtime forward`` finds the launch by its environment and TERMs its children only."""
+    from slurmfm.render.script import CONTAINER_ENTRY, _container_entry
+
+    (tmp_path / "launcher.py").write_text(LAUNCHER)
+    program = shlex.split(_container_entry(1, torchrun=True, nccl_log=False))[0]
+    job = f"t{os.getpid()}"  # no other process on this machine has this job id
+    env = {**os.environ, "OUT": str(tmp_path), "SLURM_JOB_ID": job, "SLURM_PROCID": "2"}
+    argv = ["sh", "-c", program, CONTAINER_ENTRY, sys.executable, str(tmp_path / "launcher.py")]
+    proc = subprocess.Popen([*argv, "--x"], env={**env, "SLURMFM_STEP": "launch"}, text=True)
+    try:
+        wait_for(tmp_path / "ready", proc)
+        lines = (tmp_path / "launcher").read_text().splitlines()
+        assert lines == ["--x", "usr2=True", "rank=2"]
+        assert node.launch_tops(job) == [proc.pid]  # sh exec'd the launcher: same process
+        fwd = subprocess.run(
+            [sys.executable, "-m", "slurmfm.job", "forward", "--signal", "TERM"],
+            env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert "SIGTERM to 1 training process(es)" in fwd.stdout
+        assert proc.wait(timeout=60) == 0  # the launcher ended with its worker, not by TERM
+        assert (tmp_path / "worker").read_text() == "SIGTERM"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_launch_tops_from_a_fake_proc(tmp_path: Path) -> None:
+    """Only processes of this job's launch step count; a top is one whose parent is not."""
+
+    def pid(n: int, ppid: int, env: dict[str, str]) -> None:
+        d = tmp_path / str(n)
+        d.mkdir()
+        (d / "stat").write_text(f"{n} (python3 (x)) S {ppid} 1 1 0")
+        (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+
+    launch = {"SLURM_JOB_ID": "9", "SLURMFM_STEP": "launch"}
+    pid(10, 1, launch)  # torchrun
+    pid(11, 10, launch)  # its workers
+    pid(12, 10, launch)
+    pid(20, 1, {"SLURM_JOB_ID": "9"})  # the agent step of the same job
+    pid(30, 1, {"SLURM_JOB_ID": "8", "SLURMFM_STEP": "launch"})  # another job
+    assert node.launch_tops("9", str(tmp_path)) == [10]
+    assert sorted(children(10, str(tmp_path))) == [11, 12]
+    assert node.environ(99, str(tmp_path)) == {}

@@ -30,9 +30,16 @@ import json, os, subprocess, sys
 args = sys.argv[1:]
 if "-w" in args:
     sys.exit(0)
+with open(os.environ["STUB_OUT"] + "/srun.calls", "a") as fh:
+    fh.write(json.dumps(args) + "\n")
 image, named, i = None, set(), 0
+hosts = os.environ["FAKE_HOSTS"].split()
+arbitrary = "--distribution=arbitrary" in args
 while i < len(args) and args[i].startswith("-"):
     a = args[i]
+    if a.startswith("--nodelist=") and arbitrary:
+        # srun(1) --distribution=arbitrary: task i runs on the i-th name of the node list
+        hosts = a.split("=", 1)[1].split(",")
     if a.startswith("--container-image="):
         image = a.split("=", 1)[1]
     elif a.startswith("--container-env="):
@@ -48,7 +55,7 @@ if image is not None:
             if name not in named:
                 env[name] = value
 rc = 0
-for rank, host in enumerate(os.environ["FAKE_HOSTS"].split()):
+for rank, host in enumerate(hosts):
     e = dict(env, SLURMD_NODENAME=host, SLURM_PROCID=str(rank), SLURM_NODEID=str(rank))
     rc = max(rc, subprocess.call(cmd, env=e))
 sys.exit(rc)
@@ -103,7 +110,7 @@ def _recipe(tmp: Path, container: dict[str, Any]) -> Any:
     )
 
 
-def _run(tmp: Path, text: str) -> dict[str, dict[str, str | None]]:
+def _run(tmp: Path, text: str, watch: str = "") -> dict[str, dict[str, str | None]]:
     bindir = tmp / "bin"
     bindir.mkdir()
     out = tmp / "out"
@@ -122,7 +129,7 @@ def _run(tmp: Path, text: str) -> dict[str, dict[str, str | None]]:
         "FAKE_HOSTS": hosts,
         "FAKE_IMAGES": str(tmp / "images.json"),
         "FAKE_WATCH": ",".join(
-            sorted({*IMAGE_ENV, *RECIPE_ENV, "FI_PROVIDER", "NCCL_SOCKET_IFNAME"})
+            sorted({*IMAGE_ENV, *RECIPE_ENV, "FI_PROVIDER", "NCCL_SOCKET_IFNAME", *watch.split()})
         ),
         "SLURM_JOB_NODELIST": "n1,n2",
         "SLURM_JOB_NUM_NODES": "2",
@@ -180,3 +187,24 @@ def test_bad_pyxis_version_is_a_recipe_error(tmp_path: Path) -> None:
 
     with pytest.raises((ValueError, SlurmfmError), match="pyxis"):
         _recipe(tmp_path, {"pyxis": "new"})
+
+
+def test_the_launch_in_a_container_runs_no_slurmfm_and_ranks_follow_the_host_order(
+    tmp_path: Path,
+) -> None:
+    """Issue 11: a training launch in a container runs the launcher itself, never the job
+    runtime: the tasks follow the planned host order (``--distribution=arbitrary``), so each
+    node's rank is its task id, which torchrun reads from ``PET_NODE_RANK``."""
+    from slurmfm.plan.types import Placement
+
+    r = _recipe(tmp_path, {})
+    rendered = render_script(r, Target.for_recipe(r, "24.11"), Placement(nodes=("n2", "n1")))
+    seen = _run(tmp_path, rendered.text, "SLURMFM_NODE_RANK PET_NODE_RANK SLURMD_NODENAME")
+    assert seen["n2"]["PET_NODE_RANK"] == seen["n2"]["SLURMFM_NODE_RANK"] == "0"
+    assert seen["n1"]["PET_NODE_RANK"] == seen["n1"]["SLURMFM_NODE_RANK"] == "1"
+    calls = [json.loads(x) for x in (tmp_path / "out" / "srun.calls").read_text().splitlines()]
+    (launch,) = [c for c in calls if any(w.startswith("--container-image=") for w in c)]
+    assert "--distribution=arbitrary" in launch
+    assert "--nodelist=n2,n1" in launch
+    # the runtime (a .pyz file) is neither run nor mounted in the container
+    assert not any(".pyz" in w for w in launch), launch

@@ -22,10 +22,8 @@ def launch_line(text: str) -> str:
     """The training srun command (backslash continuations joined), as the runtime runs it."""
     joined = text.replace("\\\n", " ")
     # the launch srun is the argv of the runtime's batch step: `exec python3 ... batch ... --
-    # srun ... python3 "$SLURMFM_RUNTIME" node --prefix N ...`
-    (line,) = [
-        ln for ln in joined.splitlines() if ln.startswith("exec ") and " node --prefix " in ln
-    ]
+    # srun ... python3 "$SLURMFM_RUNTIME" node --prefix N ...` (in a container: `sh -c ...`)
+    (line,) = [ln for ln in joined.splitlines() if ln.startswith("exec ") and " srun " in ln]
     return line[line.index(" srun ") + 1 :]
 
 
@@ -202,8 +200,8 @@ def test_imex_channel_mount(instance: str, enroot: str, mounts: list[str], expec
     )
     line = launch_line(rendered(r).text)
     got = re.findall(r"--container-mounts=(\S+)", line)
-    # the job runtime's file follows, read-only (the per-node entry runs in the container)
-    assert got == [f'{expected},"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"']
+    # no runtime file: the training launch runs no slurmfm in the container (issue 11)
+    assert got == [expected]
 
 
 def test_gb200_profile_does_not_restate_nccl_defaults() -> None:
@@ -348,7 +346,7 @@ def test_gb200_container_recipe_gives_the_runtime_its_imex_checks() -> None:
     assert launch[0] == "srun"
     pyxis = hetjob.container_words(launch)
     assert pyxis[0] == "--container-image=/fsx/containers/nemo-25.11-arm64.sqsh"
-    assert pyxis[1].startswith("--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels,")
+    assert pyxis[1] == "--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels"
     assert "--no-container-mount-home" in pyxis
     assert hetjob.step_group(launch) is None  # one component: the check runs beside it
 
