@@ -10,6 +10,19 @@ from __future__ import annotations
 import json
 import os
 
+
+def launcher_parent() -> str:
+    """The command line of the process that started this worker's launcher (torchrun): the
+    runtime's per-node entry on the host, or Slurm's step daemon for a launch in a container."""
+    try:
+        with open(f"/proc/{os.getppid()}/stat") as fh:
+            grand = fh.read().rsplit(")", 1)[1].split()[1]
+        with open(f"/proc/{grand}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except (OSError, IndexError):
+        return "?"
+
+
 env = os.environ
 print(
     json.dumps(
@@ -23,6 +36,7 @@ print(
             "host_order": env.get("SLURMFM_HOST_ORDER", ""),
             "topology_addr": env.get("SLURM_TOPOLOGY_ADDR", ""),
             "job_id": env.get("SLURM_JOB_ID", ""),
+            "launcher_parent": launcher_parent(),
         }
     ),
     flush=True,

@@ -69,7 +69,9 @@ def main(argv: list[str]) -> int:
         return 2
     nproc = int(opts.get("nproc_per_node", "1"))
     nnodes = int(opts.get("nnodes", "1").split(":")[-1])
-    node_rank = int(opts.get("node_rank", "0"))
+    # torchrun's --node-rank falls back to $PET_NODE_RANK (torch/distributed/argparse_util.py:
+    # an option with action=env defaults to PET_<DEST>), as a launch in a container sets it
+    node_rank = int(opts.get("node_rank", os.environ.get("PET_NODE_RANK", "0")))
     host, _, port = opts.get("rdzv_endpoint", "").partition(":")
     if command[0].endswith(".py"):
         command = [sys.executable, *command]
