@@ -87,14 +87,12 @@ def test_megatron_in_a_container_saves_on_the_signal_from_the_host(
     recipe = api.load(
         {
             "name": "mega",
-            "cluster": {"instance_type": "lab-cpu", "partition": "batch", "flavor": "generic"},
-            "resources": {
-                "nodes": 2,
-                "procs_per_node": 2,
-                "time_limit": "00:10:00",
-                "exclusive": False,
-            },
+            # the lab's nodes have 8 GPU GRES each; whole nodes, as a p5 job takes them
+            "cluster": {"instance_type": "p5.48xlarge", "partition": "batch", "flavor": "generic"},
+            "resources": {"nodes": 2, "procs_per_node": 2, "time_limit": "00:10:00"},
             "parallelism": {"tp": 1, "pp": 1},
+            "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
+            "observability": {"enabled": "off"},
             "launcher": {
                 "kind": "megatron",
                 "python": str(STANDINS / "torchrun.py"),
