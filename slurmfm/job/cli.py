@@ -373,7 +373,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from .node import forward_to_workers
 
-        sent = forward_to_workers(env.get("SLURM_JOB_ID", ""), getattr(signal, "SIG" + a.signal))
+        sent = forward_to_workers(
+            env.get("SLURM_JOB_ID", ""),
+            getattr(signal, "SIG" + a.signal),
+            env.get("SLURMD_NODENAME", ""),
+        )
         print(
             "slurmfm: %s: SIG%s to %d training process(es)"
             % (env.get("SLURMD_NODENAME", "?"), a.signal, len(sent)),

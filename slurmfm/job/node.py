@@ -69,7 +69,7 @@ def parent(pid: int, proc: str = "/proc") -> int:
         return 0
 
 
-def launch_tops(job: str, proc: str = "/proc") -> list[int]:
+def launch_tops(job: str, node: str = "", proc: str = "/proc") -> list[int]:
     """This node's launch processes of job ``job``: the processes Slurm started for the
     launch step (the launcher: torchrun), found by their environment, not by ancestry.
 
@@ -77,18 +77,23 @@ def launch_tops(job: str, proc: str = "/proc") -> list[int]:
     runtime runs on the host, but it still is a host process whose environment holds Slurm's
     ``SLURM_JOB_ID`` and the runtime's ``SLURMFM_STEP=launch`` (Pyxis passes the host
     environment into the container). Its children (the workers) carry the same environment;
-    a top is one whose parent does not.
+    a top is one whose parent does not. With ``node``, only the tasks Slurm started on that
+    node (``SLURMD_NODENAME``) count, where several nodes share one kernel (the test lab).
     """
     mine = set()
     for name in os.listdir(proc) if os.path.isdir(proc) else []:
         if name.isdigit() and int(name) != os.getpid():
             env = environ(int(name), proc)
-            if env.get("SLURM_JOB_ID") == job and env.get("SLURMFM_STEP") == "launch":
+            if (
+                env.get("SLURM_JOB_ID") == job
+                and env.get("SLURMFM_STEP") == "launch"
+                and env.get("SLURMD_NODENAME", "") == (node or env.get("SLURMD_NODENAME", ""))
+            ):
                 mine.add(int(name))
     return sorted(p for p in mine if parent(p, proc) not in mine)
 
 
-def forward_to_workers(job: str, sig: int, proc: str = "/proc") -> list[int]:
+def forward_to_workers(job: str, sig: int, node: str = "", proc: str = "/proc") -> list[int]:
     """Send ``sig`` to the children of this node's launch processes; the pids signalled.
 
     The host-side half of the save signal for a launch in a container (README "Containers"):
@@ -97,7 +102,7 @@ def forward_to_workers(job: str, sig: int, proc: str = "/proc") -> list[int]:
     api.py: a launcher's TERM stops its workers).
     """
     sent: list[int] = []
-    for top in launch_tops(job, proc):
+    for top in launch_tops(job, node, proc):
         for kid in children(top, proc):
             with contextlib.suppress(OSError):
                 os.kill(kid, sig)

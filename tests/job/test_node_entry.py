@@ -251,6 +251,8 @@ def test_launch_tops_from_a_fake_proc(tmp_path: Path) -> None:
     pid(12, 10, launch)
     pid(20, 1, {"SLURM_JOB_ID": "9"})  # the agent step of the same job
     pid(30, 1, {"SLURM_JOB_ID": "8", "SLURMFM_STEP": "launch"})  # another job
-    assert node.launch_tops("9", str(tmp_path)) == [10]
+    pid(40, 1, {**launch, "SLURMD_NODENAME": "n2"})  # the same job's launcher on another node
+    assert node.launch_tops("9", proc=str(tmp_path)) == [10, 40]
+    assert node.launch_tops("9", "n2", str(tmp_path)) == [40]
     assert sorted(children(10, str(tmp_path))) == [11, 12]
     assert node.environ(99, str(tmp_path)) == {}
