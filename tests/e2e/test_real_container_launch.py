@@ -127,6 +127,8 @@ def test_megatron_in_a_container_saves_on_the_signal_from_the_host(
             120,
             lambda: read_text(log_path),
         )
+        # one TERM per worker, which saves and exits 0: the launcher itself was not signalled
+        assert "saved before the time limit (training exit 0)" in read_text(log_path)
         ev = events(read_text(log_path))
         saved = [e for e in ev if e["event"] == "saved-on-term"]
         assert sorted(e["rank"] for e in saved) == [0, 1, 2, 3], ev  # every worker got TERM
