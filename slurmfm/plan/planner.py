@@ -791,8 +791,9 @@ def _slurm_guard(
 
     On fabrics whose NVLink domains span nodes (GB200 UltraServers) the cluster runs
     ``topology/block`` (ParallelCluster >= 3.14 and HyperPod configure it for p6e-gb200), so
-    that plugin's choices (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``)
-    are Slurm's sets too; they do not count in the leaf counts.
+    that plugin's choices (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``,
+    under both block rule sets, which differ only for one-node jobs) are Slurm's sets too;
+    they do not count in the leaf counts.
     """
     from slurmfm.plan.slurm_sim import BLOCK_RULE_SETS, block_choices, rank_order, select_tree
 
