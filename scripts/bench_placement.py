@@ -1008,7 +1008,7 @@ def slurm_block_orders(topo: Topology, free: set[str], job: JobShape) -> dict[st
 
     names = sorted(topo.leaves, key=natural_key)
     out: dict[str, list[str]] = {}
-    for label, chosen in block_choices(topo, free, job.nodes, block_order=names):
+    for label, chosen in block_choices(topo, free, job.nodes, rules="24.11", block_order=names):
         tag = "slurmblkseg" if "segment" in label else "slurmblk"
         out[f"{tag}-name"] = rank_order(chosen, topo, policy="name")
         out[f"{tag}-leaf"] = rank_order(chosen, topo, policy="leaf", switch_order=names)

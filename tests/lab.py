@@ -111,6 +111,8 @@ GROUP_SECONDS = {
     "shared-sid": 240,
     "resil2": 220,  # issue 15's faults: restart cap ~25 s, slurmctld away ~50 s, late save ~120 s
     "sim-host": 60,
+    "simblock-trixie": 33,  # select_block vs 24.11: 4 fabrics, ~80 picks, lab up and down
+    "simblock-sid": 31,  # select_block vs 26.05: the same
     "nudge-host": 25,
     "topo-trixie": 20,
 }

@@ -791,10 +791,11 @@ def _slurm_guard(
 
     On fabrics whose NVLink domains span nodes (GB200 UltraServers) the cluster runs
     ``topology/block`` (ParallelCluster >= 3.14 and HyperPod configure it for p6e-gb200), so
-    that plugin's choices (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``)
-    are Slurm's sets too; they do not count in the leaf counts.
+    that plugin's choices (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``,
+    under both block rule sets, which differ only for one-node jobs) are Slurm's sets too;
+    they do not count in the leaf counts.
     """
-    from slurmfm.plan.slurm_sim import block_choices, rank_order, select_tree
+    from slurmfm.plan.slurm_sim import BLOCK_RULE_SETS, block_choices, rank_order, select_tree
 
     free = frozenset(free_nodes)
     table = st.slurm_node_table()
@@ -815,11 +816,21 @@ def _slurm_guard(
             counts.append(len({st.leaf_of[n] for n in chosen}))
         else:  # pragma: no cover - one root: Slurm starts the job whenever it fits
             counts.append(1 << 30)
-    for label, chosen in block_choices(topology, free, job.nodes, node_order=table):
-        sets.append((chosen, f"Slurm's topology/block choice ({label})", True))
-        slurm_sets.append(
-            (f"topology/block, {label.removeprefix('block').strip() or '-N only'}", chosen)
-        )
+    seen_block: set[tuple[str, tuple[str, ...]]] = set()
+    for block_rules in BLOCK_RULE_SETS:  # the block rule sets differ only on one-node jobs
+        for job_label, chosen in block_choices(
+            topology, free, job.nodes, rules=block_rules, node_order=table
+        ):
+            if (job_label, tuple(chosen)) in seen_block:
+                continue
+            seen_block.add((job_label, tuple(chosen)))
+            label = job_label
+            if block_rules != BLOCK_RULE_SETS[0]:
+                label = f"{job_label}, {block_rules} rules"
+            sets.append((chosen, f"Slurm's topology/block choice ({label})", True))
+            slurm_sets.append(
+                (f"topology/block, {label.removeprefix('block').strip() or '-N only'}", chosen)
+            )
     best = report
     found: tuple[list[str], CostReport, str] | None = None
     seen: set[tuple[str, ...]] = {tuple(order)}

@@ -29,8 +29,11 @@ jobs and are not modelled.
 ``topology/block`` (section 1.4) is :func:`select_block`, transcribed from SchedMD/slurm
 ``src/plugins/topology/block/eval_nodes_block.c`` (the ``<=`` tie on block size, the cap on
 llblocks and the "same llblock" preference come from the code, not from the outline in the
-documentation). Unlike the tree simulator it is not checked against a running Slurm: the local
-22.05 lab cannot run ``topology/block`` (it needs 23.11+); its tests are hand-worked cases.
+documentation), with two rule sets (``rules="24.11"``/``"26.05"``: they differ on one-node
+jobs and on segments larger than a base block), checked against real Slurm 24.11.5 and 26.05.5
+in the project's chroot labs
+(``tests/plan/test_slurm_sim.py::test_block_agrees_with_real_slurm``; the host's 22.05 lab
+cannot run ``topology/block``, which needs 23.11+).
 """
 
 from __future__ import annotations
@@ -43,9 +46,12 @@ from typing import Literal
 from slurmfm.topology.model import Topology, natural_key
 
 Rules = Literal["21.08", "24.05.3"]
+BlockRules = Literal["24.11", "26.05"]
 RankPolicy = Literal["name", "leaf"]
 
 __all__ = [
+    "BLOCK_RULE_SETS",
+    "BlockRules",
     "RankPolicy",
     "Rules",
     "block_choices",
@@ -339,12 +345,17 @@ def _block_level(rem: int, levels: Sequence[bool], base: int) -> tuple[int, int]
     return (above[0] if above else -1), ll
 
 
+# Both block rule sets, oldest first: what a caller simulates when the Slurm version is unknown.
+BLOCK_RULE_SETS: tuple[BlockRules, ...] = ("24.11", "26.05")
+
+
 def select_block(
     blocks: Sequence[Sequence[str]],
     free: set[str] | frozenset[str],
     nodes: int,
     *,
     block_sizes: Sequence[int],
+    rules: BlockRules,
     segment: int | None = None,
     node_order: Sequence[str] | None = None,
 ) -> list[str] | None:
@@ -354,7 +365,19 @@ def select_block(
     ``src/plugins/topology/block/eval_nodes_block.c``; the algorithm
     https://slurm.schedmd.com/topology.html describes) for whole-node exclusive jobs with
     uniform node weights, no ``-w`` required nodes, no ``--consolidate-segments`` or
-    ``--spread-segments`` and no hierarchical resources:
+    ``--spread-segments`` and no hierarchical resources. Checked against ``sbatch --test-only``
+    on real Slurm 24.11.5 and 26.05.5 (``tests/plan/test_slurm_sim.py``, random base blocks,
+    BlockSizes, busy nodes, job sizes and segments), where it agreed on every multi-node job.
+
+    * ``rules``: ``"24.11"`` (as Slurm 24.11.5 does) or ``"26.05"`` (as 26.05.5 does). They
+      differ in two places. A ``--segment`` larger than the base block size: 24.11 refuses
+      the job ("segment (%u) > bblock_node_cnt (%u) is not supported" in its
+      ``eval_nodes_block``), 26.05 places it (and ignores a segment larger than the job). A
+      one-node job: 24.11 places it with ``eval_nodes_block`` like any other (the tightest
+      base block, later on ties), 26.05 does not run ``eval_nodes_block`` for it at all
+      (slurmctld logs no ``SelectType`` "Best nodes" line) and gives it the first free node of
+      the node table; the code path that skips the block plugin there was not located in the
+      source, the rule is what the lab showed on every busy pattern tried.
 
     * ``blocks``: the base blocks in ``BlockName`` line order (the block index), each its
       nodes; ``block_sizes``: ``BlockSizes`` (B0, then B0*2^k: level k enforced). An
@@ -390,9 +413,19 @@ def select_block(
         else node_order
     )
     pos = {n: k for k, n in enumerate(table)}
+    if nodes == 1 and rules == "26.05":
+        # 26.05 does not run eval_nodes_block for a one-node job (see the docstring)
+        in_blocks = {n for b in blocks for n in b}
+        first = [n for n in table if n in free and n in in_blocks][:1]
+        return first or None
     bnodes = [sorted(b, key=pos.__getitem__) for b in blocks]
     count = len(bnodes)
-    seg = segment if segment and segment <= nodes else None
+    if rules == "24.11" and segment and segment > base:
+        # 24.11's eval_nodes_block: "segment (%u) > bblock_node_cnt (%u) is not supported"
+        return None  # ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE
+    # 26.05: "Ignoring segment_size (%u): larger than job size (%u)"; 24.11 has no such
+    # exception, and the divisibility check below refuses the job
+    seg = segment if segment and (segment <= nodes or rules == "24.11") else None
     if seg is not None and nodes % seg:
         return None  # ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE
     seg_cnt = nodes // seg if seg else 1
@@ -508,6 +541,7 @@ def block_choices(
     free: set[str] | frozenset[str],
     nodes: int,
     *,
+    rules: BlockRules,
     block_order: Sequence[str] | None = None,
     node_order: Sequence[str] | None = None,
 ) -> list[tuple[str, list[str]]]:
@@ -518,8 +552,9 @@ def block_choices(
     ``BlockName`` line order; default natural order of the domain names, which is fabric
     order when names follow it) and ``BlockSizes`` doubling from the domain size
     (``slurm_formats.block_sizes_for``). Two jobs: ``-N nodes`` alone and with
-    ``--segment`` (:func:`segment_for`). Each entry is (label, nodes in node-table order);
-    a job Slurm would leave pending has none. Empty when no domain spans nodes.
+    ``--segment`` (:func:`segment_for`), under ``rules`` (:func:`select_block`). Each entry
+    is (label, nodes in node-table order); a job Slurm would leave pending has none. Empty
+    when no domain spans nodes.
     """
     from slurmfm.plan.cost import nvlink_domain
     from slurmfm.topology.slurm_formats import block_sizes_for
@@ -536,7 +571,13 @@ def block_choices(
     out: list[tuple[str, list[str]]] = []
     for label, seg in (("block", None), ("block --segment", segment_for(nodes, base))):
         chosen = select_block(
-            blocks, free, nodes, block_sizes=sizes, segment=seg, node_order=node_order
+            blocks,
+            free,
+            nodes,
+            block_sizes=sizes,
+            rules=rules,
+            segment=seg,
+            node_order=node_order,
         )
         if chosen is not None:
             out.append((label if seg is None else f"{label}={seg}", chosen))

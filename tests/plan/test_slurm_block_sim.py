@@ -11,10 +11,23 @@ from __future__ import annotations
 
 import pytest
 
-from slurmfm.plan.slurm_sim import block_choices, segment_for, select_block
+from slurmfm.plan.slurm_sim import (
+    BLOCK_RULE_SETS,
+    BlockRules,
+    block_choices,
+    segment_for,
+    select_block,
+)
 from slurmfm.topology.model import Node, Topology
 
 BLOCKS = [[f"gb-{b * 18 + k:03d}" for k in range(1, 19)] for b in range(4)]
+
+
+@pytest.fixture(params=BLOCK_RULE_SETS)
+def rules(request: pytest.FixtureRequest) -> BlockRules:
+    """Both rule sets: they agree on these cases (several nodes, segments within a base block)."""
+    value: BlockRules = request.param
+    return value
 
 
 def free_of(counts: list[int]) -> set[str]:
@@ -22,52 +35,64 @@ def free_of(counts: list[int]) -> set[str]:
     return {n for b, c in enumerate(counts) for n in BLOCKS[b][:c]}
 
 
-def test_a_job_that_fits_one_base_block_takes_the_tightest_later_on_ties() -> None:
+def test_a_job_that_fits_one_base_block_takes_the_tightest_later_on_ties(rules: BlockRules) -> None:
     free = free_of([10, 18, 5, 18])
-    got = select_block(BLOCKS, free, 16, block_sizes=[18, 36, 72])
+    got = select_block(BLOCKS, free, 16, block_sizes=[18, 36, 72], rules=rules)
     assert got == BLOCKS[3][:16]  # blocks 1 and 3 both hold 18: `<=` keeps the later one
 
 
-def test_an_aggregated_block_is_the_aligned_pair_with_fewest_free_nodes() -> None:
+def test_an_aggregated_block_is_the_aligned_pair_with_fewest_free_nodes(rules: BlockRules) -> None:
     free = free_of([10, 18, 5, 18])
-    got = select_block(BLOCKS, free, 20, block_sizes=[18, 36, 72])
+    got = select_block(BLOCKS, free, 20, block_sizes=[18, 36, 72], rules=rules)
     # Pairs {0,1} hold 28 and {2,3} 23: the emptier pair. Inside it no base block holds 20,
     # so the fullest (block 3, 18 nodes) first, then the rest from block 2.
     assert got == BLOCKS[2][:2] + BLOCKS[3][:18]
 
 
-def test_segments_are_placed_one_at_a_time_over_the_nodes_still_free() -> None:
+def test_segments_are_placed_one_at_a_time_over_the_nodes_still_free(rules: BlockRules) -> None:
     free = free_of([10, 18, 17, 18])
-    got = select_block(BLOCKS, free, 32, block_sizes=[18, 36, 72], segment=16)
+    got = select_block(BLOCKS, free, 32, block_sizes=[18, 36, 72], rules=rules, segment=16)
     # First segment: block 2 (17 free, the tightest); second: blocks 1 and 3 tie, later wins.
     assert got == BLOCKS[2][:16] + BLOCKS[3][:16]
 
 
-def test_llblock_cap_leaves_a_fragmented_job_pending() -> None:
+def test_llblock_cap_leaves_a_fragmented_job_pending(rules: BlockRules) -> None:
     # BlockSizes=18 only: a 32-node job may touch ceil(32/18) = 2 base blocks, and no two
     # of them hold 32 free nodes, although 40 are free in all.
-    assert select_block(BLOCKS, free_of([10, 10, 10, 10]), 32, block_sizes=[18]) is None
-    assert select_block(BLOCKS, free_of([10, 10, 10, 10]), 20, block_sizes=[18]) == (
+    assert (
+        select_block(BLOCKS, free_of([10, 10, 10, 10]), 32, block_sizes=[18], rules=rules) is None
+    )
+    assert select_block(BLOCKS, free_of([10, 10, 10, 10]), 20, block_sizes=[18], rules=rules) == (
         BLOCKS[2][:10] + BLOCKS[3][:10]
     )
 
 
-def test_base_blocks_of_the_whole_system_fullest_first_then_one_that_holds_the_rest() -> None:
-    got = select_block(BLOCKS, free_of([18, 10, 18, 5]), 30, block_sizes=[18])
+def test_base_blocks_of_the_whole_system_fullest_first_then_one_that_holds_the_rest(
+    rules: BlockRules,
+) -> None:
+    got = select_block(BLOCKS, free_of([18, 10, 18, 5]), 30, block_sizes=[18], rules=rules)
     # No level holds 2 base blocks: the whole system is one block. Blocks 0 and 2 tie at 18
     # (the later first), then the rest (12) from the emptiest that holds it: block 0.
     assert got == BLOCKS[0][:12] + BLOCKS[2][:18]
 
 
-def test_segment_that_does_not_divide_the_job_or_does_not_fit() -> None:
-    assert select_block(BLOCKS, free_of([18] * 4), 30, block_sizes=[18], segment=16) is None
+def test_segment_that_does_not_divide_the_job_or_does_not_fit(rules: BlockRules) -> None:
+    assert (
+        select_block(BLOCKS, free_of([18] * 4), 30, block_sizes=[18], rules=rules, segment=16)
+        is None
+    )
     # Three segments of 16 need three base blocks with 16 free each.
-    assert select_block(BLOCKS, free_of([18, 18, 15, 15]), 48, block_sizes=[18], segment=16) is None
+    assert (
+        select_block(
+            BLOCKS, free_of([18, 18, 15, 15]), 48, block_sizes=[18], rules=rules, segment=16
+        )
+        is None
+    )
 
 
-def test_bad_block_sizes_are_refused() -> None:
+def test_bad_block_sizes_are_refused(rules: BlockRules) -> None:
     with pytest.raises(ValueError, match="2\\^k"):
-        select_block(BLOCKS, free_of([18] * 4), 8, block_sizes=[18, 54])
+        select_block(BLOCKS, free_of([18] * 4), 8, block_sizes=[18, 54], rules=rules)
 
 
 def test_segment_for_divides_the_job_and_fits_one_block() -> None:
@@ -81,10 +106,31 @@ def test_block_choices_use_the_nvlink_domains_as_base_blocks() -> None:
     paths = {n: ("root", f"spine{b // 2}", f"us{b}") for b, ns in enumerate(BLOCKS) for n in ns}
     nodes = [Node(n, nvlink_domain=f"us{b}") for b, ns in enumerate(BLOCKS) for n in ns]
     topo = Topology.from_paths(paths, nodes)
-    got = dict(block_choices(topo, free_of([10, 18, 17, 18]), 32))
+    got = dict(block_choices(topo, free_of([10, 18, 17, 18]), 32, rules="24.11"))
     # -N 32: only the pair {us2,us3} holds 32 (35 free); the fuller us3 first (18), then the
     # remaining 14 from us2. --segment=16: one segment per UltraServer, as above.
     assert got["block"] == BLOCKS[2][:14] + BLOCKS[3][:18]
     assert got["block --segment=16"] == BLOCKS[2][:16] + BLOCKS[3][:16]
     flat = Topology.from_paths(dict.fromkeys(BLOCKS[0], ("root", "leaf0")))
-    assert block_choices(flat, set(BLOCKS[0]), 4) == []
+    assert block_choices(flat, set(BLOCKS[0]), 4, rules="24.11") == []
+
+
+def test_one_node_job_tightest_base_block_on_24_11_first_free_node_on_26_05() -> None:
+    """The rule sets differ on one-node jobs only: 24.11 runs eval_nodes_block for them (the
+    base block with the fewest free nodes, later on ties), 26.05 gives the first free node of
+    the node table (what sbatch --test-only said on the real labs, test_slurm_sim.py)."""
+    free = free_of([10, 18, 5, 5])
+    assert select_block(BLOCKS, free, 1, block_sizes=[18, 36], rules="24.11") == BLOCKS[3][:1]
+    assert select_block(BLOCKS, free, 1, block_sizes=[18, 36], rules="26.05") == BLOCKS[0][:1]
+    assert select_block(BLOCKS, set(), 1, block_sizes=[18], rules="26.05") is None
+
+
+def test_segment_larger_than_a_base_block_refused_on_24_11_placed_on_26_05() -> None:
+    """24.11's eval_nodes_block refuses a segment larger than the base block ("segment (%u) >
+    bblock_node_cnt (%u) is not supported"); 26.05 places it like any other segment."""
+    free = free_of([18, 18, 18, 18])
+    sizes = [18, 36, 72]
+    assert select_block(BLOCKS, free, 40, block_sizes=sizes, rules="24.11", segment=20) is None
+    got = select_block(BLOCKS, free, 40, block_sizes=sizes, rules="26.05", segment=20)
+    assert got is not None
+    assert len(got) == 40

@@ -10,22 +10,35 @@ The lab is this test's own (not the shared host lab): ``$SLURMFM_SIM.dir`` (defa
 ``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports 16967/17701 (``scripts/README-lab.md``,
 "Ports"). The fixture brings it up if needed and takes it down again if it did so; it
 restores the lab's topology.conf either way.
+
+The block agreement test does the same for ``select_block`` on our own 36-node chroot labs
+(``simblock-sid``: Slurm 26.05, ``simblock-trixie``: 24.11; ports 16907/18201 and 16997/18101):
+random base blocks (names unrelated to block order) and BlockSizes with several enforced
+levels, busy nodes, jobs inside one base block, over several and over the whole fabric, with
+and without ``--segment`` (``slurm-lab pick K SEGMENT``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from lab import OwnLab, SlurmLab, lab_root, own_lab_fixture
+from lab import OwnLab, SlurmLab, lab_root, own_lab_fixture, wait_until
 
-from slurmfm.plan.slurm_sim import natural_key, rank_order, select_tree
+from slurmfm.plan.slurm_sim import (
+    BlockRules,
+    natural_key,
+    rank_order,
+    select_block,
+    select_tree,
+)
 from slurmfm.topology.model import Topology
 
 
@@ -288,3 +301,161 @@ def test_agrees_with_real_slurm_2205(sim_lab: SlurmLab, seed: int) -> None:
         _cancel_all(lab)
     assert checked >= 10
     assert not mismatches, f"seed {seed}, topology:\n{text}\n" + "\n".join(mismatches)
+
+
+# ------------------------------------------------------------------ real Slurm agreement, block
+# Our own chroot labs (Slurm 26.05 on sid, 24.11 on trixie: topology/block needs a newer Slurm
+# than the host's 22.05), on ports of no other lab; 36 nodes, started with 9 base blocks of 4.
+BLOCK_LABS = {
+    suite: OwnLab(
+        f"simblock-{suite}",
+        ctld_port=ctld,
+        slurmd_port=slurmd,
+        nodes=36,
+        suite=suite,
+        options=("--gpus-per-node", "2", "--topology-plugin", "block", "--block-size", "4"),
+    )
+    for suite, ctld, slurmd in (("sid", 16907, 18201), ("trixie", 16997, 18101))
+}
+
+
+@pytest.fixture(scope="session")
+@own_lab_fixture(*BLOCK_LABS.values())
+def sim_block_lab() -> Iterator[Callable[[str], SlurmLab]]:
+    """This test's own block labs, one per suite, brought up on first use; each is taken down
+    at the end if the test brought it up, else its topology.conf is restored."""
+    cache: dict[str, SlurmLab] = {}
+    saved: dict[str, tuple[bool, Path]] = {}
+
+    def get(suite: str) -> SlurmLab:
+        if suite not in cache:
+            own = BLOCK_LABS[suite]
+            was_up = own.healthy()
+            lab = own.up()
+            keep = own.dir / "topology.conf.before-sim-test"
+            shutil.copy(own.dir / "etc" / "topology.conf", keep)
+            saved[suite] = (was_up, keep)
+            cache[suite] = lab
+        return cache[suite]
+
+    try:
+        yield get
+    finally:
+        for suite, lab in cache.items():
+            own = BLOCK_LABS[suite]
+            was_up, keep = saved[suite]
+            _cancel_all(lab)
+            if was_up:
+                own.command("topology", str(keep), "--plugin", "block", timeout=300)
+            else:
+                own.command("down", timeout=300)
+            keep.unlink(missing_ok=True)
+
+
+def random_blocks(
+    rng: random.Random, hosts: Sequence[str], *, short: bool
+) -> tuple[list[list[str]], list[int], str]:
+    """Random base blocks over ``hosts`` (names unrelated to block order), in BlockName line
+    order, with ``short`` some of them short of the base size (26.05 takes them; 24.11's
+    slurmctld exits: "Block configuration (...) children count lower than bblock_node_cnt");
+    BlockSizes with the base and 2-3 enforced aggregate levels (one of them, sometimes, larger
+    than the fabric); the topology.conf."""
+    perm = list(hosts)
+    rng.shuffle(perm)
+    base = rng.choice([2, 3, 4])
+    blocks: list[list[str]] = []
+    k = 0
+    while k < len(perm):
+        size = base if not short or rng.random() < 0.8 else rng.randint(1, base - 1)
+        blocks.append(perm[k : k + size])
+        k += size
+    top = max(1, math.ceil(math.log2(len(blocks))) + 1)
+    levels = sorted(rng.sample(range(1, top + 1), min(top, rng.randint(2, 3))))
+    sizes = [base] + [base << lv for lv in levels]
+    names = [f"bb{i}" for i in rng.sample(range(1, 100), len(blocks))]
+    lines = [f"BlockName={nm} Nodes={','.join(b)}" for nm, b in zip(names, blocks, strict=True)]
+    lines.append(f"BlockSizes={','.join(map(str, sizes))}")
+    return blocks, sizes, "\n".join(lines) + "\n"
+
+
+def _hold_per_block(lab: SlurmLab, blocks: Sequence[Sequence[str]], busy: set[str]) -> None:
+    """Occupy exactly ``busy`` with one exclusive sleeping job per base block.
+
+    Why not ``slurm-lab hold`` (one job on all of them): under topology/block a job's
+    required nodes must share one block of its size level (``eval_nodes_block``: "requires
+    nodes that do not have shared block"), so a job on a scattered set is refused; a job on
+    the busy nodes of one base block always fits.
+    """
+    ids = []
+    for b in blocks:
+        ns = [n for n in b if n in busy]
+        if not ns:
+            continue
+        proc = lab.run(
+            [
+                *("sbatch", "--parsable", "--exclusive", "-p", "batch", "-t", "30"),
+                *("-N", str(len(ns)), "-w", ",".join(ns), "-o", "/dev/null"),
+                *("-J", "sim-busy", "--wrap", "sleep 1800"),
+            ],
+            cwd=lab.jobs_dir,
+        )
+        assert proc.returncode == 0, proc.stderr
+        ids.append(proc.stdout.strip().split(";")[0])
+    if not ids:
+        return
+
+    def running() -> bool:
+        proc = lab.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%T"])
+        return proc.stdout.split() == ["RUNNING"] * len(ids)
+
+    wait_until(f"busy jobs {ids} running", running, 30)
+
+
+def _divisors(k: int) -> list[int]:
+    return [d for d in range(1, k) if k % d == 0]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", ["sid", "trixie"])
+@pytest.mark.parametrize("seed", range(4))
+def test_block_agrees_with_real_slurm(
+    sim_block_lab: Callable[[str], SlurmLab], suite: str, seed: int
+) -> None:
+    """select_block == sbatch --test-only [--segment] on Slurm 24.11 and 26.05, busy nodes
+    included: random base blocks and BlockSizes, jobs inside one base block, over several, and
+    over the whole fabric, with and without segments."""
+    lab = sim_block_lab(suite)
+    own = BLOCK_LABS[suite]
+    rules: BlockRules = "26.05" if suite == "sid" else "24.11"
+    assert lab.version.startswith(rules), lab.version
+    rng = random.Random(2000 + seed)
+    hosts = [f"node{i:03d}" for i in range(1, lab.nodes + 1)]
+    blocks, sizes, text = random_blocks(rng, hosts, short=suite == "sid")
+    conf = lab.jobs_dir / f"sim-block-{seed}.conf"
+    conf.write_text(text)
+    _cancel_all(lab)
+    proc = own.command("topology", str(conf), "--plugin", "block", timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mismatches: list[str] = []
+    checked = 0
+    for _pattern in range(3):
+        busy = set(rng.sample(hosts, int(len(hosts) * rng.uniform(0.1, 0.6))))
+        _hold_per_block(lab, blocks, busy)
+        free = set(hosts) - busy
+        base = sizes[0]
+        spans = rng.randint(base + 1, 3 * base)  # more than one base block
+        half = rng.randint(2, max(2, len(free) // 2))
+        for k in sorted({1, 2, rng.randint(2, base), spans, half, len(free)}):
+            segs = _divisors(k)
+            for seg in [None, *([rng.choice(segs[1:])] if len(segs) > 1 else [])]:
+                got = own.command("pick", str(k), *([str(seg)] if seg else []), timeout=300)
+                assert got.returncode == 0, got.stderr
+                real = got.stdout.split() or None
+                sim = select_block(blocks, free, k, block_sizes=sizes, rules=rules, segment=seg)
+                checked += 1
+                if real != sim:
+                    mismatches.append(f"k={k} segment={seg} busy={sorted(busy)}: {real=} {sim=}")
+        _cancel_all(lab)
+    assert checked >= 12
+    assert not mismatches, f"{suite} seed {seed}, topology:\n{text}\n" + "\n".join(mismatches)
