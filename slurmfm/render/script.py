@@ -935,7 +935,7 @@ def render_script(
         | {e.name for comp in components for e in comp.env}
         | (sweep.env_names if sweep is not None else frozenset())
     )
-    container_opts, container_warnings = _container_opts(recipe, inst, container_env)
+    _, container_warnings = _container_opts(recipe, inst, container_env)
     warnings.extend(container_warnings)
     for name in recipe.secrets:
         env_name(name, what="secrets")
@@ -1006,19 +1006,22 @@ def render_script(
         srun.append(
             '--output="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}_r${SLURMFM_RESTART}.out"'
         )
-    if in_container:
-        srun.extend(_container_opts(recipe, inst, container_env, mount_runtime=False)[0])
-    else:
-        srun.extend(container_opts)
+    # A server keeps the per-node entry in its container only where it has work there:
+    # across nodes (vLLM's Ray sequence, SGLang's node rank); one server node runs directly.
+    serve_entry = serve is not None and (recipe.container is None or serve.nodes > 1)
+    # (the launch srun is a whole-allocation server's own step when it has no trainer)
+    mount = serve_entry and not in_container
+    srun.extend(_container_opts(recipe, inst, container_env, mount_runtime=mount)[0])
     serve_srun: list[str] = []
-    serve_container_opts = container_opts
     het = [comp for comp in components if comp.group == 1]
-    if het and recipe.container is not None:
+    serve_inst = inst
+    if het:
         from slurmfm.catalog.instances import get_instance
 
-        serve_container_opts, _ = _container_opts(
-            recipe, get_instance(het[0].instance), container_env
-        )
+        serve_inst = get_instance(het[0].instance)
+    serve_container_opts, _ = _container_opts(
+        recipe, serve_inst, container_env, mount_runtime=serve_entry
+    )
     if serve is not None:
         if serve.group == "all":
             serve_srun = srun
@@ -1111,6 +1114,7 @@ def render_script(
         "container_env": container_env,
         "serve": serve,
         "serve_srun": _wrap(serve_srun),
+        "serve_entry": serve_entry,
         "runtime_sha": rf.sha256,
         "payload": payload_line(rf),
     }

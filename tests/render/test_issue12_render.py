@@ -483,3 +483,23 @@ def test_lustre_striping_never_touches_the_shared_log_directory(
     setstripe = [c for c in lfs if c.startswith("lfs setstripe")]
     assert setstripe == ([f"lfs setstripe -c -1 -S 16M {ckpt}"] if stripe == "auto" else [])
     assert not [c for c in lfs if str(logs) in c.split()]
+
+
+# --- issue 11: servers in a container keep the runtime's entry only where it has work ----------
+@pytest.mark.parametrize(("nodes", "entry"), [(1, False), (2, True)])
+def test_server_in_a_container_runs_the_entry_only_across_nodes(nodes: int, entry: bool) -> None:
+    """One server node: the server runs directly, no runtime in the image (nothing to do
+    there). Across nodes the entry starts Ray (vLLM) and needs the runtime file mounted."""
+    r = recipe(
+        resources__nodes=nodes,
+        parallelism={"tp": 8, "pp": nodes},
+        launcher={"kind": "vllm", "model": "m"},
+        container={"image": "/fsx/i.sqsh", "mounts": ["/fsx:/fsx"]},
+    )
+    joined = rendered(r).text.replace("\\\n", " ")
+    (line,) = [ln for ln in joined.splitlines() if ln.startswith("slurmfm_serve=(srun ")]
+    assert ('"$SLURMFM_RUNTIME" node' in line) is entry
+    mounts = re.findall(r"--container-mounts=(\S+)", line)
+    assert mounts == (
+        ['/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"'] if entry else ["/fsx:/fsx"]
+    )
