@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from slurmfm.checkpoint import mark_done
+from slurmfm.job import slurm as sl
 from slurmfm.job.batch import Batch, ask_digest
 from slurmfm.job.cli import parser
 
@@ -625,19 +626,9 @@ def test_container_launch_gets_the_forward_from_a_host_step(tmp_path: Path) -> N
     b.forward_signal()
     assert step.signals == [signal.SIGUSR2]
     fwd = [c for c in slurm.calls if "forward" in c]
+    per_node = sl.srun_per_node(2)[1:]  # one task on each of the job's 2 nodes
     assert fwd == [
-        [
-            "srun",
-            "--overlap",
-            "--nodes=2",
-            "--ntasks=2",
-            "--ntasks-per-node=1",
-            "python3",
-            "rt.pyz",
-            "forward",
-            "--signal",
-            "TERM",
-        ]
+        ["srun", "--overlap", *per_node, "python3", "rt.pyz", "forward", "--signal", "TERM"]
     ]
 
 
