@@ -14,11 +14,12 @@ not the subject.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from lab import REPO_ROOT, SlurmLab, SuiteLabFactory
+from lab import REPO_ROOT, SlurmLab, SuiteLabFactory, lab_root
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -87,3 +88,84 @@ def test_an_expedited_job_slurmfm_fails_ends_failed(
     assert (rec["JobState"], rec["Restarts"]) == ("FAILED", "0"), rec
     state = next((tmp_path / "logs").glob(f"bad_{job_id}.state")).read_text()
     assert "event=fail" in state
+
+
+# --- what the runtime asks for an unprivileged owner, with --requeue=expedite -------------------
+OWNER = "slurmfm-owner"
+
+
+@pytest.fixture
+def owner_dir(slurm_lab_suite: SuiteLabFactory) -> Iterator[tuple[SlurmLab, Path]]:
+    """The sid lab, a job owner who is not root (known inside the chroot, where slurmctld and
+    slurmd resolve users), and a directory in the lab's scratch (visible in the chroot) that
+    the owner may write."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a job as another user")
+    lab = slurm_lab_suite("sid")
+    chroot = lab_root() / "chroots" / "sid"
+    if f"\n{OWNER}:" not in "\n" + (chroot / "etc" / "passwd").read_text():
+        subprocess.run(["chroot", str(chroot), "useradd", "-M", "-U", OWNER], check=True)
+    scratch = lab_root() / "scratch"
+    scratch.mkdir(exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix="owner-", dir=scratch))
+    d.chmod(0o777)
+    yield lab, d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def owner_job(lab: SlurmLab, d: Path, body: str, *opts: str) -> dict[str, str]:
+    """Submit ``body`` as the owner with --requeue=expedite; its record once it ended."""
+    script = d / "job.sh"
+    script.write_text("#!/bin/bash\n" + body)
+    script.chmod(0o755)
+    proc = lab.run(
+        ["sbatch", "--parsable", f"--uid={OWNER}", f"--gid={OWNER}", "--requeue=expedite"]
+        + ["--open-mode=append", "-o", f"{d}/out", *opts, str(script)]
+    )
+    assert proc.returncode == 0, proc.stderr
+    return lab.wait_job(proc.stdout.strip().split(";")[0], timeout=90)
+
+
+@pytest.mark.parametrize("suite", ["sid"])
+def test_an_owner_may_turn_requeue_off_on_an_expedited_job(
+    owner_dir: tuple[SlurmLab, Path], suite: str
+) -> None:
+    """slurm.no_requeue as the job's owner: without it a non-zero end is requeued held."""
+    lab, d = owner_dir
+    off = 'scontrol update JobId="$SLURM_JOB_ID" Requeue=0 && echo requeue-off\nexit 3\n'
+    rec = owner_job(lab, d, off)
+    assert (rec["JobState"], rec["Restarts"], rec["Requeue"]) == ("FAILED", "0", "0"), rec
+    assert "requeue-off" in (d / "out").read_text()
+
+
+@pytest.mark.parametrize("suite", ["sid"])
+def test_an_owner_keeps_an_expedited_requeue_off_the_failed_node(
+    owner_dir: tuple[SlurmLab, Path], suite: str
+) -> None:
+    """slurm.requeue_excluding's calls as the job's owner on an expedited job: requeuehold,
+    ExcNodeList, release (tests/job/test_slurm_calls.py pins the calls); the job restarts
+    at once (eligible when requeued) and not on the excluded node."""
+    lab, d = owner_dir
+    body = (
+        'echo "run ${SLURM_RESTART_COUNT:-0} $SLURM_JOB_NODELIST"\n'
+        'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then\n'
+        '  BAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tail -n 1)\n'
+        "  trap '' TERM  # requeuehold ends this run; the update and release must follow\n"
+        '  scontrol requeuehold "$SLURM_JOB_ID" &&\n'
+        '    scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$BAD" &&\n'
+        '    scontrol release "$SLURM_JOB_ID" && echo "excluded $BAD"\n'
+        "  sleep 60\n"
+        "fi\n"
+    )
+    rec = owner_job(lab, d, body, "-N2")
+    out = (d / "out").read_text()
+    assert (rec["JobState"], rec["Restarts"]) == ("COMPLETED", "1"), (rec, out)
+    bad = out.split("excluded ", 1)[1].split()[0]
+    assert rec["ExcNodeList"] == bad
+    assert bad not in lab.hostnames(rec["NodeList"])
+    assert rec["EligibleTime"] == rec["SubmitTime"]  # expedited: no credential wait
