@@ -33,7 +33,8 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 env = SLURMEnvironment()
 print(
     f"LIGHTNING rank={env.global_rank()} local={env.local_rank()} world={env.world_size()} "
-    f"host={os.environ['SLURMD_NODENAME']} master={env.main_address}",
+    f"host={os.environ['SLURMD_NODENAME']} master={env.main_address} "
+    f"node_rank={os.environ.get('SLURMFM_NODE_RANK')}",
     flush=True,
 )
 """
@@ -48,7 +49,23 @@ def _idle_nodes(lab: SlurmLab, count: int) -> list[str]:
 
 
 def test_nemo_ranks_follow_the_planned_order(every_lab: SlurmLab, tmp_path: Path) -> None:
-    lab = every_lab
+    run_nemo(every_lab, tmp_path, container=False)
+
+
+@pytest.mark.parametrize("every_lab", ["sid"], indirect=True)
+def test_nemo_in_a_container_ranks_follow_the_planned_order(
+    every_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """The same in a container (issue 11): the tasks run the rendered ``sh`` program, not the
+    runtime, and get their node's rank (task id // tasks per node); the Pyxis stand-in
+    (tests/standins/pyxis/srun) runs the step with the host as the image."""
+    log = run_nemo(every_lab, tmp_path, container=True)
+    ranks = re.findall(r"LIGHTNING rank=(\d+) .* node_rank=(\d+)", log)
+    assert sorted((int(r), int(n)) for r, n in ranks) == [(r, r // PER_NODE) for r in range(6)]
+
+
+def run_nemo(lab: SlurmLab, tmp_path: Path, container: bool) -> str:
+    """Run the rendered NeMo script with the Lightning probe in the planned order; its log."""
     probe = tmp_path / "lightning-probe"
     probe.write_text(PROBE.replace("#!PYTHON", f"#!{sys.executable}"))
     probe.chmod(0o755)
@@ -81,6 +98,7 @@ def test_nemo_ranks_follow_the_planned_order(every_lab: SlurmLab, tmp_path: Path
                 "save_before_timeout_s": 0,
             },
             "observability": {"enabled": "off"},
+            **({"container": {"image": "/nonexistent/nemo.sqsh"}} if container else {}),
         }
     )
     # Planned order: the reverse of Slurm's own (sorted) order, so rank 0 must move.
@@ -90,7 +108,9 @@ def test_nemo_ranks_follow_the_planned_order(every_lab: SlurmLab, tmp_path: Path
     (tmp_path / "logs").mkdir()
     script = tmp_path / "job.sh"
     script.write_text(text)
-    proc = lab.run(["sbatch", "--parsable", str(script)], cwd=tmp_path)
+    standin = Path(__file__).resolve().parents[1] / "standins" / "pyxis"
+    env = dict(lab.env, PATH=f"{standin}:{lab.env['PATH']}") if container else lab.env
+    proc = lab.run(["sbatch", "--parsable", str(script)], cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().split(";")[0]
     fields = lab.wait_job(job_id, timeout=180)
@@ -111,3 +131,5 @@ def test_nemo_ranks_follow_the_planned_order(every_lab: SlurmLab, tmp_path: Path
         assert int(got["world"]) == 3 * PER_NODE
     # Slurm's own first host is not the planned first host: the order really moved.
     assert lab.hostnames(fields["NodeList"])[0] != planned[0]
+    assert ('"$SLURMFM_RUNTIME" node' in text) is not container
+    return log
