@@ -98,8 +98,8 @@ def forward_to_workers(job: str, sig: int, node: str = "", proc: str = "/proc") 
 
     The host-side half of the save signal for a launch in a container (README "Containers"):
     Megatron-LM saves on SIGTERM (``--exit-signal-handler``), which must reach the training
-    processes and not torchrun, which would end them (torch/distributed/elastic/agent/server/
-    api.py: a launcher's TERM stops its workers).
+    processes and not torchrun, which would end them (a launcher's TERM stops its workers:
+    pytorch/pytorch:torch/distributed/elastic/agent/server/api.py).
     """
     sent: list[int] = []
     for top in launch_tops(job, node, proc):
