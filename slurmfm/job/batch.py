@@ -414,8 +414,10 @@ class Batch:
             if self.o.container_forward != "none":
                 # The launch runs in a container, where no runtime runs: a host step on every
                 # node signals the training processes it finds there (node.forward_to_workers).
-                cmd = self.all_nodes_srun("forward", "--signal", self.o.container_forward)
-                rc, out = self.run(cmd[:1] + ["--overlap"] + cmd[1:], self.o.probe_timeout_s)
+                cmd = self.all_nodes_srun(
+                    "forward", "--signal", self.o.container_forward, overlap=True
+                )
+                rc, out = self.run(cmd, self.o.probe_timeout_s)
                 if rc != 0:
                     log("forwarding SIG%s failed: %s" % (self.o.container_forward, out), err=True)
             self.next_signal = self.clock() + self.o.resignal_s

@@ -935,14 +935,24 @@ def render_script(
         | {e.name for comp in components for e in comp.env}
         | (sweep.env_names if sweep is not None else frozenset())
     )
-    _, container_warnings = _container_opts(recipe, inst, container_env)
+    serve = _serve(recipe)
+    # A training launch in a container runs the launcher itself, not the runtime's per-node
+    # entry (_container_entry); a server sharing the whole allocation keeps the entry.
+    in_container = recipe.container is not None and (serve is None or serve.group != "all")
+    # A server keeps the per-node entry in its container only where it has work there:
+    # across nodes (vLLM's Ray sequence, SGLang's node rank); one server node runs directly.
+    serve_entry = serve is not None and (recipe.container is None or serve.nodes > 1)
+    # The launch step's Pyxis options (the launch srun is a whole-allocation server's own step
+    # when the job has no trainer).
+    container_opts, container_warnings = _container_opts(
+        recipe, inst, container_env, mount_runtime=serve_entry and not in_container
+    )
     warnings.extend(container_warnings)
     for name in recipe.secrets:
         env_name(name, what="secrets")
     s = recipe.storage
     run_id = recipe.run_id
     checkpoint_dir = recipe.checkpoint_dir
-    serve = _serve(recipe)
     if serve is not None and serve.group == "all":
         argv, prefix, how = list(serve.argv), serve.prefix, serve.description
     else:
@@ -955,9 +965,6 @@ def render_script(
     # (first component of the) allocation.
     nodes_expr = '"$SLURMFM_NNODES"' if split else '"$SLURM_JOB_NUM_NODES"'
     nemo = recipe.launcher.kind == "nemo"
-    # A training launch in a container runs the launcher itself, not the runtime's per-node
-    # entry (_container_entry); a server sharing the whole allocation keeps the entry.
-    in_container = recipe.container is not None and (serve is None or serve.group != "all")
     # --nodes is left out with --distribution=arbitrary: Slurm >= 24.11 refuses the two together.
     srun = [] if nemo or in_container else [f"--nodes={nodes_expr}"]
     if serve is not None and serve.group == "hetjob":
@@ -1006,12 +1013,7 @@ def render_script(
         srun.append(
             '--output="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}_r${SLURMFM_RESTART}.out"'
         )
-    # A server keeps the per-node entry in its container only where it has work there:
-    # across nodes (vLLM's Ray sequence, SGLang's node rank); one server node runs directly.
-    serve_entry = serve is not None and (recipe.container is None or serve.nodes > 1)
-    # (the launch srun is a whole-allocation server's own step when it has no trainer)
-    mount = serve_entry and not in_container
-    srun.extend(_container_opts(recipe, inst, container_env, mount_runtime=mount)[0])
+    srun.extend(container_opts)
     serve_srun: list[str] = []
     het = [comp for comp in components if comp.group == 1]
     serve_inst = inst

@@ -70,6 +70,20 @@ def events(log: str) -> list[dict[str, Any]]:
     return [json.loads(m.group(0)) for m in re.finditer(r'\{"event"[^{}]*\}', log)]
 
 
+def wait_for_event(
+    log_path: Path, what: str, event: str, timeout: float, min_step: int | None = None
+) -> None:
+    """Wait until the job's log holds an ``event`` record (at ``min_step`` or later)."""
+
+    def seen() -> bool:
+        return any(
+            e["event"] == event and (min_step is None or e["step"] >= min_step)
+            for e in events(read_text(log_path))
+        )
+
+    wait_until(what, seen, timeout, lambda: read_text(log_path))
+
+
 def submit(lab: SlurmLab, tmp: Path, *sets: str) -> str:
     proc = lab.slurmfm(
         "submit",
@@ -176,12 +190,7 @@ def test_finished_short_run_resubmitted_with_more_steps_trains_on(
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '20', --sleep, '0.1']",
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
-    wait_until(
-        "training past the old run's 20 steps",
-        lambda: any(e["event"] == "step" and e["step"] > 20 for e in events(read_text(log_path))),
-        240,
-        lambda: read_text(log_path),
-    )
+    wait_for_event(log_path, "training past the old run's 20 steps", "step", 240, min_step=21)
     sig = resil_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
     assert sig.returncode == 0, sig.stderr
     rec = wait_done(resil_lab, job_id, timeout=400)
@@ -227,14 +236,12 @@ def test_node_death_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> None:
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2']",
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
-    wait_until(
+    wait_for_event(
+        log_path,
         f"a checkpoint at step {2 * every} or later",
-        lambda: any(
-            e["event"] == "checkpoint" and e["step"] >= 2 * every
-            for e in events(read_text(log_path))
-        ),
+        "checkpoint",
         180,
-        lambda: read_text(log_path),
+        min_step=2 * every,
     )
     rec = job(resil_lab, job_id)
     nodes = resil_lab.hostnames(rec["NodeList"])
@@ -320,18 +327,10 @@ def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
-    wait_until(
-        "a periodic checkpoint",
-        lambda: any(e["event"] == "checkpoint" for e in events(read_text(log_path))),
-        120,
-    )
+    wait_for_event(log_path, "a periodic checkpoint", "checkpoint", 120)
     sig = resil2_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
     assert sig.returncode == 0, sig.stderr
-    wait_until(
-        "the slow save",
-        lambda: any(e["event"] == "saving" for e in events(read_text(log_path))),
-        60,
-    )
+    wait_for_event(log_path, "the slow save", "saving", 60)
     cut = resil2_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"])
     assert cut.returncode == 0, cut.stderr
     wait_until(
@@ -386,11 +385,7 @@ def test_slurmctld_away_at_a_failed_step_requeues_once_it_is_back(
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
-    wait_until(
-        "a periodic checkpoint",
-        lambda: any(e["event"] == "checkpoint" for e in events(read_text(log_path))),
-        120,
-    )
+    wait_for_event(log_path, "a periodic checkpoint", "checkpoint", 120)
     nodes = resil2_lab.hostnames(job(resil2_lab, job_id)["NodeList"])
     pid = int((resil2_lab.lab_dir / "run" / "slurmctld.pid").read_text())
     try:
