@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from slurmfm import __version__
 from slurmfm.errors import RenderError, UnsupportedError
+from slurmfm.job.batch import CONTAINER_ENTRY
 from slurmfm.plan.types import Placement
 from slurmfm.render.payload import RuntimeFile, payload_line, runtime_file
 from slurmfm.render.quote import env_name, sbatch_value, sh_join, sh_quote
@@ -592,9 +593,6 @@ def _nemo_driver(recipe: Recipe, checkpoint_dir_expr: str) -> str | None:
     )
 
 
-CONTAINER_ENTRY = "slurmfm-node"  # $0 of the program below; the runtime looks for it
-
-
 def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str:
     """The first program of a training launch in a Pyxis container: fixed POSIX ``sh`` text
     (no user value), then ``exec`` of the launch command; slurmfm's runtime stays on the host.
@@ -1105,6 +1103,8 @@ def render_script(
         "nccl_log": nccl_check != "off",
         "observe": observe,
         "forward": forward,
+        # $0 of that program: what the runtime looks for to print node 0's command
+        "container_entry_name": CONTAINER_ENTRY,
         "container_entry": (
             _container_entry(recipe.procs_per_node if nemo else 1, prefix > 0, nccl_check != "off")
             if in_container

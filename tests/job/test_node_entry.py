@@ -207,7 +207,8 @@ def test_container_program_then_host_forward(tmp_path: Path) -> None:
     """Issue 11, a launch in a container: the rendered ``sh`` program (no slurmfm in the
     image) gives the launcher its node rank from the task id and the ignored USR2; the host
     step ``runtime forward`` finds the launch by its environment and TERMs its children only."""
-    from slurmfm.render.script import CONTAINER_ENTRY, _container_entry
+    from slurmfm.job.batch import CONTAINER_ENTRY
+    from slurmfm.render.script import _container_entry
 
     (tmp_path / "launcher.py").write_text(LAUNCHER)
     program = shlex.split(_container_entry(1, torchrun=True, nccl_log=False))[0]
