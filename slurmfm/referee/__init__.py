@@ -1,0 +1,28 @@
+"""The placement referee: judges a placement on a busy cluster the planner cannot see.
+
+Why a package apart from :mod:`slurmfm.plan`: a benchmark that scores the planner with the
+planner's own model (or the simulator the planner consults) measures agreement, not quality
+(issue 22). The referee has its own fabric (physical link capacities shared by every job,
+oversubscription the planner is never told), its own NCCL-like traffic (ring or tree as NCCL's
+tuner would pick, pipeline point-to-point, expert all-to-all), other jobs' traffic on the busy
+nodes (a public trace's size mix, placed by Slurm's rules), and its own flow solver. Nothing in
+:mod:`slurmfm.plan` imports it (``tests/referee/test_independence.py``); it imports from the
+planner's side only Slurm's own selection rules (``slurm_sim``, the baseline both sides share
+because it is checked against real Slurm) and the topology model.
+"""
+
+from slurmfm.referee.background import PHILLY_NODE_MIX, BackgroundJob, fill
+from slurmfm.referee.fabric import FabricParams, PhysicalFabric
+from slurmfm.referee.judge import Verdict, judge
+from slurmfm.referee.traffic import StepTraffic
+
+__all__ = [
+    "PHILLY_NODE_MIX",
+    "BackgroundJob",
+    "FabricParams",
+    "PhysicalFabric",
+    "StepTraffic",
+    "Verdict",
+    "fill",
+    "judge",
+]
