@@ -340,6 +340,10 @@ def test_never_predicted_slower_than_slurm_and_no_more_crossings_on_ties(
         assert set(p.nodes) <= free
         assert len(set(p.nodes)) == job.nodes
         assert len(p.leaves) == p.predicted.leaves_used
+        # Citizenship: never more leaf switches than Slurm's own choice for this version
+        # (either rule set's when unknown), and the plan says so.
+        assert len(p.leaves) <= max(slurm[r][1] for r in rule_sets)
+        assert any(w.startswith("citizenship: at most") for w in p.explanation)
         guarded = any(w.startswith("guard: ") and "using it" in w for w in p.explanation)
         assert len(p.leaves) == k_min or guarded
         assert any("given topology.conf switch order" in w for w in p.explanation)
@@ -468,12 +472,11 @@ def test_fewest_leaves_beat_the_lowest_switch() -> None:
     assert any(w.startswith("guard:") for w in p.explanation)
 
 
-def test_predicted_time_beats_fewest_leaves() -> None:
-    """Issue 14: leaf count is a tie-break, not a rule that forbids the faster plan.
-
-    Four single-node leaves under one spine (Slurm's own choice here) beat three leaves whose
-    DP ring crosses the core; the fewest-leaves rule (and a guard bounded by Slurm's leaves)
-    kept the three.
+def test_more_leaves_than_slurm_are_never_used_even_when_predicted_faster() -> None:
+    """Cluster citizenship (issue 22): four single-node leaves under one spine are predicted a
+    little faster than three leaves whose DP ring crosses the core, but Slurm's own choice uses
+    three, and a fourth leaf fragments the cluster for a gain the planner cannot check (other
+    jobs' traffic). Issue 14 had the planner take the four; now it keeps Slurm's leaf count.
     """
     conf = "\n".join(
         [
@@ -500,14 +503,24 @@ def test_predicted_time_beats_fewest_leaves() -> None:
     job = JobShape(4, 8, tp=8)
     free = set(topo.nodes) - set(busy)
     p = plan(topo, job, unavailable=busy)
-    assert {topo.parent_of[leaf] for leaf in p.leaves} == {"spine0"}
-    assert p.predicted.dp_edges_cross_spine == 0
+    faster = plan(topo, job, unavailable=[*busy, "b2", "b4", "b5"])  # spine0 only
+    assert faster.predicted.predicted_s < p.predicted.predicted_s
+    assert len(faster.leaves) == 4
+    from slurmfm.topology.slurm_formats import switch_order
+
     for rules in ("21.08", "24.05.3"):
-        chosen = select_tree(topo, free, 4, rules=rules)  # type: ignore[arg-type]
+        chosen = select_tree(
+            topo,
+            free,
+            4,
+            rules=rules,  # type: ignore[arg-type]
+            switch_order=switch_order(topo),
+        )
         assert chosen is not None
+        assert len(p.leaves) <= len({topo.leaf(x) for x in chosen}) == 3
         theirs = evaluate(topo, order_nodes(topo, chosen, job), job)
         assert p.predicted.predicted_s <= theirs.predicted_s * (1 + 1e-9)
-    assert any(w.startswith("guard: ") and "using it" in w for w in p.explanation)
+    assert any(w.startswith("citizenship: at most 3 leaf switches") for w in p.explanation)
 
 
 def test_top_sum_with_matches_top_sum_on_the_union() -> None:
