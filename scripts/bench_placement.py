@@ -864,6 +864,8 @@ def print_tables(
 
 # ---------------------------------------------------------------------------- simulated time
 SIM_OVERSUB = (1, 2, 4)
+# The fewest >= 64-node ratios whose median the sim section calls PASS or FAIL.
+SIM_MIN_CASES_FOR_VERDICT = 10
 # Above this many nodes a case simulates no random placements (they only feed the model's
 # rank correlation, which the smaller cases measure) and the ring runs as one round.
 SIM_RANDOM_MAX_NODES = 1024
@@ -1177,6 +1179,7 @@ def sim_summary(cases: list[SimCase], prefix: str) -> dict[str, Any]:
             "vs_slurm_name_median": statistics.median(ratios["name"]),
             "vs_slurm_name_worst": max(ratios["name"]),
             "ge64_vs_slurm_leaf_median": statistics.median(big) if big else None,
+            "ge64_cases": len(big),
             "slower_than_slurm": slower,
             "more_crossings_without_gain": more_cross,
             "spearman_median": statistics.median(rhos),
@@ -1268,13 +1271,23 @@ def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str
             + (", ".join(r["more_crossings_without_gain"][:5]) or "none")
         )
         if o == "2":
+            n_big = r.get("ge64_cases", 0)
+            # A median of a handful of ratios supports no verdict (issue 22: --quick printed
+            # PASS on 4 ratios while the full run said the target was not met).
+            verdict = (
+                ("PASS" if target <= 0.9 else "FAIL")
+                if n_big >= SIM_MIN_CASES_FOR_VERDICT
+                else f"NO VERDICT ({n_big} ratios < {SIM_MIN_CASES_FOR_VERDICT})"
+            )
             print(
                 "target >= 10 % less simulated comm time than Slurm (median, >= 64 nodes, o=2): "
                 + (
-                    f"{'PASS' if target <= 0.9 else 'FAIL'} ({(1 - target) * 100:.1f} % less)"
+                    f"{verdict} ({(1 - target) * 100:.1f} % less)"
                     if target is not None
                     else "no case"
                 )
+                + "; this simulator is the planner's own check: scripts/bench_referee.py judges"
+                " placements with a referee the planner cannot see"
             )
 
 

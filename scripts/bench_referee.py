@@ -85,11 +85,11 @@ class Case:
 
 
 def build_cases(seeds: Sequence[int]) -> list[Case]:
-    """Per seed: 64-, 128- and 256-node jobs (PP 1, 2 or 4) on 3- and 4-level fabrics."""
+    """Per seed: 64- to 256-node jobs (PP 1, 2 or 4) on 3- and 4-level fabrics."""
     out: list[Case] = []
     for seed in seeds:
         rng = random.Random(seed)
-        for i, nodes in enumerate((64, 128, 256)):
+        for i, nodes in enumerate((64, 96, 128, 192, 256)):
             kind = ("3-level", "4-level")[(seed + i) % 2]
             busy = rng.uniform(0.5, 0.8)
             need = nodes / (1 - busy) * 1.3

@@ -101,10 +101,16 @@ def test_cli_oversubscription_changes_the_prediction(tmp_path: Path) -> None:
     one = json.loads(CliRunner().invoke(plan_command, base).stdout)
     four = json.loads(CliRunner().invoke(plan_command, [*base, "--oversubscription", "4"]).stdout)
     # 6 nodes over two 4-node leaves. At 1 nothing is congested and the fewest-leaves fill
-    # (4 + 2) stays; at 4 the 2-node leaf's uplink would slow the ring by 4/2, so the plan
-    # balances 3 + 3 (4/3) and says which tier bounds the ring and by how much.
+    # (4 + 2) stays; at 4 the 2-node leaf's uplink slows the ring by 4/2, and the plan says
+    # which tier bounds the ring and by how much. Balancing 3 + 3 would be predicted faster
+    # (4/3) but leaves no leaf with 2 free nodes, less free room than Slurm's own 4 + 2:
+    # cluster citizenship keeps 4 + 2 and says what it gave up (issue 22).
     assert one["nodes"] == ["n00", "n01", "n02", "n03", "n04", "n05"]
     assert one["bound_by"]["dp"] == "spine"
-    assert four["nodes"] == ["n00", "n01", "n02", "n04", "n05", "n06"]
-    assert four["bound_by"]["dp"] == "spine x1.33"
+    assert four["nodes"] == one["nodes"]
+    assert four["bound_by"]["dp"] == "spine x2.00"
     assert four["predicted"]["dp_s"] > one["predicted"]["dp_s"]
+    assert any(
+        w.startswith("citizenship: a placement predicted") and "less free room" in w
+        for w in four["explanation"]
+    )
