@@ -118,7 +118,9 @@ def _free_runs(topo: Topology, free: set[str]) -> tuple[int, int]:
     return leaf, spine
 
 
-def run_case(case: Case, plan: Callable[..., Any], log: Callable[[str], None]) -> None:
+def run_case(
+    case: Case, plan: Callable[..., Any], log: Callable[[str], None], algorithm: str = "auto"
+) -> None:
     rng = random.Random(case.seed)
     make = bp.make_fabric if case.kind == "3-level" else bp.make_fabric4
     fab = make(rng, case.fabric_nodes)
@@ -146,7 +148,7 @@ def run_case(case: Case, plan: Callable[..., Any], log: Callable[[str], None]) -
     for m, order in orders.items():
         case.leaves[m] = len({topo.leaf_of[n] for n in order})
         case.free_leaf[m], case.free_spine[m] = _free_runs(topo, free - set(order))
-    traffic = StepTraffic()
+    traffic = StepTraffic(algorithm=algorithm)
     for o in OVERSUB:
         params = FabricParams.uniform(o)
         case.rows[o] = {}
@@ -273,9 +275,16 @@ def _pct(x: float | None) -> str:
 
 
 def print_report(
-    cases: Sequence[Case], summary: dict[str, Any], seconds: float, seeds: Sequence[int]
+    cases: Sequence[Case],
+    summary: dict[str, Any],
+    seconds: float,
+    seeds: Sequence[int],
+    algorithm: str = "auto",
 ) -> None:
-    print(f"referee bench: {summary['cases']} cases in {seconds:.1f} s (seeds {tuple(seeds)})")
+    print(
+        f"referee bench: {summary['cases']} cases in {seconds:.1f} s (seeds {tuple(seeds)}; "
+        f"DP all-reduce: {'NCCL tuner pick' if algorithm == 'auto' else algorithm})"
+    )
     if summary["skipped"]:
         print(f"  not started by Slurm (skipped): {', '.join(summary['skipped'])}")
     print()
@@ -507,6 +516,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the cases and summary as JSON here")
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--no-cluster", action="store_true", help="skip the cluster streams")
+    ap.add_argument(
+        "--nccl-algo",
+        choices=("auto", "ring", "tree"),
+        default="auto",
+        help="DP all-reduce algorithm: NCCL's tuner's pick (auto), or forced (NCCL_ALGO)",
+    )
     args = ap.parse_args(argv)
     log = (lambda s: print(s, flush=True)) if args.verbose else (lambda s: None)
     from slurmfm.plan.planner import plan
@@ -515,10 +530,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = build_cases(seeds)
     t0 = time.perf_counter()
     for c in cases:
-        run_case(c, plan, log)
+        run_case(c, plan, log, args.nccl_algo)
     seconds = time.perf_counter() - t0
     summary = summarize(cases)
-    print_report(cases, summary, seconds, seeds)
+    print_report(cases, summary, seconds, seeds, args.nccl_algo)
     clusters: dict[str, list[dict[str, Any]]] = {}
     if not args.no_cluster:
         t1 = time.perf_counter()
