@@ -6,9 +6,10 @@ planner's own model (or the simulator the planner consults) measures agreement, 
 oversubscription the planner is never told), its own NCCL-like traffic (ring or tree as NCCL's
 tuner would pick, pipeline point-to-point, expert all-to-all), other jobs' traffic on the busy
 nodes (a public trace's size mix, placed by Slurm's rules), and its own flow solver. Nothing in
-:mod:`slurmfm.plan` imports it (``tests/referee/test_independence.py``); it imports from the
-planner's side only Slurm's own selection rules (``slurm_sim``, the baseline both sides share
-because it is checked against real Slurm) and the topology model.
+:mod:`slurmfm.plan` imports it (``tests/plan/test_referee.py``,
+``test_the_planner_never_imports_the_referee``); it imports from the planner's side only
+Slurm's own selection rules (``slurm_sim``, the baseline both sides share because it is
+checked against real Slurm) and the topology model.
 """
 
 from slurmfm.referee.background import PHILLY_NODE_MIX, BackgroundJob, fill

@@ -12,7 +12,7 @@ Rates are max-min fair (Bertsekas and Gallager, *Data Networks*, 2nd ed., sectio
 it freeze at that rate. An optional ``cap`` bounds a coflow's rate (a background job that
 communicates only part of the time). Completion times follow by advancing to the next coflow
 that finishes and re-sharing (the fluid model SimGrid's flow-level models also use, Velho and
-Legrand, SIMUTools 2009). ``tests/referee/test_flows.py`` checks this solver against a hand
+Legrand, SIMUTools 2009). ``tests/plan/test_referee.py`` checks this solver against a hand
 computation and against SimGrid on the same links.
 """
 
