@@ -149,17 +149,25 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
             SLURMFM_SERVE_URL="http://%s:%d" % (shead, a.serve_port),
         )
         if a.dist_port >= 0:
-            exports["SLURMFM_SERVE_DIST_PORT"] = str(
-                a.dist_port
-                or hs.choose_port(
-                    job_id,
-                    restart,
-                    a.port_base + a.port_span,
-                    a.port_span,
-                    eph,
-                    is_free=lambda p: p != rdzv_port,
-                )
+            # SGLang derives ports from both its dist port and its HTTP port (hs.SGLANG_*):
+            # a picked port keeps clear of them all; a recipe's fixed port must.
+            def clash(p: int) -> str | None:
+                return hs.sglang_port_clash(p, a.serve_port, a.serve_dp, (rdzv_port,), eph)
+
+            dist = a.dist_port or hs.choose_port(
+                job_id,
+                restart,
+                a.port_base + a.port_span,
+                a.port_span,
+                eph,
+                is_free=lambda p: True,
+                usable=lambda p: clash(p) is None,
             )
+            why = clash(dist)
+            if why:
+                print(f"slurmfm: SGLang dist port {dist}: {why}", file=sys.stderr)
+                return 2
+            exports["SLURMFM_SERVE_DIST_PORT"] = str(dist)
     ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
     st = StateFile(
         env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
@@ -237,6 +245,7 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--serve-nodes", type=int, default=0)
     pr.add_argument("--serve-port", type=int, default=0)
     pr.add_argument("--dist-port", type=int, default=-1, help="SGLang: 0 picks one, -1 none")
+    pr.add_argument("--serve-dp", type=int, default=1, help="SGLang: data-parallel ranks")
     pr.add_argument("--rdzv-port", type=int, default=0)
     pr.add_argument("--tasks-per-node", type=int, default=0, help="NeMo: tasks in host order")
     pr.add_argument("--port-base", type=int, default=20000)

@@ -464,6 +464,30 @@ class SglangLauncher(_ServeLauncher):
         default=None, ge=1024, le=65535, description="--dist-init-addr port; default per job"
     )
 
+    def dp_size(self) -> int:
+        """SGLang's data-parallel size from ``extra_args`` (``--dp-size N`` / ``--dp N``)."""
+        args = self.extra_args
+        for i, a in enumerate(args):
+            for flag in ("--dp-size", "--dp"):
+                value = a[len(flag) + 1 :] if a.startswith(flag + "=") else None
+                if a == flag and i + 1 < len(args):
+                    value = args[i + 1]
+                if value is not None and value.isdigit():
+                    return max(1, int(value))
+        return 1
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> SglangLauncher:
+        """A fixed dist port must keep SGLang's derived ports clear of its HTTP port's."""
+        if self.dist_port is not None:
+            from slurmfm.job.hosts import sglang_port_clash
+
+            # 30000: SGLang's --port default (render/serve.py DEFAULT_PORT)
+            why = sglang_port_clash(self.dist_port, self.port or 30000, self.dp_size())
+            if why:
+                raise ValueError(f"dist_port {self.dist_port}: {why}")
+        return self
+
 
 ServeLauncher = Annotated[VllmLauncher | SglangLauncher, Field(discriminator="kind")]
 

@@ -787,6 +787,8 @@ def _prepare_opts(
         opts.append(f"--serve {serve.group} --serve-nodes {serve.nodes} --serve-port {serve.port}")
         if serve.dist_port is not None:
             opts.append(f"--dist-port {serve.dist_port}")
+            if serve.dp > 1:
+                opts.append(f"--serve-dp {serve.dp}")
     s = recipe.storage
     if s.stripe == "auto":
         opts.append("--stripe 1")
