@@ -108,7 +108,11 @@ SGLANG_HTTP_BAND = 1100
 
 
 def sglang_port_clash(
-    dist: int, http: int, dp: int = 1, taken: Sequence[int] = (), ephemeral: tuple[int, int] = (0, -1)
+    dist: int,
+    http: int,
+    dp: int = 1,
+    taken: Sequence[int] = (),
+    ephemeral: tuple[int, int] = (0, -1),
 ) -> str | None:
     """Why SGLang's dist port ``dist`` cannot be used next to HTTP port ``http``, or None.
 

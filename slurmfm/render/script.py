@@ -143,12 +143,17 @@ def _directives(
         Directive("ntasks-per-node", str(tasks_per_node), why_tasks),
         Directive("time", sbatch_value(r.time_limit, what="resources.time_limit")),
     ]
+    from slurmfm.catalog.flavors import constraint_for_flavor
+
+    constraint, why_constraint = constraint_for_flavor(c.constraints, c.flavor)
+    if why_constraint:
+        warnings.append(why_constraint)
     for opt, val, what in (
         ("partition", c.partition, "cluster.partition"),
         ("account", c.account, "cluster.account"),
         ("qos", c.qos, "cluster.qos"),
         ("reservation", c.reservation, "cluster.reservation"),
-        ("constraint", c.constraints, "cluster.constraints"),
+        ("constraint", constraint, "cluster.constraints"),
         ("exclude", r.exclude, "resources.exclude"),
     ):
         if val:

@@ -39,7 +39,9 @@ def test_the_runtime_picks_dist_ports_clear_of_the_http_port() -> None:
     }
     assert picks and not any(clash(p) for p in picks)
     # without the check, some job ids would have drawn a clashing port
-    raw = {hs.choose_port(job, 0, 26000, 6000, (32768, 60999), lambda p: True) for job in range(6000)}
+    raw = {
+        hs.choose_port(job, 0, 26000, 6000, (32768, 60999), lambda p: True) for job in range(6000)
+    }
     assert any(clash(p) for p in raw)
 
 
