@@ -55,7 +55,9 @@ def constraint_for_flavor(expr: str | None, flavor: str) -> tuple[str | None, st
         return expr, None
     simple = all(re.fullmatch(r"[A-Za-z0-9_.\-]+(\*\d+)?", t) for t in terms)
     kept = (
-        "&".join(t for t, w in zip(terms, words) if not _is_pcluster_feature(w)) if simple else ""
+        "&".join(t for t, w in zip(terms, words, strict=True) if not _is_pcluster_feature(w))
+        if simple
+        else ""
     )
     why = (
         f"cluster.constraints: {', '.join(sorted(set(own)))} "

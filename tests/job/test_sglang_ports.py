@@ -37,7 +37,8 @@ def test_the_runtime_picks_dist_ports_clear_of_the_http_port() -> None:
         )
         for job in range(0, 6000, 7)
     }
-    assert picks and not any(clash(p) for p in picks)
+    assert picks
+    assert not any(clash(p) for p in picks)
     # without the check, some job ids would have drawn a clashing port
     raw = {
         hs.choose_port(job, 0, 26000, 6000, (32768, 60999), lambda p: True) for job in range(6000)
