@@ -131,6 +131,7 @@ _LEAF_FIELDS = (
     "health_gate",
     "health_path",
     "image",
+    "imex_channel",
     "instance_type",
     "interval_s",
     "keep_last",
@@ -179,6 +180,7 @@ _LEAF_FIELDS = (
     "save_on_signal",
     "script",
     "secrets",
+    "segments",
     "served_model_name",
     "singleton",
     "slurm_version",
@@ -290,6 +292,14 @@ class Resources(_Strict):
         description=(
             "--dependency=singleton: at most one job of this name and user runs at a time "
             "(chained training segments that must never overlap)"
+        ),
+    )
+    segments: Literal["auto", "consolidate", "spread"] = Field(
+        default="auto",
+        description=(
+            "how --segment groups of a multi-UltraServer job are placed (topology/block, Slurm "
+            ">= 25.11): auto = --consolidate-segments where Slurm has it (as few blocks as "
+            "possible), spread = --spread-segments (each on a block of its own)"
         ),
     )
 
@@ -756,6 +766,13 @@ class Network(_Strict):
     aws_ofi_nccl: str = "auto"
     nccl: str = "auto"
     nccl_debug: Literal["VERSION", "WARN", "INFO", "TRACE"] | None = None
+    imex_channel: Literal["job", "segment"] = Field(
+        default="job",
+        description=(
+            "segment: one IMEX channel per --segment group (--network=unique-channel-per-segment"
+            ", switch/nvidia_imex, Slurm >= 25.11); job: one channel for the whole job"
+        ),
+    )
 
     @model_validator(mode="after")
     def _versions(self) -> Network:

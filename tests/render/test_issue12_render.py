@@ -138,21 +138,24 @@ def test_validate_warns_about_the_window(tmp_path: Path) -> None:
     assert "cannot hold one save" in res.stderr
 
 
-# --- 12.10: GB200 without a topology plan gets a --segment ---------------------------------------
+# --- 12.10 / 25.1: GB200 without a topology plan gets a --segment from the recipe's intent --------
 @pytest.mark.parametrize(
     ("nodes", "segment"),
-    [(18, 9), (9, 9), (36, 9), (27, 9), (6, 3), (3, 3), (12, 3)],
+    [(18, 18), (9, 9), (36, 18), (27, 9), (6, 6), (3, 3), (12, 12), (2, 2), (54, 18)],
 )
-def test_gb200_default_segment_divides_the_ultraserver(nodes: int, segment: int) -> None:
+def test_gb200_default_segment_is_the_largest_that_fits_one_ultraserver(
+    nodes: int, segment: int
+) -> None:
+    """A job that fits one UltraServer is one segment (one NVLink domain); a larger one gets
+    the largest segment that divides it and fits an 18-instance UltraServer."""
     r = recipe(**GB200, resources__nodes=nodes)
     out = rendered(r, "24.11")
     assert f"#SBATCH --segment={segment}" in out.text
-    assert 9 % segment == 0
-    assert 18 % segment == 0
+    assert segment <= 18
     assert nodes % segment == 0
 
 
-@pytest.mark.parametrize("nodes", [2, 4, 8])
+@pytest.mark.parametrize("nodes", [19, 37])
 def test_gb200_without_a_dividing_segment_warns(nodes: int) -> None:
     out = rendered(recipe(**GB200, resources__nodes=nodes), "24.11")
     assert "--segment" not in out.text
