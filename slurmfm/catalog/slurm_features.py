@@ -288,7 +288,8 @@ _NEWER: tuple[Feature, ...] = (
         _V(25, 11),
         None,
         "sbatch/salloc/srun --spread-segments (topology/block): each segment on a base block "
-        "of its own. Accepted by sbatch on the 26.05 lab; not run on 25.11.",
+        "of its own. Accepted by sbatch on the 26.05 lab; not run on 25.11, so the exact release "
+        "is unverified.",
         f"{SRC_RN_2511}; SchedMD/slurm:doc/man/man1/sbatch.1 (--spread-segments); {SRC_SID}",
         verified=False,
     ),
@@ -298,7 +299,8 @@ _NEWER: tuple[Feature, ...] = (
         None,
         "--network=unique-channel-per-segment: one IMEX channel per segment instead of one "
         "per job, with SwitchType=switch/nvidia_imex and topology/block (no effect "
-        "otherwise). Not run with switch/nvidia_imex here (no IMEX).",
+        "otherwise). Accepted by sbatch on the 26.05 lab; not run with switch/nvidia_imex here "
+        "(no IMEX) nor on 25.11, so the exact release is unverified.",
         f"{SRC_RN_2511}; SchedMD/slurm:doc/man/man1/sbatch.1 (--network, "
         "unique-channel-per-segment); SchedMD/slurm:src/plugins/switch/nvidia_imex",
         verified=False,
@@ -309,7 +311,8 @@ _NEWER: tuple[Feature, ...] = (
         None,
         "srun --async: the step is handed to stepmgr to queue and launch, so no srun process "
         "waits in the background; rejected outside a job allocation (26.05.0), and "
-        "srun --parsable prints the bare step id (26.05.0).",
+        "srun --parsable prints the bare step id (26.05.0). The lab's 26.05.5 knows it; the "
+        "first release is the release notes' reading (unverified).",
         f"{SRC_RN_2605}; SchedMD/slurm:CHANGELOG/slurm-26.05.md (26.05.0)",
         verified=False,
     ),
@@ -317,7 +320,9 @@ _NEWER: tuple[Feature, ...] = (
         "topology_ring",
         _V(26, 5),
         None,
-        "topology/ring: a one-dimensional ring topology (topology.yaml 'ring:').",
+        "topology/ring: a one-dimensional ring topology (its plugin ships with the lab's "
+        "26.05.5); slurmfm reads and writes it as data only. First release from the release "
+        "notes (unverified).",
         f"{SRC_RN_2605}; SchedMD/slurm:doc/man/man5/topology.yaml.5",
         verified=False,
     ),
@@ -325,7 +330,9 @@ _NEWER: tuple[Feature, ...] = (
         "topology_torus3d",
         _V(26, 5),
         None,
-        "topology/torus3d: a three-dimensional torus topology (topology.yaml 'torus3d:').",
+        "topology/torus3d: a three-dimensional torus topology (its plugin ships with the "
+        "lab's 26.05.5); slurmfm reads and writes it as data only. First release from the "
+        "release notes (unverified).",
         f"{SRC_RN_2605}; SchedMD/slurm:doc/man/man5/topology.yaml.5",
         verified=False,
     ),
@@ -336,7 +343,8 @@ _NEWER: tuple[Feature, ...] = (
         "slurmctld serves OpenMetrics (Prometheus) telemetry on SlurmctldPort of SlurmctldHost "
         "by default: GET /metrics lists the endpoints (/metrics/jobs, /metrics/nodes, "
         "/metrics/partitions, ...); CommunicationParameters=disable_http turns HTTP off. "
-        "26.05 adds GPU allocation figures and answers 303 from a backup controller.",
+        "26.05 adds GPU allocation figures and answers 303 from a backup controller. First "
+        "release from the release notes (unverified).",
         f"{SRC_RN_2511} (Highlights); SchedMD/slurm:CHANGELOG/slurm-25.11.md (25.11.0); "
         f"{SRC_RN_2605}",
         verified=False,
