@@ -10,7 +10,6 @@ never an empty string in a job. User values enter bash only through
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
