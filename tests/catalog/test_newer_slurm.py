@@ -8,7 +8,6 @@ each check reads where Slurm would place the job.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,8 @@ SID_BLOCKS = OwnLab("newer-sid", 16867, 18101, nodes=36, suite="sid", options=_B
 
 @pytest.fixture(scope="module")
 @own_lab_fixture(SID_BLOCKS)
-def sid_blocks() -> Iterator[SlurmLab]:
-    yield SID_BLOCKS.up()
+def sid_blocks() -> SlurmLab:
+    return SID_BLOCKS.up()
 
 
 def predict(lab: SlurmLab, *args: str) -> tuple[int, str, list[str]]:

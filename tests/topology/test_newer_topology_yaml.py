@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,16 +91,16 @@ def test_an_empty_topology_yaml_is_read_and_explained(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 @own_lab_fixture(YAML_SID)
-def yaml_lab() -> Iterator[SlurmLab]:
-    yield YAML_SID.up()
+def yaml_lab() -> SlurmLab:
+    return YAML_SID.up()
 
 
 def install(lab: SlurmLab, text: str, tags: dict[str, str], tmp_path: Path) -> None:
     """topology.yaml ``text``, each partition of ``tags`` with ``Topology=`` its value."""
     conf = lab.slurm_conf
     lines = []
-    for line in conf.read_text().splitlines():
-        line = re.sub(r" Topology=\S+", "", line)
+    for raw in conf.read_text().splitlines():
+        line = re.sub(r" Topology=\S+", "", raw)
         m = re.match(r"PartitionName=(\S+) ", line)
         if m and m.group(1) in tags:
             line += f" Topology={tags[m.group(1)]}"
