@@ -630,8 +630,10 @@ class Storage(_Strict):
     stripe: Literal["auto", "off"] = Field(
         default="auto",
         description=(
-            "auto: on Lustre (detected at job start), stripe the run's checkpoint directory wide "
-            "(lfs setstripe -c -1 -S 16M); the shared log directory is never restriped"
+            "auto: on Lustre (detected at job start), lay out the run's checkpoint directory "
+            "for the checkpoint format (file-per-rank formats -- Megatron, NeMo -- get a "
+            "progressive layout, lfs setstripe -E 64M -c 1 -E 1G -c 4 -E -1 -c 8; others keep "
+            "the file system's default); off: never; the shared log directory is never restriped"
         ),
     )
     min_free_gb: float = Field(

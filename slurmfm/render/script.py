@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
     from slurmfm.catalog.nccl import EnvSetting, JobTraits
     from slurmfm.catalog.slurm_features import SlurmVersion
+    from slurmfm.catalog.storage import CheckpointLayout
     from slurmfm.recipe.schema import Recipe
     from slurmfm.render.array import SweepTable
     from slurmfm.render.serve import ServeLaunch
@@ -887,11 +888,24 @@ def _prepare_opts(
                 opts.append(f"--serve-dp {serve.dp}")
     s = recipe.storage
     if s.stripe == "auto":
-        opts.append("--stripe 1")
+        layout = _checkpoint_layout(recipe)
+        if layout.args:
+            opts.append("--stripe-layout=" + sh_quote(" ".join(layout.args)))
     if s.min_free_gb:
         gb = str(int(s.min_free_gb)) if s.min_free_gb == int(s.min_free_gb) else str(s.min_free_gb)
         opts.append(f"--min-free-kb {int(s.min_free_gb * 1024 * 1024)} --min-free-gb {gb}")
     return opts, how
+
+
+def _checkpoint_layout(recipe: Recipe) -> CheckpointLayout:
+    """The Lustre layout for this recipe's checkpoint format (slurmfm/catalog/storage.py)."""
+    from slurmfm.catalog.storage import checkpoint_layout
+
+    fmt = None
+    if recipe.launcher.kind == "megatron":
+        value = recipe.launcher.model_args.get("ckpt-format")
+        fmt = str(value) if value is not None else None
+    return checkpoint_layout(recipe.launcher.kind, fmt)
 
 
 def _batch_opts(

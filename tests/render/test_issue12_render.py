@@ -431,14 +431,27 @@ FAKE_BIN = {
 }
 
 
-@pytest.mark.parametrize("stripe", ["auto", "off"])
-def test_lustre_striping_never_touches_the_shared_log_directory(
-    tmp_path: Path, stripe: str
+PFL = "-E 64M -c 1 -E 1G -c 4 -E -1 -c 8"
+
+
+@pytest.mark.parametrize(
+    ("launcher", "stripe", "layout"),
+    [
+        ({"kind": "megatron"}, "auto", PFL),  # torch_dist: files per rank
+        ({"kind": "megatron", "model_args": {"ckpt-format": "torch"}}, "auto", PFL),
+        ({"kind": "megatron"}, "off", None),
+        ({"kind": "torchrun", "script": "/fsx/train.py"}, "auto", None),  # format unknown
+    ],
+)
+def test_lustre_layout_follows_the_checkpoint_format_and_spares_the_log_directory(
+    tmp_path: Path, launcher: dict[str, Any], stripe: str, layout: str | None
 ) -> None:
     """The generated script's own prepare step, run with its embedded runtime on a fake Lustre:
-    only the run's checkpoint directory is restriped. Before, the script ran
-    ``lfs setstripe -c 1 "$SLURMFM_LOG_DIR"``, changing the layout of a directory every user
-    of the cluster shares."""
+    only the run's checkpoint directory gets a layout, and the one Lustre's striping guidance
+    gives its format: a progressive layout for file-per-rank checkpoints (not ``-c -1 -S 16M``,
+    which put every small per-rank file on every OST), the file system's default where the
+    format is unknown. Before issue 12, the script ran ``lfs setstripe -c 1 "$SLURMFM_LOG_DIR"``,
+    changing the layout of a directory every user of the cluster shares."""
     import os
     import subprocess
     import sys
@@ -450,7 +463,8 @@ def test_lustre_striping_never_touches_the_shared_log_directory(
     logs.mkdir()
     text = rendered(
         recipe(
-            storage={"checkpoint_root": str(ckpt.parent), "log_dir": str(logs), "stripe": stripe}
+            launcher=launcher,
+            storage={"checkpoint_root": str(ckpt.parent), "log_dir": str(logs), "stripe": stripe},
         )
     ).text
     assert "lfs " not in text  # every Lustre call goes through the runtime (base64 has no " ")
@@ -484,7 +498,7 @@ def test_lustre_striping_never_touches_the_shared_log_directory(
     assert proc.returncode == 0, proc.stderr
     lfs = calls.read_text().splitlines() if calls.exists() else []
     setstripe = [c for c in lfs if c.startswith("lfs setstripe")]
-    assert setstripe == ([f"lfs setstripe -c -1 -S 16M {ckpt}"] if stripe == "auto" else [])
+    assert setstripe == ([f"lfs setstripe {layout} {ckpt}"] if layout else [])
     assert not [c for c in lfs if str(logs) in c.split()]
 
 
