@@ -101,7 +101,10 @@ SRC_AWS = (
 
 SRC_RN_2511 = "SchedMD/slurm:RELEASE_NOTES.md (Release Notes for Slurm 25.11, New Features)"
 SRC_RN_2605 = "SchedMD/slurm:RELEASE_NOTES.md (Release Notes for Slurm 26.05, Highlights)"
-SRC_SID = "scripts/slurm-lab --suite sid (runs on Slurm 26.05.5; tests/catalog/test_newer_slurm.py)"
+SRC_SID = (
+    "scripts/slurm-lab --suite sid (runs on Slurm 26.05.5; tests/catalog/test_newer_slurm.py, "
+    "tests/topology/test_newer_topology_yaml.py, tests/observe/test_slurmctld_metrics.py)"
+)
 
 _FLOOR_NOTE = (
     "No source here records the first release; 22.05 (the oldest Slurm this "
@@ -323,7 +326,7 @@ _NEWER: tuple[Feature, ...] = (
         "topology/ring: a one-dimensional ring topology (its plugin ships with the lab's "
         "26.05.5); slurmfm reads and writes it as data only. First release from the release "
         "notes (unverified).",
-        f"{SRC_RN_2605}; SchedMD/slurm:doc/man/man5/topology.yaml.5",
+        f"{SRC_RN_2605}; topology.yaml(5) of 26.05.5 (Debian slurm-client, the sid lab); {SRC_SID}",
         verified=False,
     ),
     Feature(
@@ -333,7 +336,7 @@ _NEWER: tuple[Feature, ...] = (
         "topology/torus3d: a three-dimensional torus topology (its plugin ships with the "
         "lab's 26.05.5); slurmfm reads and writes it as data only. First release from the "
         "release notes (unverified).",
-        f"{SRC_RN_2605}; SchedMD/slurm:doc/man/man5/topology.yaml.5",
+        f"{SRC_RN_2605}; topology.yaml(5) of 26.05.5 (Debian slurm-client, the sid lab); {SRC_SID}",
         verified=False,
     ),
     Feature(
@@ -342,11 +345,13 @@ _NEWER: tuple[Feature, ...] = (
         None,
         "slurmctld serves OpenMetrics (Prometheus) telemetry on SlurmctldPort of SlurmctldHost "
         "by default: GET /metrics lists the endpoints (/metrics/jobs, /metrics/nodes, "
-        "/metrics/partitions, ...); CommunicationParameters=disable_http turns HTTP off. "
+        "/metrics/partitions, /metrics/scheduler, /metrics/jobs-users-accts); they carry data "
+        "only with MetricsType=metrics/openmetrics (slurm.conf(5); the 26.05 lab answers 200 "
+        "with an empty body without it); CommunicationParameters=disable_http turns HTTP off. "
         "26.05 adds GPU allocation figures and answers 303 from a backup controller. First "
         "release from the release notes (unverified).",
         f"{SRC_RN_2511} (Highlights); SchedMD/slurm:CHANGELOG/slurm-25.11.md (25.11.0); "
-        f"{SRC_RN_2605}",
+        f"{SRC_RN_2605}; https://slurm.schedmd.com/metrics.html; {SRC_SID}",
         verified=False,
     ),
 )
