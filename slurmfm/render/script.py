@@ -252,22 +252,21 @@ def _directives(
         seg, seg_warning = default_segment(inst, r.nodes, v, _nvlink_unit_nodes(recipe, inst))
         if seg is not None:
             sizes = "/".join(str(n) for n in inst.nvlink.instances)
+            small = min(inst.nvlink.instances)
             if seg == r.nodes:
+                fit = min(n for n in inst.nvlink.instances if n >= seg)
                 why = (
-                    f"no topology plan: the whole job in one NVLink domain (one UltraServer of "
-                    f"{sizes} instances; {seg} is the recipe's node count)"
+                    "no topology plan: the whole job in one NVLink domain, one UltraServer of "
+                    f"{fit} instances"
                 )
-                if seg > min(inst.nvlink.instances):
-                    why += (
-                        f"; UltraServers of {min(inst.nvlink.instances)} cannot hold it: on those "
-                        "ask for a smaller --segment, which splits the domain"
-                    )
+                if seg > small:
+                    why += f"; a {small}-instance one cannot hold it (lower --segment there)"
             else:
                 why = (
-                    f"no topology plan: groups of {seg} nodes, each inside one UltraServer "
-                    f"({sizes} instances; the largest group that divides {r.nodes} and fits one)"
+                    f"no topology plan: groups of {seg} nodes, each in one UltraServer "
+                    f"({sizes} instances)"
                 )
-            d.append(Directive("segment", str(seg), why + " (topology/block, Slurm >= 24.05)"))
+            d.append(Directive("segment", str(seg), f"{why}; topology/block, Slurm >= 24.05"))
             split = segment_split_warning(inst, r.nodes, seg)
             if split:
                 warnings.append(split)
