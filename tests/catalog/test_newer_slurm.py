@@ -18,7 +18,7 @@ from slurmfm.recipe.loader import load_recipe
 from slurmfm.render.script import Target, render_script
 
 _BLOCKS = ("--gpus-per-node", "4", "--topology-plugin", "block", "--block-size", "18")
-SID_BLOCKS = OwnLab("newer-sid", 16867, 18101, nodes=36, suite="sid", options=_BLOCKS)
+SID_BLOCKS = OwnLab("newer-sid", 16867, 18401, nodes=36, suite="sid", options=_BLOCKS)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from slurmfm.topology.model import TopologyError
 from slurmfm.topology.slurm_formats import export_yaml_doc, read_topology_yaml
 from slurmfm.topology.store import load_any
 
-YAML_SID = OwnLab("yaml-sid", 16877, 18201, nodes=8, suite="sid")
+YAML_SID = OwnLab("yaml-sid", 16877, 18501, nodes=8, suite="sid")
 
 # block (the cluster default), a ring for partition debug, a torus3d for partition cube
 NEWER_KINDS = """\
