@@ -86,5 +86,11 @@ def test_prometheus_scrapes_slurmctld_openmetrics(metrics_lab: SlurmLab, prometh
     )
     nodes = {r["metric"]["node"] for r in query(prometheus, "slurm_node_cpus")}
     assert nodes == {f"node{i:03d}" for i in range(1, 5)}
-    up = {r["metric"]["job"]: r["value"][1] for r in query(prometheus, 'up{job=~"slurmctld-.*"}')}
-    assert up == {f"slurmctld-{e}": "1" for e in SLURMCTLD_ENDPOINTS}
+    want = {f"slurmctld-{e}": "1" for e in SLURMCTLD_ENDPOINTS}
+
+    def up() -> dict[str, str]:
+        rows = query(prometheus, 'up{job=~"slurmctld-.*"}')
+        return {r["metric"]["job"]: r["value"][1] for r in rows}
+
+    # each endpoint is its own scrape job, scraped on its own schedule
+    wait_until("every slurmctld endpoint scraped", lambda: up() == want, 60, lambda: str(up()))
