@@ -67,12 +67,17 @@ def load_topology(source: str, *, env: Mapping[str, str] | None = None) -> Topol
         from slurmfm.topology.store import load_any
 
         return load_any(source)
-    from slurmfm.backends.slurm_cli import SlurmCLI
-    from slurmfm.topology.slurm_formats import parse_scontrol_topology, slurm_node_states
+    import logging
 
-    cli = SlurmCLI(dict(env) if env is not None else None)
-    topo = parse_scontrol_topology(cli.show_topology())
-    return topo.with_states(slurm_node_states(cli.node_states()))
+    from slurmfm.backends.slurm_cli import SlurmCLI
+    from slurmfm.topology.live import read_live
+
+    # A cluster without switches or blocks (topology/flat, or HyperPod's empty topology.yaml)
+    # gives a flat fabric and a note saying so (slurmfm/topology/live.py).
+    topo, notes = read_live(SlurmCLI(dict(env) if env is not None else None))
+    for note in notes:
+        logging.getLogger("slurmfm.topology").warning("%s", note)
+    return topo
 
 
 def plan(

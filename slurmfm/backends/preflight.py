@@ -141,9 +141,12 @@ def preflight(
                     f"{recipe.resources.time_limit} requested, partition {part} allows {max_time}",
                 )
             )
-    if recipe.cluster.constraints:
+    from slurmfm.catalog.flavors import constraint_for_flavor
+
+    constraint, _ = constraint_for_flavor(recipe.cluster.constraints, recipe.cluster.flavor)
+    if constraint:  # what the script asks for this flavor (render warns about the rest)
         have = cli.node_features(part or None)
-        missing = sorted(_features(recipe.cluster.constraints) - have)
+        missing = sorted(_features(constraint) - have)
         report.checks.append(
             Check(
                 "constraints",

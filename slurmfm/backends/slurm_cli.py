@@ -196,6 +196,16 @@ class SlurmCLI:
             return None
         return parse_scontrol_record(proc.stdout.strip().splitlines()[0])
 
+    def partition_topologies(self) -> dict[str, str | None]:
+        """Each partition's ``Topology=`` tag (topology.yaml, Slurm >= 25.05), None if untagged."""
+        proc = self._run(["scontrol", "show", "partition", "-o"])
+        out: dict[str, str | None] = {}
+        for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+            rec = parse_scontrol_record(line)
+            if rec.get("PartitionName"):
+                out[rec["PartitionName"]] = rec.get("Topology") or None
+        return out
+
     def node_features(self, partition: str | None = None) -> set[str]:
         """Every feature some node has (``sinfo -h -o %f``), in ``partition`` if given."""
         argv = ["sinfo", "-h", "-o", "%f"] + (["-p", partition] if partition else [])

@@ -257,7 +257,11 @@ _CATALOG: tuple[InstanceType, ...] = (
             "17 NICs: card 0 is ENA-only, EFA on cards 1-16 (" + SRC_NIC_LAYOUT + ").",
             "Not in the AWS health-check instance-profiles.conf; 16 EFA is from the NIC layout.",
             "NetworkNodes has 4 entries, not 3 (EC2 topology docs).",
+            "Unverified: GPU memory, EFA count and vCPUs come from secondary summaries (the "
+            "Karpenter instance list, an operations guide), not from an AWS instance-type page "
+            "or a health-check profile; kept unverified until a primary source says otherwise.",
         ),
+        verified=False,
     ),
     InstanceType(
         name="p6e-gb200.36xlarge",

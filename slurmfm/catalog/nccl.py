@@ -159,11 +159,24 @@ class StackVersions:
         aws_ofi_nccl: str = "auto",
         nccl: str = "auto",
     ) -> StackVersions:
-        """Build from recipe strings: ``"auto"`` -> ``None``, invalid -> ``ValueError``."""
+        """Build from recipe strings: ``"auto"`` -> ``None``, invalid -> ``ValueError``.
+
+        An "auto" aws-ofi-nccl or libfabric is taken from what a known EFA installer release
+        bundles (slurmfm/catalog/stack.py, from the EFA installer release notes).
+        """
+        from slurmfm.catalog.stack import bundled
+
+        efa = _parse_version("efa_installer", efa_installer)
+        ofi = _parse_version("aws_ofi_nccl", aws_ofi_nccl)
+        fabric = _parse_version("libfabric", libfabric)
+        bundle = bundled(efa)
+        if bundle is not None:
+            ofi = ofi or _parse_version("aws_ofi_nccl", bundle.aws_ofi_nccl)
+            fabric = fabric or _parse_version("libfabric", bundle.libfabric)
         return cls(
-            efa_installer=_parse_version("efa_installer", efa_installer),
-            libfabric=_parse_version("libfabric", libfabric),
-            aws_ofi_nccl=_parse_version("aws_ofi_nccl", aws_ofi_nccl),
+            efa_installer=efa,
+            libfabric=fabric,
+            aws_ofi_nccl=ofi,
             nccl=_parse_version("nccl", nccl),
         )
 
@@ -632,8 +645,15 @@ def check_minimums(instance: InstanceType, stack: StackVersions) -> list[str]:
 
     Unknown ("auto") versions are not warned about. The p5.48xlarge minimums are also applied to
     p5e/p5en as a floor (newer hardware of the same generation; the sheet documents p5 only).
+    An NCCL newer than the plugin's release series was tested with is warned about too
+    (slurmfm/catalog/stack.py).
     """
+    from slurmfm.catalog.stack import untested_nccl
+
     warnings: list[str] = []
+    untested = untested_nccl(stack.aws_ofi_nccl, stack.nccl)
+    if untested:
+        warnings.append(untested)
     for m in _MINIMUMS:
         if instance.family not in m.families:
             continue

@@ -99,6 +99,13 @@ SRC_AWS = (
     "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-resiliency-slurm-auto-resume.html"
 )
 
+SRC_RN_2511 = "SchedMD/slurm:RELEASE_NOTES.md (Release Notes for Slurm 25.11, New Features)"
+SRC_RN_2605 = "SchedMD/slurm:RELEASE_NOTES.md (Release Notes for Slurm 26.05, Highlights)"
+SRC_SID = (
+    "scripts/slurm-lab --suite sid (runs on Slurm 26.05.5; tests/catalog/test_newer_slurm.py, "
+    "tests/topology/test_newer_topology_yaml.py, tests/observe/test_slurmctld_metrics.py)"
+)
+
 _FLOOR_NOTE = (
     "No source here records the first release; 22.05 (the oldest Slurm this "
     "project runs and tests, the local lab) is used as a conservative floor."
@@ -267,7 +274,89 @@ _ALL: tuple[Feature, ...] = (
     ),
 )
 
-FEATURES: Mapping[str, Feature] = MappingProxyType({f.name: f for f in _ALL})
+_NEWER: tuple[Feature, ...] = (
+    Feature(
+        "consolidate_segments",
+        _V(25, 11),
+        None,
+        "sbatch/salloc/srun --consolidate-segments (topology/block): all segments of the job "
+        "in one higher-level aggregated block, i.e. packed into as few blocks as possible. "
+        "25.11.2 fixed a slurmctld crash with it (CHANGELOG/slurm-25.11.md). Accepted by "
+        "sbatch on the 26.05 lab; not run on 25.11, so the exact release is unverified.",
+        f"{SRC_RN_2511}; SchedMD/slurm:doc/man/man1/sbatch.1 (--consolidate-segments); {SRC_SID}",
+        verified=False,
+    ),
+    Feature(
+        "spread_segments",
+        _V(25, 11),
+        None,
+        "sbatch/salloc/srun --spread-segments (topology/block): each segment on a base block "
+        "of its own. Accepted by sbatch on the 26.05 lab; not run on 25.11, so the exact release "
+        "is unverified.",
+        f"{SRC_RN_2511}; SchedMD/slurm:doc/man/man1/sbatch.1 (--spread-segments); {SRC_SID}",
+        verified=False,
+    ),
+    Feature(
+        "network_unique_channel_per_segment",
+        _V(25, 11),
+        None,
+        "--network=unique-channel-per-segment: one IMEX channel per segment instead of one "
+        "per job, with SwitchType=switch/nvidia_imex and topology/block (no effect "
+        "otherwise). Accepted by sbatch on the 26.05 lab; not run with switch/nvidia_imex here "
+        "(no IMEX) nor on 25.11, so the exact release is unverified.",
+        f"{SRC_RN_2511}; SchedMD/slurm:doc/man/man1/sbatch.1 (--network, "
+        "unique-channel-per-segment); SchedMD/slurm:src/plugins/switch/nvidia_imex",
+        verified=False,
+    ),
+    Feature(
+        "srun_async",
+        _V(26, 5),
+        None,
+        "srun --async: the step is handed to stepmgr to queue and launch, so no srun process "
+        "waits in the background; rejected outside a job allocation (26.05.0), and "
+        "srun --parsable prints the bare step id (26.05.0). The lab's 26.05.5 knows it; the "
+        "first release is the release notes' reading (unverified).",
+        f"{SRC_RN_2605}; SchedMD/slurm:CHANGELOG/slurm-26.05.md (26.05.0)",
+        verified=False,
+    ),
+    Feature(
+        "topology_ring",
+        _V(26, 5),
+        None,
+        "topology/ring: a one-dimensional ring topology (its plugin ships with the lab's "
+        "26.05.5); slurmfm reads and writes it as data only. First release from the release "
+        "notes (unverified).",
+        f"{SRC_RN_2605}; topology.yaml(5) of 26.05.5 (Debian slurm-client, the sid lab); {SRC_SID}",
+        verified=False,
+    ),
+    Feature(
+        "topology_torus3d",
+        _V(26, 5),
+        None,
+        "topology/torus3d: a three-dimensional torus topology (its plugin ships with the "
+        "lab's 26.05.5); slurmfm reads and writes it as data only. First release from the "
+        "release notes (unverified).",
+        f"{SRC_RN_2605}; topology.yaml(5) of 26.05.5 (Debian slurm-client, the sid lab); {SRC_SID}",
+        verified=False,
+    ),
+    Feature(
+        "slurmctld_openmetrics",
+        _V(25, 11),
+        None,
+        "slurmctld serves OpenMetrics (Prometheus) telemetry on SlurmctldPort of SlurmctldHost "
+        "by default: GET /metrics lists the endpoints (/metrics/jobs, /metrics/nodes, "
+        "/metrics/partitions, /metrics/scheduler, /metrics/jobs-users-accts); they carry data "
+        "only with MetricsType=metrics/openmetrics (slurm.conf(5); the 26.05 lab answers 200 "
+        "with an empty body without it); CommunicationParameters=disable_http turns HTTP off. "
+        "26.05 adds GPU allocation figures and answers 303 from a backup controller. First "
+        "release from the release notes (unverified).",
+        f"{SRC_RN_2511} (Highlights); SchedMD/slurm:CHANGELOG/slurm-25.11.md (25.11.0); "
+        f"{SRC_RN_2605}; https://slurm.schedmd.com/metrics.html; {SRC_SID}",
+        verified=False,
+    ),
+)
+
+FEATURES: Mapping[str, Feature] = MappingProxyType({f.name: f for f in (*_ALL, *_NEWER)})
 """All feature gates, keyed by name (read-only)."""
 
 

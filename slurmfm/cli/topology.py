@@ -306,17 +306,18 @@ def show(
     from rich.console import Console
 
     from slurmfm.errors import SlurmfmError
-    from slurmfm.topology import slurm_formats, store
+    from slurmfm.topology import store
 
     if topology_file:
         t = store.load_any(topology_file)
     elif live:
-        t = slurm_formats.parse_scontrol_topology(_slurm().show_topology())
+        from slurmfm.topology.live import read_live
+
+        t, notes = read_live(_slurm())
+        for note in notes:
+            click.echo(f"slurmfm: {note}", err=True)
     else:
         raise SlurmfmError("give a TOPOLOGY file, or --live to read the cluster")
-    if live:
-        states = slurm_formats.slurm_node_states(_slurm().node_states())
-        t = t.with_states({n: states.get(n, "unknown") for n in t.nodes})
     console = Console()
     console.print(_rich_tree(t, show_nodes))
     free = sum(1 for n in t.nodes.values() if n.free)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -30,19 +31,25 @@ def _kv(text: str) -> dict[str, str]:
 
 
 def storage_ok(a: argparse.Namespace, ckpt: str, st: StateFile) -> bool:
-    """Stripe the checkpoint directory on Lustre; refuse to start without enough free space.
+    """Lay out the checkpoint directory on Lustre; refuse to start without enough free space.
 
-    On Lustre (FSx) checkpoints are striped wide with 16 MiB stripes (AWS FSx for Lustre
-    performance guide, "Striping data in your file system"); layouts apply to new files only.
-    The shared log directory is never restriped (it belongs to every user of the directory).
-    On Lustre the emptiest storage target (OST) is what fills first, so its free space counts.
+    ``--stripe-layout`` is the layout the renderer chose for the recipe's checkpoint format
+    (slurmfm/catalog/storage.py: a progressive layout for file-per-rank checkpoints, following
+    https://wiki.lustre.org/Lustre_Striping_Best_Practices); without one the file system's
+    default stays. Layouts apply to new files only. The shared log directory is never
+    restriped (it belongs to every user of the directory). On Lustre the emptiest storage
+    target (OST) is what fills first, so its free space counts.
     """
     _, fstype = run_command(["stat", "-f", "-c", "%T", ckpt], 30)
     lustre = fstype.strip() == "lustre"
-    if lustre and a.stripe:
-        rc, _ = run_command(["lfs", "setstripe", "-c", "-1", "-S", "16M", ckpt], 60)
-        if rc != 0:
-            print(f"slurmfm: warning: lfs setstripe failed on {ckpt}", file=sys.stderr)
+    layout = a.stripe_layout.split()
+    if lustre and layout:
+        if not all(re.fullmatch(r"-[EcS]|-1|\d+[KMGT]?", w) for w in layout):
+            print(f"slurmfm: warning: ignoring layout {a.stripe_layout!r}", file=sys.stderr)
+        else:
+            rc, _ = run_command(["lfs", "setstripe", *layout, ckpt], 60)
+            if rc != 0:
+                print(f"slurmfm: warning: lfs setstripe failed on {ckpt}", file=sys.stderr)
     if a.min_free_kb <= 0:
         return True
     free_kb = -1
@@ -149,17 +156,25 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
             SLURMFM_SERVE_URL="http://%s:%d" % (shead, a.serve_port),
         )
         if a.dist_port >= 0:
-            exports["SLURMFM_SERVE_DIST_PORT"] = str(
-                a.dist_port
-                or hs.choose_port(
-                    job_id,
-                    restart,
-                    a.port_base + a.port_span,
-                    a.port_span,
-                    eph,
-                    is_free=lambda p: p != rdzv_port,
-                )
+            # SGLang derives ports from both its dist port and its HTTP port (hs.SGLANG_*):
+            # a picked port keeps clear of them all; a recipe's fixed port must.
+            def clash(p: int) -> str | None:
+                return hs.sglang_port_clash(p, a.serve_port, a.serve_dp, (rdzv_port,), eph)
+
+            dist = a.dist_port or hs.choose_port(
+                job_id,
+                restart,
+                a.port_base + a.port_span,
+                a.port_span,
+                eph,
+                is_free=lambda p: True,
+                usable=lambda p: clash(p) is None,
             )
+            why = clash(dist)
+            if why:
+                print(f"slurmfm: SGLang dist port {dist}: {why}", file=sys.stderr)
+                return 2
+            exports["SLURMFM_SERVE_DIST_PORT"] = str(dist)
     ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
     st = StateFile(
         env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
@@ -237,11 +252,12 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--serve-nodes", type=int, default=0)
     pr.add_argument("--serve-port", type=int, default=0)
     pr.add_argument("--dist-port", type=int, default=-1, help="SGLang: 0 picks one, -1 none")
+    pr.add_argument("--serve-dp", type=int, default=1, help="SGLang: data-parallel ranks")
     pr.add_argument("--rdzv-port", type=int, default=0)
     pr.add_argument("--tasks-per-node", type=int, default=0, help="NeMo: tasks in host order")
     pr.add_argument("--port-base", type=int, default=20000)
     pr.add_argument("--port-span", type=int, default=6000)
-    pr.add_argument("--stripe", type=int, default=0)
+    pr.add_argument("--stripe-layout", default="", help="lfs setstripe arguments for ckpts")
     pr.add_argument("--min-free-kb", type=int, default=0)
     pr.add_argument("--min-free-gb", default="0")
 

@@ -5,12 +5,16 @@ Runs on each node in one ``srun`` step before the training starts; prints one li
 The EFA count is retried (``efa_tries`` x ``efa_delay_s``) because the EFA driver can come up
 late after boot; AWS's own health checks retry it 3 times 5 s apart
 (aws/sagemaker-hyperpod-cluster-setup and aws-samples/awsome-distributed-training
-``4.validation_and_observability/1.pytorch-env-validation``).
+``4.validation_and_observability/1.pytorch-env-validation``). The IMEX domain check is retried
+the same way (its daemons on the other nodes may still be connecting), and a domain that is not
+UP fails only the nodes ``nvidia-imex-ctl -N`` names as not READY: where the IMEX node file
+lists the whole compute resource, one instance down elsewhere must not fail every node.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from typing import TYPE_CHECKING
@@ -65,8 +69,13 @@ def check_node(
     efa_tries: int = 3,
     efa_delay_s: float = 5.0,
     command_timeout_s: float = 60.0,
+    local_addrs: Sequence[str] | None = None,
 ) -> str | None:
-    """None when the node is healthy, else the reason (one line)."""
+    """None when the node is healthy, else the reason (one line).
+
+    ``local_addrs``: this node's names and addresses, to find it in the IMEX status
+    (default :func:`local_addresses`).
+    """
     if expect_gpus > 0:
         rc, out = run(["nvidia-smi", "-L"], command_timeout_s)
         if rc != 0:
@@ -88,11 +97,19 @@ def check_node(
         # NCCL's MNNVL needs the IMEX channel device (NVIDIA/nccl src/mnnvl.cc)
         if not os.path.exists(os.path.join(dev, "nvidia-caps-imex-channels")):
             return f"no {dev}/nvidia-caps-imex-channels (IMEX channel missing)"
-        rc, out = run(["nvidia-imex-ctl", "-N"], command_timeout_s)
-        if rc != 127:  # where the binary exists
-            bad = imex_domain_problem(rc, out)
-            if bad:
-                return "nvidia-imex-ctl -N: " + bad
+        mine = set(local_addresses() if local_addrs is None else local_addrs)
+        bad: str | None = None
+        for attempt in range(max(1, efa_tries)):
+            if attempt:
+                sleep(efa_delay_s)
+            rc, out = run(["nvidia-imex-ctl", "-N"], command_timeout_s)
+            if rc == 127:  # no binary: nothing to ask
+                break
+            bad = imex_domain_problem(rc, out, mine)
+            if not bad:
+                break
+        else:
+            return "nvidia-imex-ctl -N: %s (after %d tries)" % (bad, max(1, efa_tries))
     if dcgm_level > 0:
         rc, _ = run(["dcgmi", "diag", "-r", str(dcgm_level)], command_timeout_s * 30)
         if rc != 0:
@@ -100,20 +117,40 @@ def check_node(
     return None
 
 
-def imex_domain_problem(rc: int, out: str) -> str | None:
+def local_addresses() -> list[str]:
+    """This node's host names and IPv4 addresses (as the IMEX node file may list either)."""
+    names = {socket.gethostname(), os.environ.get("SLURMD_NODENAME", "")}
+    addrs = set(names)
+    for name in names:
+        try:
+            addrs.update(socket.gethostbyname_ex(name)[2])
+        except OSError:
+            continue
+    _rc, out = run_command(["hostname", "-I"], 10)
+    addrs.update(out.split() if _rc == 0 else ())
+    return sorted(a for a in addrs if a)
+
+
+def imex_domain_problem(
+    rc: int, out: str, local: set[str] | frozenset[str] | None = None
+) -> str | None:
     """What ``nvidia-imex-ctl -N`` says is wrong with the IMEX domain, or None when it is up.
 
     The output (NVIDIA IMEX guide, "IMEX Service Command Service",
     https://docs.nvidia.com/multi-node-nvlink-systems/imex-guide/cmdservice.html) lists each
     node as ``Node #I - ADDRESS - STATE`` (READY when its daemon is up), a connectivity table
     (``C`` connected) and ``Domain State: UP`` when every node of the domain is connected;
-    anything else (DEGRADED, DOWN) leaves cross-node NVLink memory unusable.
+    anything else (DEGRADED, DOWN) leaves cross-node NVLink memory unusable on the nodes that
+    are not READY. With ``local`` (this node's names and addresses), a domain that is not UP is
+    this node's problem only when the status names it, or names no node at all; a node that is
+    READY while another is not passes, and the other node's own gate fails it.
     """
     if rc != 0:
         first = (out.strip().splitlines() or [""])[0]
         return "exit %d: %s" % (rc, first) if first else "exit %d" % rc
     state = ""
     not_ready = []
+    named: set[str] = set()
     for line in out.splitlines():
         text = line.strip()
         if text.startswith("Domain State:"):
@@ -122,7 +159,10 @@ def imex_domain_problem(rc: int, out: str) -> str | None:
             parts = [p.strip() for p in text.split(" - ")]
             if len(parts) >= 3 and parts[2].split()[:1] != ["READY"]:
                 not_ready.append("%s is %s" % (parts[1], parts[2]))
+                named.add(parts[1])
     if state.upper() == "UP":
+        return None
+    if local is not None and named and not named & set(local):
         return None
     why = "IMEX domain state %s" % (state or "not reported")
     return why + ("; " + ", ".join(not_ready) if not_ready else "")

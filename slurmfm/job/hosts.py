@@ -98,6 +98,55 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# SGLang's own ports (sgl-project/sglang:python/sglang/srt/server_args.py, PortArgs.init_new):
+# with --nnodes > 1 it takes --dist-init-addr's port D for torch.distributed and D+1 .. D+5 for
+# its ZMQ sockets (tokenizer, detokenizer, rpc, metrics, scheduler input or pub/sub), and
+# D+6+rank for each data-parallel-attention rank; next to the HTTP port P it puts the NCCL port
+# (P + randint(100, 1000), stepped by 42 while busy) and, single-node DP, P + 233.
+SGLANG_DIST_EXTRA = 6
+SGLANG_HTTP_BAND = 1100
+
+
+def sglang_port_clash(
+    dist: int,
+    http: int,
+    dp: int = 1,
+    taken: Sequence[int] = (),
+    ephemeral: tuple[int, int] = (0, -1),
+) -> str | None:
+    """Why SGLang's dist port ``dist`` cannot be used next to HTTP port ``http``, or None.
+
+    The ports SGLang derives from each (see the note above) must not meet each other, a port
+    in ``taken`` (the rendezvous) or the ephemeral range.
+    """
+    dist_ports = range(dist, dist + SGLANG_DIST_EXTRA + max(1, dp))
+    http_ports = range(http, http + SGLANG_HTTP_BAND)
+    if dist_ports.start < http_ports.stop and http_ports.start < dist_ports.stop:
+        return "SGLang's ports %d-%d (from the dist port) meet %d-%d (from the HTTP port %d)" % (
+            dist_ports.start,
+            dist_ports.stop - 1,
+            http_ports.start,
+            http_ports.stop - 1,
+            http,
+        )
+    for port in taken:
+        if port in dist_ports:
+            return "SGLang's ports %d-%d (from the dist port) hold port %d" % (
+                dist_ports.start,
+                dist_ports.stop - 1,
+                port,
+            )
+    lo, hi = ephemeral
+    if dist_ports.start <= hi and lo < dist_ports.stop:
+        return "SGLang's ports %d-%d (from the dist port) reach the ephemeral range %d-%d" % (
+            dist_ports.start,
+            dist_ports.stop - 1,
+            lo,
+            hi,
+        )
+    return None
+
+
 def choose_port(
     job_id: int,
     restart: int,
@@ -106,12 +155,14 @@ def choose_port(
     ephemeral: tuple[int, int],
     is_free: Callable[[int], bool] = port_is_free,
     tries: int = 64,
+    usable: Callable[[int], bool] | None = None,
 ) -> int:
     """A port in ``[base, base+span)``, outside ``ephemeral``, free where it can be checked.
 
     Why: a port inside the ephemeral range can be held by any outgoing connection on the head
     node; a port that changes with the restart count lets a requeue avoid a port the last run
-    left in TIME_WAIT. Deterministic for a given job and restart.
+    left in TIME_WAIT. Deterministic for a given job and restart. ``usable`` rules ports out
+    like the ephemeral range does (without spending a try on them).
     """
     lo, hi = ephemeral
     start = (job_id * 7 + restart * 131) % span
@@ -119,6 +170,8 @@ def choose_port(
     for i in range(span):
         port = base + (start + i) % span
         if lo <= port <= hi or not 1024 <= port <= 65535:
+            continue
+        if usable is not None and not usable(port):  # e.g. SGLang's derived ports
             continue
         if first is None:
             first = port

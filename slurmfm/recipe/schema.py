@@ -131,6 +131,7 @@ _LEAF_FIELDS = (
     "health_gate",
     "health_path",
     "image",
+    "imex_channel",
     "instance_type",
     "interval_s",
     "keep_last",
@@ -179,6 +180,7 @@ _LEAF_FIELDS = (
     "save_on_signal",
     "script",
     "secrets",
+    "segments",
     "served_model_name",
     "singleton",
     "slurm_version",
@@ -290,6 +292,14 @@ class Resources(_Strict):
         description=(
             "--dependency=singleton: at most one job of this name and user runs at a time "
             "(chained training segments that must never overlap)"
+        ),
+    )
+    segments: Literal["auto", "consolidate", "spread"] = Field(
+        default="auto",
+        description=(
+            "how --segment groups of a multi-UltraServer job are placed (topology/block, Slurm "
+            ">= 25.11): auto = --consolidate-segments where Slurm has it (as few blocks as "
+            "possible), spread = --spread-segments (each on a block of its own)"
         ),
     )
 
@@ -464,6 +474,30 @@ class SglangLauncher(_ServeLauncher):
         default=None, ge=1024, le=65535, description="--dist-init-addr port; default per job"
     )
 
+    def dp_size(self) -> int:
+        """SGLang's data-parallel size from ``extra_args`` (``--dp-size N`` / ``--dp N``)."""
+        args = self.extra_args
+        for i, a in enumerate(args):
+            for flag in ("--dp-size", "--dp"):
+                value = a[len(flag) + 1 :] if a.startswith(flag + "=") else None
+                if a == flag and i + 1 < len(args):
+                    value = args[i + 1]
+                if value is not None and value.isdigit():
+                    return max(1, int(value))
+        return 1
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> SglangLauncher:
+        """A fixed dist port must keep SGLang's derived ports clear of its HTTP port's."""
+        if self.dist_port is not None:
+            from slurmfm.job.hosts import sglang_port_clash
+
+            # 30000: SGLang's --port default (render/serve.py DEFAULT_PORT)
+            why = sglang_port_clash(self.dist_port, self.port or 30000, self.dp_size())
+            if why:
+                raise ValueError(f"dist_port {self.dist_port}: {why}")
+        return self
+
 
 ServeLauncher = Annotated[VllmLauncher | SglangLauncher, Field(discriminator="kind")]
 
@@ -596,8 +630,10 @@ class Storage(_Strict):
     stripe: Literal["auto", "off"] = Field(
         default="auto",
         description=(
-            "auto: on Lustre (detected at job start), stripe the run's checkpoint directory wide "
-            "(lfs setstripe -c -1 -S 16M); the shared log directory is never restriped"
+            "auto: on Lustre (detected at job start), lay out the run's checkpoint directory "
+            "for the checkpoint format (file-per-rank formats -- Megatron, NeMo -- get a "
+            "progressive layout, lfs setstripe -E 64M -c 1 -E 1G -c 4 -E -1 -c 8; others keep "
+            "the file system's default); off: never; the shared log directory is never restriped"
         ),
     )
     min_free_gb: float = Field(
@@ -732,6 +768,13 @@ class Network(_Strict):
     aws_ofi_nccl: str = "auto"
     nccl: str = "auto"
     nccl_debug: Literal["VERSION", "WARN", "INFO", "TRACE"] | None = None
+    imex_channel: Literal["job", "segment"] = Field(
+        default="job",
+        description=(
+            "segment: one IMEX channel per --segment group (--network=unique-channel-per-segment"
+            ", switch/nvidia_imex, Slurm >= 25.11); job: one channel for the whole job"
+        ),
+    )
 
     @model_validator(mode="after")
     def _versions(self) -> Network:

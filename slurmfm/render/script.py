@@ -9,6 +9,7 @@ never an empty string in a job. User values enter bash only through
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
     from slurmfm.catalog.nccl import EnvSetting, JobTraits
     from slurmfm.catalog.slurm_features import SlurmVersion
+    from slurmfm.catalog.storage import CheckpointLayout
     from slurmfm.recipe.schema import Recipe
     from slurmfm.render.array import SweepTable
     from slurmfm.render.serve import ServeLaunch
@@ -143,12 +145,17 @@ def _directives(
         Directive("ntasks-per-node", str(tasks_per_node), why_tasks),
         Directive("time", sbatch_value(r.time_limit, what="resources.time_limit")),
     ]
+    from slurmfm.catalog.flavors import constraint_for_flavor
+
+    constraint, why_constraint = constraint_for_flavor(c.constraints, c.flavor)
+    if why_constraint:
+        warnings.append(why_constraint)
     for opt, val, what in (
         ("partition", c.partition, "cluster.partition"),
         ("account", c.account, "cluster.account"),
         ("qos", c.qos, "cluster.qos"),
         ("reservation", c.reservation, "cluster.reservation"),
-        ("constraint", c.constraints, "cluster.constraints"),
+        ("constraint", constraint, "cluster.constraints"),
         ("exclude", r.exclude, "resources.exclude"),
     ):
         if val:
@@ -237,19 +244,33 @@ def _directives(
                 f"--segment needs Slurm >= 24.05 (topology/block segments); target is {v}"
             )
         d.append(Directive("segment", str(placement.segment)))
+        split = segment_split_warning(inst, r.nodes, placement.segment)
+        if split:
+            warnings.append(split)
+        d.extend(_segment_options(recipe, placement.segment, v))
     elif placement.mode == "none":
-        seg, seg_warning = default_segment(inst, r.nodes, v)
+        seg, seg_warning = default_segment(inst, r.nodes, v, _nvlink_unit_nodes(recipe, inst))
         if seg is not None:
-            d.append(
-                Directive(
-                    "segment",
-                    str(seg),
-                    f"no topology plan: groups of {seg} nodes, each inside one UltraServer "
-                    f"({'/'.join(str(n) for n in inst.nvlink.instances)} instances; {seg} divides "
-                    "them), so an NVLink "
-                    "domain never straddles two (topology/block, Slurm >= 24.05)",
+            sizes = "/".join(str(n) for n in inst.nvlink.instances)
+            small = min(inst.nvlink.instances)
+            if seg == r.nodes:
+                fit = min(n for n in inst.nvlink.instances if n >= seg)
+                why = (
+                    "no topology plan: the whole job in one NVLink domain, one UltraServer of "
+                    f"{fit} instances"
                 )
-            )
+                if seg > small:
+                    why += f"; a {small}-instance one cannot hold it (lower --segment there)"
+            else:
+                why = (
+                    f"no topology plan: groups of {seg} nodes, each in one UltraServer "
+                    f"({sizes} instances)"
+                )
+            d.append(Directive("segment", str(seg), f"{why}; topology/block, Slurm >= 24.05"))
+            split = segment_split_warning(inst, r.nodes, seg)
+            if split:
+                warnings.append(split)
+            d.extend(_segment_options(recipe, seg, v))
         if seg_warning:
             warnings.append(seg_warning)
     if r.singleton:
@@ -276,43 +297,118 @@ def _directives(
     return d, warnings
 
 
+def _nvlink_unit_nodes(recipe: Recipe, inst: InstanceType) -> int:
+    """Nodes a TP*CP or EP group covers: a segment must hold whole groups (planner's rule)."""
+    g = max(1, inst.gpus)
+    p = recipe.parallelism
+    block = math.lcm(p.tp * p.cp, p.tp * p.ep)
+    return max(1, math.lcm(block, g) // g)
+
+
 def default_segment(
-    inst: InstanceType, nodes: int, v: SlurmVersion
+    inst: InstanceType, nodes: int, v: SlurmVersion, unit: int = 1
 ) -> tuple[int | None, str | None]:
     """``--segment`` for a multi-node NVLink job that has no topology plan, or a warning.
 
     Why: without a segment, an 18-node GB200 job may be placed across two UltraServers and its
     NVLink domain is cut in two. Slurm's topology/block places each segment inside one block
-    (sbatch(1) ``--segment``, Slurm >= 24.05); the segment must divide the job's node count,
-    and it is chosen to also divide every UltraServer size (9 and 18 instances), so segments
-    pack whole UltraServers on either size without leaving a remainder. Returns (segment,
-    None), or (None, a warning) when no segment larger than 1 exists or Slurm lacks it, and
-    (None, None) for single-node jobs and types without multi-node NVLink.
+    (sbatch(1) ``--segment``, Slurm >= 24.05). The recipe's intent decides the size: a job
+    that fits one UltraServer (the largest size, 18 instances of GB200) is one segment, the
+    whole job in one NVLink domain -- not the gcd of the 9- and 18-instance sizes, which lets
+    Slurm place it 9 + 9 on two UltraServers and moves its data-parallel traffic to EFA. A
+    larger job gets the largest segment that divides its node count, fits one UltraServer and
+    holds whole ``unit``-node TP*CP/EP groups. Returns (segment, None), or (None, a warning)
+    when no such segment exists or Slurm lacks it, and (None, None) for single-node jobs and
+    types without multi-node NVLink.
     """
-    import math
-
     from slurmfm.catalog.slurm_features import supports
 
     if not inst.needs_imex or nodes <= 1:
         return None, None
-    base = math.gcd(*inst.nvlink.instances)
-    seg = math.gcd(nodes, base)
-    where = (
-        f"{nodes} {inst.name} nodes may be placed across UltraServers of "
-        f"{'/'.join(str(n) for n in inst.nvlink.instances)} instances"
-    )
-    if seg <= 1:
+    largest = max(inst.nvlink.instances)
+    sizes = "/".join(str(n) for n in inst.nvlink.instances)
+    where = f"{nodes} {inst.name} nodes may be placed across UltraServers of {sizes} instances"
+    fits = [s for s in range(unit, min(nodes, largest) + 1, unit) if nodes % s == 0]
+    if not fits or fits[-1] <= 1:
         return None, (
-            f"resources.nodes: {where}; no --segment divides both {nodes} and {base}: use a "
-            "node count that shares a factor with it, or plan with a topology file "
-            "(slurmfm plan --topology)"
+            f"resources.nodes: {where}; no --segment of whole {unit}-node NVLink groups divides "
+            f"{nodes} and fits an UltraServer: use a node count that does, or plan with a "
+            "topology file (slurmfm plan --topology)"
         )
+    seg = fits[-1]
     if not supports("segment", v):
         return None, (
             f"resources.nodes: {where}; --segment={seg} would keep each group in one "
             f"UltraServer but needs Slurm >= 24.05 (target is {v})"
         )
     return seg, None
+
+
+def segment_split_warning(inst: InstanceType, nodes: int, seg: int) -> str | None:
+    """A warning when segments of ``seg`` nodes cut the job's NVLink domain smaller than it
+    could be: the job fits one UltraServer, or a segment is smaller than the largest one."""
+    if not inst.needs_imex or seg >= nodes:
+        return None
+    largest = max(inst.nvlink.instances)
+    could = min(nodes, largest)
+    if seg >= could:
+        return None
+    g = inst.gpus
+    return (
+        f"resources.nodes: --segment={seg} lets Slurm place the {nodes} nodes on "
+        f"{nodes // seg} UltraServers: NVLink domains of {seg} nodes ({seg * g} GPUs) instead "
+        f"of {could} ({could * g} GPUs), and traffic between them goes over EFA"
+    )
+
+
+def _segment_options(recipe: Recipe, seg: int, v: SlurmVersion) -> list[Directive]:
+    """``--consolidate-segments``/``--spread-segments`` and the IMEX channel per segment.
+
+    Slurm 25.11's topology/block options (SchedMD/slurm:RELEASE_NOTES.md, 25.11; sbatch(1)):
+    ``--consolidate-segments`` packs a job's segments into one higher-level aggregated block
+    (as few UltraServers as possible), ``--spread-segments`` puts each on a base block of its
+    own, ``--network=unique-channel-per-segment`` gives each segment its own IMEX channel
+    (switch/nvidia_imex). Each is gated by version (slurmfm/catalog/slurm_features.py).
+    """
+    from slurmfm.catalog.slurm_features import supports
+
+    out: list[Directive] = []
+    mode = recipe.resources.segments
+    if recipe.resources.nodes > seg:
+        if mode == "spread":
+            if not supports("spread_segments", v):
+                raise UnsupportedError(
+                    f"resources.segments: spread: --spread-segments needs Slurm >= 25.11; "
+                    f"target is {v}"
+                )
+            out.append(Directive("spread-segments", None, "each segment on a block of its own"))
+        elif supports("consolidate_segments", v):
+            out.append(
+                Directive(
+                    "consolidate-segments",
+                    None,
+                    "the segments in as few UltraServers as possible (one aggregated block)",
+                )
+            )
+        elif mode == "consolidate":
+            raise UnsupportedError(
+                f"resources.segments: consolidate: --consolidate-segments needs Slurm >= 25.11; "
+                f"target is {v}"
+            )
+    if recipe.network.imex_channel == "segment":
+        if not supports("network_unique_channel_per_segment", v):
+            raise UnsupportedError(
+                "network.imex_channel: segment: --network=unique-channel-per-segment needs "
+                f"Slurm >= 25.11; target is {v}"
+            )
+        out.append(
+            Directive(
+                "network",
+                "unique-channel-per-segment",
+                "an IMEX channel per segment (switch/nvidia_imex)",
+            )
+        )
+    return out
 
 
 def _hetjob_component(recipe: Recipe, inst: InstanceType, v: SlurmVersion) -> list[Directive]:
@@ -787,13 +883,28 @@ def _prepare_opts(
         opts.append(f"--serve {serve.group} --serve-nodes {serve.nodes} --serve-port {serve.port}")
         if serve.dist_port is not None:
             opts.append(f"--dist-port {serve.dist_port}")
+            if serve.dp > 1:
+                opts.append(f"--serve-dp {serve.dp}")
     s = recipe.storage
     if s.stripe == "auto":
-        opts.append("--stripe 1")
+        layout = _checkpoint_layout(recipe)
+        if layout.args:
+            opts.append("--stripe-layout=" + sh_quote(" ".join(layout.args)))
     if s.min_free_gb:
         gb = str(int(s.min_free_gb)) if s.min_free_gb == int(s.min_free_gb) else str(s.min_free_gb)
         opts.append(f"--min-free-kb {int(s.min_free_gb * 1024 * 1024)} --min-free-gb {gb}")
     return opts, how
+
+
+def _checkpoint_layout(recipe: Recipe) -> CheckpointLayout:
+    """The Lustre layout for this recipe's checkpoint format (slurmfm/catalog/storage.py)."""
+    from slurmfm.catalog.storage import checkpoint_layout
+
+    fmt = None
+    if recipe.launcher.kind == "megatron":
+        value = recipe.launcher.model_args.get("ckpt-format")
+        fmt = str(value) if value is not None else None
+    return checkpoint_layout(recipe.launcher.kind, fmt)
 
 
 def _batch_opts(

@@ -56,6 +56,7 @@ class ServeLaunch:
     model_cache: str | None  # shell-quoted HF_HOME, if any
     dist_port: int | None  # SGLang's --dist-init-addr port when fixed by the recipe
     ray: str | None = None  # vLLM multi-node: the node entry's --ray options (shell words)
+    dp: int = 1  # SGLang: data-parallel ranks (each takes one more port after the dist port)
 
     @property
     def description(self) -> str:
@@ -140,4 +141,5 @@ def serve_launch(
         ),
         dist_port=dist_port,
         ray=ray,
+        dp=launcher.dp_size() if launcher.kind == "sglang" else 1,
     )

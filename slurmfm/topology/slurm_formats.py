@@ -48,6 +48,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from slurmfm.catalog.slurm_features import SlurmVersion, require, supports
@@ -56,6 +57,9 @@ from slurmfm.topology.model import ROOT, Node, Topology, TopologyError, natural_
 __all__ = [
     "BLOCK_ORDER_PREFIX",
     "SWITCH_ORDER_PREFIX",
+    "Ring",
+    "TopologyYaml",
+    "Torus",
     "block_order",
     "block_sizes_for",
     "block_topology",
@@ -65,10 +69,12 @@ __all__ = [
     "export_block",
     "export_tree",
     "export_yaml",
+    "export_yaml_doc",
     "normalize_state",
     "parse_scontrol_topology",
     "parse_topology_conf",
     "parse_topology_yaml",
+    "read_topology_yaml",
     "slurm_node_states",
     "switch_order",
 ]
@@ -800,12 +806,78 @@ def export_yaml(
     return "\n".join(out) + "\n"
 
 
+@dataclass(frozen=True)
+class Ring:
+    """A ``ring:`` entry of topology.yaml (26.05 topology/ring): an ordered node list."""
+
+    name: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Torus:
+    """A ``torus3d:`` torus (26.05 topology/torus3d), kept as data: dims, nodes or regions,
+    placements (each the parsed YAML mapping, plain dicts and lists)."""
+
+    name: str
+    dims: tuple[int, int, int]
+    nodes: tuple[str, ...]
+    extra: Mapping[str, Any]  # regions, placements, anchor_seed, ... as written
+
+
+@dataclass(frozen=True)
+class TopologyYaml:
+    """Everything a topology.yaml says, by entry: tree/block as models, the rest as data.
+
+    slurmfm plans on tree and block topologies; ``flat`` entries have no structure, and
+    ``ring``/``torus3d`` (Slurm 26.05; topology.yaml(5) of 26.05.5) are read and written back
+    as data so that a file holding them is not refused. ``order`` is the file's entry order,
+    ``kinds`` each entry's kind, ``default`` the first ``cluster_default: true``.
+    """
+
+    topologies: Mapping[str, Topology]
+    rings: Mapping[str, tuple[Ring, ...]]
+    toruses: Mapping[str, tuple[Torus, ...]]
+    kinds: Mapping[str, str]
+    order: tuple[str, ...]
+    default: str | None = None
+    flat_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line saying what the file holds (for the CLI and error messages)."""
+        if not self.order:
+            return "no topology at all (an empty list, [])"
+        parts = []
+        for name in self.order:
+            kind = self.kinds[name]
+            if kind in ("tree", "block"):
+                t = self.topologies[name]
+                parts.append(f"{kind} {name!r} ({len(t.nodes)} nodes)")
+            elif kind == "ring":
+                rings = self.rings[name]
+                n = sum(len(r.nodes) for r in rings)
+                parts.append(f"ring {name!r} ({len(rings)} rings, {n} nodes)")
+            elif kind == "torus3d":
+                tor = self.toruses[name]
+                parts.append(f"torus3d {name!r} ({len(tor)} toruses)")
+            else:
+                parts.append(f"flat {name!r}")
+        return ", ".join(parts)
+
+
 def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> dict[str, Topology]:
     """Parse ``topology.yaml`` into ``{topology name: Topology}`` (tree and block entries).
 
-    ``flat`` entries carry no structure and are skipped; ``ring``/``torus3d`` (26.05) have no
-    equivalent in the model and are refused. Errors carry ``source:line:`` (ruamel's positions).
+    ``flat`` entries carry no structure and ``ring``/``torus3d`` (26.05) have no equivalent in
+    the model: they are skipped here (:func:`read_topology_yaml` keeps them as data). An empty
+    file (``[]``, what HyperPod's automatic topology management can leave) gives ``{}``.
+    Errors carry ``source:line:`` (ruamel's positions).
     """
+    return dict(read_topology_yaml(text, source=source).topologies)
+
+
+def read_topology_yaml(text: str, *, source: str = "topology.yaml") -> TopologyYaml:
+    """Parse every entry of ``topology.yaml`` (see :class:`TopologyYaml`)."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
@@ -840,26 +912,74 @@ def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> dict[str
         except ValueError as exc:
             raise err(obj, f"{what}: {exc}", key) from exc
 
+    if doc is None or (isinstance(doc, str) and not doc.strip()):
+        doc = []  # an empty file: no topology, like []
     if not isinstance(doc, list):
         raise TopologyError(f"{source}:1: expected a YAML list of topologies")
     out: dict[str, Topology] = {}
+    rings: dict[str, tuple[Ring, ...]] = {}
+    toruses: dict[str, tuple[Torus, ...]] = {}
+    kinds_of: dict[str, str] = {}
+    order: list[str] = []
+    default: str | None = None
+    flats: dict[str, Mapping[str, Any]] = {}
     for entry in doc:
         if not isinstance(entry, dict) or not isinstance(entry.get("topology"), str):
             raise err(
                 entry if isinstance(entry, dict) else doc, "each entry needs 'topology: NAME'"
             )
         name = entry["topology"]
-        if name in out:
+        if name in kinds_of:
             raise err(entry, f"topology {name!r} defined twice")
         kinds = [k for k in ("tree", "block", "flat", "ring", "torus3d") if k in entry]
         if len(kinds) != 1:
-            raise err(entry, f"topology {name!r} needs exactly one of tree/block/flat")
+            raise err(entry, f"topology {name!r} needs exactly one of tree/block/flat/ring/torus3d")
         kind = kinds[0]
         body = entry[kind]
+        kinds_of[name] = kind
+        order.append(name)
+        if default is None and entry.get("cluster_default") is True:
+            default = name
         if kind == "flat":
+            if isinstance(body, dict):  # 26.05: options such as alpha_step_rank
+                flats[name] = _plain(body)
             continue
-        if kind in ("ring", "torus3d"):
-            raise err(entry, f"topology {name!r}: {kind} topologies are not supported by slurmfm")
+        if kind == "ring":
+            rlist = body.get("rings") if isinstance(body, dict) else None
+            if not isinstance(rlist, list) or not rlist:
+                raise err(entry, f"topology {name!r}: ring needs a 'rings' list", kind)
+            got: list[Ring] = []
+            for r in rlist:
+                if not isinstance(r, dict) or not isinstance(r.get("ring"), str):
+                    raise err(body, "each ring needs 'ring: NAME'", "rings")
+                members = hosts(r, "nodes", "nodes")
+                if len(members) > 16:  # topology.yaml(5), 26.05.5: at most 16 nodes per ring
+                    raise err(r, f"ring {r['ring']!r} has {len(members)} nodes (at most 16)")
+                got.append(Ring(r["ring"], tuple(members)))
+            rings[name] = tuple(got)
+            continue
+        if kind == "torus3d":
+            tlist = body.get("toruses") if isinstance(body, dict) else None
+            if not isinstance(tlist, list) or not tlist:
+                raise err(entry, f"topology {name!r}: torus3d needs a 'toruses' list", kind)
+            tors: list[Torus] = []
+            for t in tlist:
+                if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+                    raise err(body, "each torus needs 'name: NAME'", "toruses")
+                dims = t.get("dims")
+                if not isinstance(dims, dict) or not all(
+                    isinstance(dims.get(k), int) and dims[k] > 0 for k in "xyz"
+                ):
+                    raise err(t, f"torus {t['name']!r}: dims needs positive x, y and z", "name")
+                members = hosts(t, "nodes", "nodes") if "nodes" in t else []
+                extra = {
+                    str(k): _plain(v) for k, v in t.items() if k not in ("name", "dims", "nodes")
+                }
+                tors.append(
+                    Torus(t["name"], (dims["x"], dims["y"], dims["z"]), tuple(members), extra)
+                )
+            toruses[name] = tuple(tors)
+            continue
         if kind == "tree":
             sw_list = body.get("switches") if isinstance(body, dict) else None
             if not isinstance(sw_list, list):
@@ -904,7 +1024,99 @@ def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> dict[str
                 out[name] = block_topology(blocks, source=f"{source} ({name})")
             except TopologyError as exc:
                 raise err(entry, str(exc)) from exc
-    return out
+    return TopologyYaml(out, rings, toruses, kinds_of, tuple(order), default, flats)
+
+
+def _plain(v: Any) -> Any:
+    """ruamel's round-trip containers as plain dicts and lists (for data kept as written)."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _yaml_value(v: Any, indent: int) -> list[str]:
+    """Block-style YAML lines for plain data (mappings, lists, scalars) at ``indent``."""
+    pad = " " * indent
+    if isinstance(v, dict):
+        lines = []
+        for k, x in v.items():
+            if isinstance(x, (dict, list)) and x:
+                lines.append(f"{pad}{k}:")
+                lines.extend(_yaml_value(x, indent + 2))
+            else:
+                lines.append(f"{pad}{k}: {_yaml_atom(x)}")
+        return lines
+    if isinstance(v, list):
+        lines = []
+        for x in v:
+            sub = _yaml_value(x, indent + 2) if isinstance(x, (dict, list)) and x else []
+            if sub:
+                lines.append(f"{pad}- {sub[0].lstrip()}")
+                lines.extend(sub[1:])
+            else:
+                lines.append(f"{pad}- {_yaml_atom(x)}")
+        return lines
+    return [f"{pad}{_yaml_atom(v)}"]
+
+
+def _yaml_atom(x: Any) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, (dict, list)):
+        return "{}" if isinstance(x, dict) else "[]"
+    return _yaml_scalar(str(x))
+
+
+def export_yaml_doc(doc: TopologyYaml, version: Version) -> str:
+    """``topology.yaml`` for every entry of ``doc``: tree/block as :func:`export_yaml` writes
+    them, ``flat``, and ``ring``/``torus3d`` back as data (Slurm >= 26.05 for those two)."""
+    v = _version(version)
+    require("topology_yaml", v, "topology.yaml")
+    for name, kind in doc.kinds.items():
+        if kind == "ring":
+            require("topology_ring", v, f"topology {name!r} (ring)")
+        if kind == "torus3d":
+            require("topology_torus3d", v, f"topology {name!r} (torus3d)")
+    default = doc.default or (doc.order[0] if doc.order else None)
+    out = [f"# topology.yaml written by slurmfm for Slurm {v}: {doc.summary()}.", "---"]
+    if not doc.order:
+        return "\n".join([*out, "[]"]) + "\n"
+    for name in doc.order:
+        kind = doc.kinds[name]
+        if kind in ("tree", "block"):
+            body = export_yaml({name: doc.topologies[name]}, v, default=name)
+            entry = body.split("---\n", 1)[1].splitlines()
+            entry[1] = f"  cluster_default: {'true' if name == default else 'false'}"
+            out.extend(entry)
+            continue
+        out.append(f"- topology: {_yaml_scalar(name)}")
+        out.append(f"  cluster_default: {'true' if name == default else 'false'}")
+        if kind == "flat" and doc.flat_options.get(name):
+            out.append("  flat:")
+            out.extend(_yaml_value(dict(doc.flat_options[name]), 4))
+        elif kind == "flat":
+            out.append("  flat: true")
+        elif kind == "ring":
+            out.append("  ring:")
+            out.append("    rings:")
+            for r in doc.rings[name]:
+                out.append(f"      - ring: {_yaml_scalar(r.name)}")
+                out.append(f"        nodes: {_yaml_scalar(compress_hostlist(r.nodes))}")
+        else:
+            out.append("  torus3d:")
+            out.append("    toruses:")
+            for t in doc.toruses[name]:
+                out.append(f"      - name: {_yaml_scalar(t.name)}")
+                out.append("        dims:")
+                out.extend(f"          {k}: {d}" for k, d in zip("xyz", t.dims, strict=True))
+                if t.nodes:
+                    out.append(f"        nodes: {_yaml_scalar(compress_hostlist(t.nodes))}")
+                out.extend(_yaml_value(dict(t.extra), 8))
+    return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------------------- live cluster

@@ -198,6 +198,8 @@ def detect_format(text: str, path: str | Path | None = None) -> str:
     (topology.yaml.5, Slurm 25.05+).
     """
     s = text.lstrip()
+    if re.fullmatch(r"(?:---\s*)?\[\s*\]\s*", s):
+        return "yaml"  # an empty topology.yaml (what HyperPod's topology management can leave)
     if s.startswith(("{", "[")):
         try:
             obj = json.loads(text)
@@ -312,8 +314,25 @@ def load_any(
     if fmt == "scontrol":
         parse = _slurm_parser("parse_scontrol_topology", src)
         return _wrap(src, lambda: _topology(_call_parser(parse, text, src), src))
-    parse = _slurm_parser("parse_topology_yaml", src)
-    return _wrap(src, lambda: _pick(_call_parser(parse, text, src), partition, src))
+    parse = _slurm_parser("read_topology_yaml", src)
+    return _wrap(src, lambda: _pick_yaml(_call_parser(parse, text, src), partition, src))
+
+
+def _pick_yaml(doc: Any, partition: str | None, src: str) -> Topology:
+    """One tree/block topology of a topology.yaml, or an error saying what the file holds."""
+    topos = getattr(doc, "topologies", None)
+    if topos is None:
+        raise TopologyError(f"{src}: parser returned {type(doc).__name__}, not a TopologyYaml")
+    if not topos or (partition is not None and partition not in topos):
+        what = (
+            f"no topology {partition!r}" if partition is not None else "no tree or block topology"
+        )
+        raise TopologyError(
+            f"{src}: {what}; it holds {doc.summary()}. slurmfm plans on tree and block "
+            "fabrics: for a cluster without one (HyperPod's automatic topology management can "
+            "leave topology.yaml empty) plan with --topology live, a flat fabric of its nodes"
+        )
+    return _pick(topos, partition, src)
 
 
 def _from_lab(obj: Mapping[str, Any]) -> Topology:

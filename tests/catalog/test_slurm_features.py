@@ -77,6 +77,13 @@ GATES = [
     ("kill_on_invalid_dep", V(21, 8), V(22, 5), V(24, 11)),
     ("hetjob", V(19, 5), V(20, 2), V(22, 5, 8)),
     ("requeue_expedite", V(25, 5, 5), V(25, 11), V(26, 5, 5)),
+    ("consolidate_segments", V(25, 5, 5), V(25, 11), V(26, 5, 5)),
+    ("spread_segments", V(25, 5, 5), V(25, 11), V(26, 5, 5)),
+    ("network_unique_channel_per_segment", V(25, 5, 5), V(25, 11), V(26, 5, 5)),
+    ("srun_async", V(25, 11, 4), V(26, 5), V(26, 5, 5)),
+    ("topology_ring", V(25, 11, 4), V(26, 5), V(26, 5, 5)),
+    ("topology_torus3d", V(25, 11, 4), V(26, 5), V(26, 5, 5)),
+    ("slurmctld_openmetrics", V(25, 5, 5), V(25, 11), V(26, 5, 5)),
 ]
 
 

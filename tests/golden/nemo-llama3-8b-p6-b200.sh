@@ -74,16 +74,16 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/4901675de488eb449e49bf5a90f54d8bc3e4481d9e5f9efdde650fbcbedff26a.pyz"
-if ! echo "4901675de488eb449e49bf5a90f54d8bc3e4481d9e5f9efdde650fbcbedff26a  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21.pyz"
+if ! echo "cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "4901675de488eb449e49bf5a90f54d8bc3e4481d9e5f9efdde650fbcbedff26a  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
-slurmfm_env=$(python3 "$SLURMFM_RUNTIME" prepare --tasks-per-node 8 --stripe 1)
+slurmfm_env=$(python3 "$SLURMFM_RUNTIME" prepare --tasks-per-node 8 --stripe-layout='-E 64M -c 1 -E 1G -c 4 -E -1 -c 8')
 eval "$slurmfm_env"
 
 # NeMo 2.0 driver, run by every task; recipe values are JSON literals inside it.
@@ -136,4 +136,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=4901675de488eb449e49bf5a90f54d8bc3e4481d9e5f9efdde650fbcbedff26a <base64 zipapp of slurmfm/job, 62372 chars>
+# slurmfm-runtime sha256=cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21 <base64 zipapp of slurmfm/job, 64700 chars>

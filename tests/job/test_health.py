@@ -63,8 +63,10 @@ def test_dcgm_and_imex(tmp_path: Path) -> None:
     assert "nvidia-caps-imex-channels" in why
     (dev / "nvidia-caps-imex-channels").mkdir()
     assert check_node(0, 0, imex=True, dev=str(dev), run=smi(0)) is None  # no imex-ctl: skip
-    not_ready = check_node(0, 0, imex=True, dev=str(dev), run=lambda a, t: (0, "Domain: DOWN"))
-    assert not_ready == "nvidia-imex-ctl -N: IMEX domain state not reported"
+    not_ready = check_node(
+        0, 0, imex=True, dev=str(dev), run=lambda a, t: (0, "Domain: DOWN"), sleep=lambda s: None
+    )
+    assert not_ready == "nvidia-imex-ctl -N: IMEX domain state not reported (after 3 tries)"
 
 
 # The shape of `nvidia-imex-ctl -N` output (NVIDIA IMEX guide, "IMEX Service Command Service":
@@ -101,17 +103,64 @@ def test_imex_ctl_output_is_parsed(tmp_path: Path) -> None:
     assert imex_domain_problem(1, "cannot connect to the IMEX daemon\n") == (
         "exit 1: cannot connect to the IMEX daemon"
     )
+
+
+def test_imex_gate_retries_and_fails_only_the_nodes_the_status_names(tmp_path: Path) -> None:
+    """A domain that is not UP fails the nodes the status names (after the EFA check's
+    retries), not every node of an IMEX node file that lists the whole compute resource."""
+    degraded = (
+        IMEX_UP.replace("10.0.0.2   - READY", "10.0.0.2   - UNAVAILABLE")
+        .replace("C   C\n       1        C   C", "C   I\n       1        I   C")
+        .replace("Domain State: UP", "Domain State: DEGRADED")
+    )
     dev = tmp_path / "dev"
     (dev / "nvidia-caps-imex-channels").mkdir(parents=True)
     calls: list[list[str]] = []
+    slept: list[float] = []
 
     def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
         calls.append(list(argv))
         return 0, degraded
 
-    why = check_node(0, 0, imex=True, dev=str(dev), run=run)
-    assert why == "nvidia-imex-ctl -N: IMEX domain state DEGRADED; 10.0.0.2 is UNAVAILABLE"
-    assert calls == [["nvidia-imex-ctl", "-N"]]
+    def check(addrs: list[str], tries: int = 3) -> str | None:
+        calls.clear()
+        return check_node(
+            0,
+            0,
+            imex=True,
+            dev=str(dev),
+            run=run,
+            sleep=slept.append,
+            efa_tries=tries,
+            efa_delay_s=5.0,
+            local_addrs=addrs,
+        )
+
+    # the named node fails, after 3 tries 5 s apart (like the EFA count)
+    why = check(["n2", "10.0.0.2"])
+    assert why == (
+        "nvidia-imex-ctl -N: IMEX domain state DEGRADED; 10.0.0.2 is UNAVAILABLE (after 3 tries)"
+    )
+    assert calls == [["nvidia-imex-ctl", "-N"]] * 3
+    assert slept == [5.0, 5.0]
+    # a READY node of the same degraded domain passes at once
+    assert check(["n1", "10.0.0.1"]) is None
+    assert len(calls) == 1
+    # a status that names no node (daemon down, nothing listed) fails every node
+    assert imex_domain_problem(0, "Domain State: DOWN\n", {"10.0.0.1"}) == (
+        "IMEX domain state DOWN"
+    )
+    # a domain that comes UP on the second try passes
+    answers = [(1, "cannot connect to the IMEX daemon"), (0, IMEX_UP)]
+
+    def late(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        return answers.pop(0)
+
+    assert (
+        check_node(0, 0, imex=True, dev=str(dev), run=late, sleep=slept.append, local_addrs=[])
+        is None
+    )
+    assert answers == []
 
 
 def test_report_parsing() -> None:

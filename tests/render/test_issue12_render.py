@@ -138,21 +138,24 @@ def test_validate_warns_about_the_window(tmp_path: Path) -> None:
     assert "cannot hold one save" in res.stderr
 
 
-# --- 12.10: GB200 without a topology plan gets a --segment ---------------------------------------
+# --- 12.10 / 25.1: GB200 without a topology plan gets a --segment from the recipe's intent --------
 @pytest.mark.parametrize(
     ("nodes", "segment"),
-    [(18, 9), (9, 9), (36, 9), (27, 9), (6, 3), (3, 3), (12, 3)],
+    [(18, 18), (9, 9), (36, 18), (27, 9), (6, 6), (3, 3), (12, 12), (2, 2), (54, 18)],
 )
-def test_gb200_default_segment_divides_the_ultraserver(nodes: int, segment: int) -> None:
+def test_gb200_default_segment_is_the_largest_that_fits_one_ultraserver(
+    nodes: int, segment: int
+) -> None:
+    """A job that fits one UltraServer is one segment (one NVLink domain); a larger one gets
+    the largest segment that divides it and fits an 18-instance UltraServer."""
     r = recipe(**GB200, resources__nodes=nodes)
     out = rendered(r, "24.11")
     assert f"#SBATCH --segment={segment}" in out.text
-    assert 9 % segment == 0
-    assert 18 % segment == 0
+    assert segment <= 18
     assert nodes % segment == 0
 
 
-@pytest.mark.parametrize("nodes", [2, 4, 8])
+@pytest.mark.parametrize("nodes", [19, 37])
 def test_gb200_without_a_dividing_segment_warns(nodes: int) -> None:
     out = rendered(recipe(**GB200, resources__nodes=nodes), "24.11")
     assert "--segment" not in out.text
@@ -428,14 +431,27 @@ FAKE_BIN = {
 }
 
 
-@pytest.mark.parametrize("stripe", ["auto", "off"])
-def test_lustre_striping_never_touches_the_shared_log_directory(
-    tmp_path: Path, stripe: str
+PFL = "-E 64M -c 1 -E 1G -c 4 -E -1 -c 8"
+
+
+@pytest.mark.parametrize(
+    ("launcher", "stripe", "layout"),
+    [
+        ({"kind": "megatron"}, "auto", PFL),  # torch_dist: files per rank
+        ({"kind": "megatron", "model_args": {"ckpt-format": "torch"}}, "auto", PFL),
+        ({"kind": "megatron"}, "off", None),
+        ({"kind": "torchrun", "script": "/fsx/train.py"}, "auto", None),  # format unknown
+    ],
+)
+def test_lustre_layout_follows_the_checkpoint_format_and_spares_the_log_directory(
+    tmp_path: Path, launcher: dict[str, Any], stripe: str, layout: str | None
 ) -> None:
     """The generated script's own prepare step, run with its embedded runtime on a fake Lustre:
-    only the run's checkpoint directory is restriped. Before, the script ran
-    ``lfs setstripe -c 1 "$SLURMFM_LOG_DIR"``, changing the layout of a directory every user
-    of the cluster shares."""
+    only the run's checkpoint directory gets a layout, and the one Lustre's striping guidance
+    gives its format: a progressive layout for file-per-rank checkpoints (not ``-c -1 -S 16M``,
+    which put every small per-rank file on every OST), the file system's default where the
+    format is unknown. Before issue 12, the script ran ``lfs setstripe -c 1 "$SLURMFM_LOG_DIR"``,
+    changing the layout of a directory every user of the cluster shares."""
     import os
     import subprocess
     import sys
@@ -447,7 +463,8 @@ def test_lustre_striping_never_touches_the_shared_log_directory(
     logs.mkdir()
     text = rendered(
         recipe(
-            storage={"checkpoint_root": str(ckpt.parent), "log_dir": str(logs), "stripe": stripe}
+            launcher=launcher,
+            storage={"checkpoint_root": str(ckpt.parent), "log_dir": str(logs), "stripe": stripe},
         )
     ).text
     assert "lfs " not in text  # every Lustre call goes through the runtime (base64 has no " ")
@@ -481,7 +498,7 @@ def test_lustre_striping_never_touches_the_shared_log_directory(
     assert proc.returncode == 0, proc.stderr
     lfs = calls.read_text().splitlines() if calls.exists() else []
     setstripe = [c for c in lfs if c.startswith("lfs setstripe")]
-    assert setstripe == ([f"lfs setstripe -c -1 -S 16M {ckpt}"] if stripe == "auto" else [])
+    assert setstripe == ([f"lfs setstripe {layout} {ckpt}"] if layout else [])
     assert not [c for c in lfs if str(logs) in c.split()]
 
 

@@ -74,12 +74,18 @@ def vllm_launcher(tmp: Path, **over: Any) -> dict[str, Any]:
 
 
 def sglang_launcher(**over: Any) -> dict[str, Any]:
+    from slurmfm.job.hosts import sglang_port_clash
+
+    port = free_port()
+    dist = free_port()
+    while sglang_port_clash(dist, port):  # the recipe refuses ports SGLang's would share
+        dist = free_port()
     return {
         "kind": "sglang",
         "model": "deepseek-ai/DeepSeek-V3",
         "python": sys.executable,
-        "port": free_port(),
-        "dist_port": free_port(),
+        "port": port,
+        "dist_port": dist,
         "ready_poll_s": 1,
         "ready_timeout_s": 90,
         **over,

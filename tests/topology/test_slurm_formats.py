@@ -361,7 +361,7 @@ BAD_YAML = [
         "bad hostlist",
     ),
     ("- topology: a\n  block:\n    blocks:\n      - nodes: n1\n", 3, "needs 'block: NAME'"),
-    ("- topology: a\n  ring: {}\n", 1, "not supported"),
+    ("- topology: a\n  ring: {}\n", 2, "ring needs a 'rings' list"),
     ("topology: a\n", 1, "expected a YAML list"),
     ("- topology: a\n  tree:\n    switches: []\n", 2, "has no switches"),
 ]

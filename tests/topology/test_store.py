@@ -309,13 +309,16 @@ def test_slurm_parsers_are_dispatched(tmp_path: Path, monkeypatch: pytest.Monkey
         calls.append(("scontrol", {}))
         return _shape()
 
-    def yaml(text: str, *, source: str = "?") -> dict[str, Topology]:
+    from slurmfm.topology.slurm_formats import TopologyYaml
+
+    def yaml(text: str, *, source: str = "?") -> TopologyYaml:
         calls.append(("yaml", {"source": source}))
-        return {"gpu": _shape(), "cpu": Topology.from_paths({"c": ("s",)})}
+        topos = {"gpu": _shape(), "cpu": Topology.from_paths({"c": ("s",)})}
+        return TopologyYaml(topos, {}, {}, dict.fromkeys(topos, "tree"), tuple(topos))
 
     fake.parse_topology_conf = conf  # type: ignore[attr-defined]
     fake.parse_scontrol_topology = scontrol  # type: ignore[attr-defined]
-    fake.parse_topology_yaml = yaml  # type: ignore[attr-defined]
+    fake.read_topology_yaml = yaml  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "slurmfm.topology.slurm_formats", fake)
     for name, text in (("t.conf", CONF), ("s.txt", SCONTROL), ("t.yaml", YAML)):
         (tmp_path / name).write_text(text)
