@@ -131,13 +131,17 @@ def submit_all(
     with contextlib.ExitStack() as held:
         # Sorted: two submissions never wait for each other's records in opposite orders.
         by_path = {
-            run_lock.record_path(r.recipe): r.recipe for _, r in items if r.recipe is not None
+            path: r.recipe
+            for _, r in items
+            if r.recipe is not None
+            for path in run_lock.record_paths(r.recipe)
         }
         records = {
             path: held.enter_context(
                 run_lock.exclusive(
                     by_path[path],
                     lambda job: _live_state(backend, job),
+                    path=path,
                     allow_shared=allow_shared_run_dir,
                     override=shared_run_dir_hint,
                 )
@@ -152,7 +156,8 @@ def submit_all(
                 _abort(backend, done, label, exc, keep_submitted)
                 raise  # pragma: no cover - _abort always raises
             if req.recipe is not None:
-                records[run_lock.record_path(req.recipe)](result.job_id)
+                for path in run_lock.record_paths(req.recipe):
+                    records[path](result.job_id)
             done.append(Submitted(label, result.job_id, final))
     return done
 

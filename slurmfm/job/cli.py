@@ -18,6 +18,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from . import fsafe, install
 from . import hosts as hs
 from . import slurm as sl
 from .checkpoint import resume_from
@@ -73,7 +74,64 @@ def storage_ok(a: argparse.Namespace, ckpt: str, st: StateFile) -> bool:
     return True
 
 
+def own_checkpoint_dir(path: str) -> str | None:
+    """None when the run's checkpoint directory is this user's own, else why not.
+
+    The job resumes from what is there (``latest``, ``DONE``, the framework's files): a
+    directory another user owns, or may write, could hand it forged checkpoints. Our own
+    directory made group-writable by an umask of 002 is closed to the group here.
+    """
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None  # nothing there to trust or distrust
+    except OSError as exc:
+        return "cannot be read (%s)" % (exc.strerror or exc)
+    if st.st_uid != os.geteuid():
+        return "belongs to uid %d, not this job's user (uid %d)" % (st.st_uid, os.geteuid())
+    if st.st_mode & 0o022:
+        try:
+            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
+        except OSError as exc:
+            return "is writable by others and cannot be closed (%s)" % (exc.strerror or exc)
+    return None
+
+
+def install_everywhere(runtime: str, env: dict[str, str], timeout_s: float = 120.0) -> str | None:
+    """Place this runtime on every node of the job (:mod:`.install`); None, or why not."""
+    import hashlib
+    import subprocess
+
+    try:
+        data = fsafe.read(runtime, limit=64 << 20)
+    except OSError as exc:
+        return "job runtime %s: %s" % (runtime, exc)
+    sha = hashlib.sha256(data).hexdigest()
+    cmd = ["python3", "-I", "-c", install.program(), runtime, sha]
+    for argv in install.steps(env):
+        try:
+            done = subprocess.run(
+                argv + cmd, input=data, stdout=sys.stderr, timeout=timeout_s, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return "could not place the job runtime on the nodes (%s)" % exc
+        if done.returncode != 0:
+            return "could not place the job runtime on every node (srun exit %d)" % done.returncode
+    return None
+
+
 def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
+    restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
+    st = StateFile(
+        env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
+    )
+    why = install_everywhere(a.runtime, env)
+    if why:
+        print(f"slurmfm: {why}", file=sys.stderr)
+        st.record("fail", why)
+        return 1
     alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
     topo: dict[str, str] | None = None
     if a.topo_addr and not a.planned and not a.rank_map:
@@ -109,7 +167,6 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
     _, text = run_command(["scontrol", "-o", "show", "node", ",".join(every)], 60)
     addrs = hs.parse_node_addrs(text)
     job_id = int(env.get("SLURM_JOB_ID", "0") or 0)
-    restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
     eph = hs.ephemeral_range()
     local = env.get("SLURMD_NODENAME", "")
     head = order[0]
@@ -161,9 +218,14 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
                 )
             )
     ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
-    st = StateFile(
-        env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
-    )
+    why = own_checkpoint_dir(ckpt) if ckpt else None
+    if why:
+        print(
+            f"slurmfm: checkpoint directory {ckpt} {why}: refusing to save or resume there",
+            file=sys.stderr,
+        )
+        st.record("fail", f"checkpoint directory {why}")
+        return 2
     if ckpt and not storage_ok(a, ckpt, st):
         return 2
     res = resume_from(ckpt) if ckpt else None
