@@ -69,6 +69,11 @@ def record_path_of(directory: Path) -> Path:
     return Path(os.path.realpath(directory.parent)) / f".{directory.name}.slurmfm-jobs"
 
 
+def _dir_of(record: Path) -> Path:
+    """The run directory a record stands for."""
+    return record.parent / record.name[1 : -len(".slurmfm-jobs")]
+
+
 def record_paths(recipe: Recipe) -> list[Path]:
     return [record_path_of(d) for d in run_dirs(recipe)]
 
@@ -142,7 +147,7 @@ def exclusive(
             job, state = alive[-1]
             raise RunDirInUse(
                 f"storage.run_id: job {job} ({state}) already uses the run directory "
-                f"{path.parent / path.name[1 : -len('.slurmfm-jobs')]}; a second job would overwrite its checkpoints and "
+                f"{_dir_of(path)}; a second job would overwrite its checkpoints and "
                 "resume from them. Wait for it or cancel it, give this run its own id "
                 f"(--set storage.run_id=NEW), or {override}"
             )

@@ -102,7 +102,8 @@ def test_leftover_temporaries_are_cleaned_but_not_others(tmp_path: Path) -> None
     theirs.write_text("")
     other_users(theirs)
     assert fsafe.clean_temporaries(str(target)) == [str(mine)]
-    assert theirs.exists() and not mine.exists()
+    assert theirs.exists()
+    assert not mine.exists()
 
 
 # --- reading ------------------------------------------------------------------------------
@@ -125,7 +126,8 @@ def test_a_planted_state_file_is_ignored_and_the_job_records_under_a_fresh_name(
     planted.write_text("2026-01-01T00:00:00Z restart=5 event=requeue forged\n")
     other_users(planted)
     st = StateFile(str(planted), restart=0)
-    assert st.path != str(planted) and st.path.endswith(".state")
+    assert st.path != str(planted)
+    assert st.path.endswith(".state")
     assert "ignoring" in capsys.readouterr().err
     assert st.last("requeue") is None  # the forged line is never read back
     st.record("start", "nodes=n1")
@@ -134,7 +136,9 @@ def test_a_planted_state_file_is_ignored_and_the_job_records_under_a_fresh_name(
     again = StateFile(str(planted), restart=1)
     assert again.path == st.path
     found, ignored = find(str(planted))
-    assert found == st.path and ignored and "uid 65534" in ignored[0]
+    assert found == st.path
+    assert ignored
+    assert "uid 65534" in ignored[0]
 
 
 @pytest.mark.parametrize("plant", ["link", "fifo"])
@@ -165,7 +169,8 @@ def test_a_detail_never_forges_a_second_record(detail: str) -> None:
         st = StateFile(os.path.join(d, "j_1.state"), restart=0)
         st.record("fail", detail)
         lines = Path(st.path).read_text(encoding="utf-8").splitlines()
-        assert len(lines) == 1 and " event=fail " in lines[0] + " "
+        assert len(lines) == 1
+        assert " event=fail " in lines[0] + " "
 
 
 # --- the runtime's private copy on every node ---------------------------------------------
@@ -197,7 +202,8 @@ def test_the_installer_places_a_private_checked_copy(sticky: Path) -> None:
     done = run_installer(path, data)
     assert done.returncode == 0, done.stderr
     assert path.read_bytes() == data
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_uid == os.geteuid()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.stat().st_uid == os.geteuid()
     # again on the same node (the lab's nodes share one /tmp): fine, still one private copy
     assert run_installer(path, data).returncode == 0
     assert [p.name for p in sticky.iterdir()] == [path.name]
@@ -211,13 +217,16 @@ def test_the_installer_removes_this_jobs_earlier_copies_only(sticky: Path) -> No
         f.write_text("")
     other_users(theirs)
     assert run_installer(sticky / "slurmfm-42-AbCdEfGhIj", b"rt").returncode == 0
-    assert not old.exists() and other_job.exists() and theirs.exists()
+    assert not old.exists()
+    assert other_job.exists()
+    assert theirs.exists()
 
 
 def test_the_installer_refuses_a_copy_that_does_not_match(sticky: Path) -> None:
     path = sticky / "slurmfm-42-AbCdEfGhIj"
     done = run_installer(path, b"tampered", sha="0" * 64)
-    assert done.returncode == 1 and "does not match sha256" in done.stderr
+    assert done.returncode == 1
+    assert "does not match sha256" in done.stderr
     assert not path.exists()
 
 
@@ -233,7 +242,8 @@ def test_the_installer_never_runs_another_users_file_under_the_name(sticky: Path
     # root may replace it (sticky /tmp stops every other user with EPERM, see the real test);
     # what is left is then our own private copy, never theirs
     assert done.returncode == 0
-    assert path.read_bytes() == b"rt" and path.stat().st_uid == os.geteuid()
+    assert path.read_bytes() == b"rt"
+    assert path.stat().st_uid == os.geteuid()
 
 
 @pytest.mark.parametrize(
@@ -258,7 +268,8 @@ def test_the_node_directory_must_be_sticky_or_closed(
     assert why == problem if problem is None else problem in (why or "")
     if problem:
         done = run_installer(d / "slurmfm-1-AbCdEfGhIj", b"rt")
-        assert done.returncode == 1 and problem in done.stderr
+        assert done.returncode == 1
+        assert problem in done.stderr
 
 
 def test_one_install_step_per_component() -> None:
