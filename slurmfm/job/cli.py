@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -122,6 +123,24 @@ def install_everywhere(runtime: str, env: dict[str, str], timeout_s: float = 120
     return None
 
 
+def remove_everywhere(runtime: str, env: dict[str, str], timeout_s: float = 30.0) -> None:
+    """At the end of the batch step: this attempt's runtime copies off every node (best
+    effort; the next attempt of the job removes what is left on the nodes it gets)."""
+    import subprocess
+
+    for argv in install.steps(env):
+        steps = [a for a in argv if a != "--input=all"] + ["--overlap", "rm", "-f", runtime]
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(
+                steps,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=timeout_s,
+                check=False,
+            )
+
+
 def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
     restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
     st = StateFile(
@@ -216,6 +235,22 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
                     eph,
                     is_free=lambda p: p != rdzv_port,
                 )
+            )
+    exports["SLURMFM_STATE_FILE"] = st.path  # this job's own record (state.claim)
+    obs = env.get("SLURMFM_OBS_DIR", "")
+    if obs:
+        try:
+            mine = fsafe.claim_dir(obs)
+        except OSError as exc:
+            print(f"slurmfm: observability: cannot create {obs}: {exc}", file=sys.stderr)
+            mine = obs
+        if mine != obs:
+            print(f"slurmfm: ignoring {obs} (not this job's user's); using {mine}", file=sys.stderr)
+            stop = os.path.basename(env.get("SLURMFM_OBS_STOP", "")) or "stop"
+            exports.update(
+                SLURMFM_OBS_DIR=mine,
+                SLURMFM_OBS_STOP=os.path.join(mine, stop),
+                SLURMFM_PROGRESS_FILE=os.path.join(mine, "progress.json"),
             )
     ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
     why = own_checkpoint_dir(ckpt) if ckpt else None
@@ -415,7 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = _rest(a.argv)
         k = a.serve_words
         serve_argv, launch = words[:k], words[k:]
-        return Batch(a, env).main(serve_argv, launch)
+        try:
+            return Batch(a, env).main(serve_argv, launch)
+        finally:
+            remove_everywhere(a.runtime, env)
     if a.cmd == "node":
         from .node import main as node_main
 

@@ -33,11 +33,14 @@ import tempfile
 from .install import dir_problem
 
 __all__ = [
+    "ANY_OWNER",
     "FILE_MODE",
     "Refused",
     "append",
+    "claim_dir",
     "clean_temporaries",
     "dir_problem",
+    "find_dir",
     "kind",
     "problem",
     "read",
@@ -48,6 +51,9 @@ __all__ = [
 
 # Files slurmfm writes itself: the owner writes, the team reads.
 FILE_MODE = 0o644
+# ``uid`` for files that are only shown, whoever wrote them (a job's output to its reader):
+# still never a link, a FIFO or a device.
+ANY_OWNER = -1
 MAX_READ = 1 << 20
 
 _BASE_FLAGS = (
@@ -82,7 +88,7 @@ def problem(st: os.stat_result, uid: int | None = None) -> str | None:
     if not stat.S_ISREG(st.st_mode):
         return "is " + kind(st.st_mode)
     want = os.geteuid() if uid is None else uid
-    if st.st_uid != want:
+    if want not in (ANY_OWNER, st.st_uid):
         return "belongs to uid %d, not uid %d" % (st.st_uid, want)
     if st.st_nlink > 1:
         return "has %d hard links" % st.st_nlink
@@ -197,3 +203,40 @@ def read_text(path: str, uid: int | None = None, limit: int = MAX_READ) -> str |
         return read(path, uid, limit).decode("utf-8", "replace")
     except OSError:
         return None
+
+
+def _own_dir(path: str, uid: int | None = None) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    want = os.geteuid() if uid is None else uid
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == want
+
+
+def find_dir(path: str, uid: int | None = None) -> str | None:
+    """The first of ``path`` and ``path.<random>`` that is a directory of ``uid`` (a link is
+    not one): where :func:`claim_dir` put a job's directory."""
+    for cand in [path] + sorted(glob.glob(glob.escape(path) + ".*")):
+        if _own_dir(cand, uid):
+            return cand
+    return None
+
+
+def claim_dir(path: str) -> str:
+    """A directory of this user's at ``path`` (made 0755 when missing), or, when another user
+    (or a link, a FIFO) holds that name, a fresh ``path.<random>`` made exclusively: a name
+    planted before the job can neither block nor receive its files. An own directory left
+    group-writable by an umask of 002 is closed to others. Raises OSError when none can be
+    made (the directory above is not writable)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o755)
+    found = find_dir(path)
+    if found is not None:
+        perms = stat.S_IMODE(os.lstat(found).st_mode)
+        if perms & 0o022:
+            os.chmod(found, perms & ~0o022)
+        return found
+    fresh = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", dir=os.path.dirname(path) or ".")
+    os.chmod(fresh, 0o755)  # noqa: S103 - the team reads job metrics; only we write
+    return str(fresh)

@@ -238,3 +238,68 @@ def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
     assert "ignored state file" in status.stderr
     assert "not the job's user's" in status.stderr
     assert "restarts" not in status.stdout or "restarts  5" not in status.stdout
+
+
+SWEEP = """name: sw
+cluster: {{instance_type: lab-cpu, partition: batch}}
+resources: {{nodes: 1, procs_per_node: 1}}
+launcher: {{kind: torchrun, script: {team}/train.py, python: {team}/torchrun.py}}
+env: {{TRAIN_SLEEP: "60"}}
+storage: {{checkpoint_root: {team}/ckpt, log_dir: {team}/logs}}
+resilience: {{requeue: false, save_before_timeout_s: 0}}
+observability: {{enabled: "off"}}
+sweep:
+  parameters: {{env.LR: ["1", "2"]}}
+"""
+
+
+def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
+    slurm_lab: SlurmLab, team: Path
+) -> None:
+    """The run-directory record, keyed on each task's resolved directory, seen by a plain job;
+    a link planted as the plain job's record target is never written through."""
+    recipe = team / "sweep.yaml"
+    recipe.write_text(SWEEP.format(team=team))
+    proc = slurm_lab.slurmfm("submit", str(recipe))
+    assert proc.returncode == 0, proc.stderr
+    array = proc.stdout.strip().splitlines()[-1]
+    try:
+        victim = team / "victim"
+        victim.write_text("root only\n")
+        victim.chmod(0o600)
+        link = team / "sw" / ".sw.slurmfm-jobs"  # the record of <root>/sw/sw
+        link.parent.mkdir()
+        link.symlink_to(victim)
+        # the same directory as sweep task 1, through a symlinked root
+        (team / "alias").symlink_to(team / "ckpt")
+        plain = slurm_lab.slurmfm(
+            "submit",
+            str(recipe),
+            "--set",
+            "sweep=null",
+            "--set",
+            "storage.run_id=sw-t1",
+            "--set",
+            f"storage.checkpoint_root={team}/alias",
+        )
+        assert plain.returncode == 2, (plain.stdout, plain.stderr)
+        assert f"job {array}" in plain.stderr
+        assert "sw-t1" in plain.stderr
+        # a plain job whose record is a planted link: submitted, the link's target untouched
+        ok = slurm_lab.slurmfm(
+            "submit",
+            str(recipe),
+            "--set",
+            "sweep=null",
+            "--set",
+            "storage.run_id=sw",
+            "--set",
+            f"storage.checkpoint_root={team}",
+            "--set",
+            "env.TRAIN_SLEEP=0",
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert victim.read_text() == "root only\n"
+        slurm_lab.wait_job(ok.stdout.strip().splitlines()[-1], timeout=120)
+    finally:
+        slurm_lab.run(["scancel", array])

@@ -87,7 +87,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "dcdc7dabb954e8b32f0f6d8efb3aedd34ec14d5089c6a1f3cbdb7beff418d263  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "9ae08002065ca9fe63ccaca6855e5cb2a237975c1165df4c9f04edd1a1ffa41e  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
@@ -181,4 +181,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=dcdc7dabb954e8b32f0f6d8efb3aedd34ec14d5089c6a1f3cbdb7beff418d263 <base64 zipapp of slurmfm/job, 72692 chars>
+# slurmfm-runtime sha256=9ae08002065ca9fe63ccaca6855e5cb2a237975c1165df4c9f04edd1a1ffa41e <base64 zipapp of slurmfm/job, 73972 chars>

@@ -282,3 +282,25 @@ def test_one_install_step_per_component() -> None:
         ["--het-group=0", "--nodes=2"],
         ["--het-group=1", "--nodes=4"],
     ]
+
+
+def test_a_directory_planted_under_the_jobs_name_is_left_alone_for_a_fresh_one(
+    tmp_path: Path,
+) -> None:
+    planted = tmp_path / "train_7.observe"
+    planted.mkdir()
+    planted.chmod(0o755)
+    other_users(planted)
+    got = fsafe.claim_dir(str(planted))
+    assert got != str(planted) and Path(got).parent == tmp_path
+    assert Path(got).stat().st_uid == os.geteuid()
+    assert stat.S_IMODE(Path(got).stat().st_mode) == 0o755
+    # readers (report, logs --rank) and the next attempt find the job's own one
+    assert fsafe.find_dir(str(planted)) == got
+    assert fsafe.claim_dir(str(planted)) == got
+    # and an own directory made group-writable by umask 002 is closed
+    mine = tmp_path / "mine.observe"
+    mine.mkdir()
+    mine.chmod(0o2775)
+    assert fsafe.claim_dir(str(mine)) == str(mine)
+    assert stat.S_IMODE(mine.stat().st_mode) & 0o022 == 0
