@@ -292,7 +292,8 @@ def test_a_directory_planted_under_the_jobs_name_is_left_alone_for_a_fresh_one(
     planted.chmod(0o755)
     other_users(planted)
     got = fsafe.claim_dir(str(planted))
-    assert got != str(planted) and Path(got).parent == tmp_path
+    assert got != str(planted)
+    assert Path(got).parent == tmp_path
     assert Path(got).stat().st_uid == os.geteuid()
     assert stat.S_IMODE(Path(got).stat().st_mode) == 0o755
     # readers (report, logs --rank) and the next attempt find the job's own one
