@@ -253,6 +253,7 @@ def status(job_id: str, *, backend: BackendKind | Backend = "cli") -> JobStatus:
         last_stop_reason=state.last_stop_reason,
         last_checkpoint=state.last_checkpoint,
         events=tuple(state.events),
+        ignored=tuple(state.ignored),
         restarts=max(st.restarts, state.restarts),
     )
 

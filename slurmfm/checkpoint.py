@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from slurmfm.job import fsafe
+
 POINTER = "latest"
 DONE = "DONE"
 PROGRESS_ENV = "SLURMFM_PROGRESS_FILE"
@@ -65,13 +67,14 @@ def _fsync_tree(path: Path) -> None:
 
 
 def publish(directory: Path, name: str) -> None:
-    """Point ``latest`` at ``name`` atomically (write a temp file, fsync, rename, fsync dir)."""
-    tmp = directory / f".{POINTER}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(name + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, directory / POINTER)
+    """Point ``latest`` at ``name`` atomically (write a temp file, fsync, rename, fsync dir).
+
+    The temporary file is created exclusively under a random name (:func:`fsafe.replace`), and
+    leftovers of earlier kills inside this function are removed first.
+    """
+    target = str(directory / POINTER)
+    fsafe.clean_temporaries(target)
+    fsafe.replace(target, name + "\n", fsync=True)
     _fsync_dir(directory)
 
 
@@ -127,11 +130,13 @@ def resume_point(directory: Path) -> ResumePoint:
     """
     complete = _complete(directory)
     try:
-        raw = (directory / POINTER).read_text(encoding="utf-8", errors="replace")
+        raw = fsafe.read(str(directory / POINTER)).decode("utf-8", "replace")
         name = raw.splitlines()[0].strip() if raw.strip() else ""
         pointer: str | None = name
     except FileNotFoundError:
         pointer = None
+    except fsafe.Refused as exc:  # a link, a FIFO, another user's file: never followed
+        pointer = f"<ignored: {exc}>"
     except OSError as exc:
         pointer = f"<unreadable: {exc.strerror}>"
     m = _STEP.match(pointer or "")
@@ -363,9 +368,8 @@ def mark_done(
         record["samples"] = samples
     d = directory or run_dir(env)
     d.mkdir(parents=True, exist_ok=True)
-    tmp = d / f".{DONE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, d / DONE)
+    fsafe.clean_temporaries(str(d / DONE))
+    fsafe.replace(str(d / DONE), json.dumps(record, sort_keys=True) + "\n")
 
 
 def is_done(directory: Path | None = None) -> bool:
@@ -437,14 +441,9 @@ def report_progress(
         _progress["checkpoint_time"] = now
     if not target or (not force and now - _last_write[0] < min_interval_s):
         return False
-    tmp = f"{target}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(_progress, fh, sort_keys=True)
-        os.replace(tmp, target)
+        fsafe.replace(target, json.dumps(_progress, sort_keys=True))
     except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         return False
     _last_write[0] = now
     return True

@@ -464,9 +464,10 @@ def read_record(path: Path) -> dict[str, str]:
     import json
 
     from slurmfm.backends.slurm_cli import is_job_id
+    from slurmfm.job import fsafe
 
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(fsafe.read(str(path), fsafe.ANY_OWNER).decode("utf-8"))
         stages = {str(s["name"]): str(s["job_id"]) for s in raw["stages"]}
     except FileNotFoundError:
         raise SlurmfmError(f"{path}: no such pipeline record") from None

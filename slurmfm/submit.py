@@ -92,7 +92,10 @@ def _preflight(items: Sequence[tuple[str, SubmitRequest]], env: Mapping[str, str
 
 def _make_dirs(items: Sequence[tuple[str, SubmitRequest]]) -> None:
     """sbatch does not create the ``--output`` directory; a job whose log directory is missing
-    fails without any output, so create it before submitting."""
+    fails without any output, so create it before submitting. The run directories too: the
+    job refuses to save into (or resume from) one that is not its user's own."""
+    from slurmfm import run_lock
+
     for _, req in items:
         for d in req.creates_dirs:
             try:
@@ -101,6 +104,54 @@ def _make_dirs(items: Sequence[tuple[str, SubmitRequest]]) -> None:
                 raise SlurmfmError(
                     f"storage.log_dir: cannot create {d}: {exc.strerror or exc}"
                 ) from None
+        if req.recipe is not None:
+            for run in run_lock.run_dirs(req.recipe):
+                _own_run_dir(run)
+
+
+def _who(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _own_run_dir(d: Path) -> None:
+    """Create the run directory (0755) or check it is ours; one line when another user's
+    directory stands in the way. A checkpoint file system not mounted here is not checked."""
+    import errno
+    import stat
+
+    hint = "choose another storage.run_id or storage.checkpoint_root"
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o755)
+        st = d.stat()
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM):
+            return
+        there, pst = d, None
+        for there in d.parents:  # the nearest directory that exists (and we may look into)
+            with contextlib.suppress(OSError):
+                pst = there.stat()
+                break
+        if pst is None:
+            raise SlurmfmError(
+                f"storage.checkpoint_root: cannot create the run directory {d}: "
+                f"{exc.strerror}; {hint}"
+            ) from None
+        raise SlurmfmError(
+            f"storage.checkpoint_root: cannot create the run directory {d}: {there} belongs to "
+            f"{_who(pst.st_uid)} (mode {stat.S_IMODE(pst.st_mode):04o}) and does not let you "
+            "add to it; ask its owner for a group-writable, sticky directory (chmod 3775), "
+            f"or {hint}"
+        ) from None
+    if st.st_uid != os.geteuid():
+        raise SlurmfmError(
+            f"storage.checkpoint_root: the run directory {d} belongs to {_who(st.st_uid)}: the "
+            f'job would refuse to save or resume there (README "Security"); {hint}'
+        )
 
 
 def submit_all(
@@ -131,13 +182,17 @@ def submit_all(
     with contextlib.ExitStack() as held:
         # Sorted: two submissions never wait for each other's records in opposite orders.
         by_path = {
-            run_lock.record_path(r.recipe): r.recipe for _, r in items if r.recipe is not None
+            path: r.recipe
+            for _, r in items
+            if r.recipe is not None
+            for path in run_lock.record_paths(r.recipe)
         }
         records = {
             path: held.enter_context(
                 run_lock.exclusive(
                     by_path[path],
                     lambda job: _live_state(backend, job),
+                    path=path,
                     allow_shared=allow_shared_run_dir,
                     override=shared_run_dir_hint,
                 )
@@ -152,7 +207,8 @@ def submit_all(
                 _abort(backend, done, label, exc, keep_submitted)
                 raise  # pragma: no cover - _abort always raises
             if req.recipe is not None:
-                records[run_lock.record_path(req.recipe)](result.job_id)
+                for path in run_lock.record_paths(req.recipe):
+                    records[path](result.job_id)
             done.append(Submitted(label, result.job_id, final))
     return done
 

@@ -110,4 +110,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without the interpreter's teardown: once the process group is destroyed, gloo's
+    # C++ threads can still race the static destructors, and a rank that finished its work then
+    # aborts ("terminate called without an active exception", exit -6), which torchrun reports
+    # as a failed worker. Everything this trainer writes is flushed and fsynced by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -59,6 +59,8 @@ class JobStatus:
     last_stop_reason: str = ""
     last_checkpoint: str = ""
     events: tuple[str, ...] = ()
+    # State files under the job's name that the job's user does not own: ignored (and why).
+    ignored: tuple[str, ...] = ()
 
     @property
     def done(self) -> bool:

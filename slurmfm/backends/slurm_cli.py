@@ -80,6 +80,13 @@ def _leading_int(text: str) -> int:
     return int(m.group(0)) if m else -1
 
 
+def _closed_umask() -> int:
+    """This process's umask with group and other write added."""
+    current = os.umask(0o022)
+    os.umask(current)
+    return current | 0o022
+
+
 class SlurmCLI:
     """Talk to Slurm through its command-line tools."""
 
@@ -92,7 +99,12 @@ class SlurmCLI:
     def _run(
         self, argv: Sequence[str], *, stdin: bytes | None = None, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run a Slurm command without a shell; ``stdin`` is sent byte for byte."""
+        """Run a Slurm command without a shell; ``stdin`` is sent byte for byte.
+
+        With group and other write removed from the umask: Slurm creates the job's output
+        file with the submitting umask (sbatch passes it as ``SLURM_UMASK``), before the job
+        script's own ``umask`` runs, and the log directory may be shared (README "Security").
+        """
         exe = shutil.which(argv[0], path=(env or self.env).get("PATH"))
         if exe is None:
             raise BackendError(
@@ -108,6 +120,7 @@ class SlurmCLI:
                 env=env or self.env,
                 timeout=self.timeout,
                 check=False,
+                umask=_closed_umask(),
             )
         except subprocess.TimeoutExpired:
             raise BackendError(

@@ -7,6 +7,10 @@ carries the reasons, so ``slurmfm status`` can say why a job restarted and which
 would resume from. ``requeue`` is a requeue the runtime asked for; ``restart`` is one it did
 not (Slurm's or an operator's, recorded by the attempt that followed); ``stop`` is what Slurm
 said when a TERM reached the batch step (scancel, requeue, preemption, the time limit).
+
+The log directory may be shared (README "Security"): the file read is the one the job's own
+user owns, by the job runtime's rule (:func:`slurmfm.job.state.find`); a file planted under
+the job's name by anyone else is ignored, and the status says so (``ignored``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ class JobState:
     last_stop_reason: str = ""
     checkpoint_dir: str = ""
     last_checkpoint: str = ""
+    ignored: list[str] = field(default_factory=list)
 
 
 def parse_state(text: str) -> JobState:
@@ -56,14 +61,32 @@ def state_path(status: JobStatus) -> Path | None:
     return Path(status.stdout).parent / f"{status.name}_{status.job_id}.state"
 
 
+_UID = re.compile(r"\((\d+)\)$")
+
+
+def job_uid(status: JobStatus) -> int | None:
+    """The job's user id from Slurm's ``UserId=name(uid)`` (None: not reported)."""
+    m = _UID.search(status.raw.get("UserId", ""))
+    return int(m.group(1)) if m else None
+
+
 def read_state(status: JobStatus) -> JobState | None:
+    from slurmfm.job import fsafe
+    from slurmfm.job.state import find
+
     path = state_path(status)
     if path is None:
         return None
-    try:
-        st = parse_state(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
+    uid = job_uid(status)
+    found, ignored = find(str(path), uid)
+    text = fsafe.read_text(found, uid, limit=16 << 20) if found else None
+    if text is None:
+        if not ignored:
+            return None
+        st = JobState()
+    else:
+        st = parse_state(text)
+    st.ignored = [f"{why} (not the job's user's)" for why in ignored]
     if st.checkpoint_dir:
         from slurmfm.checkpoint import latest
 

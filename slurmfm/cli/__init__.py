@@ -427,6 +427,8 @@ def status(job_id: str, as_json: bool) -> None:
         click.echo("events:")
         for line in st.events[-10:]:
             click.echo(f"  {line}")
+    for why in st.ignored:
+        click.echo(f"slurmfm: ignored state file {why}", err=True)
 
 
 @main.command()

@@ -86,17 +86,19 @@ def _rank_task(job_id: str, rank: int, directory: Path, job_name: str, st: JobSt
     from slurmfm.observe.report import parse_runs
 
     base = directory / f"{job_name}_{job_id}"
+    from slurmfm.job import fsafe
+    from slurmfm.job.state import find
+
     try:
-        job = json.loads(Path(f"{base}.observe/job.json").read_text())
-    except (OSError, ValueError):
+        obs = fsafe.find_dir(f"{base}.observe") or f"{base}.observe"
+        job = json.loads(fsafe.read_text(f"{obs}/job.json", fsafe.ANY_OWNER) or "")
+    except ValueError:
         raise SlurmfmError(
             f"job {job_id}: no {base}.observe/job.json: --rank needs a job run with "
             "observability on (its launch step labels each line with its task)"
         ) from None
-    try:
-        runs = parse_runs(Path(f"{base}.state").read_text(errors="replace"))
-    except OSError:
-        runs = []
+    state, _ignored = find(f"{base}.state")
+    runs = parse_runs((fsafe.read_text(state) if state else None) or "")
     hosts = next((r.hosts for r in reversed(runs) if r.hosts), [])
     allocation = hostlist.expand_hostlist(st.nodes) if st.nodes else list(hosts)
     try:

@@ -43,6 +43,7 @@ import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -122,12 +123,17 @@ def write_atomic(path: str, text: str) -> None:
 
     node_exporter reads only ``*.prom``, so the temporary name is never read half-written.
     """
+    # The agent runs on its own too (python3 -c SOURCE): the same rules as slurmfm.job.fsafe,
+    # written out here: an exclusive temporary file with a random name, renamed over ``path``
+    # (a planted link is replaced, never followed).
+    import tempfile
+
     directory, base = os.path.split(path)
-    tmp = os.path.join(directory, f".{base}.{os.getpid()}.tmp")
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory or ".")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.chmod(tmp, 0o644)
+            os.fchmod(fh.fileno(), 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -208,9 +214,16 @@ def efa_counters(sysfs: str) -> dict[str, dict[str, dict[str, int]]]:
 def read_progress(path: str) -> dict[str, object]:
     if not path:
         return {}
+    # written by the training into the shared log directory: a link, a FIFO or another user's
+    # file there is not its progress (the rules of slurmfm.job.fsafe.read, written out here)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        fd = os.open(path, flags)
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return {}
+            data = json.loads(fh.read(1 << 20).decode("utf-8", "replace"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

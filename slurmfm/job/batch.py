@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from . import decide as dec
-from . import hetjob, nccl, serve
+from . import fsafe, hetjob, nccl, serve
 from . import slurm as sl
 from .health import parse_report, run_command
 from .state import StateFile, state_path
@@ -278,8 +278,7 @@ class Batch:
             stop = self.env.get("SLURMFM_OBS_STOP", "")
             if stop and os.path.exists(stop):
                 os.remove(stop)
-            with open(os.path.join(obs_dir, "job.json"), "w", encoding="utf-8") as fh:
-                fh.write(self.o.observe_job_json + "\n")
+            fsafe.replace(os.path.join(obs_dir, "job.json"), self.o.observe_job_json + "\n")
         except OSError:
             log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
             return
@@ -307,7 +306,7 @@ class Batch:
         if not self.observers:
             return
         with contextlib.suppress(OSError):
-            open(self.env.get("SLURMFM_OBS_STOP", ""), "a").close()
+            fsafe.touch(self.env.get("SLURMFM_OBS_STOP", ""))
         deadline = self.clock() + self.o.observe_start_s
         while any(p.poll() is None for p in self.observers) and self.clock() < deadline:
             self.sleep(0.5)
@@ -483,10 +482,9 @@ class Batch:
 
     def nccl_watch(self) -> None:
         step = self.step
-        pattern = os.path.join(
-            self.env.get("SLURMFM_LOG_DIR", "."),
-            "nccl-%s-r%d-*" % (self.env.get("SLURM_JOB_ID", ""), self.restart),
-        )
+        # only this attempt's own directory (the script's mktemp -d): a look-alike planted in
+        # the shared log directory is never read
+        pattern = os.path.join(os.path.dirname(self.env.get("SLURMFM_NCCL_LOG", "")), "*")
         v = nccl.watch(
             pattern, self.o.nccl_timeout_s, lambda: step is not None and step.poll() is None
         )

@@ -13,12 +13,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 
+from . import fsafe, install
 from . import hosts as hs
 from . import slurm as sl
 from .checkpoint import resume_from
@@ -80,10 +83,124 @@ def storage_ok(a: argparse.Namespace, ckpt: str, st: StateFile) -> bool:
     return True
 
 
+def own_checkpoint_dir(path: str) -> str | None:
+    """None when the run's checkpoint directory is this user's own, else why not.
+
+    The job resumes from what is there (``latest``, ``DONE``, the framework's files): a
+    directory another user owns, or may write, could hand it forged checkpoints. Our own
+    directory made group-writable by an umask of 002 is closed to the group here.
+    """
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None  # nothing there to trust or distrust
+    except OSError as exc:
+        return "cannot be read (%s)" % (exc.strerror or exc)
+    if st.st_uid != os.geteuid():
+        return "belongs to uid %d, not this job's user (uid %d)" % (st.st_uid, os.geteuid())
+    if st.st_mode & 0o022:
+        try:
+            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
+        except OSError as exc:
+            return "is writable by others and cannot be closed (%s)" % (exc.strerror or exc)
+    return None
+
+
+class Installing:
+    """This runtime being placed on every node of the job (:mod:`.install`), one ``srun`` per
+    component, started at once so that ``prepare``'s own work overlaps it; :meth:`wait` says
+    None, or why not."""
+
+    def __init__(self, runtime: str, env: dict[str, str], timeout_s: float = 120.0) -> None:
+        import hashlib
+        import threading
+
+        self.timeout_s = timeout_s
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.problem: str | None = None
+        try:
+            data = fsafe.read(runtime, limit=64 << 20)
+        except OSError as exc:
+            self.problem = "job runtime %s: %s" % (runtime, exc)
+            return
+        cmd = ["python3", "-I", "-c", install.program(), runtime, hashlib.sha256(data).hexdigest()]
+        for argv in install.steps(env):
+            try:
+                proc = subprocess.Popen(argv + cmd, stdin=subprocess.PIPE, stdout=sys.stderr)
+            except OSError as exc:
+                self.problem = "could not place the job runtime on the nodes (%s)" % exc
+                return
+            self.procs.append(proc)
+            threading.Thread(target=self._send, args=(proc, data), daemon=True).start()
+
+    @staticmethod
+    def _send(proc: subprocess.Popen[bytes], data: bytes) -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.stdin.write(data)
+            proc.stdin.close()
+
+    def wait(self) -> str | None:
+        for proc in self.procs:
+            try:
+                rc = proc.wait(self.timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait()
+            if rc != 0 and self.problem is None:
+                self.problem = "could not place the job runtime on every node (srun exit %d)" % rc
+        self.procs = []
+        return self.problem
+
+
+def remove_everywhere(runtime: str, env: dict[str, str], timeout_s: float = 30.0) -> None:
+    """At the end of the batch step: this attempt's runtime copies off every node (best
+    effort; the next attempt of the job removes what is left on the nodes it gets)."""
+    for argv in install.steps(env):
+        steps = [a for a in argv if a != "--input=all"] + ["--overlap", "rm", "-f", runtime]
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(
+                steps,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=timeout_s,
+                check=False,
+            )
+
+
 def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
+    restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
+    st = StateFile(
+        env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
+    )
+    placing = Installing(a.runtime, env)
+    rc = _prepare(a, env, out, st, placing, restart)
+    why = placing.wait()
+    if why:
+        print(f"slurmfm: {why}", file=sys.stderr)
+        st.record("fail", why)
+        out.clear()  # nothing is exported: the job ends here
+        return 1
+    return rc
+
+
+def _prepare(
+    a: argparse.Namespace,
+    env: dict[str, str],
+    out: list[str],
+    st: StateFile,
+    placing: Installing,
+    restart: int,
+) -> int:
     alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
     topo: dict[str, str] | None = None
     if a.topo_addr and not a.planned and not a.rank_map:
+        if placing.wait():  # the nodes run the runtime next
+            return 1
         _rc, text = run_command(
             [*sl.srun_per_node(len(alloc)), "python3", a.runtime, "whoami"], 120
         )
@@ -116,7 +233,6 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
     _, text = run_command(["scontrol", "-o", "show", "node", ",".join(every)], 60)
     addrs = hs.parse_node_addrs(text)
     job_id = int(env.get("SLURM_JOB_ID", "0") or 0)
-    restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
     eph = hs.ephemeral_range()
     local = env.get("SLURMD_NODENAME", "")
     head = order[0]
@@ -175,10 +291,31 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
                 print(f"slurmfm: SGLang dist port {dist}: {why}", file=sys.stderr)
                 return 2
             exports["SLURMFM_SERVE_DIST_PORT"] = str(dist)
+    exports["SLURMFM_STATE_FILE"] = st.path  # this job's own record (state.claim)
+    obs = env.get("SLURMFM_OBS_DIR", "")
+    if obs:
+        try:
+            mine = fsafe.claim_dir(obs)
+        except OSError as exc:
+            print(f"slurmfm: observability: cannot create {obs}: {exc}", file=sys.stderr)
+            mine = obs
+        if mine != obs:
+            print(f"slurmfm: ignoring {obs} (not this job's user's); using {mine}", file=sys.stderr)
+            stop = os.path.basename(env.get("SLURMFM_OBS_STOP", "")) or "stop"
+            exports.update(
+                SLURMFM_OBS_DIR=mine,
+                SLURMFM_OBS_STOP=os.path.join(mine, stop),
+                SLURMFM_PROGRESS_FILE=os.path.join(mine, "progress.json"),
+            )
     ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
-    st = StateFile(
-        env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
-    )
+    why = own_checkpoint_dir(ckpt) if ckpt else None
+    if why:
+        print(
+            f"slurmfm: checkpoint directory {ckpt} {why}: refusing to save or resume there",
+            file=sys.stderr,
+        )
+        st.record("fail", f"checkpoint directory {why}")
+        return 2
     if ckpt and not storage_ok(a, ckpt, st):
         return 2
     res = resume_from(ckpt) if ckpt else None
@@ -369,7 +506,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = _rest(a.argv)
         k = a.serve_words
         serve_argv, launch = words[:k], words[k:]
-        return Batch(a, env).main(serve_argv, launch)
+        try:
+            return Batch(a, env).main(serve_argv, launch)
+        finally:
+            remove_everywhere(a.runtime, env)
     if a.cmd == "node":
         from .node import main as node_main
 

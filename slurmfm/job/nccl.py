@@ -16,6 +16,8 @@ import re
 import time
 from collections.abc import Callable
 
+from . import fsafe
+
 EFA = re.compile(
     r"NET/OFI Selected [Pp]rovider is efa|Selected Provider is efa|"
     r"Using network (?:AWS Libfabric|Libfabric|OFI)"
@@ -35,11 +37,9 @@ def verdict(text: str) -> str | None:
 def read_logs(pattern: str) -> str:
     parts = []
     for path in sorted(glob.glob(pattern)):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                parts.append(fh.read())
-        except OSError:
-            continue
+        text = fsafe.read_text(path, limit=64 << 20)  # this user's regular files only
+        if text is not None:
+            parts.append(text)
     return "\n".join(parts)
 
 

@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+from . import fsafe
+
 
 def http_ok(url: str, timeout_s: float = 5.0) -> bool:
     """``GET url`` answers 200."""
@@ -52,10 +54,7 @@ def wait_ready(
 
 
 def _atomic(path: str, text: str) -> None:
-    tmp = "%s.%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    fsafe.replace(path, text)
 
 
 def write_endpoint(base: str, info: dict[str, object]) -> None:
@@ -71,9 +70,8 @@ def write_endpoint(base: str, info: dict[str, object]) -> None:
 def drop_endpoint(base: str, job_id: str) -> None:
     """Remove the endpoint files if they still name ``job_id`` (a later job may own them)."""
     try:
-        with open(base + ".json", encoding="utf-8") as fh:
-            owner = json.load(fh).get("job_id")
-    except (OSError, ValueError):
+        owner = json.loads(fsafe.read_text(base + ".json") or "{}").get("job_id")
+    except (ValueError, AttributeError):
         return
     if str(owner) == str(job_id):
         for suffix in (".json", ".env"):

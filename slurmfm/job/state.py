@@ -4,20 +4,77 @@ Format (unchanged from the bash runtime, so old records still read):
 ``<UTC time> restart=<n> event=<word> <detail>``. A line is written after the event happened
 (a requeue is recorded once ``scontrol requeue`` succeeded), and a record that cannot be
 written never stops the job.
+
+The log directory is shared (README "Security"), and the name ``<job>_<id>.state`` is easy to
+guess before the job exists. So the record is the first of ``<job>_<id>.state`` and
+``<job>_<id>.<random>.state`` that is a regular file of the job's own user; a link, a FIFO or
+another user's file under that name is ignored (and said so), and the job then keeps its
+record under a fresh random name, created exclusively. ``slurmfm status`` applies the same rule
+(:func:`find`), so it reads what the job wrote and nothing planted beside it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+
+from . import fsafe
+
+SUFFIX = ".state"
+
+
+def candidates(path: str) -> list[str]:
+    """The state file's usual name, then its random-named fallbacks."""
+    stem = path[: -len(SUFFIX)] if path.endswith(SUFFIX) else path
+    return [path] + sorted(glob.glob(glob.escape(stem) + ".*" + SUFFIX))
+
+
+def find(path: str, uid: int | None = None) -> tuple[str | None, list[str]]:
+    """The job's state file owned by ``uid`` (default: this user), and the ones ignored (why)."""
+    ignored: list[str] = []
+    for cand in candidates(path):
+        try:
+            st = os.lstat(cand)
+        except OSError:
+            continue
+        why = fsafe.problem(st, uid)
+        if why is None:
+            return cand, ignored
+        ignored.append("%s %s" % (cand, why))
+    return None, ignored
+
+
+def claim(path: str) -> str:
+    """The path this job records in: its own existing file, the usual name, or a fresh one."""
+    found, ignored = find(path)
+    if found is not None or not ignored:
+        return found or path
+    directory, base = os.path.split(path)
+    stem = base[: -len(SUFFIX)] if base.endswith(SUFFIX) else base
+    try:
+        fd, fresh = tempfile.mkstemp(prefix=stem + ".", suffix=SUFFIX, dir=directory or ".")
+        os.fchmod(fd, fsafe.FILE_MODE)
+        os.close(fd)
+    except OSError:
+        return path
+    for why in ignored:
+        print(
+            "slurmfm: ignoring %s (not this job's record); recording in %s" % (why, fresh),
+            file=sys.stderr,
+        )
+    return fresh
 
 
 class StateFile:
     """Appends event lines; ``clock`` returns seconds since the epoch (injected in tests)."""
 
     def __init__(self, path: str, restart: int, clock: Callable[[], float] = time.time) -> None:
-        self.path = path
+        self.path = claim(path)
         self.restart = restart
         self.clock = clock
 
@@ -26,11 +83,8 @@ class StateFile:
         # one line per event: a newline in a detail must not forge a second record
         detail = " ".join(detail.split())
         line = "%s restart=%d event=%s %s\n" % (stamp, self.restart, event, detail)
-        try:
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(line)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            fsafe.append(self.path, line)
 
     def last(self, event: str) -> str | None:
         """The detail of the newest ``event`` line, if any."""
@@ -46,16 +100,12 @@ class StateFile:
         """
         marker = f" event={event} "
         found = None
-        try:
-            with open(self.path, encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if marker in line:
-                        head, _, detail = line.partition(marker)
-                        restart = head.rpartition(" restart=")[2]
-                        if restart.isdigit():
-                            found = (int(restart), detail.rstrip("\n"))
-        except OSError:
-            return None
+        for line in (fsafe.read_text(self.path, limit=16 << 20) or "").splitlines():
+            if marker in line:
+                head, _, detail = line.partition(marker)
+                restart = head.rpartition(" restart=")[2]
+                if restart.isdigit():
+                    found = (int(restart), detail)
         return found
 
 

@@ -86,9 +86,11 @@ def select(
 ) -> list[tuple[int, list[str]]]:
     """``(restart, lines)`` for every restart (or only ``restart``), in order."""
     by_restart: dict[int, list[str]] = {}
+    from slurmfm.job import fsafe
+
     for n, path in files:
-        try:
-            text = path.read_text(errors="replace")
+        try:  # never blocks on a FIFO planted in a shared log directory
+            text = fsafe.read(str(path), fsafe.ANY_OWNER, 1 << 30).decode("utf-8", "replace")
         except OSError:
             continue
         if n == -1:

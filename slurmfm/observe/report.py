@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from slurmfm.backends.state import _LINE
+from slurmfm.job import fsafe
 from slurmfm.job.nccl import EFA as _NCCL_EFA
 from slurmfm.job.nccl import SOCKET as _NCCL_SOCKET
+from slurmfm.job.state import find as find_state
 
 # Counters summed per node in the text report; the JSON report has every counter per device.
 EFA_SUMMARY = ("tx_bytes", "rx_bytes", "rdma_read_bytes", "rdma_write_bytes", "rx_drops")
@@ -176,9 +178,8 @@ def nccl_transport(log_dir: Path, job_id: str) -> list[NcclSeen]:
         if not m:
             continue
         n = int(m.group(1))
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
+        text = fsafe.read_text(str(path), fsafe.ANY_OWNER, 64 << 20)
+        if text is None:
             continue
         for pattern, kind in ((_NCCL_EFA, "efa"), (_NCCL_SOCKET, "socket")):
             hit = next((ln for ln in text.splitlines() if pattern.search(ln)), None)
@@ -212,8 +213,8 @@ def checkpoints(directory: Path, since: datetime | None) -> tuple[str, list[Chec
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(fsafe.read_text(str(path), fsafe.ANY_OWNER) or "{}")
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -234,10 +235,12 @@ def build_report(
     rep.slurm_run_time = record.get("RunTime", record.get("Elapsed", ""))
     base = f"{name}_{job_id}"
     state_file = log_dir / f"{base}.state"
-    try:
-        state_text = state_file.read_text(errors="replace")
-    except OSError:
-        state_text = ""
+    uid_m = re.search(r"\((\d+)\)$", record.get("UserId", ""))
+    uid = int(uid_m.group(1)) if uid_m else None
+    found, ignored = find_state(str(state_file), uid)
+    state_text = (fsafe.read_text(found, uid, 16 << 20) if found else None) or ""
+    rep.notes.extend(f"ignored state file {why} (not the job's user's)" for why in ignored)
+    if not found:
         rep.notes.append(f"no state file {state_file} (not a slurmfm job, or another log dir)")
     still = not rep.state or rep.state in {"RUNNING", "COMPLETING", "CONFIGURING", "PENDING"}
     rep.runs = parse_runs(state_text, datetime.now(timezone.utc) if still else None)
@@ -252,7 +255,7 @@ def build_report(
         rep.end = rep.runs[-1].end
         done = [r.seconds for r in rep.runs if r.seconds is not None]
         rep.wall_time_s = sum(done) if done else None
-    obs = log_dir / f"{base}.observe"
+    obs = Path(fsafe.find_dir(str(log_dir / f"{base}.observe"), uid) or log_dir / f"{base}.observe")
     last = rep.runs[-1].restart if rep.runs else 0
     for path in sorted(obs.glob(f"node_*_r{last}.json")):
         info = _read_json(path)

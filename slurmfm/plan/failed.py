@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from slurmfm.errors import SlurmfmError
+from slurmfm.job import fsafe
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT_S = {"": 3600.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -81,8 +82,10 @@ def from_state_dirs(dirs: Iterable[str | Path], since: float) -> dict[str, str]:
         if not base.is_dir():
             raise FailedNodesError(f"--failed-records {d}: not a directory")
         for f in sorted(base.rglob("*.state")):
-            try:
-                text = f.read_text(encoding="utf-8", errors="replace")
+            try:  # this user's own records only: a planted one could name any node
+                text = fsafe.read(str(f), limit=16 << 20).decode("utf-8", "replace")
+            except fsafe.Refused:
+                continue
             except OSError as exc:
                 raise FailedNodesError(f"{f}: cannot read: {exc.strerror}") from exc
             out.update(from_state_text(text, since, f.name))

@@ -202,8 +202,9 @@ class _Strict(BaseModel):
     def _exact_values(cls, v: object, info: ValidationInfo) -> object:
         """Refuse what the rendered script could not carry exactly, as ``render`` does.
 
-        A NUL byte (bash and the environment cannot hold one) or a lone surrogate anywhere,
-        a line break in a path, and a boolean where a number is meant (``nodes: true``).
+        A NUL byte (bash and the environment cannot hold one), a carriage return (sbatch
+        refuses the script) or a lone surrogate anywhere, a line break in a path, and a
+        boolean where a number is meant (``nodes: true``).
         Checked here so ``validate`` refuses with the field's line what ``render`` would.
         """
         name = info.field_name or ""
@@ -212,11 +213,19 @@ class _Strict(BaseModel):
         for text in _strings(v):
             if "\x00" in text:
                 raise ValueError(f"{text[:40]!r} contains a NUL byte, which bash cannot carry")
+            if "\r" in text:
+                raise ValueError(f"{text[:40]!r} contains a carriage return (\\r): {_CR_WHY}")
             if not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text):
                 raise ValueError(f"{text[:40]!r} is not valid Unicode text")
             if name in _PATH_FIELDS and ("\n" in text or "\r" in text):
                 raise ValueError(f"{text[:40]!r}: a path must not contain a line break")
         return v
+
+
+# sbatch reads the whole script and refuses one with a carriage return before a line break
+# ("Batch script contains DOS line breaks", SchedMD/slurm src/sbatch/sbatch.c); a value that
+# carries one is almost always a file saved with DOS line endings.
+_CR_WHY = "sbatch refuses a batch script with DOS line breaks; remove it"
 
 
 class Cluster(_Strict):

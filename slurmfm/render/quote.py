@@ -25,6 +25,8 @@ def sh_quote(value: str, *, what: str = "value") -> str:
     """
     if "\x00" in value:
         raise UnsafeValueError(f"{what}: contains a NUL byte, which bash cannot carry")
+    if "\r" in value:  # sbatch refuses a script with DOS line breaks (src/sbatch/sbatch.c)
+        raise UnsafeValueError(f"{what}: contains a carriage return, which sbatch refuses")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -30,6 +30,9 @@
 #SBATCH --segment=18
 
 set -euo pipefail
+# What this job creates is never writable by the group or others, whatever the submitting
+# umask: the log and checkpoint directories may be shared (README "Security").
+umask g-w,o-w
 # The pre-timeout USR2 can come before the runtime takes over: pass it on to the runtime.
 trap 'export SLURMFM_EARLY_USR2=1' USR2
 
@@ -66,23 +69,25 @@ export SLURMFM_LOG_DIR=/fsx/logs
 export SLURMFM_STATE_FILE="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.state"
 # Slurm counts requeues; the training's save handler listens for this signal.
 export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
-# Node 0 logs NCCL's network choice here; the runtime checks EFA is used, not sockets.
-export SLURMFM_NCCL_LOG="$SLURMFM_LOG_DIR/nccl-$SLURM_JOB_ID-r$SLURMFM_RESTART-%h-%p.log"
+# Node 0 logs NCCL's network choice in a new directory of this job's own (NCCL opens the file
+# itself and would follow a planted link); the runtime checks EFA is used, not sockets.
+slurmfm_nccl_dir=$(mktemp -d "$SLURMFM_LOG_DIR/nccl-$SLURM_JOB_ID-r$SLURMFM_RESTART-XXXXXX")
+export SLURMFM_NCCL_LOG="$slurmfm_nccl_dir/%h-%p.log"
 # Observability agent (one per node): DCGM-Exporter job mapping, Prometheus textfile metrics,
 # EFA counters; training progress (slurmfm.checkpoint.report_progress) goes to the progress file.
 export SLURMFM_OBS_TEXTFILE_DIR=/var/lib/node_exporter/textfile_collector SLURMFM_OBS_DCGM_DIR=/run/slurm/dcgm_job_mapping
 export SLURMFM_OBS_EFA=1 SLURMFM_OBS_INTERVAL=15 SLURMFM_OBS_GPUS=4 SLURMFM_OBS_RECIPE=gb200-llama3-405b
 export SLURMFM_OBS_DIR="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.observe"
 export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRESS_FILE="$SLURMFM_OBS_DIR/progress.json"
-mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
+mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
-# The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21.pyz"
-if ! echo "cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
-  tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
-  mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
-fi
+# The job runtime: extracted from this file's last line into a private file on this node
+# (a name nobody can guess, mode 0600) and checked against its sha256; `prepare` places the
+# same on every node. Nothing in a shared directory is ever run (README "Security").
+SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+export SLURMFM_RUNTIME
+tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
+echo "7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
@@ -176,4 +181,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21 <base64 zipapp of slurmfm/job, 64700 chars>
+# slurmfm-runtime sha256=7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662 <base64 zipapp of slurmfm/job, 76816 chars>

@@ -27,6 +27,9 @@
 #SBATCH --signal=B:USR2@900
 
 set -euo pipefail
+# What this job creates is never writable by the group or others, whatever the submitting
+# umask: the log and checkpoint directories may be shared (README "Security").
+umask g-w,o-w
 # The pre-timeout USR2 can come before the runtime takes over: pass it on to the runtime.
 trap 'export SLURMFM_EARLY_USR2=1' USR2
 
@@ -52,15 +55,15 @@ export SLURMFM_OBS_TEXTFILE_DIR=/var/lib/node_exporter/textfile_collector SLURMF
 export SLURMFM_OBS_EFA=1 SLURMFM_OBS_INTERVAL=15 SLURMFM_OBS_GPUS=8 SLURMFM_OBS_RECIPE=deepseek-v3-serve
 export SLURMFM_OBS_DIR="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.observe"
 export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRESS_FILE="$SLURMFM_OBS_DIR/progress.json"
-mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
+mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
-# The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21.pyz"
-if ! echo "cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
-  tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
-  mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
-fi
+# The job runtime: extracted from this file's last line into a private file on this node
+# (a name nobody can guess, mode 0600) and checked against its sha256; `prepare` places the
+# same on every node. Nothing in a shared directory is ever run (README "Security").
+SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+export SLURMFM_RUNTIME
+tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
+echo "7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
@@ -90,4 +93,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 10 --requeue 1 --drain 1 --
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
   --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21 <base64 zipapp of slurmfm/job, 64700 chars>
+# slurmfm-runtime sha256=7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662 <base64 zipapp of slurmfm/job, 76816 chars>

@@ -30,6 +30,9 @@
 #SBATCH --signal=B:USR2@300
 
 set -euo pipefail
+# What this job creates is never writable by the group or others, whatever the submitting
+# umask: the log and checkpoint directories may be shared (README "Security").
+umask g-w,o-w
 # The pre-timeout USR2 can come before the runtime takes over: pass it on to the runtime.
 trap 'export SLURMFM_EARLY_USR2=1' USR2
 
@@ -63,23 +66,25 @@ export SLURMFM_LOG_DIR=/fsx/logs
 export SLURMFM_STATE_FILE="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.state"
 # Slurm counts requeues; the training's save handler listens for this signal.
 export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
-# Node 0 logs NCCL's network choice here; the runtime checks EFA is used, not sockets.
-export SLURMFM_NCCL_LOG="$SLURMFM_LOG_DIR/nccl-$SLURM_JOB_ID-r$SLURMFM_RESTART-%h-%p.log"
+# Node 0 logs NCCL's network choice in a new directory of this job's own (NCCL opens the file
+# itself and would follow a planted link); the runtime checks EFA is used, not sockets.
+slurmfm_nccl_dir=$(mktemp -d "$SLURMFM_LOG_DIR/nccl-$SLURM_JOB_ID-r$SLURMFM_RESTART-XXXXXX")
+export SLURMFM_NCCL_LOG="$slurmfm_nccl_dir/%h-%p.log"
 # Observability agent (one per node): DCGM-Exporter job mapping, Prometheus textfile metrics,
 # EFA counters; training progress (slurmfm.checkpoint.report_progress) goes to the progress file.
 export SLURMFM_OBS_TEXTFILE_DIR=/var/lib/node_exporter/textfile_collector SLURMFM_OBS_DCGM_DIR=/run/slurm/dcgm_job_mapping
 export SLURMFM_OBS_EFA=1 SLURMFM_OBS_INTERVAL=15 SLURMFM_OBS_GPUS=8 SLURMFM_OBS_RECIPE=sweep-lr-llama3-8b-p5
 export SLURMFM_OBS_DIR="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.observe"
 export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRESS_FILE="$SLURMFM_OBS_DIR/progress.json"
-mkdir -p "$SLURMFM_LOG_DIR/.slurmfm-runtime"
+mkdir -p "$SLURMFM_LOG_DIR"
 
-# The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21.pyz"
-if ! echo "cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
-  tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
-  mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
-fi
+# The job runtime: extracted from this file's last line into a private file on this node
+# (a name nobody can guess, mode 0600) and checked against its sha256; `prepare` places the
+# same on every node. Nothing in a shared directory is ever run (README "Security").
+SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+export SLURMFM_RUNTIME
+tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
+echo "7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # This array task's own run id, checkpoint directory, environment and launch arguments: the
 # runtime selects the row of SLURM_ARRAY_TASK_ID in the sweep table (next-to-last line).
@@ -149,4 +154,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t0"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":1,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t1"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":2,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t2"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":3,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t3"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t3"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":4,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t4"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t4"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":5,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t5"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t5"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"}]}
-# slurmfm-runtime sha256=cd0c79cde8e07f8a117e445205861ab51a802c175917be42f33931a138e4dc21 <base64 zipapp of slurmfm/job, 64700 chars>
+# slurmfm-runtime sha256=7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662 <base64 zipapp of slurmfm/job, 76816 chars>

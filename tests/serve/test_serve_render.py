@@ -201,8 +201,10 @@ def test_hetjob_gate() -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(
-    model=st.text(min_size=1, max_size=30).filter(lambda s: "\x00" not in s),
-    extra=st.lists(st.text(max_size=12).filter(lambda s: "\x00" not in s), max_size=3),
+    model=st.text(min_size=1, max_size=30).filter(lambda s: "\x00" not in s and "\r" not in s),
+    extra=st.lists(
+        st.text(max_size=12).filter(lambda s: "\x00" not in s and "\r" not in s), max_size=3
+    ),
 )
 def test_user_values_are_quoted(model: str, extra: list[str]) -> None:
     """Whatever the model name and extra args, bash sees them as single words."""

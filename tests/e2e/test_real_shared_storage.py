@@ -1,0 +1,311 @@
+"""A team's shared log and checkpoint directory on real Slurm, with two unprivileged users.
+
+``alice`` (the victim) and ``mallory`` (the attacker) share the group ``slurmfm-team`` and a
+2775 log and checkpoint directory, as on FSx for Lustre. alice submits slurmfm jobs with umask
+002 (``sbatch --uid``; the lab runs as root). Before each job mallory plants, for the next job
+ids, what the issue's attack used: a runtime directory of her own (0777) with her code in it
+(the layout slurmfm used before), a symbolic link to one of alice's private files and a FIFO
+as state files. During the job she tries to replace alice's runtime copy on the node.
+Torch is not the subject: the launcher is the torchrun stand-in (tests/standins/torchrun.py).
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import SlurmLab, wait_for_text
+
+pytestmark = [pytest.mark.slurm]
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP = "slurmfm-team"
+ALICE, MALLORY = "slurmfm-alice", "slurmfm-mallory"
+
+TRAIN = """import os, sys, time
+print("trained rank", os.environ.get("RANK"), "runtime", os.environ.get("SLURMFM_RUNTIME"),
+      flush=True)
+time.sleep(float(os.environ.get("TRAIN_SLEEP", "0")))
+"""
+EVIL = """import os
+open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "PWNED"), "w")
+"""
+
+
+def ensure_user(name: str) -> None:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-N", "-g", GROUP, "-s", "/bin/bash", name], check=True)
+
+
+@pytest.fixture
+def team() -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.fail("needs root to run jobs as two users")
+    try:
+        grp.getgrnam(GROUP)
+    except KeyError:
+        subprocess.run(["groupadd", GROUP], check=True)
+    ensure_user(ALICE)
+    ensure_user(MALLORY)
+    d = Path(tempfile.mkdtemp(prefix="slurmfm-team-", dir="/var/tmp"))
+    d.chmod(0o755)
+    gid = grp.getgrnam(GROUP).gr_gid
+    for sub in ("logs", "ckpt"):
+        (d / sub).mkdir()
+        os.chown(d / sub, 0, gid)
+        (d / sub).chmod(0o2775)  # the team's directory: group-writable, setgid, not sticky
+    home = d / "alice"
+    home.mkdir()
+    os.chown(home, pwd.getpwnam(ALICE).pw_uid, gid)
+    home.chmod(0o700)
+    (d / "train.py").write_text(TRAIN)
+    shutil.copy(REPO / "tests" / "standins" / "torchrun.py", d / "torchrun.py")
+    for f in ("train.py", "torchrun.py"):
+        (d / f).chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def as_user(name: str, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    pw = pwd.getpwnam(name)
+    return subprocess.run(
+        argv,
+        user=pw.pw_uid,
+        group=pw.pw_gid,
+        umask=0o002,
+        text=True,
+        capture_output=True,
+        check=False,
+        **kw,
+    )
+
+
+def render(team: Path, name: str, **storage: str) -> str:
+    import slurmfm.api as fm
+
+    recipe = fm.load(
+        {
+            "name": name,
+            "cluster": {"instance_type": "lab-cpu", "partition": "batch", "slurm_version": "22.05"},
+            "resources": {"nodes": 2, "procs_per_node": 1},
+            "launcher": {
+                "kind": "torchrun",
+                "script": str(team / "train.py"),
+                "python": str(team / "torchrun.py"),
+            },
+            "storage": {
+                "checkpoint_root": str(team / "ckpt"),
+                "log_dir": str(team / "logs"),
+                **storage,
+            },
+            "resilience": {"requeue": False, "health_gate": "off", "save_before_timeout_s": 0},
+            "observability": {"enabled": "off"},
+        }
+    )
+    return fm.dry_run(recipe, slurm_version="22.05").script.decode()
+
+
+def submit(lab: SlurmLab, team: Path, user: str, script: str, sleep: float = 0) -> str:
+    path = team / f"{user}-{abs(hash(script)) % 10**8}.sh"
+    path.write_text(script)
+    path.chmod(0o755)
+    env = {
+        **lab.env,
+        "PATH": "/usr/bin:/bin",
+        "TRAIN_SLEEP": str(sleep),
+        "HOME": str(team / "alice"),
+    }
+    proc = lab.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--uid={user}",
+            f"--gid={GROUP}",
+            "--export=ALL",
+            f"--chdir={team}",
+            str(path),
+        ],
+        env=env,
+        preexec_fn=lambda: os.umask(0o002),
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().split(";")[0]
+
+
+def next_ids(lab: SlurmLab, team: Path, count: int = 6) -> list[int]:
+    """The next job ids (the lab numbers jobs one by one; this group runs alone on it)."""
+    proc = lab.run(["sbatch", "--parsable", "-N1", "-o", "/dev/null", "--wrap", "true"])
+    assert proc.returncode == 0, proc.stderr
+    last = int(proc.stdout.strip().split(";")[0])
+    return list(range(last + 1, last + 1 + count))
+
+
+def run_victim(slurm_lab: SlurmLab, team: Path, ids: list[int], secret: Path) -> str:
+    logs = team / "logs"
+    victim = submit(slurm_lab, team, ALICE, render(team, "alice-run"), sleep=4)
+    assert int(victim) in ids
+    out = logs / f"alice-run_{victim}.out"
+    wait_for_text(out, "trained rank 0", 120)
+    runtime = next(
+        line.split("runtime ", 1)[1] for line in out.read_text().splitlines() if "runtime " in line
+    )
+    assert runtime.startswith(f"/tmp/slurmfm-{victim}-")
+    # during the job: mallory cannot replace, rewrite or remove alice's runtime copy
+    swap = (
+        "import os, sys\n"
+        "p = sys.argv[1]\n"
+        "open(p + '.evil', 'w').write('print(1)')\n"
+        "for f in (lambda: os.replace(p + '.evil', p), lambda: open(p, 'w'),"
+        " lambda: os.unlink(p)):\n"
+        "    try:\n        f(); print('SWAPPED')\n    except OSError as e:\n        print(e)\n"
+        "os.unlink(p + '.evil')\n"
+    )
+    tried = as_user(MALLORY, ["/usr/bin/python3", "-c", swap, runtime])
+    assert "SWAPPED" not in tried.stdout, tried.stdout
+    assert tried.stdout.count("Permission denied") + tried.stdout.count("Operation not") == 3
+    rec = slurm_lab.wait_job(victim, timeout=120)
+    log = out.read_text()
+    assert rec.get("JobState") == "COMPLETED", (rec, log)
+    assert "ignoring" in log  # the planted state file, said so
+    assert not (team / "PWNED").exists()
+    assert not (logs / "PWNED").exists()
+    assert secret.read_text() == "alice only\n"
+    # alice's record: her own file, under a fresh name; nothing she wrote is group-writable
+    own = [
+        p
+        for p in logs.glob(f"alice-run_{victim}.*state")
+        if not p.is_symlink() and stat.S_ISREG(p.lstat().st_mode)
+    ]
+    assert len(own) == 1
+    assert own[0].stat().st_uid == pwd.getpwnam(ALICE).pw_uid
+    assert "event=start" in own[0].read_text()
+    # (the .out file is Slurm's own, made with sbatch's umask: 002 here; `slurmfm submit`
+    # submits with 022 added, tests/backends)
+    for p in [*logs.iterdir(), *(team / "ckpt").rglob("*")]:
+        if p.suffix == ".out":
+            continue
+        if p.lstat().st_uid == pwd.getpwnam(ALICE).pw_uid and not p.is_symlink():
+            assert stat.S_IMODE(p.lstat().st_mode) & 0o022 == 0, p
+    return victim
+
+
+def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
+    slurm_lab: SlurmLab, team: Path
+) -> None:
+    logs = team / "logs"
+    # alice's private file, the target of mallory's links
+    secret = team / "alice" / "secret"
+    secret.write_text("alice only\n")
+    os.chown(secret, pwd.getpwnam(ALICE).pw_uid, -1)
+    secret.chmod(0o600)
+    # mallory first runs her own slurmfm job in the same directory (another runtime version
+    # would have met alice's runtime directory before)
+    mine = render(team, "mallory-run")
+    first = submit(slurm_lab, team, MALLORY, mine)
+    assert slurm_lab.wait_job(first, timeout=120).get("JobState") == "COMPLETED"
+    # then plants for alice's next jobs
+    rt = logs / ".slurmfm-runtime"
+    plant = (
+        "import os, sys\n"
+        f"logs = {str(logs)!r}\n"
+        f"rt = {str(rt)!r}\n"
+        "os.makedirs(rt, exist_ok=True); os.chmod(rt, 0o777)\n"
+        f"open(os.path.join(rt, 'evil.pyz'), 'w').write({EVIL!r})\n"
+        "for i, job in enumerate(sys.argv[1:]):\n"
+        "    p = os.path.join(logs, 'alice-run_%s.state' % job)\n"
+        f"    os.symlink({str(secret)!r}, p) if i % 2 == 0 else os.mkfifo(p)\n"
+    )
+    ids = next_ids(slurm_lab, team, 12)
+    done = as_user(MALLORY, ["/usr/bin/python3", "-c", plant, *map(str, ids)])
+    assert done.returncode == 0, done.stderr
+    # alice's jobs until one met the link and one the FIFO (other jobs may take ids between)
+    met: set[str] = set()
+    for _ in range(4):
+        victim = run_victim(slurm_lab, team, ids, secret)
+        planted = logs / f"alice-run_{victim}.state"
+        met.add("link" if planted.is_symlink() else "fifo" if planted.is_fifo() else "none")
+        if {"link", "fifo"} <= met:
+            break
+    assert {"link", "fifo"} <= met, met
+    # slurmfm status reads alice's record and says what it ignored
+    status = slurm_lab.slurmfm("status", victim)
+    assert status.returncode == 0, status.stderr
+    assert "ignored state file" in status.stderr
+    assert "not the job's user's" in status.stderr
+    assert "restarts" not in status.stdout or "restarts  5" not in status.stdout
+
+
+SWEEP = """name: sw
+cluster: {{instance_type: lab-cpu, partition: batch}}
+resources: {{nodes: 1, procs_per_node: 1}}
+launcher: {{kind: torchrun, script: {team}/train.py, python: {team}/torchrun.py}}
+env: {{TRAIN_SLEEP: "60"}}
+storage: {{checkpoint_root: {team}/ckpt, log_dir: {team}/logs}}
+resilience: {{requeue: false, save_before_timeout_s: 0}}
+observability: {{enabled: "off"}}
+sweep:
+  parameters: {{env.LR: ["1", "2"]}}
+"""
+
+
+def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
+    slurm_lab: SlurmLab, team: Path
+) -> None:
+    """The run-directory record, keyed on each task's resolved directory, seen by a plain job;
+    a link planted as the plain job's record target is never written through."""
+    recipe = team / "sweep.yaml"
+    recipe.write_text(SWEEP.format(team=team))
+    proc = slurm_lab.slurmfm("submit", str(recipe))
+    assert proc.returncode == 0, proc.stderr
+    array = proc.stdout.strip().splitlines()[-1]
+    try:
+        victim = team / "victim"
+        victim.write_text("root only\n")
+        victim.chmod(0o600)
+        link = team / "sw" / ".sw.slurmfm-jobs"  # the record of <root>/sw/sw
+        link.parent.mkdir()
+        link.symlink_to(victim)
+        # the same directory as sweep task 1, through a symlinked root
+        (team / "alias").symlink_to(team / "ckpt")
+        plain = slurm_lab.slurmfm(
+            "submit",
+            str(recipe),
+            "--set",
+            "sweep=null",
+            "--set",
+            "storage.run_id=sw-t1",
+            "--set",
+            f"storage.checkpoint_root={team}/alias",
+        )
+        assert plain.returncode == 2, (plain.stdout, plain.stderr)
+        assert f"job {array}" in plain.stderr
+        assert "sw-t1" in plain.stderr
+        # a plain job whose record is a planted link: submitted, the link's target untouched
+        ok = slurm_lab.slurmfm(
+            "submit",
+            str(recipe),
+            "--set",
+            "sweep=null",
+            "--set",
+            "storage.run_id=sw",
+            "--set",
+            f"storage.checkpoint_root={team}",
+            "--set",
+            "env.TRAIN_SLEEP=0",
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert victim.read_text() == "root only\n"
+        slurm_lab.wait_job(ok.stdout.strip().splitlines()[-1], timeout=120)
+    finally:
+        slurm_lab.run(["scancel", array])

@@ -1,0 +1,307 @@
+"""Files in shared directories: links, FIFOs and other users' files are never trusted.
+
+These run as root here (the lab machines), so "another user" is a file chowned to ``nobody``;
+the real-lab tests (tests/e2e/test_real_shared_storage.py) do the same with two unprivileged
+users of one group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as sts
+
+from slurmfm.job import fsafe, install
+from slurmfm.job.state import StateFile, find
+
+NOBODY = 65534
+
+
+def other_users(path: Path) -> Path:
+    os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+    return path
+
+
+# --- writing ------------------------------------------------------------------------------
+def test_append_refuses_a_planted_link_and_leaves_its_target_alone(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("private\n")
+    victim.chmod(0o600)
+    (tmp_path / "job.state").symlink_to(victim)
+    with pytest.raises(fsafe.Refused, match="symbolic link"):
+        fsafe.append(str(tmp_path / "job.state"), "forged\n")
+    assert victim.read_text() == "private\n"
+
+
+def test_append_to_a_planted_fifo_does_not_block(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "job.state")
+    with pytest.raises(fsafe.Refused, match="FIFO"):
+        fsafe.append(str(tmp_path / "job.state"), "x\n")
+
+
+def test_append_refuses_another_users_file(tmp_path: Path) -> None:
+    theirs = tmp_path / "job.state"
+    theirs.write_text("")
+    other_users(theirs)
+    with pytest.raises(fsafe.Refused, match="belongs to uid 65534"):
+        fsafe.append(str(theirs), "x\n")
+    assert theirs.read_text() == ""
+
+
+def test_a_hard_link_to_a_file_is_refused(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.write_text("")
+    os.link(mine, tmp_path / "job.state")
+    with pytest.raises(fsafe.Refused, match="2 hard links"):
+        fsafe.append(str(tmp_path / "job.state"), "x\n")
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o000, 0o022, 0o077])
+def test_files_written_are_never_group_or_other_writable(tmp_path: Path, umask: int) -> None:
+    old = os.umask(umask)
+    try:
+        fsafe.append(str(tmp_path / "a"), "x\n")
+        fsafe.replace(str(tmp_path / "b"), "x\n")
+        fsafe.touch(str(tmp_path / "c"))
+    finally:
+        os.umask(old)
+    for name in "abc":
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) & 0o022 == 0, name
+
+
+def test_an_own_file_left_group_writable_is_closed_on_append(tmp_path: Path) -> None:
+    f = tmp_path / "job.state"
+    f.write_text("")
+    f.chmod(0o664)
+    fsafe.append(str(f), "x\n")
+    assert stat.S_IMODE(f.stat().st_mode) == 0o644
+
+
+def test_replace_replaces_a_planted_link_instead_of_following_it(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("private\n")
+    (tmp_path / "latest").symlink_to(victim)
+    fsafe.replace(str(tmp_path / "latest"), "step_5\n")
+    assert victim.read_text() == "private\n"
+    assert not (tmp_path / "latest").is_symlink()
+    assert (tmp_path / "latest").read_text() == "step_5\n"
+
+
+def test_leftover_temporaries_are_cleaned_but_not_others(tmp_path: Path) -> None:
+    target = tmp_path / "latest"
+    mine = tmp_path / ".latest.abc123.tmp"
+    theirs = tmp_path / ".latest.def456.tmp"
+    mine.write_text("")
+    theirs.write_text("")
+    other_users(theirs)
+    assert fsafe.clean_temporaries(str(target)) == [str(mine)]
+    assert theirs.exists()
+    assert not mine.exists()
+
+
+# --- reading ------------------------------------------------------------------------------
+def test_read_trusts_only_the_expected_users_regular_files(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_text("mine")
+    assert fsafe.read_text(str(f)) == "mine"
+    other_users(f)
+    assert fsafe.read_text(str(f)) is None
+    assert fsafe.read_text(str(f), uid=NOBODY) == "mine"
+    os.mkfifo(tmp_path / "fifo")
+    assert fsafe.read_text(str(tmp_path / "fifo")) is None  # and returns at once
+
+
+# --- the state file -----------------------------------------------------------------------
+def test_a_planted_state_file_is_ignored_and_the_job_records_under_a_fresh_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    planted = tmp_path / "train_7.state"
+    planted.write_text("2026-01-01T00:00:00Z restart=5 event=requeue forged\n")
+    other_users(planted)
+    st = StateFile(str(planted), restart=0)
+    assert st.path != str(planted)
+    assert st.path.endswith(".state")
+    assert "ignoring" in capsys.readouterr().err
+    assert st.last("requeue") is None  # the forged line is never read back
+    st.record("start", "nodes=n1")
+    assert "event=start" not in planted.read_text()
+    # the next attempt (and slurmfm status) find the job's own record, not the planted one
+    again = StateFile(str(planted), restart=1)
+    assert again.path == st.path
+    found, ignored = find(str(planted))
+    assert found == st.path
+    assert ignored
+    assert "uid 65534" in ignored[0]
+
+
+@pytest.mark.parametrize("plant", ["link", "fifo"])
+def test_a_planted_link_or_fifo_as_state_file_neither_blocks_nor_is_written_through(
+    tmp_path: Path, plant: str
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("")
+    victim.chmod(0o600)
+    path = tmp_path / "train_7.state"
+    if plant == "link":
+        path.symlink_to(victim)
+    else:
+        os.mkfifo(path)
+    st = StateFile(str(path), restart=0)
+    st.record("start", "x")
+    assert st.path != str(path)
+    assert victim.read_text() == ""
+    assert "event=start" in Path(st.path).read_text()
+
+
+@settings(max_examples=40, deadline=None)
+@given(sts.text(max_size=200))
+def test_a_detail_never_forges_a_second_record(detail: str) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        st = StateFile(os.path.join(d, "j_1.state"), restart=0)
+        st.record("fail", detail)
+        lines = Path(st.path).read_text(encoding="utf-8").splitlines()
+        assert len(lines) == 1
+        assert " event=fail " in lines[0] + " "
+
+
+# --- the runtime's private copy on every node ---------------------------------------------
+def run_installer(
+    path: Path, data: bytes, sha: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The program exactly as a node runs it: ``python3 -I -c PROGRAM PATH SHA`` with stdin."""
+    sha = sha or hashlib.sha256(data).hexdigest()
+    return subprocess.run(
+        [sys.executable, "-I", "-c", install.program(), str(path), sha],
+        input=data.decode("latin-1"),
+        encoding="latin-1",
+        capture_output=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def sticky(tmp_path: Path) -> Path:
+    d = tmp_path / "tmp"
+    d.mkdir()
+    d.chmod(0o1777)
+    return d
+
+
+def test_the_installer_places_a_private_checked_copy(sticky: Path) -> None:
+    data = os.urandom(5000)
+    path = sticky / "slurmfm-42-AbCdEfGhIj"
+    done = run_installer(path, data)
+    assert done.returncode == 0, done.stderr
+    assert path.read_bytes() == data
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.stat().st_uid == os.geteuid()
+    # again on the same node (the lab's nodes share one /tmp): fine, still one private copy
+    assert run_installer(path, data).returncode == 0
+    assert [p.name for p in sticky.iterdir()] == [path.name]
+
+
+def test_the_installer_removes_this_jobs_earlier_copies_only(sticky: Path) -> None:
+    old = sticky / "slurmfm-42-0123456789"
+    other_job = sticky / "slurmfm-43-0123456789"
+    theirs = sticky / "slurmfm-42-9876543210"
+    for f in (old, other_job, theirs):
+        f.write_text("")
+    other_users(theirs)
+    assert run_installer(sticky / "slurmfm-42-AbCdEfGhIj", b"rt").returncode == 0
+    assert not old.exists()
+    assert other_job.exists()
+    assert theirs.exists()
+
+
+def test_the_installer_refuses_a_copy_that_does_not_match(sticky: Path) -> None:
+    path = sticky / "slurmfm-42-AbCdEfGhIj"
+    done = run_installer(path, b"tampered", sha="0" * 64)
+    assert done.returncode == 1
+    assert "does not match sha256" in done.stderr
+    assert not path.exists()
+
+
+def test_the_installer_never_runs_another_users_file_under_the_name(sticky: Path) -> None:
+    # another user created the name first (with write access for us): the rename over it is
+    # allowed only because this test runs as root; the check on the result still refuses a
+    # file that is not private
+    path = sticky / "slurmfm-42-AbCdEfGhIj"
+    path.write_text("print('pwned')")
+    path.chmod(0o666)
+    other_users(path)
+    done = run_installer(path, b"rt")
+    # root may replace it (sticky /tmp stops every other user with EPERM, see the real test);
+    # what is left is then our own private copy, never theirs
+    assert done.returncode == 0
+    assert path.read_bytes() == b"rt"
+    assert path.stat().st_uid == os.geteuid()
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "problem"),
+    [
+        (0o1777, 0, None),
+        (0o755, None, None),
+        (0o777, None, "writable by others without the sticky bit"),
+        (0o775, None, "writable by its group without the sticky bit"),
+        (0o755, NOBODY, "belongs to uid 65534"),
+    ],
+)
+def test_the_node_directory_must_be_sticky_or_closed(
+    tmp_path: Path, mode: int, owner: int | None, problem: str | None
+) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    d.chmod(mode)
+    if owner is not None:
+        os.chown(d, owner, owner)
+    why = install.dir_problem(str(d))
+    assert why == problem if problem is None else problem in (why or "")
+    if problem:
+        done = run_installer(d / "slurmfm-1-AbCdEfGhIj", b"rt")
+        assert done.returncode == 1
+        assert problem in done.stderr
+
+
+def test_one_install_step_per_component() -> None:
+    assert install.steps({"SLURM_JOB_NUM_NODES": "3"}) == [
+        ["srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--input=all"]
+    ]
+    het = {"SLURM_HET_SIZE": "2", "SLURM_JOB_NUM_NODES_HET_GROUP_0": "2"}
+    het["SLURM_JOB_NUM_NODES_HET_GROUP_1"] = "4"
+    assert [s[1:3] for s in install.steps(het)] == [
+        ["--het-group=0", "--nodes=2"],
+        ["--het-group=1", "--nodes=4"],
+    ]
+
+
+def test_a_directory_planted_under_the_jobs_name_is_left_alone_for_a_fresh_one(
+    tmp_path: Path,
+) -> None:
+    planted = tmp_path / "train_7.observe"
+    planted.mkdir()
+    planted.chmod(0o755)
+    other_users(planted)
+    got = fsafe.claim_dir(str(planted))
+    assert got != str(planted)
+    assert Path(got).parent == tmp_path
+    assert Path(got).stat().st_uid == os.geteuid()
+    assert stat.S_IMODE(Path(got).stat().st_mode) == 0o755
+    # readers (report, logs --rank) and the next attempt find the job's own one
+    assert fsafe.find_dir(str(planted)) == got
+    assert fsafe.claim_dir(str(planted)) == got
+    # and an own directory made group-writable by umask 002 is closed
+    mine = tmp_path / "mine.observe"
+    mine.mkdir()
+    mine.chmod(0o2775)
+    assert fsafe.claim_dir(str(mine)) == str(mine)
+    assert stat.S_IMODE(mine.stat().st_mode) & 0o022 == 0
