@@ -309,7 +309,7 @@ def test_agrees_with_real_slurm_2205(sim_lab: SlurmLab, seed: int) -> None:
 # Issue 22: the agreement above checks jobs up to the 32-node lab's size; the referee bench and
 # the planner's guard rely on select_tree for >= 64-node jobs too. This lab is the largest
 # slurm-lab makes (72 nodes), on ports of no other lab.
-SIM72 = OwnLab("sim72-host", ctld_port=16877, slurmd_port=18301, nodes=72)
+SIM72 = OwnLab("sim72-host", ctld_port=16847, slurmd_port=18601, nodes=72)
 
 
 @pytest.fixture(scope="session")
