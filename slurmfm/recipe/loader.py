@@ -329,7 +329,80 @@ def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
                 )
             ]
         )
+    if isinstance(data, dict):
+        resolve_paths(data, Path(os.path.abspath(p)).parent)
     return validate(data, source=where, lines=lines, overrides=overrides)
+
+
+def is_image_file(image: str) -> bool:
+    """Whether a container image names a squashfs file rather than a registry reference.
+
+    Pyxis takes ``[USER@][REGISTRY#]IMAGE[:TAG]`` or a squashfs file, which it recognises
+    only by a leading ``/`` or ``./`` (https://github.com/NVIDIA/pyxis/issues/127, its
+    maintainer's answer). A relative ``x.sqsh`` is taken as a file here too (and made
+    absolute), where Pyxis would have tried to pull it from Docker Hub.
+    """
+    if "://" in image or "#" in image:
+        return False
+    return image.startswith(("/", "./", "../")) or image.endswith(".sqsh")
+
+
+def resolve_paths(data: dict[str, Any], base: Path) -> None:
+    """Make the relative paths of a recipe file's values absolute, against the file's folder.
+
+    Why: a recipe is read from anywhere (``slurmfm submit ~/proj/recipe.yaml``, a research
+    script's ``fm.load(path)``); a path that meant "next to this file" resolved against the
+    caller's working directory and the job failed on the nodes after queueing. Pipeline files
+    already resolve their recipes this way. Values from ``--set`` and dict recipes stay as
+    given: they have no file, so they are relative to the working directory (the job's too,
+    sbatch's default).
+
+    Host paths are resolved always: ``storage.checkpoint_root``, ``storage.log_dir``,
+    ``python_env.activate``, a container image file and the source of each container mount.
+    Paths the training itself opens (``launcher.script``, ``launcher.megatron_path``,
+    ``storage.data.*``) are resolved only without a container; in one they are the
+    container's paths (relative to ``container.workdir``) and stay as written.
+    ``launcher.args`` are the program's own and are never rewritten, nor a ``script`` that
+    names a module (``module: true``).
+    """
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, str) and value and not value.startswith(("/", "~", "$")):
+            return os.path.normpath(base / value)
+        return value
+
+    def section(name: str) -> dict[str, Any] | None:
+        sec = data.get(name)
+        return sec if isinstance(sec, dict) else None
+
+    storage = section("storage")
+    if storage is not None:
+        for key in ("checkpoint_root", "log_dir"):
+            if key in storage:
+                storage[key] = fix(storage[key])
+    env = section("python_env")
+    if env is not None and "activate" in env:
+        env["activate"] = fix(env["activate"])
+    container = section("container")
+    if container is not None:
+        image = container.get("image")
+        if isinstance(image, str) and is_image_file(image):
+            container["image"] = fix(image)
+        mounts = container.get("mounts")
+        if isinstance(mounts, list):
+            container["mounts"] = [
+                (fix(src) + (":" + rest if sep else "")) if isinstance(m, str) else m
+                for m in mounts
+                for src, sep, rest in [m.partition(":") if isinstance(m, str) else ("", "", "")]
+            ]
+        return
+    launcher = section("launcher")
+    if launcher is not None:
+        for key in ("script", "megatron_path"):
+            if key in launcher and not (key == "script" and launcher.get("module") is True):
+                launcher[key] = fix(launcher[key])
+    if storage is not None and isinstance(storage.get("data"), dict):
+        storage["data"] = {k: fix(v) for k, v in storage["data"].items()}
 
 
 def parse_override(text: str) -> tuple[str, Any]:
