@@ -194,6 +194,10 @@ def submit(
     With ``preflight`` (the default) the job is first checked against the live cluster and
     nothing is queued when it cannot run (:class:`~slurmfm.backends.preflight.PreflightError`).
     """
+    if preflight:
+        from slurmfm.backends.preflight import require_files
+
+        require_files([recipe])  # before Slurm is asked anything
     be = get_backend(backend, env) if isinstance(backend, str) else backend
     request = render(recipe, slurm_version=slurm_version or be.version(), placement=placement)
     return submit_request(

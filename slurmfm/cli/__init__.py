@@ -350,6 +350,10 @@ def submit(
     be = None
     if not dry_run:
         api.require_secrets({"": r})  # before Slurm is asked anything
+        if not no_check:
+            from slurmfm.backends.preflight import require_files
+
+            require_files([r])  # the script and the image: this login node can tell
         # Asked once: the plan and the script are made for the cluster's real Slurm.
         be = api.get_backend(backend)  # type: ignore[arg-type]
         slurm_version = be.version()
