@@ -15,6 +15,7 @@ import click
 from slurmfm.cli.common import (
     F,
     backend_option,
+    cluster_version,
     friendly,
     install_template_cache,
     write_atomic,
@@ -246,7 +247,11 @@ def render(
 @click.option(
     "--timeout", type=float, default=3600.0, show_default=True, help="For --wait, seconds."
 )
-@click.option("--slurm-version", help="With --dry-run: render for this Slurm version.")
+@click.option(
+    "--slurm-version",
+    help="With --dry-run: render for this Slurm version (default: ask the cluster, as submit "
+    "does).",
+)
 @click.option(
     "--check",
     "check_only",
@@ -357,6 +362,9 @@ def submit(
         # Asked once: the plan and the script are made for the cluster's real Slurm.
         be = api.get_backend(backend)  # type: ignore[arg-type]
         slurm_version = be.version()
+    elif r.cluster.slurm_version == "auto":
+        # The dry run is the submission: rendered for the same Slurm that submit would ask.
+        slurm_version = cluster_version(slurm_version, backend)
     placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
     install_template_cache()
     request = api.render(r, slurm_version=slurm_version, placement=placement)
