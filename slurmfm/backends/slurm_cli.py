@@ -85,8 +85,8 @@ def check_slurm_conf(env: Mapping[str, str]) -> None:
 
     Why: every Slurm client then retries its configuration for a minute or more (67 s for
     ``slurmfm submit`` and 122 s for ``slurmfm status``, as issue 24 of this repository
-    reports) before an error whose line breaks are lost. Unset, Slurm finds its own (the compiled-in path or configless
-    ``sackd``), and nothing is checked.
+    reports) before an error whose line breaks are lost. Unset, Slurm finds its own (the
+    compiled-in path or configless ``sackd``), and nothing is checked.
     """
     conf = env.get("SLURM_CONF")
     if conf and not os.path.isfile(conf):

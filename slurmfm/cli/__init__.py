@@ -319,7 +319,10 @@ def submit(
     With --then, RECIPE and every --then recipe form a chain: each starts only after the one
     before ended as --condition says, and is cancelled when that can no longer happen.
     """
+    import os
+
     from slurmfm import api
+    from slurmfm.errors import SlurmfmError
 
     if then:
         if topology_src is not None or topology_order or check_only:
@@ -344,6 +347,8 @@ def submit(
         return
 
     r = _load(recipe, sets)
+    if output and os.path.exists(output) and not os.path.isdir(output):
+        raise SlurmfmError(f"-o {output}: exists and is not a directory")  # before Slurm is asked
     if check_only:
         if slurm_version is None and topology_src is not None:
             slurm_version = api.get_backend("cli").version()  # plan for the cluster's Slurm
@@ -400,8 +405,15 @@ def submit(
 @main.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--events",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Show the last N events of the job's state file (0: all).",
+)
 @friendly
-def status(job_id: str, as_json: bool) -> None:
+def status(job_id: str, as_json: bool, events: int) -> None:
     """Show the state of JOB_ID (scontrol, or sacct for older jobs)."""
     from slurmfm import api
 
@@ -412,32 +424,39 @@ def status(job_id: str, as_json: bool) -> None:
 
         click.echo(json.dumps({**asdict(st), "done": st.done}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None)
-    for key, value in (
-        ("job", st.job_id),
-        ("name", st.name),
-        ("state", st.state),
-        ("reason", st.reason),
-        ("nodes", st.nodes),
-        ("exit code", st.exit_code),
-        ("restarts", str(st.restarts)),
-        ("run time", st.run_time),
-        ("output", st.stdout),
-        ("last requeue", st.last_requeue_reason),
-        ("last stop", st.last_stop_reason),
-        ("last checkpoint", st.last_checkpoint),
-        ("from", st.source),
-        ("array tasks", st.raw.get("ArrayTasks", "")),
-    ):
-        if value:
-            table.add_row(key, value)
-    Console().print(table)
+    # Plain lines, not a table: a table cut long values (a checkpoint path) with an ellipsis
+    # to fit the terminal, and a path is only useful whole.
+    rows = [
+        (key, value)
+        for key, value in (
+            ("job", st.job_id),
+            ("name", st.name),
+            ("state", st.state),
+            ("reason", st.reason),
+            ("nodes", st.nodes),
+            ("exit code", st.exit_code),
+            ("restarts", str(st.restarts)),
+            ("run time", st.run_time),
+            ("output", st.stdout),
+            ("last requeue", st.last_requeue_reason),
+            ("last stop", st.last_stop_reason),
+            ("last checkpoint", st.last_checkpoint),
+            ("from", st.source),
+            ("array tasks", st.raw.get("ArrayTasks", "")),
+        )
+        if value
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key.ljust(width)}  {value}")
     if st.events:
-        click.echo("events:")
-        for line in st.events[-10:]:
+        shown = st.events[-events:] if events > 0 else st.events
+        older = len(st.events) - len(shown)
+        click.echo(
+            "events:"
+            + (f" (the last {len(shown)}; {older} older: --events 0 shows all)" if older else "")
+        )
+        for line in shown:
             click.echo(f"  {line}")
 
 

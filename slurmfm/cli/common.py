@@ -30,8 +30,8 @@ def cluster_version(given: str | None, backend: str = "cli") -> str | None:
     that says why, so the dry run is the script ``submit`` would send.
 
     Why ask: a dry run rendered for an assumed 22.05 differs from what ``submit`` sends to a
-    24.11 or 26.05 cluster (options gated by version). ``sbatch --version`` does not contact
-    the controller; a missing ``$SLURM_CONF`` is refused at once
+    24.11 or 26.05 cluster (options gated by version). ``sbatch --version`` reads the configuration
+    but sends the controller nothing; a missing ``$SLURM_CONF`` is refused at once
     (:func:`slurmfm.backends.slurm_cli.check_slurm_conf`).
     """
     if given:

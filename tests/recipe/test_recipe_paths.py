@@ -74,7 +74,7 @@ def test_overrides_and_dict_recipes_stay_relative_to_the_working_directory(
 
 def test_in_a_container_the_training_paths_are_the_containers(project: Path) -> None:
     text = BASE + (
-        "container:\n  image: images/pt.sqsh\n  mounts: [\"./data:/data\", \"/fsx:/fsx\"]\n"
+        'container:\n  image: images/pt.sqsh\n  mounts: ["./data:/data", "/fsx:/fsx"]\n'
         "  workdir: /workspace\n"
     )
     (project / "recipe.yaml").write_text(text)
