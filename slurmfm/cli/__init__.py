@@ -314,7 +314,8 @@ def submit(
 
     Before submitting, a preflight asks the cluster whether the job can run (partition, node
     count, time limit, features, sbatch --test-only); when it cannot, nothing is queued and
-    the reason is printed (exit status 2).
+    the reason is printed (exit status 2). Slurm gives the --test-only request a job id of
+    its own, so ids advance by 2 per checked submission.
 
     With --then, RECIPE and every --then recipe form a chain: each starts only after the one
     before ended as --condition says, and is cancelled when that can no longer happen.

@@ -210,7 +210,23 @@ def _problems(exc: ValidationError, data: Any, lines: LineMap, source: str) -> l
             loc = list(m.group("field").split("."))
             msg = m.group("msg")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see the recipe reference in the README)"
+            near = _close_fields(loc)
+            msg = (
+                f"unknown field; did you mean {' or '.join(repr(n) for n in near)}?"
+                if near
+                else "unknown field (check the spelling; see the recipe reference in the README)"
+            )
+        elif err["type"] == "model_type":
+            # pydantic's "or instance of Resources" names a class the user never wrote.
+            msg = f"should be a mapping of fields, not {_kind_of(err.get('input'))}"
+        elif err["type"] == "dict_type":
+            msg = f"should be a mapping, not {_kind_of(err.get('input'))}"
+        elif err["type"] == "string_type" and isinstance(err.get("input"), int | float):
+            msg = (
+                f'should be a string, not {_kind_of(err.get("input"))}; quote it: "{err["input"]}"'
+            )
+        elif err["type"] == "list_type":
+            msg = f"should be a list, not {_kind_of(err.get('input'))}"
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_invalid":
@@ -224,6 +240,67 @@ def _problems(exc: ValidationError, data: Any, lines: LineMap, source: str) -> l
         problems.append(Problem(source, line, field or "(recipe)", msg))
     problems.sort(key=lambda p: (p.line or 0, p.field))
     return problems
+
+
+def _kind_of(value: Any) -> str:
+    """A value's YAML kind in words, for "should be a list, not a number"."""
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value!r})" if len(value) <= 40 else "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return "nothing" if value is None else type(value).__name__
+
+
+def _models_at(loc: Sequence[str | int]) -> list[type[Any]]:
+    """The schema models a location's parent could be (several for a union not yet told
+    apart), following pydantic's location: field names, and a union's tag (``torchrun``)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def models(annotation: Any) -> list[type[Any]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for arg in typing.get_args(annotation) for m in models(arg)]
+
+    current: list[type[Any]] = [Recipe]
+    for part in loc:
+        if not isinstance(part, str):
+            continue  # a list index: the item's model is the list's
+        tagged = [m for m in current if m.model_fields.get("kind") is not None]
+        by_tag = [m for m in tagged if part in typing.get_args(m.model_fields["kind"].annotation)]
+        if by_tag:
+            current = by_tag
+            continue
+        found = [m.model_fields[part].annotation for m in current if part in m.model_fields]
+        if not found:
+            return []
+        current = [m for a in found for m in models(a)]
+    return current
+
+
+def _close_fields(loc: Sequence[str | int]) -> list[str]:
+    """Known field names near the last part of ``loc`` (a misspelt key)."""
+    import difflib
+
+    if not loc or not isinstance(loc[-1], str):
+        return []
+    names = sorted({n for m in _models_at(loc[:-1]) for n in m.model_fields})
+    return difflib.get_close_matches(loc[-1], names, n=2, cutoff=0.75)
+
+
+# How to write a list or a mapping as one --set value (read as YAML, see parse_override).
+_SET_HINTS = {
+    "should be a list": "write a list as --set '{f}=[a, b]'",
+    "should be a mapping": "write a mapping as --set '{f}={{key: value}}', or one key as "
+    "--set {f}.key=value",
+}
 
 
 def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -264,9 +341,13 @@ def validate(
         problems = _problems(exc, data, lines, source)
         for p in problems:
             if p.field in (overrides or {}) or any(
-                p.field.startswith(k + ".") for k in (overrides or {})
+                p.field.startswith(k + ".") or k.startswith(p.field + ".")
+                for k in (overrides or {})
             ):
                 p.file, p.line = "<override>", None
+                for start, hint in _SET_HINTS.items():
+                    if p.message.startswith(start):
+                        p.message = f"{p.message}; {hint.format(f=p.field)}"
         raise RecipeError(problems) from None
     except ValueError as exc:  # raised outside pydantic's wrapping (should not happen)
         raise RecipeError([Problem(source, None, "(recipe)", str(exc))]) from None
