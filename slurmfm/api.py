@@ -33,12 +33,35 @@ BackendKind = Literal["auto", "cli", "pyslurm"]
 def load(
     source: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> Recipe:
-    """Load a recipe from a YAML file path or a dict, applying dotted-path overrides."""
+    """Load a recipe from a YAML file path or a dict, applying dotted-path overrides.
+
+    A file's relative paths are relative to the file; a dict has no file, so its paths (and
+    those in ``overrides``) stay relative to the working directory. An override that a
+    sweep's array tasks replace is reported as a :class:`SweepOverrideWarning`.
+    """
     from slurmfm.recipe.loader import load_recipe, validate
 
     if isinstance(source, Mapping):
-        return validate(dict(source), source="<dict>", overrides=overrides)
-    return load_recipe(source, overrides)
+        recipe = validate(dict(source), source="<dict>", overrides=overrides)
+    else:
+        recipe = load_recipe(source, overrides)
+    _warn_shadowed(recipe, overrides)
+    return recipe
+
+
+class SweepOverrideWarning(UserWarning):
+    """An override that a sweep's array tasks replace with their own values."""
+
+
+def _warn_shadowed(recipe: Recipe, overrides: Mapping[str, Any] | None) -> None:
+    if recipe.sweep is None or not overrides:
+        return
+    import warnings
+
+    from slurmfm.recipe.sweep import shadowed_overrides
+
+    for message in shadowed_overrides(recipe.sweep, overrides):
+        warnings.warn(message, SweepOverrideWarning, stacklevel=3)
 
 
 def override(recipe: Recipe, overrides: Mapping[str, Any]) -> Recipe:
@@ -46,7 +69,9 @@ def override(recipe: Recipe, overrides: Mapping[str, Any]) -> Recipe:
     from slurmfm.recipe.loader import validate
 
     data = recipe.model_dump(mode="json", exclude_unset=False)
-    return validate(data, source="<recipe>", overrides=overrides)
+    result = validate(data, source="<recipe>", overrides=overrides)
+    _warn_shadowed(result, overrides)
+    return result
 
 
 def render(

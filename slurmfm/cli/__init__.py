@@ -31,7 +31,12 @@ def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
     from slurmfm.recipe.loader import load_recipe, parse_override
 
     overrides = dict(parse_override(s) for s in sets)
-    return load_recipe(recipe, overrides)
+    r = load_recipe(recipe, overrides)
+    if r.sweep is not None and overrides:
+        from slurmfm.recipe.sweep import shadowed_overrides
+
+        _warn(shadowed_overrides(r.sweep, overrides))
+    return r
 
 
 def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:

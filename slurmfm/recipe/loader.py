@@ -478,6 +478,26 @@ def resolve_paths(data: dict[str, Any], base: Path) -> None:
             ]
         return
     launcher = section("launcher")
+    module = isinstance(launcher, dict) and launcher.get("module") is True
+    sweep = section("sweep")
+    if sweep is not None:
+        # A task's (or grid's) dotted key for a training path is a path of this file too.
+        def training_path(key: Any) -> bool:
+            return isinstance(key, str) and (
+                (key == "launcher.script" and not module)
+                or key == "launcher.megatron_path"
+                or key.startswith("storage.data.")
+            )
+
+        for task in sweep.get("tasks") or []:
+            if isinstance(task, dict):
+                for key in [k for k in task if training_path(k)]:
+                    task[key] = fix(task[key])
+        grid = sweep.get("parameters")
+        if isinstance(grid, dict):
+            for key in [k for k in grid if training_path(k)]:
+                if isinstance(grid[key], list):
+                    grid[key] = [fix(v) for v in grid[key]]
     if launcher is not None:
         for key in ("script", "megatron_path"):
             if key in launcher and not (key == "script" and launcher.get("module") is True):

@@ -108,3 +108,14 @@ def test_cli_render_from_another_directory_carries_the_resolved_paths(project: P
         check=True,
     )
     assert str(project / "scripts" / "train.py") in out.stdout
+
+
+def test_a_sweep_tasks_training_paths_are_relative_to_the_file_too(project: Path) -> None:
+    text = BASE + (
+        "sweep:\n  tasks:\n    - {launcher.script: scripts/a.py, storage.data.train: d/a}\n"
+        "  parameters: {env.LR: ['1', '2']}\n"
+    )
+    (project / "recipe.yaml").write_text(text)
+    (task, _) = api.sweep_tasks(api.load(project / "recipe.yaml"))
+    assert task.recipe.launcher.script == str(project / "scripts" / "a.py")  # type: ignore[union-attr]
+    assert task.recipe.storage.data["train"] == str(project / "d" / "a")
