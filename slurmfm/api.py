@@ -110,6 +110,8 @@ __all__ = [  # noqa: RUF022 - grouped: functions, then types, then errors
     "DEFAULT_BACKEND",
     "BackendKind",
     "Job",
+    "FunctionJob",
+    "Executor",
     "Experiment",
     "SweepOverrideWarning",
     "Backend",
@@ -521,6 +523,109 @@ def _record(done: Sequence[Submitted], experiment: str) -> None:
             )
         except (SlurmfmError, OSError) as exc:
             warnings.warn(f"job {s.job_id} was submitted but not recorded: {exc}", stacklevel=3)
+
+
+@dataclass
+class FunctionJob(Job):
+    """A job that runs a Python call (:class:`Executor`); ``result()`` returns its value."""
+
+    call_dir: Path = Path()
+
+    def result(self, timeout: float = 3600.0, interval: float = 0.5, tail: int = 30) -> Any:
+        """Wait; the function's return value (rank 0's), or :class:`~slurmfm.errors.JobFailed`
+        whose reason is the exception and whose log tail is its traceback."""
+        import pickle
+
+        from slurmfm.call import RESULT, check_dir, read_owned
+        from slurmfm.errors import JobFailed
+
+        try:
+            super().result(timeout=timeout, interval=interval, tail=tail)
+        except JobFailed as failed:
+            errors = sorted(self.call_dir.glob("error-r*.txt"))
+            if not errors:
+                raise
+            text = read_owned(errors[0]).decode("utf-8", "replace")
+            raise JobFailed(
+                self.job_id,
+                failed.state,
+                reason=text.strip().splitlines()[-1] if text.strip() else failed.reason,
+                job_exit_code=failed.job_exit_code,
+                log_tail=text.rstrip(),
+                log_path=str(errors[0]),
+            ) from None
+        check_dir(self.call_dir)
+        return pickle.loads(read_owned(self.call_dir / RESULT))  # noqa: S301 - our own file
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Submit Python calls as jobs, submitit-style: ``Executor(recipe).submit(fn, *args)``.
+
+    ``recipe`` (a :class:`Recipe`, a file or a dict) gives everything but the program:
+    cluster, resources, environment, storage. Its launcher becomes torchrun running
+    ``python -m slurmfm.call CALL_DIR`` (:mod:`slurmfm.call`), so the call runs on every
+    node and process with torchrun's ranks (``RANK``, ``WORLD_SIZE``) and the recipe's
+    restarts and logs; rank 0's return value is the result. The call is pickled into an
+    owner-only directory under the recipe's log directory (``calls/<id>/``), which the nodes
+    must see (the shared file system); each call gets its own run id, so calls run side by
+    side. The function must be importable on the nodes: a module on the job's ``sys.path``
+    (the submitting ``sys.path`` is carried), or the submitting script itself, imported as
+    multiprocessing's spawn does. The nodes' Python needs torch (torchrun).
+    """
+
+    recipe: Recipe | Mapping[str, Any] | str | Path
+    backend: BackendKind | Backend = DEFAULT_BACKEND
+    env: Mapping[str, str] | None = None
+    experiment: str = ""
+    preflight: bool = True
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> FunctionJob:
+        import json
+        import os
+        import pickle
+        import secrets
+        import sys
+
+        from slurmfm.call import CALL, META, check_dir, write_new
+
+        call_id = secrets.token_hex(6)
+        launcher = {"kind": "torchrun", "module": True, "script": "slurmfm.call"}
+        base = self.recipe
+        if isinstance(base, str | Path | Mapping):
+            recipe = load(base, {"launcher": {**launcher, "args": ["<call dir>"]}})
+        else:
+            recipe = override(base, {"launcher": {**launcher, "args": ["<call dir>"]}})
+        calls = Path(os.path.abspath(recipe.storage.log_dir)) / "calls"
+        calls.parent.mkdir(parents=True, exist_ok=True)
+        calls.mkdir(mode=0o700, exist_ok=True)
+        check_dir(calls)
+        call_dir = calls / call_id
+        call_dir.mkdir(mode=0o700)
+        main = sys.modules.get("__main__")
+        main_file = getattr(main, "__file__", None) if fn.__module__ == "__main__" else None
+        write_new(call_dir / CALL, pickle.dumps((fn, args, kwargs)))
+        meta = {
+            "main": os.path.abspath(main_file) if main_file else "",
+            "sys_path": [os.path.abspath(p) for p in sys.path if p],
+            "function": f"{fn.__module__}.{getattr(fn, '__qualname__', repr(fn))}",
+        }
+        write_new(call_dir / META, json.dumps(meta).encode())
+        recipe = override(
+            recipe,
+            {
+                "launcher.args": [str(call_dir)],
+                "storage.run_id": f"{recipe.run_id}-{call_id}",
+            },
+        )
+        job = submit(
+            recipe,
+            backend=self.backend,
+            env=self.env,
+            preflight=self.preflight,
+            experiment=self.experiment,
+        )
+        return FunctionJob(job.job_id, job.backend, job.request, call_dir=call_dir)
 
 
 def check(
