@@ -78,7 +78,9 @@ def test_the_readme_example_runs_from_a_fresh_directory(
     proj = tmp_path / "myproj"
     assert f"{proj}/train.py" in cli.stdout  # the dry run carries the resolved path
     assert "trained steps 1-20 on 2 ranks" in cli.stdout
-    assert re.search(r"job \d+ \(myproj\): COMPLETED", cli.stdout), cli.stdout
+    m = re.search(r"job (\d+) \(myproj\): COMPLETED", cli.stdout)
+    assert m, cli.stdout
+    cli_id = m.group(1)
     assert (proj / "runs" / "ckpt" / "myproj" / "myproj" / "model.pt").is_file()
     logs = list((proj / "runs" / "logs").glob("myproj_*.out"))
     assert len(logs) == 1
@@ -87,6 +89,7 @@ def test_the_readme_example_runs_from_a_fresh_directory(
     assert api.returncode == 0, f"{api.stdout}\n{api.stderr}"
     lines = api.stdout.splitlines()
     assert lines[0].startswith("trained steps 21-30 on 2 ranks")  # resumed from the CLI's run
-    (second_id,) = re.findall(r"'(\d+)'", lines[1])
-    assert lines[1] == f"runs of myproj: ['{second_id}']"
+    first_id, second_id = re.findall(r"'(\d+)'", lines[1])
+    assert first_id == cli_id  # the CLI's job, recorded under --experiment myproj
+    assert lines[1] == f"runs of myproj: ['{cli_id}', '{second_id}']"
     assert len(list((proj / "runs" / "logs").glob("myproj_*.out"))) == 2

@@ -270,6 +270,12 @@ def render(
     help="Submit even if a live job already uses this run's checkpoint directory.",
 )
 @click.option(
+    "--experiment",
+    default="",
+    metavar="NAME",
+    help="Record the job under this experiment in the history (fm.Experiment.from_id(NAME)).",
+)
+@click.option(
     "--then",
     "then",
     multiple=True,
@@ -311,6 +317,7 @@ def submit(
     condition: str,
     keep_submitted: bool,
     allow_shared_run_dir: bool,
+    experiment: str,
 ) -> None:
     """Render RECIPE for the cluster's Slurm and submit it with sbatch.
 
@@ -396,6 +403,7 @@ def submit(
         backend=be if be is not None else backend,  # type: ignore[arg-type]
         preflight=not no_check,
         allow_shared_run_dir=allow_shared_run_dir,
+        experiment=experiment,
     )
     if output and job.request is not None:
         write_requests(output, [(r.name, job.request)])
