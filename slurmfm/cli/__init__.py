@@ -169,6 +169,11 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
         )
     )
     _say_run_dir(r)
+    from slurmfm.backends.preflight import file_checks
+
+    # The files the job needs, as this machine sees them: a warning here (a recipe may be
+    # written away from the cluster), a refusal at submit.
+    _warn([f"{c.name}: {c.message}" for c in file_checks(r)])
     # Which save protocol the job uses at the time limit, and whether its window holds a save.
     click.echo(r.save_mode)
     window = r.save_window_warning()

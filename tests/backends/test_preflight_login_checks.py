@@ -167,3 +167,18 @@ def test_cli_status_with_a_missing_slurm_conf_exits_2_at_once(tmp_path: Path) ->
     proc = _cli("status", "12", env=env, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"SLURM_CONF={tmp_path / 'gone.conf'}: no such file")
+
+
+def test_validate_warns_of_a_missing_script_and_submit_refuses_it(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text(
+        "name: w\ncluster: {instance_type: lab-cpu, partition: batch}\n"
+        "resources: {nodes: 1, procs_per_node: 1}\n"
+        "launcher: {kind: torchrun, script: train.py}\n"
+    )
+    env = {"PATH": os.path.dirname(sys.executable), "HOME": str(tmp_path)}
+    proc = _cli("validate", str(tmp_path / "r.yaml"), env=env, cwd=tmp_path)
+    assert proc.returncode == 0
+    assert (
+        f"warning: launcher.script: no such file on this login node: {tmp_path}/train.py"
+        in proc.stderr
+    )
