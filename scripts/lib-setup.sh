@@ -42,14 +42,31 @@ ensure_venv() {
     fi
   fi
   [[ -n $extras ]] && spec=".[${extras}]"
-  echo "setup: installing slurmfm${extras:+[$extras]} and torch (CPU) into $venv" >&2
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  # torch first: a test dependency (lightning) requires torch, and pip would satisfy that with
-  # PyPI's CUDA build (several GB) when no torch is installed yet.
-  ensure_cpu_torch "$venv/bin/python"
-  # setuptools warns that an editable install lets same-named folders shadow the package
-  # (BuildBackendWarning, ~10 lines): noise before every quickstart's output, nothing to act on
-  PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install -q -e "$spec"
+  # A second run installs nothing when nothing changed: the package is installed editable (the
+  # code is read from the checkout), so only its dependencies (pyproject.toml), the extras, the
+  # torch version and the interpreter can call for a new install. A stamp per extras records
+  # them; the base install is also satisfied by the test install (a superset).
+  local want stamp ok="" stamps=("$venv/.slurmfm-setup${extras:+-$extras}")
+  [[ -n $extras ]] || stamps+=("$venv/.slurmfm-setup-test")
+  want="extras=$extras torch=${SLURMFM_TORCH_VERSION:-2.13.0} $(sha256sum pyproject.toml | cut -d' ' -f1) $("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo none)"
+  for stamp in "${stamps[@]}"; do
+    local have=""
+    [[ -f $stamp && ! -L $stamp ]] && have=$(<"$stamp")
+    if [[ -n $have && ${have#* } == "${want#* }" ]]; then ok=1; break; fi
+  done
+  if [[ -n $ok ]] && "$venv/bin/python" -c 'import slurmfm, torch' 2>/dev/null; then
+    echo "setup: $venv already has slurmfm${extras:+[$extras]} and torch (CPU); nothing to install (rm $venv/.slurmfm-setup* to force)" >&2
+  else
+    echo "setup: installing slurmfm${extras:+[$extras]} and torch (CPU) into $venv" >&2
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    # torch first: a test dependency (lightning) requires torch, and pip would satisfy that with
+    # PyPI's CUDA build (several GB) when no torch is installed yet.
+    ensure_cpu_torch "$venv/bin/python"
+    # setuptools warns that an editable install lets same-named folders shadow the package
+    # (BuildBackendWarning, ~10 lines): noise before every quickstart's output, nothing to act on
+    PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install -q -e "$spec"
+    printf '%s\n' "$want" >"$venv/.slurmfm-setup${extras:+-$extras}"
+  fi
   export VIRTUAL_ENV=$venv
   export PATH="$venv/bin:$PATH"
   hash -r

@@ -1,16 +1,29 @@
-"""The Python API for research scripts: load, override, render, dry-run, submit, poll.
+"""The Python API for research scripts: load, override, render, dry-run, submit, poll,
+read logs and reports, and reopen earlier runs.
 
 Every function here is a thin composition of the pure core (recipe -> script) and one backend,
 so that what a script does and what ``slurmfm submit`` does are the same code path.
+
+The public types (``Recipe``, ``SubmitRequest``, ``JobStatus``, ``Report``, ...) are
+importable from here at run time (``fm.SubmitRequest``, ``isinstance(x, fm.Recipe)``) but
+imported only when first used (PEP 562 ``__getattr__``), so ``import slurmfm.api`` and the
+CLI stay fast.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
+from slurmfm.errors import (
+    BackendError,
+    JobFailed,
+    RecipeError,
+    SlurmfmError,
+    UnsupportedError,
+)
 from slurmfm.submit import missing_secrets as missing_secrets  # noqa: PLC0414 - re-exported
 from slurmfm.submit import require_secrets as require_secrets  # noqa: PLC0414 - re-exported
 
@@ -18,27 +31,146 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from slurmfm.backends.base import Backend, JobStatus
-    from slurmfm.backends.preflight import PreflightReport
-    from slurmfm.pipeline import Pipeline, PipelineDryRun, PipelineRun
+    from slurmfm.backends.preflight import PreflightError, PreflightReport
+    from slurmfm.history import Submission
+    from slurmfm.observe.report import Report
+    from slurmfm.pipeline import Pipeline, PipelineDryRun, PipelineRun, PipelineSubmitError
     from slurmfm.plan.planner import Plan
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
     from slurmfm.recipe.sweep import SweepTask
     from slurmfm.request import SubmitRequest
+    from slurmfm.run_lock import RunDirInUse
+    from slurmfm.submit import Submitted
     from slurmfm.topology.model import Topology
 
 BackendKind = Literal["auto", "cli", "pyslurm"]
+
+DEFAULT_BACKEND: BackendKind = "cli"
+"""The one default of every function here and of the CLI's ``--backend``: Slurm's own
+commands. ``auto`` (a matching pyslurm, else the CLI) and ``pyslurm`` are opt-in."""
+
+# Public types, imported on first use (see the module docstring): name -> defining module.
+_LAZY_TYPES = {
+    "Backend": "slurmfm.backends.base",
+    "JobStatus": "slurmfm.backends.base",
+    "PreflightError": "slurmfm.backends.preflight",
+    "PreflightReport": "slurmfm.backends.preflight",
+    "Submission": "slurmfm.history",
+    "Report": "slurmfm.observe.report",
+    "Pipeline": "slurmfm.pipeline",
+    "PipelineDryRun": "slurmfm.pipeline",
+    "PipelineRun": "slurmfm.pipeline",
+    "PipelineSubmitError": "slurmfm.pipeline",
+    "Plan": "slurmfm.plan.planner",
+    "Placement": "slurmfm.plan.types",
+    "Recipe": "slurmfm.recipe.schema",
+    "SweepTask": "slurmfm.recipe.sweep",
+    "SubmitRequest": "slurmfm.request",
+    "RunDirInUse": "slurmfm.run_lock",
+    "Topology": "slurmfm.topology.model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY_TYPES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [  # noqa: RUF022 - grouped: functions, then types, then errors
+    "load",
+    "override",
+    "render",
+    "dry_run",
+    "check",
+    "submit",
+    "submit_request",
+    "status",
+    "cancel",
+    "report",
+    "history",
+    "endpoint",
+    "endpoint_path",
+    "load_topology",
+    "plan",
+    "sweep_tasks",
+    "get_backend",
+    "missing_secrets",
+    "require_secrets",
+    "load_pipeline",
+    "chain",
+    "dry_run_pipeline",
+    "submit_pipeline",
+    "DEFAULT_BACKEND",
+    "BackendKind",
+    "Job",
+    "FunctionJob",
+    "Executor",
+    "Experiment",
+    "SweepOverrideWarning",
+    "Backend",
+    "JobStatus",
+    "PreflightError",
+    "PreflightReport",
+    "Submission",
+    "Report",
+    "Pipeline",
+    "PipelineDryRun",
+    "PipelineRun",
+    "PipelineSubmitError",
+    "Plan",
+    "Placement",
+    "Recipe",
+    "SweepTask",
+    "SubmitRequest",
+    "RunDirInUse",
+    "Topology",
+    "SlurmfmError",
+    "RecipeError",
+    "BackendError",
+    "UnsupportedError",
+    "JobFailed",
+]
 
 
 def load(
     source: str | Path | Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> Recipe:
-    """Load a recipe from a YAML file path or a dict, applying dotted-path overrides."""
+    """Load a recipe from a YAML file path or a dict, applying dotted-path overrides.
+
+    A file's relative paths are relative to the file; a dict has no file, so its paths (and
+    those in ``overrides``) stay relative to the working directory. An override that a
+    sweep's array tasks replace is reported as a :class:`SweepOverrideWarning`.
+    """
     from slurmfm.recipe.loader import load_recipe, validate
 
     if isinstance(source, Mapping):
-        return validate(dict(source), source="<dict>", overrides=overrides)
-    return load_recipe(source, overrides)
+        recipe = validate(dict(source), source="<dict>", overrides=overrides)
+    else:
+        recipe = load_recipe(source, overrides)
+    _warn_shadowed(recipe, overrides)
+    return recipe
+
+
+class SweepOverrideWarning(UserWarning):
+    """An override that a sweep's array tasks replace with their own values."""
+
+
+def _warn_shadowed(recipe: Recipe, overrides: Mapping[str, Any] | None) -> None:
+    if recipe.sweep is None or not overrides:
+        return
+    import warnings
+
+    from slurmfm.recipe.sweep import shadowed_overrides
+
+    for message in shadowed_overrides(recipe.sweep, overrides):
+        warnings.warn(message, SweepOverrideWarning, stacklevel=3)
 
 
 def override(recipe: Recipe, overrides: Mapping[str, Any]) -> Recipe:
@@ -46,7 +178,9 @@ def override(recipe: Recipe, overrides: Mapping[str, Any]) -> Recipe:
     from slurmfm.recipe.loader import validate
 
     data = recipe.model_dump(mode="json", exclude_unset=False)
-    return validate(data, source="<recipe>", overrides=overrides)
+    result = validate(data, source="<recipe>", overrides=overrides)
+    _warn_shadowed(result, overrides)
+    return result
 
 
 def render(
@@ -115,8 +249,11 @@ def sweep_tasks(recipe: Recipe) -> list[SweepTask]:
     return expand(recipe)
 
 
-def get_backend(kind: BackendKind = "auto", env: Mapping[str, str] | None = None) -> Backend:
-    """The Slurm CLI backend, or pyslurm when asked for (``auto`` prefers a matching pyslurm)."""
+def get_backend(
+    kind: BackendKind = DEFAULT_BACKEND, env: Mapping[str, str] | None = None
+) -> Backend:
+    """The Slurm CLI backend (the default, :data:`DEFAULT_BACKEND`), or pyslurm when asked
+    for (``auto`` prefers a matching pyslurm)."""
     from slurmfm.backends.slurm_cli import SlurmCLI
 
     cli = SlurmCLI(dict(env) if env is not None else None)
@@ -134,33 +271,366 @@ def get_backend(kind: BackendKind = "auto", env: Mapping[str, str] | None = None
     return cli
 
 
+def _backend(backend: BackendKind | Backend, env: Mapping[str, str] | None = None) -> Backend:
+    return get_backend(backend, env) if isinstance(backend, str) else backend
+
+
 @dataclass
 class Job:
-    """A submitted job with the backend that can ask about it."""
+    """A submitted job with the backend that can ask about it.
+
+    ``Job.from_id("12345")`` reopens one by id (from a later script, or from
+    :func:`history`); ``result()`` waits and raises :class:`~slurmfm.errors.JobFailed` with
+    the reason and the log's last lines unless it COMPLETED; ``logs()`` reads its output per
+    restart and per rank; ``report()`` is ``slurmfm report``.
+    """
 
     job_id: str
     backend: Backend
     request: SubmitRequest | None = None
 
+    @classmethod
+    def from_id(
+        cls,
+        job_id: str,
+        *,
+        backend: BackendKind | Backend = DEFAULT_BACKEND,
+        env: Mapping[str, str] | None = None,
+    ) -> Job:
+        """The job with this id; its state is asked when it is used, not here."""
+        from slurmfm.backends.slurm_cli import _check_job_id
+
+        return cls(_check_job_id(str(job_id)), _backend(backend, env))
+
     def status(self) -> JobStatus:
-        return self.backend.status(self.job_id)
+        """Slurm's state with the job's own record (restarts, reasons, last checkpoint)."""
+        return status(self.job_id, backend=self.backend)
 
     def wait(self, timeout: float = 3600.0, interval: float = 0.5) -> JobStatus:
+        """Until the job ended (any end); raises BackendError after ``timeout`` seconds."""
         import time
 
         from slurmfm.errors import BackendError
 
         deadline = time.monotonic() + timeout
         while True:
-            st = self.status()
+            st = self.backend.status(self.job_id)
             if st.done:
-                return st
+                return self.status()
             if time.monotonic() > deadline:
                 raise BackendError(f"job {self.job_id} still {st.state} after {timeout:.0f} s")
             time.sleep(interval)
 
+    def result(self, timeout: float = 3600.0, interval: float = 0.5, tail: int = 30) -> JobStatus:
+        """Wait for the end; the final status when COMPLETED, else raise
+        :class:`~slurmfm.errors.JobFailed` carrying the state, the reason and the last
+        ``tail`` lines of the log."""
+        from slurmfm.errors import JobFailed, SlurmfmError
+
+        st = self.wait(timeout=timeout, interval=interval)
+        if st.ok:
+            return st
+        reason = st.last_stop_reason or st.last_requeue_reason or st.reason
+        try:
+            text = self.logs()
+        except SlurmfmError:
+            text = ""
+        lines = text.splitlines()[-tail:] if tail > 0 else []
+        raise JobFailed(
+            self.job_id,
+            st.state,
+            reason="" if reason in {"None", ""} else reason,
+            job_exit_code=st.exit_code,
+            log_tail="\n".join(lines),
+            log_path=st.stdout,
+        )
+
+    @overload
+    def logs(
+        self,
+        *,
+        rank: int | None = ...,
+        restart: int | None = ...,
+        follow: Literal[False] = ...,
+        log_dir: str | Path | None = ...,
+        name: str | None = ...,
+        interval: float = ...,
+    ) -> str: ...
+
+    @overload
+    def logs(
+        self,
+        *,
+        rank: int | None = ...,
+        restart: int | None = ...,
+        follow: Literal[True],
+        log_dir: str | Path | None = ...,
+        name: str | None = ...,
+        interval: float = ...,
+    ) -> Iterator[str]: ...
+
+    def logs(
+        self,
+        *,
+        rank: int | None = None,
+        restart: int | None = None,
+        follow: bool = False,
+        log_dir: str | Path | None = None,
+        name: str | None = None,
+        interval: float = 2.0,
+    ) -> str | Iterator[str]:
+        """The job's output, as ``slurmfm logs`` shows it without its headers.
+
+        ``restart``: only that run (0 is the first; one that never happened raises
+        :class:`~slurmfm.errors.SlurmfmError`); ``rank``: only that global rank's task
+        (needs observability on: its launch step labels each line); ``follow``: an iterator
+        of lines as they are written, until the job ends. ``log_dir``/``name`` default to
+        Slurm's record of the job (its StdOut's directory and name).
+        """
+        lines = self._log_lines(rank, restart, log_dir, name, follow, interval)
+        return lines if follow else "".join(lines)
+
+    def _log_lines(
+        self,
+        rank: int | None,
+        restart: int | None,
+        log_dir: str | Path | None,
+        name: str | None,
+        follow: bool,
+        interval: float,
+    ) -> Iterator[str]:
+        import time
+
+        import hostlist
+
+        from slurmfm.observe.logs import (
+            check_restart,
+            filter_task,
+            locate,
+            log_files,
+            rank_task,
+            restarts_in,
+            select,
+        )
+
+        st = self.backend.status(self.job_id)
+        directory, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
+        task = None
+        if rank is not None:
+            allocation = hostlist.expand_hostlist(st.nodes) if st.nodes else []
+            task = rank_task(st.job_id, rank, directory, job_name, allocation)
+        printed: dict[int, int] = {}
+        while True:
+            files = log_files(directory, job_name, st.job_id, st.stdout)
+            if restart is not None and (not follow or st.done):
+                check_restart(st.job_id, restart, restarts_in(files, st.job_id))
+            for n, lines in select(files, st.job_id, restart):
+                shown = list(filter_task(lines, task)) if task is not None else lines
+                yield from shown[printed.get(n, 0) :]
+                printed[n] = len(shown)
+            if not follow or st.done:
+                return
+            time.sleep(interval)
+            st = self.backend.status(self.job_id)
+
+    def report(self, *, log_dir: str | Path | None = None, name: str | None = None) -> Report:
+        """What ran where, restarts, checkpoints, NCCL transport (``slurmfm report``)."""
+        return report(self.job_id, backend=self.backend, log_dir=log_dir, name=name)
+
     def cancel(self) -> None:
         self.backend.cancel(self.job_id)
+
+
+def report(
+    job_id: str,
+    *,
+    backend: BackendKind | Backend = DEFAULT_BACKEND,
+    log_dir: str | Path | None = None,
+    name: str | None = None,
+) -> Report:
+    """The run report of a job (``slurmfm report``): nodes in rank order, restarts and their
+    reasons, checkpoints, NCCL transport, EFA counters, wall time; ``.to_json()`` for all."""
+    from slurmfm.observe.logs import locate
+    from slurmfm.observe.report import build_report
+
+    st = _backend(backend).status(job_id)
+    directory, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
+    record = dict(st.raw)
+    record.setdefault("JobState", st.state)
+    record.setdefault("Restarts", str(st.restarts))
+    return build_report(st.job_id, record=record, log_dir=directory, name=job_name)
+
+
+def history(experiment: str | None = None) -> list[Submission]:
+    """Every job submitted through slurmfm by this user (:mod:`slurmfm.history`), oldest
+    first; only ``experiment``'s when given. ``Job.from_id(s.job_id)`` reopens one."""
+    from slurmfm.history import read
+
+    subs = read()
+    return [s for s in subs if experiment is None or s.experiment == experiment]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A named group of submissions: ``Experiment("lr-sweep").submit(recipe)`` records the
+    job under the name; ``Experiment.from_id("lr-sweep").jobs()`` reopens them later, from
+    any script (NeMo-Run's ``Experiment.from_id``, with the history as the store)."""
+
+    name: str
+
+    @classmethod
+    def from_id(cls, name: str) -> Experiment:
+        """An experiment that has submissions on record; SlurmfmError when it has none."""
+        from slurmfm.errors import SlurmfmError
+
+        if not history(name):
+            raise SlurmfmError(f"experiment {name!r}: no submissions recorded")
+        return cls(name)
+
+    def submit(self, recipe: Recipe, **kw: Any) -> Job:
+        """:func:`submit`, recorded under this experiment."""
+        return submit(recipe, experiment=self.name, **kw)
+
+    def runs(self) -> list[Submission]:
+        return history(self.name)
+
+    def jobs(self, *, backend: BackendKind | Backend = DEFAULT_BACKEND) -> list[Job]:
+        be = _backend(backend)
+        return [Job(s.job_id, be) for s in self.runs()]
+
+
+def _record(done: Sequence[Submitted], experiment: str) -> None:
+    """Write each queued job to the history; a failure warns and never undoes a submission."""
+    import warnings
+
+    from slurmfm.errors import SlurmfmError
+    from slurmfm.history import Submission, here, now_utc
+    from slurmfm.history import record as write
+
+    where = here()
+    for s in done:
+        r = s.request.recipe
+        try:
+            write(
+                Submission(
+                    job_id=s.job_id,
+                    name=r.name if r is not None else "",
+                    run_id=r.run_id if r is not None else "",
+                    experiment=experiment,
+                    submitted_at=now_utc(),
+                    host=str(where["host"]),
+                    cwd=str(where["cwd"]),
+                    argv=tuple(where["argv"]),  # type: ignore[arg-type]
+                    log_dir=r.storage.log_dir if r is not None else "",
+                    checkpoint_dir=r.checkpoint_dir if r is not None else "",
+                    label=s.label,
+                )
+            )
+        except (SlurmfmError, OSError) as exc:
+            warnings.warn(f"job {s.job_id} was submitted but not recorded: {exc}", stacklevel=3)
+
+
+@dataclass
+class FunctionJob(Job):
+    """A job that runs a Python call (:class:`Executor`); ``result()`` returns its value."""
+
+    call_dir: Path = Path()
+
+    def result(self, timeout: float = 3600.0, interval: float = 0.5, tail: int = 30) -> Any:
+        """Wait; the function's return value (rank 0's), or :class:`~slurmfm.errors.JobFailed`
+        whose reason is the exception and whose log tail is its traceback."""
+        import pickle
+
+        from slurmfm.call import RESULT, check_dir, read_owned
+        from slurmfm.errors import JobFailed
+
+        try:
+            super().result(timeout=timeout, interval=interval, tail=tail)
+        except JobFailed as failed:
+            errors = sorted(self.call_dir.glob("error-r*.txt"))
+            if not errors:
+                raise
+            text = read_owned(errors[0]).decode("utf-8", "replace")
+            raise JobFailed(
+                self.job_id,
+                failed.state,
+                reason=text.strip().splitlines()[-1] if text.strip() else failed.reason,
+                job_exit_code=failed.job_exit_code,
+                log_tail=text.rstrip(),
+                log_path=str(errors[0]),
+            ) from None
+        check_dir(self.call_dir)
+        return pickle.loads(read_owned(self.call_dir / RESULT))  # noqa: S301 - our own file
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Submit Python calls as jobs, submitit-style: ``Executor(recipe).submit(fn, *args)``.
+
+    ``recipe`` (a :class:`Recipe`, a file or a dict) gives everything but the program:
+    cluster, resources, environment, storage. Its launcher becomes torchrun running
+    ``python -m slurmfm.call CALL_DIR`` (:mod:`slurmfm.call`), so the call runs on every
+    node and process with torchrun's ranks (``RANK``, ``WORLD_SIZE``) and the recipe's
+    restarts and logs; rank 0's return value is the result. The call is pickled into an
+    owner-only directory under the recipe's log directory (``calls/<id>/``), which the nodes
+    must see (the shared file system); each call gets its own run id, so calls run side by
+    side. The function must be importable on the nodes: a module on the job's ``sys.path``
+    (the submitting ``sys.path`` is carried), or the submitting script itself, imported as
+    multiprocessing's spawn does. The nodes' Python needs torch (torchrun).
+    """
+
+    recipe: Recipe | Mapping[str, Any] | str | Path
+    backend: BackendKind | Backend = DEFAULT_BACKEND
+    env: Mapping[str, str] | None = None
+    experiment: str = ""
+    preflight: bool = True
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> FunctionJob:
+        import json
+        import os
+        import pickle
+        import secrets
+        import sys
+
+        from slurmfm.call import CALL, META, check_dir, write_new
+
+        call_id = secrets.token_hex(6)
+        launcher = {"kind": "torchrun", "module": True, "script": "slurmfm.call"}
+        base = self.recipe
+        if isinstance(base, str | Path | Mapping):
+            recipe = load(base, {"launcher": {**launcher, "args": ["<call dir>"]}})
+        else:
+            recipe = override(base, {"launcher": {**launcher, "args": ["<call dir>"]}})
+        calls = Path(os.path.abspath(recipe.storage.log_dir)) / "calls"
+        calls.parent.mkdir(parents=True, exist_ok=True)
+        calls.mkdir(mode=0o700, exist_ok=True)
+        check_dir(calls)
+        call_dir = calls / call_id
+        call_dir.mkdir(mode=0o700)
+        main = sys.modules.get("__main__")
+        main_file = getattr(main, "__file__", None) if fn.__module__ == "__main__" else None
+        write_new(call_dir / CALL, pickle.dumps((fn, args, kwargs)))
+        meta = {
+            "main": os.path.abspath(main_file) if main_file else "",
+            "sys_path": [os.path.abspath(p) for p in sys.path if p],
+            "function": f"{fn.__module__}.{getattr(fn, '__qualname__', repr(fn))}",
+        }
+        write_new(call_dir / META, json.dumps(meta).encode())
+        recipe = override(
+            recipe,
+            {
+                "launcher.args": [str(call_dir)],
+                "storage.run_id": f"{recipe.run_id}-{call_id}",
+            },
+        )
+        job = submit(
+            recipe,
+            backend=self.backend,
+            env=self.env,
+            preflight=self.preflight,
+            experiment=self.experiment,
+        )
+        return FunctionJob(job.job_id, job.backend, job.request, call_dir=call_dir)
 
 
 def check(
@@ -181,12 +651,13 @@ def check(
 def submit(
     recipe: Recipe,
     *,
-    backend: BackendKind | Backend = "cli",
+    backend: BackendKind | Backend = DEFAULT_BACKEND,
     env: Mapping[str, str] | None = None,
     placement: Placement | None = None,
     preflight: bool = True,
     slurm_version: str | None = None,
     allow_shared_run_dir: bool = False,
+    experiment: str = "",
 ) -> Job:
     """Render for the cluster's real Slurm version and submit; secrets must be in ``env``.
 
@@ -198,7 +669,13 @@ def submit(
 
     With ``preflight`` (the default) the job is first checked against the live cluster and
     nothing is queued when it cannot run (:class:`~slurmfm.backends.preflight.PreflightError`).
+
+    The job is recorded in the history (:func:`history`), under ``experiment`` if given.
     """
+    if preflight:
+        from slurmfm.backends.preflight import require_files
+
+        require_files([recipe])  # before Slurm is asked anything
     be = get_backend(backend, env) if isinstance(backend, str) else backend
     request = render(recipe, slurm_version=slurm_version or be.version(), placement=placement)
     return submit_request(
@@ -207,16 +684,18 @@ def submit(
         env=env,
         preflight=preflight,
         allow_shared_run_dir=allow_shared_run_dir,
+        experiment=experiment,
     )
 
 
 def submit_request(
     request: SubmitRequest,
     *,
-    backend: BackendKind | Backend = "cli",
+    backend: BackendKind | Backend = DEFAULT_BACKEND,
     env: Mapping[str, str] | None = None,
     preflight: bool = True,
     allow_shared_run_dir: bool = False,
+    experiment: str = "",
 ) -> Job:
     """Submit exactly ``request`` (from :func:`dry_run` or :func:`render`), nothing re-rendered:
     secrets checked, preflight (unless off), log directory created, one live job per run
@@ -232,10 +711,11 @@ def submit_request(
         preflight=preflight,
         allow_shared_run_dir=allow_shared_run_dir,
     )
+    _record(done, experiment)
     return Job(done[0].job_id, be, done[0].request)
 
 
-def status(job_id: str, *, backend: BackendKind | Backend = "cli") -> JobStatus:
+def status(job_id: str, *, backend: BackendKind | Backend = DEFAULT_BACKEND) -> JobStatus:
     """The state of a job by id, with restarts, the last checkpoint and the last requeue reason
     from the state file that slurmfm's job script keeps next to the job's log."""
     import dataclasses
@@ -258,7 +738,7 @@ def status(job_id: str, *, backend: BackendKind | Backend = "cli") -> JobStatus:
     )
 
 
-def cancel(job_id: str, *, backend: BackendKind | Backend = "cli") -> None:
+def cancel(job_id: str, *, backend: BackendKind | Backend = DEFAULT_BACKEND) -> None:
     """Cancel a job by id."""
     be = get_backend(backend) if isinstance(backend, str) else backend
     be.cancel(job_id)
@@ -278,7 +758,7 @@ def endpoint(
     *,
     wait: float = 0.0,
     interval: float = 2.0,
-    backend: BackendKind | Backend | None = "cli",
+    backend: BackendKind | Backend | None = DEFAULT_BACKEND,
 ) -> dict[str, Any] | None:
     """The endpoint a serving job of ``recipe`` published, or None.
 
@@ -341,16 +821,18 @@ def dry_run_pipeline(
 def submit_pipeline(
     pipeline: Pipeline,
     *,
-    backend: BackendKind | Backend = "cli",
+    backend: BackendKind | Backend = DEFAULT_BACKEND,
     env: Mapping[str, str] | None = None,
     preflight: bool = True,
     keep_submitted: bool = False,
+    experiment: str = "",
 ) -> PipelineRun:
     """Submit every stage in dependency order; if one fails, cancel those already queued
     (unless ``keep_submitted``) and raise :class:`~slurmfm.pipeline.PipelineSubmitError`."""
     from slurmfm.pipeline import submit as _submit
+    from slurmfm.submit import Submitted
 
     be = get_backend(backend, env) if isinstance(backend, str) else backend
-    return _submit(
-        pipeline, backend=be, env=env, preflight=preflight, keep_submitted=keep_submitted
-    )
+    run = _submit(pipeline, backend=be, env=env, preflight=preflight, keep_submitted=keep_submitted)
+    _record([Submitted(st.name, st.job_id, st.request) for st in run.stages], experiment)
+    return run

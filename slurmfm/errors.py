@@ -57,3 +57,38 @@ class BackendError(SlurmfmError):
 
 class UnsupportedError(SlurmfmError):
     """A request the target Slurm version or cluster flavor cannot honour."""
+
+
+class JobFailed(SlurmfmError):
+    """A job ended other than COMPLETED (from ``Job.result()``): its state, Slurm's exit code,
+    the reason slurmfm or Slurm recorded, and the last lines of its log, so a research script
+    can print why without opening files.
+
+    ``exit_code`` stays the CLI's status for the error (1: the job failed, not the input);
+    the job's own is ``job_exit_code``.
+    """
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        job_id: str,
+        state: str,
+        *,
+        reason: str = "",
+        job_exit_code: str = "",
+        log_tail: str = "",
+        log_path: str = "",
+    ) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.reason = reason
+        self.job_exit_code = job_exit_code
+        self.log_tail = log_tail
+        self.log_path = log_path
+        head = f"job {job_id} ended {state}" + (f" (exit {job_exit_code})" if job_exit_code else "")
+        lines = [head + (f": {reason}" if reason else "")]
+        if log_tail:
+            lines.append(f"last lines of {log_path or 'its log'}:")
+            lines.extend(f"  {line}" for line in log_tail.splitlines())
+        super().__init__("\n".join(lines))

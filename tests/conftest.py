@@ -34,6 +34,13 @@ from lab import (
     suite_lab_factory,
 )
 
+# Every submission is recorded in the user's history (slurmfm.history); a test run records
+# into a directory of its own, not the home directory of whoever runs the suite.
+os.environ.setdefault(
+    "SLURMFM_HISTORY",
+    os.path.join(tempfile.gettempdir(), f"slurmfm-test-history-{os.getuid()}", "history.jsonl"),
+)
+
 # Fixtures that hand a test one of the run's shared labs; the group is the suite.
 SHARED_LAB_FIXTURES = frozenset({"slurm_lab", "slurm_lab_suite", "each_lab", "every_lab"})
 # Fixtures that build a stand-in cluster (fake srun/scontrol/torchrun on PATH) for the job.

@@ -11,7 +11,7 @@ test. Per recipe ``recipes/NAME.yaml``:
 
 ``scripts/update-golden`` rewrites them from the current code; ``tests/test_golden.py`` fails
 with the diff when they differ. Rendering is a pure function of the recipe and slurmfm's code,
-so the files do not depend on the machine or the checkout's path.
+so the files do not depend on the machine; the checkout's path is written ``<checkout>``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ SLURM_VERSIONS = ("22.05", "24.11", "25.11")
 
 
 def render(recipe: Path, overrides: dict[str, object] | None = None) -> str:
-    return elide_payload(api.render(api.load(recipe, overrides=overrides or {})).text)
+    """The script, with the checkout's path written ``<checkout>``: a recipe's relative paths
+    resolve against its file (slurmfm.recipe.loader.resolve_paths), so the lab recipes' paths
+    are absolute and would otherwise name this machine's checkout."""
+    text = api.render(api.load(recipe, overrides=overrides or {})).text
+    return elide_payload(text.replace(str(REPO_ROOT), "<checkout>"))
 
 
 def elide_payload(text: str) -> str:

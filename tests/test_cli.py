@@ -458,3 +458,25 @@ def test_status_shows_the_reasons_of_unasked_restarts_and_stops(
     info = __import__("json").loads(out)
     assert info["last_stop_reason"].startswith("cancelled (scancel")
     assert info["restarts"] == 1
+
+
+def test_status_shows_a_long_checkpoint_path_whole_and_says_when_events_are_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmfm import api
+    from slurmfm.backends.base import JobStatus
+
+    ckpt = "/fsx/" + "/".join(["a-rather-long-directory-name"] * 6) + "/step_000100"
+    events = tuple(f"2026-12-01T00:00:{i:02d}Z restart=0 event=note {i}" for i in range(14))
+    st = JobStatus("42", "RUNNING", name="demo", last_checkpoint=ckpt, events=events)
+    monkeypatch.setattr(api, "status", lambda *a, **k: st)
+    monkeypatch.setenv("COLUMNS", "60")
+    code, out, _ = run("status", "42")
+    assert code == 0
+    assert f"last checkpoint  {ckpt}" in out.splitlines()
+    assert "events: (the last 10; 4 older: --events 0 shows all)" in out
+    assert "event=note 3" not in out
+    assert "event=note 4" in out
+    code, out, _ = run("status", "42", "--events", "0")
+    assert "event=note 0" in out
+    assert "older" not in out

@@ -10,6 +10,7 @@ into one plain line.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,14 +98,81 @@ def _features(expr: str) -> set[str]:
     return {w for w in words if w}
 
 
+_RELATIVE_HINT = "a recipe file's relative paths are relative to the file"
+
+
+def file_checks(recipe: Recipe) -> list[Check]:
+    """What the login node can check without Slurm: the files the job will need.
+
+    Why here: a training script or an image that is not there otherwise fails on the nodes,
+    after queueing, once per restart (issue 24: 3 restarts on 2 nodes for a missing script, 4
+    failures for a wrong image path). The nodes see the login node's shared file system, so
+    a path missing here is missing there. Only host paths are checked: a script inside a
+    container is the image's, and a registry image (``nvcr.io#...``) is Pyxis' to fetch.
+    """
+    from slurmfm.recipe.loader import is_image_file
+
+    checks: list[Check] = []
+    launcher = recipe.launcher
+    if (
+        recipe.container is None
+        and launcher.kind == "torchrun"
+        and not launcher.module
+        and not os.path.isfile(launcher.script)
+    ):
+        checks.append(
+            Check(
+                "launcher.script",
+                False,
+                f"no such file on this login node: {launcher.script} ({_RELATIVE_HINT})",
+            )
+        )
+    if recipe.container is not None and is_image_file(recipe.container.image):
+        image = recipe.container.image
+        if not os.path.isfile(image):
+            checks.append(
+                Check(
+                    "container.image",
+                    False,
+                    f"no such image file on this login node: {image} ({_RELATIVE_HINT}; "
+                    "a registry image is written REGISTRY#IMAGE:TAG)",
+                )
+            )
+    return checks
+
+
+def require_files(recipes: Sequence[Recipe]) -> None:
+    """Raise :class:`PreflightError` when a recipe's files are missing (:func:`file_checks`);
+    called before Slurm is asked anything, so nothing is queued and no time is spent."""
+    report = PreflightReport([c for r in recipes for c in file_checks(r)])
+    if not report.ok:
+        raise PreflightError(report)
+
+
 def preflight(
     recipe: Recipe, script: str, cli: SlurmCLI, extra_args: Sequence[str] = ()
 ) -> PreflightReport:
     """Run every check against the live cluster (read-only: ``--test-only`` queues nothing);
-    ``extra_args``: command-line options of the submission that the test must see too."""
+    ``extra_args``: command-line options of the submission that the test must see too.
+
+    The login node's own checks come first (:func:`file_checks`, Pyxis for a container
+    recipe); when one fails, Slurm is not asked about a job that could not run anyway."""
     from slurmfm.recipe.schema import parse_time_limit
 
     report = PreflightReport()
+    report.checks.extend(file_checks(recipe))
+    if recipe.container is not None and not cli.has_pyxis():
+        report.checks.append(
+            Check(
+                "container",
+                False,
+                "Pyxis is not installed here: `srun --help` lists no --container-image "
+                "(install Pyxis, https://github.com/NVIDIA/pyxis, or use python_env instead "
+                "of container)",
+            )
+        )
+    if not report.ok:
+        return report
     window = recipe.save_window_warning()
     if window:
         report.warnings.append(window)

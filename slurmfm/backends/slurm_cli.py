@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from slurmfm.backends.base import JobStatus, SubmitResult
@@ -87,6 +87,22 @@ def _closed_umask() -> int:
     return current | 0o022
 
 
+def check_slurm_conf(env: Mapping[str, str]) -> None:
+    """Refuse at once when ``$SLURM_CONF`` names a file that is not there.
+
+    Why: every Slurm client then retries its configuration for a minute or more (67 s for
+    ``slurmfm submit`` and 122 s for ``slurmfm status``, as issue 24 of this repository
+    reports) before an error whose line breaks are lost. Unset, Slurm finds its own (the
+    compiled-in path or configless ``sackd``), and nothing is checked.
+    """
+    conf = env.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        raise BackendError(
+            f"SLURM_CONF={conf}: no such file; point SLURM_CONF at the cluster's slurm.conf "
+            "or unset it (Slurm then finds its own)"
+        )
+
+
 class SlurmCLI:
     """Talk to Slurm through its command-line tools."""
 
@@ -105,6 +121,7 @@ class SlurmCLI:
         file with the submitting umask (sbatch passes it as ``SLURM_UMASK``), before the job
         script's own ``umask`` runs, and the log directory may be shared (README "Security").
         """
+        check_slurm_conf(env or self.env)
         exe = shutil.which(argv[0], path=(env or self.env).get("PATH"))
         if exe is None:
             raise BackendError(
@@ -201,6 +218,13 @@ class SlurmCLI:
     def show_nodes(self) -> str:
         """``scontrol show nodes -o``: one record per node (addresses, features, state)."""
         return self._query(["scontrol", "show", "nodes", "-o"])
+
+    def has_pyxis(self) -> bool:
+        """Whether ``srun`` has Pyxis' options: the plugin adds ``--container-image`` to
+        ``srun --help``, the check Pyxis' own guide gives
+        (https://github.com/NVIDIA/pyxis/wiki/Installation#verifying-srun)."""
+        proc = self._run(["srun", "--help"])
+        return "--container-image" in proc.stdout + proc.stderr
 
     def partition(self, name: str) -> dict[str, str] | None:
         """``scontrol show partition -o NAME`` as a record; None when there is no such one."""

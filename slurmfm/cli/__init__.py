@@ -15,6 +15,7 @@ import click
 from slurmfm.cli.common import (
     F,
     backend_option,
+    cluster_version,
     friendly,
     install_template_cache,
     write_atomic,
@@ -30,7 +31,12 @@ def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
     from slurmfm.recipe.loader import load_recipe, parse_override
 
     overrides = dict(parse_override(s) for s in sets)
-    return load_recipe(recipe, overrides)
+    r = load_recipe(recipe, overrides)
+    if r.sweep is not None and overrides:
+        from slurmfm.recipe.sweep import shadowed_overrides
+
+        _warn(shadowed_overrides(r.sweep, overrides))
+    return r
 
 
 def _write_atomic(path: str, text: str, mode: int = 0o755) -> None:
@@ -163,6 +169,11 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
         )
     )
     _say_run_dir(r)
+    from slurmfm.backends.preflight import file_checks
+
+    # The files the job needs, as this machine sees them: a warning here (a recipe may be
+    # written away from the cluster), a refusal at submit.
+    _warn([f"{c.name}: {c.message}" for c in file_checks(r)])
     # Which save protocol the job uses at the time limit, and whether its window holds a save.
     click.echo(r.save_mode)
     window = r.save_window_warning()
@@ -246,7 +257,11 @@ def render(
 @click.option(
     "--timeout", type=float, default=3600.0, show_default=True, help="For --wait, seconds."
 )
-@click.option("--slurm-version", help="With --dry-run: render for this Slurm version.")
+@click.option(
+    "--slurm-version",
+    help="With --dry-run: render for this Slurm version (default: ask the cluster, as submit "
+    "does).",
+)
 @click.option(
     "--check",
     "check_only",
@@ -258,6 +273,12 @@ def render(
     "--allow-shared-run-dir",
     is_flag=True,
     help="Submit even if a live job already uses this run's checkpoint directory.",
+)
+@click.option(
+    "--experiment",
+    default="",
+    metavar="NAME",
+    help="Record the job under this experiment in the history (fm.Experiment.from_id(NAME)).",
 )
 @click.option(
     "--then",
@@ -301,6 +322,7 @@ def submit(
     condition: str,
     keep_submitted: bool,
     allow_shared_run_dir: bool,
+    experiment: str,
 ) -> None:
     """Render RECIPE for the cluster's Slurm and submit it with sbatch.
 
@@ -309,12 +331,16 @@ def submit(
 
     Before submitting, a preflight asks the cluster whether the job can run (partition, node
     count, time limit, features, sbatch --test-only); when it cannot, nothing is queued and
-    the reason is printed (exit status 2).
+    the reason is printed (exit status 2). Slurm gives the --test-only request a job id of
+    its own, so ids advance by 2 per checked submission.
 
     With --then, RECIPE and every --then recipe form a chain: each starts only after the one
     before ended as --condition says, and is cancelled when that can no longer happen.
     """
+    import os
+
     from slurmfm import api
+    from slurmfm.errors import SlurmfmError
 
     if then:
         if topology_src is not None or topology_order or check_only:
@@ -339,6 +365,8 @@ def submit(
         return
 
     r = _load(recipe, sets)
+    if output and os.path.exists(output) and not os.path.isdir(output):
+        raise SlurmfmError(f"-o {output}: exists and is not a directory")  # before Slurm is asked
     if check_only:
         if slurm_version is None and topology_src is not None:
             slurm_version = api.get_backend("cli").version()  # plan for the cluster's Slurm
@@ -350,9 +378,16 @@ def submit(
     be = None
     if not dry_run:
         api.require_secrets({"": r})  # before Slurm is asked anything
+        if not no_check:
+            from slurmfm.backends.preflight import require_files
+
+            require_files([r])  # the script and the image: this login node can tell
         # Asked once: the plan and the script are made for the cluster's real Slurm.
         be = api.get_backend(backend)  # type: ignore[arg-type]
         slurm_version = be.version()
+    elif r.cluster.slurm_version == "auto":
+        # The dry run is the submission: rendered for the same Slurm that submit would ask.
+        slurm_version = cluster_version(slurm_version, backend)
     placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
     install_template_cache()
     request = api.render(r, slurm_version=slurm_version, placement=placement)
@@ -373,6 +408,7 @@ def submit(
         backend=be if be is not None else backend,  # type: ignore[arg-type]
         preflight=not no_check,
         allow_shared_run_dir=allow_shared_run_dir,
+        experiment=experiment,
     )
     if output and job.request is not None:
         write_requests(output, [(r.name, job.request)])
@@ -388,8 +424,15 @@ def submit(
 @main.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--events",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Show the last N events of the job's state file (0: all).",
+)
 @friendly
-def status(job_id: str, as_json: bool) -> None:
+def status(job_id: str, as_json: bool, events: int) -> None:
     """Show the state of JOB_ID (scontrol, or sacct for older jobs)."""
     from slurmfm import api
 
@@ -400,32 +443,39 @@ def status(job_id: str, as_json: bool) -> None:
 
         click.echo(json.dumps({**asdict(st), "done": st.done}, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None)
-    for key, value in (
-        ("job", st.job_id),
-        ("name", st.name),
-        ("state", st.state),
-        ("reason", st.reason),
-        ("nodes", st.nodes),
-        ("exit code", st.exit_code),
-        ("restarts", str(st.restarts)),
-        ("run time", st.run_time),
-        ("output", st.stdout),
-        ("last requeue", st.last_requeue_reason),
-        ("last stop", st.last_stop_reason),
-        ("last checkpoint", st.last_checkpoint),
-        ("from", st.source),
-        ("array tasks", st.raw.get("ArrayTasks", "")),
-    ):
-        if value:
-            table.add_row(key, value)
-    Console().print(table)
+    # Plain lines, not a table: a table cut long values (a checkpoint path) with an ellipsis
+    # to fit the terminal, and a path is only useful whole.
+    rows = [
+        (key, value)
+        for key, value in (
+            ("job", st.job_id),
+            ("name", st.name),
+            ("state", st.state),
+            ("reason", st.reason),
+            ("nodes", st.nodes),
+            ("exit code", st.exit_code),
+            ("restarts", str(st.restarts)),
+            ("run time", st.run_time),
+            ("output", st.stdout),
+            ("last requeue", st.last_requeue_reason),
+            ("last stop", st.last_stop_reason),
+            ("last checkpoint", st.last_checkpoint),
+            ("from", st.source),
+            ("array tasks", st.raw.get("ArrayTasks", "")),
+        )
+        if value
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key.ljust(width)}  {value}")
     if st.events:
-        click.echo("events:")
-        for line in st.events[-10:]:
+        shown = st.events[-events:] if events > 0 else st.events
+        older = len(st.events) - len(shown)
+        click.echo(
+            "events:"
+            + (f" (the last {len(shown)}; {older} older: --events 0 shows all)" if older else "")
+        )
+        for line in shown:
             click.echo(f"  {line}")
     for why in st.ignored:
         click.echo(f"slurmfm: ignored state file {why}", err=True)

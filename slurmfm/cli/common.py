@@ -24,6 +24,32 @@ backend_option = click.option(
 )
 
 
+def cluster_version(given: str | None, backend: str = "cli") -> str | None:
+    """The Slurm version a dry run renders for: ``given`` (``--slurm-version``), else the
+    reachable cluster's (``sbatch --version``, as ``submit`` asks), else None with a warning
+    that says why, so the dry run is the script ``submit`` would send.
+
+    Why ask: a dry run rendered for an assumed 22.05 differs from what ``submit`` sends to a
+    24.11 or 26.05 cluster (options gated by version). ``sbatch --version`` reads the configuration
+    but sends the controller nothing; a missing ``$SLURM_CONF`` is refused at once
+    (:func:`slurmfm.backends.slurm_cli.check_slurm_conf`).
+    """
+    if given:
+        return given
+    from slurmfm import api
+    from slurmfm.errors import SlurmfmError
+
+    try:
+        return api.get_backend(backend).version()  # type: ignore[arg-type]
+    except SlurmfmError as exc:
+        click.echo(
+            f"warning: Slurm version: could not ask the cluster ({exc}); a recipe with "
+            "cluster.slurm_version: auto is rendered for its flavor's assumed version",
+            err=True,
+        )
+        return None
+
+
 def friendly(fn: F) -> F:
     """Turn slurmfm's errors into one clean line each on stderr and exit status 2."""
 

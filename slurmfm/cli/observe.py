@@ -23,21 +23,10 @@ if TYPE_CHECKING:
 def _job(job_id: str, log_dir: str | None, name: str | None) -> tuple[JobStatus, Path, str]:
     """Slurm's record of the job, its log directory and its job name."""
     from slurmfm.backends.slurm_cli import SlurmCLI
-    from slurmfm.errors import SlurmfmError
+    from slurmfm.observe.logs import locate
 
     st = SlurmCLI().status(job_id)
-    job_name = name or st.name
-    if log_dir:
-        directory = Path(log_dir)
-    elif st.stdout:
-        directory = Path(st.stdout).parent
-    else:
-        raise SlurmfmError(
-            f"job {job_id}: Slurm does not say where its log is ({st.source}); "
-            "give --log-dir (the recipe's storage.log_dir)"
-        )
-    if not job_name:
-        raise SlurmfmError(f"job {job_id}: no job name from Slurm; give --name")
+    directory, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
     return st, directory, job_name
 
 
@@ -77,40 +66,12 @@ def report_command(job_id: str, as_json: bool, log_dir: str | None, name: str | 
 
 
 def _rank_task(job_id: str, rank: int, directory: Path, job_name: str, st: JobStatus) -> int:
-    import json
-
     import hostlist
 
-    from slurmfm.errors import SlurmfmError
-    from slurmfm.observe.logs import task_for_rank
-    from slurmfm.observe.report import parse_runs
+    from slurmfm.observe.logs import rank_task
 
-    base = directory / f"{job_name}_{job_id}"
-    from slurmfm.job import fsafe
-    from slurmfm.job.state import find
-
-    try:
-        obs = fsafe.find_dir(f"{base}.observe") or f"{base}.observe"
-        job = json.loads(fsafe.read_text(f"{obs}/job.json", fsafe.ANY_OWNER) or "")
-    except ValueError:
-        raise SlurmfmError(
-            f"job {job_id}: no {base}.observe/job.json: --rank needs a job run with "
-            "observability on (its launch step labels each line with its task)"
-        ) from None
-    state, _ignored = find(f"{base}.state")
-    runs = parse_runs((fsafe.read_text(state) if state else None) or "")
-    hosts = next((r.hosts for r in reversed(runs) if r.hosts), [])
-    allocation = hostlist.expand_hostlist(st.nodes) if st.nodes else list(hosts)
-    try:
-        return task_for_rank(
-            rank,
-            launcher=str(job.get("launcher", "torchrun")),
-            procs_per_node=int(job.get("procs_per_node", 1)),
-            hosts=hosts,
-            allocation=allocation,
-        )
-    except ValueError as exc:
-        raise SlurmfmError(f"--rank: {exc}") from None
+    allocation = hostlist.expand_hostlist(st.nodes) if st.nodes else []
+    return rank_task(job_id, rank, directory, job_name, allocation)
 
 
 @click.command("logs")
@@ -132,11 +93,13 @@ def logs_command(
     """Print JOB_ID's output, per restart and optionally for one rank.
 
     \b
-    Each restart's part starts with a "== restart N ==" line. --rank R needs a job run with
-    observability on: its launch step labels every line with its Slurm task (srun --label);
-    with one torchrun per node, rank R's task is its node, shown with the node's other ranks.
+    Each restart's part starts with a "== restart N ==" line; a restart that never happened is
+    an error (exit status 2). --rank R needs a job run with observability on
+    (observability.enabled: on): its launch step labels every line with its Slurm task
+    (srun --label); with one torchrun per node, rank R's task is its node, shown with the
+    node's other ranks.
     """
-    from slurmfm.observe.logs import filter_task, log_files, select
+    from slurmfm.observe.logs import check_restart, filter_task, log_files, restarts_in, select
 
     st, directory, job_name = _job(job_id, log_dir, name)
     task = _rank_task(st.job_id, rank, directory, job_name, st) if rank is not None else None
@@ -145,6 +108,8 @@ def logs_command(
         from slurmfm.errors import SlurmfmError
 
         raise SlurmfmError(f"job {job_id}: no log in {directory} yet")
+    if restart is not None and (not follow or st.done):
+        check_restart(st.job_id, restart, restarts_in(files, st.job_id))
     printed: dict[int, int] = {}
     while True:
         files = log_files(directory, job_name, st.job_id, st.stdout)

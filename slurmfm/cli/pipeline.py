@@ -87,6 +87,10 @@ def _run(
     from slurmfm import api
 
     if dry_run:
+        from slurmfm.cli.common import cluster_version
+
+        if any(st.recipe.cluster.slurm_version == "auto" for st in pipeline.stages):
+            slurm_version = cluster_version(slurm_version, backend)
         _show_dry_run(pipeline, slurm_version, output_dir, as_json)
         return
     install_template_cache()

@@ -195,6 +195,11 @@ def plan_command(
         cp=cp if cp is not None else base.cp,
         ep=ep if ep is not None else base.ep,
     )
+    if not slurm_version and topology_file == "live":
+        # The cluster is one call away: plan for its Slurm, as submit does (or say why not).
+        from slurmfm.cli.common import cluster_version
+
+        slurm_version = cluster_version(None)
     if slurm_version:
         try:
             version = SlurmVersion.parse(slurm_version)

@@ -100,3 +100,80 @@ def select(
             by_restart.setdefault(n, []).extend(text.splitlines(keepends=True))
     keys = sorted(by_restart) if restart is None else [restart]
     return [(k, by_restart.get(k, [])) for k in keys]
+
+
+def locate(
+    job_id: str, stdout: str, slurm_name: str, log_dir: str | Path | None, name: str | None
+) -> tuple[Path, str]:
+    """The job's log directory and job name: given, else from Slurm's record (its StdOut's
+    directory and the job's name)."""
+    from slurmfm.errors import SlurmfmError
+
+    job_name = name or slurm_name
+    if log_dir:
+        directory = Path(log_dir)
+    elif stdout:
+        directory = Path(stdout).parent
+    else:
+        raise SlurmfmError(
+            f"job {job_id}: Slurm does not say where its log is; "
+            "give the log directory (the recipe's storage.log_dir)"
+        )
+    if not job_name:
+        raise SlurmfmError(f"job {job_id}: no job name from Slurm; give the name")
+    return directory, job_name
+
+
+def rank_task(job_id: str, rank: int, directory: Path, job_name: str, nodes: list[str]) -> int:
+    """The Slurm task whose labelled lines hold global ``rank`` (``nodes``: the allocation
+    in Slurm's order). Needs observability on: its launch step labels every line."""
+    import json
+
+    from slurmfm.errors import SlurmfmError
+    from slurmfm.job import fsafe
+    from slurmfm.job.state import find
+    from slurmfm.observe.report import parse_runs
+
+    base = directory / f"{job_name}_{job_id}"
+    try:  # the job's own directories and files only (README "Security")
+        obs = fsafe.find_dir(f"{base}.observe") or f"{base}.observe"
+        job = json.loads(fsafe.read_text(f"{obs}/job.json", fsafe.ANY_OWNER) or "")
+    except ValueError:
+        raise SlurmfmError(
+            f"job {job_id}: no {base}.observe/job.json: a rank's output needs a job run with "
+            "observability on (observability.enabled: on; its launch step labels each line "
+            "with its task)"
+        ) from None
+    state, _ignored = find(f"{base}.state")
+    runs = parse_runs((fsafe.read_text(state) if state else None) or "")
+    hosts = next((r.hosts for r in reversed(runs) if r.hosts), [])
+    try:
+        return task_for_rank(
+            rank,
+            launcher=str(job.get("launcher", "torchrun")),
+            procs_per_node=int(job.get("procs_per_node", 1)),
+            hosts=hosts,
+            allocation=nodes or list(hosts),
+        )
+    except ValueError as exc:
+        raise SlurmfmError(f"rank: {exc}") from None
+
+
+def check_restart(job_id: str, restart: int, found: Iterable[int]) -> None:
+    """Refuse a restart the job never had: one line naming the ones it had."""
+    from slurmfm.errors import SlurmfmError
+
+    have = sorted(found)
+    if restart in have:
+        return
+    had = (
+        f"its log holds restart{'s' if len(have) > 1 else ''} " + ", ".join(str(n) for n in have)
+        if have
+        else "its log holds no output yet"
+    )
+    raise SlurmfmError(f"job {job_id}: restart {restart} never happened; {had}")
+
+
+def restarts_in(files: list[tuple[int, Path]], job_id: str) -> set[int]:
+    """The restarts that have output in ``files``."""
+    return {n for n, lines in select(files, job_id, None) if lines}

@@ -139,9 +139,19 @@ def parse_runs(state_text: str, now: datetime | None = None) -> list[Run]:
 
 
 def topology_summary(addrs: dict[str, str]) -> str:
-    """ "2 nodes under 1 leaf switch (s1.l1)" from each node's SLURM_TOPOLOGY_ADDR."""
-    if not addrs or not any(addrs.values()):
-        return "no topology addresses (no topology plugin, or no agent ran)"
+    """ "2 nodes under 1 leaf switch (s1.l1)" from each node's SLURM_TOPOLOGY_ADDR.
+
+    The cause of an empty summary is named by what is known: no node record at all means no
+    node agent ran (observability off, or the job never started a launch); records without
+    an address mean Slurm set none (no topology plugin on the cluster).
+    """
+    if not addrs:
+        return (
+            "not recorded: no node agent ran (observability.enabled: on records each node's "
+            "address)"
+        )
+    if not any(addrs.values()):
+        return "no topology addresses: Slurm set no SLURM_TOPOLOGY_ADDR (no topology plugin)"
     leaves: dict[str, list[str]] = {}
     for node, addr in addrs.items():
         parent = addr.rsplit(".", 1)[0] if "." in addr else "(none)"

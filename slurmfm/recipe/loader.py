@@ -210,7 +210,23 @@ def _problems(exc: ValidationError, data: Any, lines: LineMap, source: str) -> l
             loc = list(m.group("field").split("."))
             msg = m.group("msg")
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (check the spelling; see the recipe reference in the README)"
+            near = _close_fields(loc)
+            msg = (
+                f"unknown field; did you mean {' or '.join(repr(n) for n in near)}?"
+                if near
+                else "unknown field (check the spelling; see the recipe reference in the README)"
+            )
+        elif err["type"] == "model_type":
+            # pydantic's "or instance of Resources" names a class the user never wrote.
+            msg = f"should be a mapping of fields, not {_kind_of(err.get('input'))}"
+        elif err["type"] == "dict_type":
+            msg = f"should be a mapping, not {_kind_of(err.get('input'))}"
+        elif err["type"] == "string_type" and isinstance(err.get("input"), int | float):
+            msg = (
+                f'should be a string, not {_kind_of(err.get("input"))}; quote it: "{err["input"]}"'
+            )
+        elif err["type"] == "list_type":
+            msg = f"should be a list, not {_kind_of(err.get('input'))}"
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_invalid":
@@ -224,6 +240,67 @@ def _problems(exc: ValidationError, data: Any, lines: LineMap, source: str) -> l
         problems.append(Problem(source, line, field or "(recipe)", msg))
     problems.sort(key=lambda p: (p.line or 0, p.field))
     return problems
+
+
+def _kind_of(value: Any) -> str:
+    """A value's YAML kind in words, for "should be a list, not a number"."""
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value!r})" if len(value) <= 40 else "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return "nothing" if value is None else type(value).__name__
+
+
+def _models_at(loc: Sequence[str | int]) -> list[type[Any]]:
+    """The schema models a location's parent could be (several for a union not yet told
+    apart), following pydantic's location: field names, and a union's tag (``torchrun``)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    def models(annotation: Any) -> list[type[Any]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for arg in typing.get_args(annotation) for m in models(arg)]
+
+    current: list[type[Any]] = [Recipe]
+    for part in loc:
+        if not isinstance(part, str):
+            continue  # a list index: the item's model is the list's
+        tagged = [m for m in current if m.model_fields.get("kind") is not None]
+        by_tag = [m for m in tagged if part in typing.get_args(m.model_fields["kind"].annotation)]
+        if by_tag:
+            current = by_tag
+            continue
+        found = [m.model_fields[part].annotation for m in current if part in m.model_fields]
+        if not found:
+            return []
+        current = [m for a in found for m in models(a)]
+    return current
+
+
+def _close_fields(loc: Sequence[str | int]) -> list[str]:
+    """Known field names near the last part of ``loc`` (a misspelt key)."""
+    import difflib
+
+    if not loc or not isinstance(loc[-1], str):
+        return []
+    names = sorted({n for m in _models_at(loc[:-1]) for n in m.model_fields})
+    return difflib.get_close_matches(loc[-1], names, n=2, cutoff=0.75)
+
+
+# How to write a list or a mapping as one --set value (read as YAML, see parse_override).
+_SET_HINTS = {
+    "should be a list": "write a list as --set '{f}=[a, b]'",
+    "should be a mapping": "write a mapping as --set '{f}={{key: value}}', or one key as "
+    "--set {f}.key=value",
+}
 
 
 def set_path(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -264,9 +341,13 @@ def validate(
         problems = _problems(exc, data, lines, source)
         for p in problems:
             if p.field in (overrides or {}) or any(
-                p.field.startswith(k + ".") for k in (overrides or {})
+                p.field.startswith(k + ".") or k.startswith(p.field + ".")
+                for k in (overrides or {})
             ):
                 p.file, p.line = "<override>", None
+                for start, hint in _SET_HINTS.items():
+                    if p.message.startswith(start):
+                        p.message = f"{p.message}; {hint.format(f=p.field)}"
         raise RecipeError(problems) from None
     except ValueError as exc:  # raised outside pydantic's wrapping (should not happen)
         raise RecipeError([Problem(source, None, "(recipe)", str(exc))]) from None
@@ -329,7 +410,100 @@ def load_recipe(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
                 )
             ]
         )
+    if isinstance(data, dict):
+        resolve_paths(data, Path(os.path.abspath(p)).parent)
     return validate(data, source=where, lines=lines, overrides=overrides)
+
+
+def is_image_file(image: str) -> bool:
+    """Whether a container image names a squashfs file rather than a registry reference.
+
+    Pyxis takes ``[USER@][REGISTRY#]IMAGE[:TAG]`` or a squashfs file, which it recognises
+    only by a leading ``/`` or ``./`` (https://github.com/NVIDIA/pyxis/issues/127, its
+    maintainer's answer). A relative ``x.sqsh`` is taken as a file here too (and made
+    absolute), where Pyxis would have tried to pull it from Docker Hub.
+    """
+    if "://" in image or "#" in image:
+        return False
+    return image.startswith(("/", "./", "../")) or image.endswith(".sqsh")
+
+
+def resolve_paths(data: dict[str, Any], base: Path) -> None:
+    """Make the relative paths of a recipe file's values absolute, against the file's folder.
+
+    Why: a recipe is read from anywhere (``slurmfm submit ~/proj/recipe.yaml``, a research
+    script's ``fm.load(path)``); a path that meant "next to this file" resolved against the
+    caller's working directory and the job failed on the nodes after queueing. Pipeline files
+    already resolve their recipes this way. Values from ``--set`` and dict recipes stay as
+    given: they have no file, so they are relative to the working directory (the job's too,
+    sbatch's default).
+
+    Host paths are resolved always: ``storage.checkpoint_root``, ``storage.log_dir``,
+    ``python_env.activate``, a container image file and the source of each container mount.
+    Paths the training itself opens (``launcher.script``, ``launcher.megatron_path``,
+    ``storage.data.*``) are resolved only without a container; in one they are the
+    container's paths (relative to ``container.workdir``) and stay as written.
+    ``launcher.args`` are the program's own and are never rewritten, nor a ``script`` that
+    names a module (``module: true``).
+    """
+
+    def fix(value: Any) -> Any:
+        if isinstance(value, str) and value and not value.startswith(("/", "~", "$")):
+            return os.path.normpath(base / value)
+        return value
+
+    def section(name: str) -> dict[str, Any] | None:
+        sec = data.get(name)
+        return sec if isinstance(sec, dict) else None
+
+    storage = section("storage")
+    if storage is not None:
+        for key in ("checkpoint_root", "log_dir"):
+            if key in storage:
+                storage[key] = fix(storage[key])
+    env = section("python_env")
+    if env is not None and "activate" in env:
+        env["activate"] = fix(env["activate"])
+    container = section("container")
+    if container is not None:
+        image = container.get("image")
+        if isinstance(image, str) and is_image_file(image):
+            container["image"] = fix(image)
+        mounts = container.get("mounts")
+        if isinstance(mounts, list):
+            container["mounts"] = [
+                (fix(src) + (":" + rest if sep else "")) if isinstance(m, str) else m
+                for m in mounts
+                for src, sep, rest in [m.partition(":") if isinstance(m, str) else ("", "", "")]
+            ]
+        return
+    launcher = section("launcher")
+    module = isinstance(launcher, dict) and launcher.get("module") is True
+    sweep = section("sweep")
+    if sweep is not None:
+        # A task's (or grid's) dotted key for a training path is a path of this file too.
+        def training_path(key: Any) -> bool:
+            return isinstance(key, str) and (
+                (key == "launcher.script" and not module)
+                or key == "launcher.megatron_path"
+                or key.startswith("storage.data.")
+            )
+
+        for task in sweep.get("tasks") or []:
+            if isinstance(task, dict):
+                for key in [k for k in task if training_path(k)]:
+                    task[key] = fix(task[key])
+        grid = sweep.get("parameters")
+        if isinstance(grid, dict):
+            for key in [k for k in grid if training_path(k)]:
+                if isinstance(grid[key], list):
+                    grid[key] = [fix(v) for v in grid[key]]
+    if launcher is not None:
+        for key in ("script", "megatron_path"):
+            if key in launcher and not (key == "script" and launcher.get("module") is True):
+                launcher[key] = fix(launcher[key])
+    if storage is not None and isinstance(storage.get("data"), dict):
+        storage["data"] = {k: fix(v) for k, v in storage["data"].items()}
 
 
 def parse_override(text: str) -> tuple[str, Any]:

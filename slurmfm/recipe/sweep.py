@@ -229,6 +229,35 @@ def task_run_id(base: str, index: int) -> str:
     return f"{base}-t{index}"
 
 
+def _overlaps(a: str, b: str) -> bool:
+    """Whether setting dotted ``a`` and ``b`` touches the same value (equal, or one inside
+    the other: ``launcher`` and ``launcher.args``)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def shadowed_overrides(sweep: Sweep, overrides: Mapping[str, Any]) -> list[str]:
+    """Warnings for the user's overrides that array tasks replace.
+
+    Why: an override (``--set launcher.args=[...]``) is applied to the recipe, and each task's
+    own values are applied after it, so a task that sets the same field silently discards
+    the user's value (issue 24). Reported, not refused: a user may mean the recipe default.
+    """
+    points = sweep.points()
+    out: list[str] = []
+    for key in overrides:
+        if key == "sweep" or key.startswith("sweep."):
+            continue
+        hits = sum(1 for _, task in points if any(_overlaps(key, k) for k in task))
+        if hits:
+            fields = sorted({k for _, t in points for k in t if _overlaps(key, k)})
+            out.append(
+                f"override {key}: the sweep sets {', '.join(fields)} in {hits} of "
+                f"{len(points)} array tasks, whose value replaces the override there "
+                "(put the value in sweep.tasks or sweep.parameters instead)"
+            )
+    return out
+
+
 def expand(recipe: Recipe) -> list[SweepTask]:
     """The recipe's array tasks, each validated as a recipe of its own (without ``sweep``).
 

@@ -29,7 +29,7 @@ def _recipe(**res: Any) -> Any:
             "cluster": {"instance_type": "p5.48xlarge"},
             "resources": {"nodes": 2},
             "parallelism": {"tp": 8},
-            "launcher": {"kind": "torchrun", "script": "t.py"},
+            "launcher": {"kind": "torchrun", "script": __file__},  # a file that exists
             "resilience": res,
         }
     )

@@ -33,6 +33,13 @@ def job_env(lab: SlurmLab) -> dict[str, str]:
     return dict(lab.env, PATH=f"{STANDINS / 'pyxis'}:{lab.env['PATH']}")
 
 
+def image_file(tmp_path: Path) -> Path:
+    """An image file the preflight finds on the login node (the stand-in never opens it)."""
+    image = tmp_path / "image.sqsh"
+    image.write_bytes(b"")
+    return image
+
+
 def events(text: str) -> list[dict[str, Any]]:
     return [json.loads(m.group(0)) for m in re.finditer(r'\{"event"[^{}]*\}', text)]
 
@@ -57,7 +64,7 @@ def test_ranks_follow_the_planned_order_and_no_runtime_runs_in_the_image(
             "launcher.python": str(STANDINS / "torchrun.py"),
             "launcher.script": str(STANDINS / "report_rank.py"),
             "launcher.args": [],
-            "container.image": "/nonexistent/image.sqsh",
+            "container.image": str(image_file(tmp_path)),
             "storage.checkpoint_root": str(tmp_path / "ckpt"),
             "storage.log_dir": str(tmp_path / "logs"),
         },
@@ -100,7 +107,7 @@ def test_megatron_in_a_container_saves_on_the_signal_from_the_host(
                 "entrypoint": "megatron_pretrain.py",
                 "model_args": {"train-iters": 100000},
             },
-            "container": {"image": "/nonexistent/megatron.sqsh"},
+            "container": {"image": str(image_file(tmp_path))},
             "storage": {
                 "checkpoint_root": str(tmp_path / "ckpt"),
                 "log_dir": str(tmp_path / "logs"),

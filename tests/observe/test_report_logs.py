@@ -194,7 +194,18 @@ def test_cli_logs_rank_needs_observability(stub_scontrol: Path) -> None:
     (stub_scontrol / "llama_99.observe" / "job.json").unlink()
     res = CliRunner().invoke(main, ["logs", "99", "--rank", "0"])
     assert res.exit_code == 2
-    assert "--rank needs a job run with observability on" in res.output
+    assert "a rank's output needs a job run with observability on" in res.output
+    assert "observability.enabled: on" in res.output
+
+
+def test_cli_logs_of_a_restart_that_never_happened_exits_2(stub_scontrol: Path) -> None:
+    from click.testing import CliRunner
+
+    from slurmfm.cli import main
+
+    res = CliRunner().invoke(main, ["logs", "99", "--restart", "5"])
+    assert res.exit_code == 2
+    assert res.output == "job 99: restart 5 never happened; its log holds restarts 0, 1\n"
 
 
 def test_parse_runs_marks_a_run_requeued_by_slurm_or_an_operator() -> None:
@@ -241,3 +252,13 @@ def test_report_reads_every_transport_line_the_runtime_reads(
     [seen] = nccl_transport(tmp_path, "7")
     assert (seen.restart, seen.transport) == (0, want)
     assert seen.evidence == (line if want != "unknown" else "")
+
+
+def test_report_names_the_cause_of_missing_topology_addresses() -> None:
+    from slurmfm.observe.report import topology_summary
+
+    assert topology_summary({}).startswith("not recorded: no node agent ran")
+    assert "no topology plugin" not in topology_summary({})
+    assert topology_summary({"a": "", "b": ""}) == (
+        "no topology addresses: Slurm set no SLURM_TOPOLOGY_ADDR (no topology plugin)"
+    )

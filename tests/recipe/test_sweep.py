@@ -234,3 +234,41 @@ def test_hetjob_cannot_be_an_array(tmp_path: Path) -> None:
     }
     with pytest.raises(RecipeError, match="cannot be a job array"):
         load_recipe(p, overrides)
+
+
+def test_a_sweep_warns_when_its_tasks_replace_a_users_override() -> None:
+    import warnings
+
+    from slurmfm import api
+
+    data = {
+        "name": "s",
+        "cluster": {"instance_type": "lab-cpu"},
+        "resources": {"nodes": 1, "procs_per_node": 1},
+        "launcher": {"kind": "torchrun", "script": "t.py"},
+        "sweep": {"tasks": [{"launcher.args": ["--lr", "1"]}, {"env.X": "1"}]},
+    }
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        r = api.load(data, {"launcher": {"kind": "torchrun", "script": "u.py"}, "env.Y": "2"})
+    assert [str(w.message) for w in seen] == [
+        "override launcher: the sweep sets launcher.args in 1 of 2 array tasks, whose value "
+        "replaces the override there (put the value in sweep.tasks or sweep.parameters instead)"
+    ]
+    assert all(issubclass(w.category, api.SweepOverrideWarning) for w in seen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an override no task touches: silent
+        api.override(r, {"resources.nodes": 1})
+
+
+def test_cli_warns_when_a_sweep_replaces_a_set_value() -> None:
+    from click.testing import CliRunner
+
+    from slurmfm.cli import main
+
+    quick = str(Path(__file__).resolve().parents[2] / "recipes" / "sweep-quickstart.yaml")
+    res = CliRunner().invoke(main, ["validate", quick, "--set", "launcher.args=[--lr, '9']"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.startswith(
+        "warning: override launcher.args: the sweep sets launcher.args in 3 of 3 array tasks"
+    )

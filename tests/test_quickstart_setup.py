@@ -1,0 +1,96 @@
+"""The quickstart's set-up: a second run installs nothing already installed, and the lab
+root and ports are per user by default."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def fake_venv(tmp: Path) -> tuple[Path, Path]:
+    """A venv whose python logs every call; ``-m pip`` does nothing, ``-c`` runs this test's
+    Python (which has slurmfm and torch), so ensure_venv's checks see a complete install."""
+    venv = tmp / "venv"
+    (venv / "bin").mkdir(parents=True)
+    log = tmp / "calls.log"
+    py = venv / "bin" / "python"
+    py.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        'if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    py.chmod(0o755)
+    return venv, log
+
+
+def ensure_venv(venv: Path, extras: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", '. scripts/lib-setup.sh && ensure_venv "$1"', "setup", extras],
+        cwd=REPO_ROOT,
+        env={**os.environ, "SLURMFM_VENV": str(venv), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def pip_calls(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if line.startswith("-m pip")]
+
+
+def test_a_second_setup_installs_nothing(tmp_path: Path) -> None:
+    venv, log = fake_venv(tmp_path)
+    first = ensure_venv(venv, "")
+    assert "installing slurmfm" in first.stderr
+    assert any("install -q -e ." in c for c in pip_calls(log))
+    log.write_text("")
+    second = ensure_venv(venv, "")
+    assert "nothing to install" in second.stderr
+    assert pip_calls(log) == []
+    # What an install depends on changed (here the torch version): installed again.
+    ensure_venv(venv, "", SLURMFM_TORCH_VERSION="9.9.9")
+    assert pip_calls(log)
+
+
+def test_the_test_install_satisfies_the_quickstart_but_not_the_reverse(tmp_path: Path) -> None:
+    venv, log = fake_venv(tmp_path)
+    ensure_venv(venv, "")
+    log.write_text("")
+    ensure_venv(venv, "test")  # more to install than the base
+    assert any("install -q -e .[test]" in c for c in pip_calls(log))
+    log.write_text("")
+    ensure_venv(venv, "")
+    ensure_venv(venv, "test")
+    assert pip_calls(log) == []
+
+
+def quickstart_env(**env: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMFM_LAB", "SUDO_"))}
+    out = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "quickstart"), "--env"],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    first = out.splitlines()[0].removeprefix("export ").split()
+    return dict(kv.split("=", 1) for kv in first)
+
+
+def test_the_quickstart_lab_is_per_user_by_default() -> None:
+    alice = quickstart_env(USER="alice")
+    bob = quickstart_env(USER="bob")
+    assert alice["SLURMFM_LAB_ROOT"] == "/var/tmp/slurmfm-lab-alice"
+    assert bob["SLURMFM_LAB_ROOT"] == "/var/tmp/slurmfm-lab-bob"
+    offsets = {int(alice["SLURMFM_LAB_PORT_OFFSET"]), int(bob["SLURMFM_LAB_PORT_OFFSET"])}
+    assert len(offsets) == 2
+    assert all(o % 20 == 0 and 0 <= o < 1000 for o in offsets)
+    # sudo: the person, not root
+    assert quickstart_env(USER="root", SUDO_USER="alice") == alice
+    given = quickstart_env(USER="alice", SLURMFM_LAB_ROOT="/var/tmp/x", SLURMFM_LAB_PORT_OFFSET="0")
+    assert given == {"SLURMFM_LAB_ROOT": "/var/tmp/x", "SLURMFM_LAB_PORT_OFFSET": "0"}
