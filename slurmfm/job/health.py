@@ -33,7 +33,9 @@ def run_command(argv: Sequence[str], timeout: float) -> tuple[int, str]:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=timeout,
-            text=True,
+            # a tool may print bytes that are not UTF-8 (a path, a device name): never a crash
+            encoding="utf-8",
+            errors="replace",
             check=False,
         )
     except FileNotFoundError:

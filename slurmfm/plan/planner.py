@@ -316,13 +316,14 @@ def plan(
     u = job.nvlink_unit()
     why: list[str] = [
         f"job: {n_need} nodes x {job.gpus_per_node} GPUs, tp={job.tp} cp={job.cp} ep={job.ep} "
-        f"pp={job.pp} dp={job.dp}; rank order tp-cp-ep-dp-pp (reference 3.1)",
+        f"pp={job.pp} dp={job.dp}; rank order tp-cp-ep-dp-pp "
+        "(NVIDIA/Megatron-LM:megatron/core/parallel_state.py)",
     ]
     max_dom = max(st.domain_size.values(), default=1)
     if u > 1:
         why.append(
             f"NVLink rule: TP*CP/EP blocks span {u} consecutive nodes; each block stays inside "
-            "one NVLink domain (reference 2)"
+            'one NVLink domain (README "Placement")'
         )
     if u > max_dom:
         raise PlanError(
@@ -574,7 +575,7 @@ def plan(
             why.append(
                 f"mode constrain: --switches={switches}: Slurm waits up to {switch_wait} "
                 "(capped by max_switch_wait, default 300 s) for at most "
-                f"{len(leaves)} leaf switches (reference 1.3 step 9)"
+                f"{len(leaves)} leaf switches (https://slurm.schedmd.com/sbatch.html#OPT_switches)"
             )
             if u > 1:
                 why.append(
@@ -1161,7 +1162,8 @@ def _segment(
         return None
     if not supports("segment", slurm_version):
         why.append(
-            f"no --segment: Slurm {slurm_version} < 24.05 has no --segment (reference 1.1); "
+            f"no --segment: Slurm {slurm_version} < 24.05 has no --segment "
+            "(https://slurm.schedmd.com/sbatch.html#OPT_segment); "
             "Slurm's block plugin may split NVLink units, prefer pin mode"
         )
         return None
@@ -1175,7 +1177,7 @@ def _segment(
         why.append(
             f"--segment={seg}: divides the UltraServer size {sorted(sizes)} and {job.nodes} "
             f"nodes, holds whole {u}-node NVLink units, matches the plan's "
-            f"{len(per_dom)} block(s) (reference 1.4)"
+            f"{len(per_dom)} block(s) (https://slurm.schedmd.com/topology.html)"
         )
         return seg
     # No divisor works (e.g. 4-node units in 18-node UltraServers): NVIDIA's 16-of-18 shape.
@@ -1187,7 +1189,7 @@ def _segment(
         why.append(
             f"--segment={seg}: no size divides both the UltraServer size {sorted(sizes)} and "
             f"whole {u}-node units; {seg} fits one UltraServer and leaves "
-            f"{small - seg} node(s) of it spare (NVIDIA's segment-16 shape, reference 2)"
+            f'{small - seg} node(s) of it spare (NVIDIA\'s segment-16 shape, README "Placement")'
         )
         return seg
     why.append("no --segment: no segment size holds whole NVLink units; prefer pin mode")
