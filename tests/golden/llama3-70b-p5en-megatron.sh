@@ -89,7 +89,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "ccd59adf11ad89ce1da93485ff1fc1c39c04618b1de3adb511e5b1d0a9ad27ed  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
@@ -188,4 +188,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662 <base64 zipapp of slurmfm/job, 76816 chars>
+# slurmfm-runtime sha256=ccd59adf11ad89ce1da93485ff1fc1c39c04618b1de3adb511e5b1d0a9ad27ed <base64 zipapp of slurmfm/job, 76908 chars>

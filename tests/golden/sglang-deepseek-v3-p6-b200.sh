@@ -63,7 +63,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "ccd59adf11ad89ce1da93485ff1fc1c39c04618b1de3adb511e5b1d0a9ad27ed  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
@@ -93,4 +93,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 10 --requeue 1 --drain 1 --
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
   --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662 <base64 zipapp of slurmfm/job, 76816 chars>
+# slurmfm-runtime sha256=ccd59adf11ad89ce1da93485ff1fc1c39c04618b1de3adb511e5b1d0a9ad27ed <base64 zipapp of slurmfm/job, 76908 chars>

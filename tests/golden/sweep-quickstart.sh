@@ -47,7 +47,7 @@ mkdir -p "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "ccd59adf11ad89ce1da93485ff1fc1c39c04618b1de3adb511e5b1d0a9ad27ed  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # This array task's own run id, checkpoint directory, environment and launch arguments: the
 # runtime selects the row of SLURM_ARRAY_TASK_ID in the sweep table (next-to-last line).
@@ -76,4 +76,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t0"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.01\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.01"},{"task":1,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t1"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.05\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.05"},{"task":2,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t2"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.2\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.2"}]}
-# slurmfm-runtime sha256=7d1edfdc2157c7a7f8d2575e472f315ba780c4d22042a1803a36e612c0002662 <base64 zipapp of slurmfm/job, 76816 chars>
+# slurmfm-runtime sha256=ccd59adf11ad89ce1da93485ff1fc1c39c04618b1de3adb511e5b1d0a9ad27ed <base64 zipapp of slurmfm/job, 76908 chars>
