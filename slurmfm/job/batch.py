@@ -23,7 +23,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from . import classify as cl
 from . import decide as dec
+from . import evidence as ev
 from . import hetjob, nccl, serve
 from . import slurm as sl
 from .health import parse_report, run_command
@@ -94,6 +96,14 @@ class Batch:
         self.done_note = ""
         self.requeued = False  # this attempt requeued the job itself
         self.stopping = False
+        # Evidence of the launch (see evidence.py, classify.py): its directory, srun's lines,
+        # what showed progress when it started, the last failure's signature.
+        self.launches = 0
+        self.evidence_dir = ""
+        self.srun_lines = ev.SrunLines()
+        self.log_start: tuple[str, int] | None = None
+        self.mark_before: dict[str, str] = {}
+        self.last_signature = ""
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
@@ -507,6 +517,95 @@ class Batch:
                 err=True,
             )
 
+    def evidence_env(self) -> dict[str, str]:
+        """The launch's evidence directory (mode 0700) and progress file, and the progress
+        mark it starts from (see :mod:`.evidence`)."""
+        self.launches += 1
+        out: dict[str, str] = {}
+        d = ev.attempt_dir(
+            self.env.get("SLURMFM_LOG_DIR", "."), self.env, self.restart, self.launches
+        )
+        self.evidence_dir = d if ev.private_dir(d) else ""
+        if self.evidence_dir:
+            out["SLURMFM_EVIDENCE_DIR"] = d
+            if not self.env.get("SLURMFM_PROGRESS_FILE"):
+                # Progress is evidence (and the hang watch's clock), not only a metric.
+                self.env["SLURMFM_PROGRESS_FILE"] = os.path.join(
+                    os.path.dirname(d), "progress.json"
+                )
+        if self.env.get("SLURMFM_PROGRESS_FILE"):
+            out["SLURMFM_PROGRESS_FILE"] = self.env["SLURMFM_PROGRESS_FILE"]
+        self.srun_lines = ev.SrunLines()
+        self.mark_before = self.progress_now()
+        return out
+
+    def progress_now(self) -> dict[str, str]:
+        return ev.progress_mark(
+            self.env.get("SLURMFM_CHECKPOINT_DIR", ""), self.env.get("SLURMFM_PROGRESS_FILE", "")
+        )
+
+    def start_launch(self, argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start the launch srun, noting where the job log stands: srun's own lines (which
+        task failed first, which were killed for it, an OOM) are read back from there once
+        it ended. Not through a pipe: a runtime killed with -9 must not take srun with it
+        (a write to a pipe without a reader kills the writer)."""
+        self.log_start = ev.log_position()
+        return self.popen(list(argv), env=env)
+
+    def previous_signature(self) -> str:
+        """The signature the last attempt failed with: this job's last launch, or the
+        requeue the previous attempt recorded."""
+        if self.last_signature:
+            return self.last_signature
+        e = self.state.last_entry("requeue")
+        if e is not None and e[0] == self.restart - 1:
+            return cl.signature_in(e[1])
+        return ""
+
+    def judge(
+        self,
+        rc: int,
+        dead: Sequence[str],
+        retry: Sequence[int] | None,
+        after: dict[str, str],
+        argv: Sequence[str],
+    ) -> cl.Verdict:
+        """Classify the failed launch from its evidence; log what was seen."""
+        progress, note = ev.progress_since(self.mark_before, after)
+        nodes = ev.read_reports(self.evidence_dir) if self.evidence_dir else ()
+        lines = self.srun_lines
+        for line in ev.log_since(self.log_start):
+            lines(line)
+        e = cl.Evidence(
+            rc,
+            nodes=nodes,
+            tasks=tuple(lines.tasks),
+            srun_errors=tuple(lines.errors),
+            oom=lines.oom,
+            lost=tuple(dead),
+            progress=progress,
+            progress_note=note,
+            previous=self.previous_signature(),
+            retryable=retry,
+            reported=runs_node_entry(argv, self.o.runtime),
+        )
+        v = cl.classify(e)
+        first = cl.first_failure(nodes)
+        log(
+            "failure evidence: srun exit %d; first failure: %s; progress: %s; %s"
+            % (
+                rc,
+                "%s exit %d %s" % (first.node, first.exit, first.exc_type)
+                if first is not None
+                else "no node report",
+                note or ("none" if progress is False else "unknown"),
+                "retry" if v.retry else "fail",
+            ),
+            err=True,
+        )
+        self.last_signature = v.signature
+        return v
+
     def wait_step(self) -> int:
         step = self.step
         if step is None:  # pragma: no cover - main() sets it first
@@ -599,7 +698,8 @@ class Batch:
                     log("node 0 runs (in the container): " + masked(inside, o.secret, self.env))
                 # SLURMFM_STEP marks the launch's processes for `forward` (found by environment).
                 env = dict(self.step_env(launch_argv), SLURMFM_STEP="launch")
-                self.step = self.popen(list(launch_argv), env=env)
+                env.update(self.evidence_env())
+                self.step = self.start_launch(launch_argv, env)
                 self.step_started = self.clock()
             else:
                 log("launch: " + masked(serve_argv, o.secret, self.env))
@@ -626,8 +726,28 @@ class Batch:
                 else:
                     log("slurmctld does not answer; not judging the nodes", err=True)
             retry = retry_codes(o.retry_exit)
+            after = self.progress_now()
+            verdict = None
+            saved = None
+            if self.signalled:
+                saved = ev.saved_since(self.mark_before, after)
+                if saved == "":
+                    self.state.record(
+                        "save-failed",
+                        "no new complete checkpoint after the pre-timeout signal "
+                        "(training exit %d)" % rc,
+                    )
+            elif rc != 0 and not o.hyperpod and launch_argv:
+                verdict = self.judge(rc, dead, retry, after, launch_argv)
             d = dec.decide(
-                rc, self.signalled, self.finished() if rc == 0 else False, dead, retry, o.hyperpod
+                rc,
+                self.signalled,
+                self.finished() if rc == 0 else False,
+                dead,
+                retry,
+                o.hyperpod,
+                verdict,
+                saved,
             )
             if self.done_note:
                 log("completion check: " + self.done_note)
@@ -672,6 +792,13 @@ def in_container(argv: Sequence[str]) -> list[str]:
         return []
     prefix = ["PET_NODE_RANK=0"] if "PET_NODE_RANK" in words[i - 1] else []
     return prefix + words[i + 1 :]
+
+
+def runs_node_entry(argv: Sequence[str], runtime: str) -> bool:
+    """Does the launch run the per-node entry (``python3 RUNTIME node``), whose reports it
+    then expects? (A container launch does not.)"""
+    words = list(argv)
+    return any(w == "node" and i > 0 and words[i - 1] == runtime for i, w in enumerate(words))
 
 
 def retry_codes(spec: str) -> list[int] | None:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .evidence import LaunchWatch
 from .health import run_command
 from .hosts import insert_rank, node_rank
 from .serve import ray_alive
@@ -125,10 +126,23 @@ def node_addrs(text: str) -> dict[str, str]:
     return out
 
 
-def run_launcher(argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
-    """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children."""
+def run_launcher(
+    argv: Sequence[str], forward: str, env: dict[str, str], watch: LaunchWatch | None = None
+) -> int:
+    """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children.
+
+    With ``watch`` its stderr passes through a pipe (copied to ours line by line) so that the
+    node's report names the exception and rank (:mod:`.evidence`), and a TERM from srun
+    before the launcher ended marks this node as stopped for another's failure.
+    """
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
-    child = subprocess.Popen(list(argv), env=env)
+    if watch is not None:
+        env = watch.environ(env)
+    child = subprocess.Popen(
+        list(argv), env=env, stderr=subprocess.PIPE if watch is not None else None
+    )
+    if watch is not None:
+        watch.follow(child.stderr)
 
     def on_usr2(signum: int, frame: object) -> None:
         if forward == "none":
@@ -140,12 +154,17 @@ def run_launcher(argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
 
     def on_term(signum: int, frame: object) -> None:
         # Slurm signals the whole step; the launcher gets TERM itself. Wait for its status.
+        if watch is not None and child.poll() is None:
+            watch.stopped = True
         with contextlib.suppress(OSError):
             child.send_signal(signum)
 
     signal.signal(signal.SIGUSR2, on_usr2)
     signal.signal(signal.SIGTERM, on_term)
-    return exit_code(child.wait())
+    rc = exit_code(child.wait())
+    if watch is not None:
+        watch.finish(rc)
+    return rc
 
 
 def run_ray_node(
@@ -257,4 +276,6 @@ def main(
     final = insert_rank(argv, prefix, rank)
     if rank == 0:
         print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
-    return run_launcher(final, forward, env)
+    evidence = env.get("SLURMFM_EVIDENCE_DIR", "")
+    watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
+    return run_launcher(final, forward, env, watch)

@@ -85,6 +85,18 @@ class Slurm:
         return 0, ""
 
 
+def saves(box: list[Batch], tmp: Path, step: int = 95) -> Callable[[], None]:
+    """The training at the pre-timeout signal: it saves a complete checkpoint (the proof)."""
+
+    def during() -> None:
+        box[0].on_usr2(signal.SIGUSR2, None)
+        name = f"step_{step:09d}"
+        (tmp / "ckpt" / name).mkdir()
+        (tmp / "ckpt" / "latest").write_text(name + "\n")
+
+    return during
+
+
 def make(tmp: Path, step: Step, slurm: Slurm, *opts: str, restart: int = 0) -> Batch:
     a = parser().parse_args(
         [
@@ -112,7 +124,7 @@ def make(tmp: Path, step: Step, slurm: Slurm, *opts: str, restart: int = 0) -> B
         "HF_TOKEN": "s3cr3t",
     }
     (tmp / "ckpt").mkdir(exist_ok=True)
-    popen: Any = lambda argv, env=None: step  # noqa: E731
+    popen: Any = lambda argv, env=None, **kw: step  # noqa: E731
     b = Batch(a, env, run=slurm, popen=popen, clock=lambda: 0.0, sleep=lambda s: None)
     b.launch = a.argv[1:]  # type: ignore[attr-defined]
     return b
@@ -138,7 +150,7 @@ def test_exit_zero_finishes_and_prints_the_launch_without_secrets(
 
 def test_save_signal_forwarded_then_requeue_recorded_after_it_happened(tmp_path: Path) -> None:
     box: list[Batch] = []
-    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    step = Step(0, during=saves(box, tmp_path))
     slurm = Slurm()
     box.append(make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0"))
     assert go(box[0]) == 0
@@ -146,8 +158,30 @@ def test_save_signal_forwarded_then_requeue_recorded_after_it_happened(tmp_path:
     assert ["scontrol", "requeue", "77"] in slurm.calls
     assert state(tmp_path) == [
         "event=signal USR2 before the time limit",
-        "event=requeue saved before the time limit (training exit 0)",
+        "event=requeue saved before the time limit (training exit 0): "
+        "new checkpoint step_000000095",
     ]
+
+
+@pytest.mark.parametrize("rc", [0, 1])
+def test_pre_timeout_save_without_a_new_checkpoint_is_recorded_as_failed(
+    tmp_path: Path, rc: int
+) -> None:
+    """A save that did not happen (disk full, read-only) is never claimed: recorded as failed."""
+    (tmp_path / "ckpt" / "step_000000020").mkdir(parents=True)
+    (tmp_path / "ckpt" / "latest").write_text("step_000000020\n")
+    box: list[Batch] = []
+    step = Step(rc, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker"))
+    assert go(box[0]) == 0
+    lines = state(tmp_path)
+    assert lines[-2] == (
+        "event=save-failed no new complete checkpoint after the pre-timeout signal "
+        f"(training exit {rc})"
+    )
+    assert lines[-1].startswith(f"event=requeue pre-timeout save failed (training exit {rc}")
+    assert not any("saved before" in line for line in lines)
 
 
 def test_signal_after_the_work_is_done_finishes(tmp_path: Path) -> None:
@@ -166,7 +200,7 @@ def test_signal_after_the_work_is_done_finishes(tmp_path: Path) -> None:
 def test_stale_marker_of_a_shorter_run_does_not_end_a_longer_one(tmp_path: Path) -> None:
     """15.2: a finished 20-step run's marker; the run now asks for 240 and saved at step 95."""
     box: list[Batch] = []
-    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    step = Step(0, during=saves(box, tmp_path))
     slurm = Slurm()
     box.append(make(tmp_path, step, slurm, "--done-check", "marker"))
     old = {"ask": "a20", "job_id": "12", "steps": 20}
@@ -174,8 +208,8 @@ def test_stale_marker_of_a_shorter_run_does_not_end_a_longer_one(tmp_path: Path)
     assert go(box[0]) == 0
     assert ["scontrol", "requeue", "77"] in slurm.calls
     assert state(tmp_path)[-1] == (
-        "event=requeue saved before the time limit (training exit 0); "
-        "stale DONE marker (written by job 12 for another launch, steps 20)"
+        "event=requeue saved before the time limit (training exit 0): "
+        "new checkpoint step_000000095; stale DONE marker (written by job 12 for another launch, steps 20)"
     )
 
 
@@ -207,7 +241,7 @@ def test_plain_marker_older_than_the_attempt_is_stale(tmp_path: Path) -> None:
 def test_restart_cap_after_a_save_ends_failed(tmp_path: Path) -> None:
     """15.1: giving up is a FAILED job with its reason, never COMPLETED 0:0."""
     box: list[Batch] = []
-    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    step = Step(0, during=saves(box, tmp_path))
     slurm = Slurm()
     box.append(make(tmp_path, step, slurm, "--max-restarts", "3", restart=3))
     assert go(box[0]) == 3
@@ -265,7 +299,9 @@ def test_argument_error_fails_at_once_by_default_killed_rank_requeues(tmp_path: 
     slurm = Slurm()
     assert go(make(tmp_path, Step(137), slurm, "--retry-exit", "none")) == 0
     assert ["scontrol", "requeue", "77"] in slurm.calls
-    assert state(tmp_path)[-1] == "event=requeue step failed with exit 137 (killed by signal 9)"
+    assert state(tmp_path)[-1].startswith(
+        "event=requeue step failed with exit 137 (killed by signal 9) [signature "
+    )
 
 
 def test_health_gate_as_owner_requeues_off_the_failed_node(tmp_path: Path) -> None:
