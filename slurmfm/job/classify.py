@@ -27,8 +27,8 @@ order (README "Failure classification" has the same table):
 ===  ==========================================================  ==========================
 
 The *first* failure is the one judged: of the nodes' reports, the launchers srun did not stop
-(a stopped one was killed for another's failure), earliest first (the exception's own
-timestamp where torch wrote one, else the time the launcher ended); without node reports, the
+(a stopped one was killed for another's failure), the one whose launcher ended first (torch's
+own exception timestamp is whole seconds: only a tie-breaker); without node reports, the
 first ``srun: error: HOST: task N: ...`` line that is not a signal.
 """
 
@@ -101,7 +101,7 @@ def first_failure(nodes: Iterable[NodeReport]) -> NodeReport | None:
     own = [n for n in failed if not n.stopped] or failed
     if not own:
         return None
-    return min(own, key=lambda n: (n.when or n.ended or float("inf"), n.node))
+    return min(own, key=lambda n: (n.ended or n.when or float("inf"), n.when, n.node))
 
 
 def normalise(message: str) -> str:

@@ -124,8 +124,8 @@ def test_exit_code_alone_keeps_the_exit_code_rule() -> None:
 
 
 def test_first_failure_is_the_unstopped_earliest() -> None:
-    late = NodeReport("n3", 1, False, 20.0, "RuntimeError", "x", when=3.0)
-    early = NodeReport("n4", 1, False, 30.0, "RuntimeError", "y", when=2.0)
+    late = NodeReport("n3", 1, False, 30.0, "RuntimeError", "x", when=2.0)
+    early = NodeReport("n4", 1, False, 20.0, "RuntimeError", "y", when=3.0)
     assert first_failure([KILLED_N1, late, early]) == early
     assert first_failure([KILLED_N1]) == KILLED_N1
     assert first_failure([NodeReport("n1", 0)]) is None
@@ -149,7 +149,7 @@ reports = st.builds(
 def test_a_deterministic_first_failure_before_progress_always_fails(
     nodes: list[NodeReport], rc: int, stopped_first: bool
 ) -> None:
-    bad = NodeReport("n9", 1, False, -1.0, "ImportError", "cannot import name 'x'", when=-1.0)
+    bad = NodeReport("n9", 1, False, -1.0, "ImportError", "cannot import name 'x'")
     v = classify(Evidence(rc, nodes=(*nodes, bad), progress=False))
     assert not v.retry
     assert "ImportError" in v.reason
