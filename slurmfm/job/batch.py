@@ -103,7 +103,10 @@ class Batch:
         self.srun_lines = ev.SrunLines()
         self.log_start: tuple[str, int] | None = None
         self.mark_before: dict[str, str] = {}
+        self.mark_at_signal: dict[str, str] = {}
         self.last_signature = ""
+        self.ctld_away = False
+        self.relaunches = 0  # in-job restarts of this attempt (counted against max_restarts)
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
@@ -112,7 +115,7 @@ class Batch:
         ``exclude``: failed nodes Slurm was not told about (the owner may not drain them);
         the requeued job is kept off them (see :func:`slurm.requeue_excluding`).
         """
-        d = dec.apply_cap(d, self.restart, self.o.max_restarts, self.o.requeue)
+        d = dec.apply_cap(d, self.restarts_used(), self.o.max_restarts, self.o.requeue)
         if d.action == "finished":
             self.state.record("finished", d.reason)
             return 0
@@ -331,13 +334,15 @@ class Batch:
         if self.signalled:
             return
         self.signalled = True
+        # What a save must beat: a checkpoint the step wrote before the signal proves none.
+        self.mark_at_signal = self.progress_now()
         self.state.record("signal", "USR2 before the time limit")
         if not self.o.save_protocol:
             # No save protocol (a server, NeMo): requeue now; the run resumes from its last
             # periodic checkpoint. When it may not requeue, it keeps running to the limit.
             d = dec.apply_cap(
                 dec.Decision("requeue", "time limit near (launcher saves periodically)", 0),
-                self.restart,
+                self.restarts_used(),
                 self.o.max_restarts,
                 self.o.requeue,
             )
@@ -517,6 +522,55 @@ class Batch:
                 err=True,
             )
 
+    def restarts_used(self) -> int:
+        """Restarts so far: Slurm's requeues and this attempt's in-job relaunches."""
+        return self.restart + self.relaunches
+
+    def relaunch(
+        self,
+        d: dec.Decision,
+        dead: Sequence[str],
+        serve_argv: Sequence[str],
+        launch_argv: Sequence[str],
+    ) -> bool:
+        """Restart inside the allocation instead of requeueing: True when it will.
+
+        A requeue gives the allocation back, waits out the job credential (``cred_expire``,
+        120 s by default before 25.11) and then the queue, though the nodes are usually fine.
+        So a retryable failure on nodes that all answered relaunches the step in this job,
+        counted against ``max_restarts``. Requeued instead: a node lost (the allocation
+        cannot continue), the pre-timeout signal (the time limit is the allocation's), a
+        server beside the trainer, HyperPod (its auto-resume replays the step itself).
+        The health gate runs again first (:meth:`_main`); a node it fails requeues off it.
+        """
+        o = self.o
+        if not (
+            o.restart_in_job
+            and d.action == "requeue"
+            and launch_argv
+            and not serve_argv
+            and not dead
+            and not self.signalled
+            and not o.hyperpod
+            and not self.stopping
+            and not self.ctld_away  # a new step needs slurmctld; the requeue path waits for it
+        ):
+            return False
+        if self.restarts_used() >= o.max_restarts:
+            return False  # the requeue path applies the cap and records the give-up
+        self.relaunches += 1
+        why = "%s (in-job restart %d, restart %d of %d)" % (
+            d.reason,
+            self.relaunches,
+            self.restarts_used(),
+            o.max_restarts,
+        )
+        self.state.record("relaunch", why)
+        log("relaunching the step in this allocation: " + why)
+        self.done_note = ""
+        self.next_signal = None
+        return True
+
     def evidence_env(self) -> dict[str, str]:
         """The launch's evidence directory (mode 0700) and progress file, and the progress
         mark it starts from (see :mod:`.evidence`)."""
@@ -646,6 +700,93 @@ class Batch:
                 log(f"could not set Requeue=0 on job {me}: Slurm may hold it requeued", err=True)
         return rc
 
+    def run_step(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int | None:
+        """Run the step once and carry out the decision: the job's exit code, or None when
+        the step is to run again in this allocation (:meth:`relaunch`)."""
+        o = self.o
+        self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
+        if launch_argv:
+            log("launch: " + masked(launch_argv, o.secret, self.env))
+            inside = in_container(launch_argv)
+            if inside:
+                # No runtime runs in the container to print it: the command node 0 runs.
+                log("node 0 runs (in the container): " + masked(inside, o.secret, self.env))
+            # SLURMFM_STEP marks the launch's processes for `forward` (found by environment).
+            env = dict(self.step_env(launch_argv), SLURMFM_STEP="launch")
+            env.update(self.evidence_env())
+            self.step = self.start_launch(launch_argv, env)
+            self.step_started = self.clock()
+        else:
+            log("launch: " + masked(serve_argv, o.secret, self.env))
+            self.step, self.server = self.server, None
+            self.step_started = self.clock()
+        watcher = None
+        if o.nccl_check != "off":
+            watcher = threading.Thread(target=self.nccl_watch, daemon=True)
+            watcher.start()
+        rc = self.wait_step()
+        rc = 128 - rc if rc < 0 else rc
+        if self.nccl_socket:
+            self.state.record("fail", "NCCL fell back to sockets")
+            return 3
+        if self.server is not None and self.server.poll() is None:
+            log("trainer finished (exit %d); stopping the %s server" % (rc, o.serve_kind))
+            self.stop_server()
+        if self.gave_up:  # already recorded at the signal
+            return rc or dec.GIVE_UP_EXIT
+        dead: list[str] = []
+        if rc != 0 and not self.signalled and not o.hyperpod:
+            if sl.controller_up(self.run):
+                dead = sl.probe(self.order, self.run, o.probe_timeout_s)
+            else:
+                self.ctld_away = True
+                log("slurmctld does not answer; not judging the nodes", err=True)
+        retry = retry_codes(o.retry_exit)
+        after = self.progress_now()
+        verdict = None
+        saved = None
+        if self.signalled:
+            saved = ev.saved_since(self.mark_at_signal or self.mark_before, after)
+            if saved == "":
+                self.state.record(
+                    "save-failed",
+                    "no new complete checkpoint after the pre-timeout signal "
+                    "(training exit %d)" % rc,
+                )
+        elif rc != 0 and not o.hyperpod and launch_argv:
+            verdict = self.judge(rc, dead, retry, after, launch_argv)
+        d = dec.decide(
+            rc,
+            self.signalled,
+            self.finished() if rc == 0 else False,
+            dead,
+            retry,
+            o.hyperpod,
+            verdict,
+            saved,
+        )
+        if self.done_note:
+            log("completion check: " + self.done_note)
+            if d.action == "requeue" and self.done_note.startswith("stale"):
+                d = d._replace(reason=f"{d.reason}; {self.done_note}")
+        if self.relaunch(d, dead, serve_argv, launch_argv):
+            return None
+        capped = dec.apply_cap(d, self.restarts_used(), o.max_restarts, o.requeue)
+        recorded = False
+        why = "did not answer after a failed step (job {})".format(self.env.get("SLURM_JOB_ID", ""))
+        undowned: list[str] = []
+        for h in dead:
+            if not self.drain(h, why, "DOWN"):
+                undowned.append(h)
+            elif not recorded and capped.action == "requeue":
+                # A node set DOWN makes Slurm requeue this job itself at once (seen on
+                # the lab: it may end this step before `scontrol requeue` returns), so
+                # the requeue is recorded as soon as its cause happened.
+                self.state.record("requeue", capped.reason)
+                recorded = True
+                self.requeued = True
+        return self.act(d, recorded, exclude=[] if recorded else undowned)
+
     def _main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
         o = self.o
         last = self.state.last("requeue")
@@ -669,9 +810,10 @@ class Batch:
         if self.env.get("SLURMFM_EARLY_USR2"):  # it came while the batch script prepared
             self.on_usr2(signal.SIGUSR2, None)
         try:
-            if (o.health and (o.gpus or o.efa or o.dcgm or o.imex)) or any(
+            health_on = bool(o.health and (o.gpus or o.efa or o.dcgm or o.imex)) or any(
                 c.health for c in self.het
-            ):
+            )
+            if health_on:
                 code = self.health_gate([serve_argv, launch_argv])
                 if code is not None:
                     return code
@@ -689,87 +831,15 @@ class Batch:
             self.ask = ask_digest(launch_argv or serve_argv)
             # The training writes it into its DONE marker (slurmfm.checkpoint.mark_done).
             self.env["SLURMFM_ASK"] = self.ask
-            self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
-            if launch_argv:
-                log("launch: " + masked(launch_argv, o.secret, self.env))
-                inside = in_container(launch_argv)
-                if inside:
-                    # No runtime runs in the container to print it: the command node 0 runs.
-                    log("node 0 runs (in the container): " + masked(inside, o.secret, self.env))
-                # SLURMFM_STEP marks the launch's processes for `forward` (found by environment).
-                env = dict(self.step_env(launch_argv), SLURMFM_STEP="launch")
-                env.update(self.evidence_env())
-                self.step = self.start_launch(launch_argv, env)
-                self.step_started = self.clock()
-            else:
-                log("launch: " + masked(serve_argv, o.secret, self.env))
-                self.step, self.server = self.server, None
-                self.step_started = self.clock()
-            watcher = None
-            if o.nccl_check != "off":
-                watcher = threading.Thread(target=self.nccl_watch, daemon=True)
-                watcher.start()
-            rc = self.wait_step()
-            rc = 128 - rc if rc < 0 else rc
-            if self.nccl_socket:
-                self.state.record("fail", "NCCL fell back to sockets")
-                return 3
-            if self.server is not None and self.server.poll() is None:
-                log("trainer finished (exit %d); stopping the %s server" % (rc, o.serve_kind))
-                self.stop_server()
-            if self.gave_up:  # already recorded at the signal
-                return rc or dec.GIVE_UP_EXIT
-            dead: list[str] = []
-            if rc != 0 and not self.signalled and not o.hyperpod:
-                if sl.controller_up(self.run):
-                    dead = sl.probe(self.order, self.run, o.probe_timeout_s)
-                else:
-                    log("slurmctld does not answer; not judging the nodes", err=True)
-            retry = retry_codes(o.retry_exit)
-            after = self.progress_now()
-            verdict = None
-            saved = None
-            if self.signalled:
-                saved = ev.saved_since(self.mark_before, after)
-                if saved == "":
-                    self.state.record(
-                        "save-failed",
-                        "no new complete checkpoint after the pre-timeout signal "
-                        "(training exit %d)" % rc,
-                    )
-            elif rc != 0 and not o.hyperpod and launch_argv:
-                verdict = self.judge(rc, dead, retry, after, launch_argv)
-            d = dec.decide(
-                rc,
-                self.signalled,
-                self.finished() if rc == 0 else False,
-                dead,
-                retry,
-                o.hyperpod,
-                verdict,
-                saved,
-            )
-            if self.done_note:
-                log("completion check: " + self.done_note)
-                if d.action == "requeue" and self.done_note.startswith("stale"):
-                    d = d._replace(reason=f"{d.reason}; {self.done_note}")
-            capped = dec.apply_cap(d, self.restart, o.max_restarts, o.requeue)
-            recorded = False
-            why = "did not answer after a failed step (job {})".format(
-                self.env.get("SLURM_JOB_ID", "")
-            )
-            undowned: list[str] = []
-            for h in dead:
-                if not self.drain(h, why, "DOWN"):
-                    undowned.append(h)
-                elif not recorded and capped.action == "requeue":
-                    # A node set DOWN makes Slurm requeue this job itself at once (seen on
-                    # the lab: it may end this step before `scontrol requeue` returns), so
-                    # the requeue is recorded as soon as its cause happened.
-                    self.state.record("requeue", capped.reason)
-                    recorded = True
-                    self.requeued = True
-            return self.act(d, recorded, exclude=[] if recorded else undowned)
+            while True:
+                code = self.run_step(serve_argv, launch_argv)
+                if code is not None:
+                    return code
+                if health_on:
+                    # the nodes are checked again before the step runs on them once more
+                    code = self.health_gate([serve_argv, launch_argv])
+                    if code is not None:
+                        return code
         finally:
             self.cleanup()
 

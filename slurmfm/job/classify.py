@@ -282,26 +282,39 @@ def parse_error_file(text: str) -> tuple[str, str, float]:
 def parse_launcher_output(lines: Sequence[str]) -> tuple[str, str, int, int]:
     """(exception type, message, failed rank, worker signal) from a launcher's last lines.
 
-    Read from the workers' tracebacks and torchrun's "Root Cause (first observed failure)"
-    block (``rank: R (local_rank: L)``, ``exitcode: -N`` for a worker killed by signal N):
-    an ImportError at a script's top level happens before ``@record`` runs, so no error file
-    holds it. Python's "can't open file" (a missing script) and argparse's ``PROG: error:``
-    after a ``usage:`` line count as MissingScript and ArgumentError.
+    Read from the workers' tracebacks and torchrun's failure summary ("Failures:" and "Root
+    Cause (first observed failure):" entries, each with ``rank: R (local_rank: L)`` and
+    ``exitcode: N``): an ImportError at a script's top level happens before ``@record`` runs,
+    so no error file holds it. A worker killed by a signal other than TERM (``exitcode: -9``:
+    the OOM killer, an operator, a crash) is the failure whatever torch calls the root cause:
+    the others then fail in their collectives ("Connection closed by peer") and torchrun
+    stops them with TERM, and torch's root cause is the earliest error file, which a killed
+    worker never writes (seen with torch 2.13 on the lab). Python's "can't open file" (a
+    missing script) and argparse's ``PROG: error:`` after a ``usage:`` line count as
+    MissingScript and ArgumentError; with a killed worker the exception is cleared.
     """
-    exc, msg, rank, sig = "", "", -1, 0
+    exc, msg = "", ""
     usage = False
+    summary = False
+    root_rank = -1
     root = False
+    entry_rank = -1
+    kills: list[tuple[int, int]] = []  # (rank, signal) of workers killed by a non-TERM signal
     for raw in lines:
         line = raw.rstrip("\r\n")
-        if "Root Cause" in line:
-            root = True
-        if root:
+        if line.strip() in ("Failures:", "Root Cause (first observed failure):"):
+            summary = True
+            root = line.strip().startswith("Root Cause")
+            continue
+        if summary:
             m = _RANK.search(line)
-            if m and rank < 0:
-                rank = int(m.group(1))
+            if m:
+                entry_rank = int(m.group(1))
+                if root and root_rank < 0:
+                    root_rank = entry_rank
             m = _EXITCODE.search(line)
-            if m and int(m.group(1)) < 0 and not sig:
-                sig = -int(m.group(1))
+            if m and int(m.group(1)) < 0 and int(m.group(1)) != -15:
+                kills.append((entry_rank, -int(m.group(1))))
         if "usage:" in line:
             usage = True
         m = _NOFILE.match(line)
@@ -315,7 +328,9 @@ def parse_launcher_output(lines: Sequence[str]) -> tuple[str, str, int, int]:
         m = _ARGERR.match(line)
         if m and usage and not exc:
             exc, msg = "ArgumentError", m.group(1)
-    return exc, msg, rank, sig
+    if kills:
+        return "", "", kills[0][0], kills[0][1]
+    return exc, msg, root_rank, 0
 
 
 def parse_srun_line(line: str) -> TaskLine | None:

@@ -248,6 +248,7 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("batch")
     _runtime_option(b)
     b.add_argument("--max-restarts", type=int, default=3)
+    b.add_argument("--restart-in-job", type=int, default=0)
     b.add_argument("--requeue", type=int, default=1)
     b.add_argument(
         "--expedite",

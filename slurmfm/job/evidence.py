@@ -156,7 +156,9 @@ def report(
     output), the failing rank and signal."""
     typ, msg, when = cl.parse_error_file(error_file) if error_file else ("", "", 0.0)
     exc, emsg, rank, sig = cl.parse_launcher_output(lines)
-    if not typ:
+    if sig:  # a worker killed from outside: the others' errors are its consequences
+        typ, msg, when = "", "", 0.0
+    elif not typ:
         typ, msg = exc, emsg
     return {
         "node": node,

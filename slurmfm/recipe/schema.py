@@ -173,6 +173,7 @@ _LEAF_FIELDS = (
     "recipe",
     "requeue",
     "reservation",
+    "restart_in_job",
     "retry_exit_codes",
     "run_id",
     "save_before_timeout_s",
@@ -670,6 +671,15 @@ class Resilience(_Strict):
         ),
     )
     max_restarts: int = Field(default=3, ge=0, le=1000)
+    restart_in_job: bool = Field(
+        default=True,
+        description=(
+            "a retryable failure on nodes that all answer relaunches the step inside the "
+            "allocation (no requeue, no credential wait, no queueing), counted against "
+            "max_restarts; a lost node, a failed health gate and the pre-timeout signal "
+            "still requeue"
+        ),
+    )
     save_before_timeout_s: int = Field(
         default=300,
         ge=0,

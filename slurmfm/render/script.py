@@ -813,8 +813,8 @@ def _batch_opts(
     # Exits > 128 (killed by a signal) retry in the runtime whatever this list says.
     retry = ",".join(str(c) for c in sorted(set(res.retry_exit_codes))) or "none"
     opts = [
-        f"--max-restarts {res.max_restarts} --requeue {int(res.requeue)}"
-        f" --drain {int(res.drain_unhealthy)} --hyperpod {hyperpod}",
+        f"--max-restarts {res.max_restarts} --restart-in-job {int(res.restart_in_job)}"
+        f" --requeue {int(res.requeue)} --drain {int(res.drain_unhealthy)} --hyperpod {hyperpod}",
         f"--retry-exit {retry}",
     ]
     if res.requeue and res.expedited_requeue:

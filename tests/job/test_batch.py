@@ -684,3 +684,76 @@ def test_container_launch_logs_what_node_0_runs(
         "node 0 runs (in the container): PET_NODE_RANK=0 python3 train.py '--token=<secret>'" in out
     )
     assert "s3cr3t" not in out
+
+
+def test_a_checkpoint_written_before_the_signal_is_no_proof_of_the_save(tmp_path: Path) -> None:
+    """A periodic checkpoint of the same step (before USR2) must not pass for the save."""
+    box: list[Batch] = []
+
+    def during() -> None:
+        (tmp_path / "ckpt" / "step_000000005").mkdir()
+        (tmp_path / "ckpt" / "latest").write_text("step_000000005\n")
+        box[0].on_usr2(signal.SIGUSR2, None)
+
+    box.append(make(tmp_path, Step(1, during=during), Slurm(), "--done-check", "marker"))
+    assert go(box[0]) == 0
+    assert state(tmp_path)[-2].startswith("event=save-failed")
+
+
+def steps_of(b: Batch, *rcs: int) -> list[Step]:
+    """The launch srun of each run of the step, in turn."""
+    runs = [Step(rc) for rc in rcs]
+    it = iter(runs)
+    b.popen = lambda argv, env=None, **kw: next(it)  # type: ignore[assignment,misc]
+    return runs
+
+
+def test_a_retryable_failure_on_healthy_nodes_relaunches_in_the_allocation(
+    tmp_path: Path,
+) -> None:
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--restart-in-job", "1", "--retry-exit", "none")
+    runs = steps_of(b, 137, 0)
+    assert go(b) == 0
+    assert all(r.done for r in runs)
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)  # no requeue
+    lines = state(tmp_path)
+    assert lines[0].startswith("event=relaunch step failed with exit 137 (killed by signal 9)")
+    assert lines[0].endswith("(in-job restart 1, restart 1 of 3)")
+    assert lines[-1] == "event=finished exit 0"
+
+
+def test_in_job_restarts_count_against_the_cap(tmp_path: Path) -> None:
+    slurm = Slurm()
+    b = make(
+        tmp_path,
+        Step(0),
+        slurm,
+        "--restart-in-job",
+        "1",
+        "--max-restarts",
+        "2",
+        "--retry-exit",
+        "1",
+    )
+    steps_of(b, 1, 1, 1)
+    assert go(b) == 1
+    lines = state(tmp_path)
+    assert [x.split()[0] for x in lines] == ["event=relaunch", "event=relaunch", "event=give-up"]
+    assert lines[-1].startswith("event=give-up restart cap 2 reached: step failed with exit 1")
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+
+
+def test_a_lost_node_or_slurmctld_away_requeues_instead(tmp_path: Path) -> None:
+    slurm = Slurm(dead=["n2"])
+    b = make(tmp_path, Step(0), slurm, "--restart-in-job", "1")
+    steps_of(b, 1)
+    assert go(b) == 0
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert not any("event=relaunch" in x for x in state(tmp_path))
+    (tmp_path / "rt_77.state").unlink()
+    away = Slurm(ctld=False)
+    b = make(tmp_path, Step(0), away, "--restart-in-job", "1", "--requeue-tries", "1")
+    steps_of(b, 1)
+    go(b)
+    assert not any("event=relaunch" in x for x in state(tmp_path))

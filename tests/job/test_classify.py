@@ -213,8 +213,24 @@ def test_launcher_output_names_the_exception_and_rank() -> None:
         0,
     )
     killed = TORCHRUN_TAIL.replace("exitcode  : 1", "exitcode  : -9").splitlines()
-    killed = [x for x in killed if "nosuchmodule" not in x]
     assert parse_launcher_output(killed) == ("", "", 3, 9)
+    # torch 2.13's summary when rank 0 was SIGKILLed: its root cause is the sibling torchrun
+    # TERMed after its collective failed; the killed worker is the failure
+    kill_summary = [
+        "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer",
+        "Failures:",
+        "[0]:",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : -9 (pid: 13462)  (SIGKILL)",
+        "Root Cause (first observed failure):",
+        "[1]:",
+        "  rank      : 1 (local_rank: 1)",
+        "  exitcode  : -15 (pid: 13464)  (SIGTERM)",
+        "  RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer",
+    ]
+    assert parse_launcher_output(kill_summary) == ("", "", 0, 9)
+    rep = ev.report("n1", 1, False, "", kill_summary, now=1.0)
+    assert (rep["exc_type"], rep["rank"], rep["signal"]) == ("", 0, 9)
     prefixed = ["[rank1]: RuntimeError: oops"]
     assert parse_launcher_output(prefixed)[:2] == ("RuntimeError", "oops")
 

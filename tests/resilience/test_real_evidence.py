@@ -70,9 +70,11 @@ def test_import_error_on_one_node_fails_at_once_naming_the_error_and_the_node(
         ("kill", "a worker killed by signal 9 on "),
     ],
 )
-def test_failure_after_progress_is_retried_and_resumes(
+def test_failure_after_progress_is_retried_inside_the_allocation_and_resumes(
     ev_lab: SlurmLab, tmp_path: Path, fault: str, words: str
 ) -> None:
+    """torchrun exits 1 for both; after progress each is retried, in the same job: the step
+    runs again on the same nodes (no requeue, no credential wait), counted as a restart."""
     total, every = 30, 5
     job_id = submit(
         ev_lab,
@@ -86,12 +88,14 @@ def test_failure_after_progress_is_retried_and_resumes(
     log = log_of(tmp_path, job_id)
     ev = events(log)
     assert rec["JobState"] == "COMPLETED", log[-3000:]
-    assert int(rec["Restarts"]) == 1, log[-3000:]
+    assert int(rec["Restarts"]) == 0, log[-3000:]  # never requeued
     state = state_of(tmp_path, job_id)
-    requeue = [x for x in state.splitlines() if "restart=0 event=requeue " in x]
-    assert len(requeue) == 1, state
-    assert words in requeue[0], state
-    assert "after progress (new checkpoint step_000000010" in requeue[0], state
+    relaunch = [x for x in state.splitlines() if "restart=0 event=relaunch " in x]
+    assert len(relaunch) == 1, state
+    assert words in relaunch[0], state
+    assert "after progress (new checkpoint step_000000010" in relaunch[0], state
+    assert "(in-job restart 1, restart 1 of 2)" in relaunch[0], state
+    assert "event=requeue" not in state
     assert [e["step"] for e in ev if e["event"] == "resume"] == [10]
     assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
 
