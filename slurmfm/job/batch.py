@@ -28,6 +28,7 @@ from . import decide as dec
 from . import evidence as ev
 from . import hetjob, nccl, serve
 from . import slurm as sl
+from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
 from .state import StateFile, state_path
 
@@ -106,6 +107,8 @@ class Batch:
         self.mark_at_signal: dict[str, str] = {}
         self.last_signature = ""
         self.ctld_away = False
+        self.hang: HangWatch | None = None
+        self.hung = ""  # what the hang watch saw when it stopped the step
         self.relaunches = 0  # in-job restarts of this attempt (counted against max_restarts)
 
     # --- decisions -------------------------------------------------------------------------
@@ -589,6 +592,8 @@ class Batch:
                 )
         if self.env.get("SLURMFM_PROGRESS_FILE"):
             out["SLURMFM_PROGRESS_FILE"] = self.env["SLURMFM_PROGRESS_FILE"]
+        if self.o.hang_timeout_s > 0:
+            out.update(hang_env(self.env, self.evidence_dir))
         self.srun_lines = ev.SrunLines()
         self.mark_before = self.progress_now()
         return out
@@ -604,6 +609,12 @@ class Batch:
         it ended. Not through a pipe: a runtime killed with -9 must not take srun with it
         (a write to a pipe without a reader kills the writer)."""
         self.log_start = ev.log_position()
+        self.hung = ""
+        self.hang = (
+            HangWatch(self.o.hang_timeout_s, self.clock, self.progress_now, self.log_start)
+            if self.o.hang_timeout_s > 0
+            else None
+        )
         return self.popen(list(argv), env=env)
 
     def previous_signature(self) -> str:
@@ -642,6 +653,7 @@ class Batch:
             previous=self.previous_signature(),
             retryable=retry,
             reported=runs_node_entry(argv, self.o.runtime),
+            hang=self.hung,
         )
         v = cl.classify(e)
         first = cl.first_failure(nodes)
@@ -666,10 +678,26 @@ class Batch:
             return 0
         while True:
             self.forward_signal()
+            if self.hang is not None and not self.hung and not self.signalled and self.hang.hung():
+                self.stop_hung(self.hang, step)
             try:
                 return step.wait(timeout=self.o.poll_s)
             except subprocess.TimeoutExpired:
                 continue
+
+    def stop_hung(self, h: HangWatch, step: subprocess.Popen[bytes]) -> None:
+        """A hang: stacks of every worker into the log, then the step is stopped (see
+        :mod:`.hang`); it ends and is judged like any failure, as a hang."""
+        self.hung = "no progress for %d s (last: %s)" % (h.idle_s(), h.what)
+        log("hang: %s; dumping the workers' stacks, then stopping the step" % self.hung, True)
+        _, out = self.run(self.all_nodes_srun("stacks", overlap=True), self.o.probe_timeout_s)
+        sys.stdout.write(out if out.endswith("\n") or not out else out + "\n")
+        sys.stdout.flush()
+        deadline = self.clock() + 30.0
+        while step.poll() is None and self.clock() < deadline:
+            self.sleep(0.5)
+        if step.poll() is None:
+            step.terminate()  # srun passes TERM to every task, then KILL after KillWait
 
     def finished(self) -> bool | None:
         ckpt = self.env.get("SLURMFM_CHECKPOINT_DIR", "")

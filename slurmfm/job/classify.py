@@ -12,6 +12,8 @@ order (README "Failure classification" has the same table):
  #   evidence                                                    verdict
 ===  ==========================================================  ==========================
  1   a node did not answer, or Slurm says NODE_FAIL              retry (off that node)
+ 1a  the hang watch stopped it (no progress for hang_timeout)    retry; twice without
+                                                                 progress: crash loop
  2   the exit code is listed in ``resilience.retry_exit_codes``  retry (the override)
  3   srun failed before any task started (bad option, no Pyxis)  fail at once
  4   ImportError / ModuleNotFoundError / SyntaxError / argument  fail at once, naming the
@@ -86,6 +88,7 @@ class Evidence(NamedTuple):
     previous: str = ""  # the signature the last attempt failed with ("" none)
     retryable: Sequence[int] | None = ()  # None: every exit code is retried
     reported: bool = True  # the launch runs the node entry, so nodes report
+    hang: str = ""  # the hang watch stopped the step: what it saw ("" no hang)
 
 
 class Verdict(NamedTuple):
@@ -163,6 +166,17 @@ def classify(ev: Evidence) -> Verdict:
         return Verdict(
             True, "step failed with exit %d; unresponsive: %s" % (ev.rc, lost), sig, ev.lost[0]
         )
+    if ev.hang:
+        hsig = digest("hang")
+        htag = " [signature %s]" % hsig
+        if ev.previous == hsig and not ev.progress:
+            return Verdict(
+                False,
+                "crash loop: hang again with no progress since the last attempt: %s%s"
+                % (ev.hang, htag),
+                hsig,
+            )
+        return Verdict(True, "hang: %s%s" % (ev.hang, htag), hsig)
     if ev.retryable is None or ev.rc in ev.retryable:
         # The recipe's override: these exit codes are retried whatever the evidence says.
         return Verdict(True, "step failed with exit %d" % ev.rc, sig, node)

@@ -249,6 +249,7 @@ def parser() -> argparse.ArgumentParser:
     _runtime_option(b)
     b.add_argument("--max-restarts", type=int, default=3)
     b.add_argument("--restart-in-job", type=int, default=0)
+    b.add_argument("--hang-timeout-s", type=float, default=0.0, help="0: no hang detection")
     b.add_argument("--requeue", type=int, default=1)
     b.add_argument(
         "--expedite",
@@ -328,6 +329,7 @@ def parser() -> argparse.ArgumentParser:
     _health_options(sub.add_parser("health"), imex_flag=True)
 
     sub.add_parser("observe")
+    sub.add_parser("stacks", help="dump and abort this node's training workers (a hang)")
     t = sub.add_parser("task")
     t.add_argument("--script", required=True, help="the running batch script ($0)")
     sub.add_parser("whoami")
@@ -384,6 +386,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             % (env.get("SLURMD_NODENAME", "?"), a.signal, len(sent)),
             flush=True,
         )
+        return 0
+    if a.cmd == "stacks":
+        from .hang import dump_stacks
+
+        lines = dump_stacks(env.get("SLURM_JOB_ID", ""), env.get("SLURMD_NODENAME", ""))
+        print("\n".join(lines), flush=True)
         return 0
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")

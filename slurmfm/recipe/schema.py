@@ -129,6 +129,7 @@ _LEAF_FIELDS = (
     "extra_args",
     "flavor",
     "health_gate",
+    "hang_timeout",
     "health_path",
     "image",
     "instance_type",
@@ -671,6 +672,15 @@ class Resilience(_Strict):
         ),
     )
     max_restarts: int = Field(default=3, ge=0, le=1000)
+    hang_timeout: str = Field(
+        default="30m",
+        description=(
+            "a launch with no progress (report_progress, a new checkpoint, a Megatron or NeMo "
+            "iteration line) for this long is a hang: stacks dumped, stopped, retried. "
+            "Seconds or NUMBER with s, m or h; 'none' turns it off. Default 30m: above NCCL's "
+            "own 10-minute collective timeout and a large model's checkpoint save"
+        ),
+    )
     restart_in_job: bool = Field(
         default=True,
         description=(
@@ -732,6 +742,23 @@ class Resilience(_Strict):
             "not saved"
         ),
     )
+
+    @field_validator("hang_timeout", mode="before")
+    @classmethod
+    def _hang_timeout(cls, v: object) -> str:
+        text = str(v).strip().lower()
+        if text == "none" or re.fullmatch(r"[0-9]+[smh]?", text):
+            return text
+        raise ValueError(f"{v!r} is not a duration: seconds, or a number with s, m or h; none")
+
+    @property
+    def hang_timeout_s(self) -> int:
+        """The hang timeout in seconds (0: off)."""
+        text = self.hang_timeout
+        if text == "none":
+            return 0
+        unit = {"s": 1, "m": 60, "h": 3600}.get(text[-1], 1)
+        return int(text.rstrip("smh")) * unit
 
 
 class Network(_Strict):

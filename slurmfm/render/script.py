@@ -815,7 +815,7 @@ def _batch_opts(
     opts = [
         f"--max-restarts {res.max_restarts} --restart-in-job {int(res.restart_in_job)}"
         f" --requeue {int(res.requeue)} --drain {int(res.drain_unhealthy)} --hyperpod {hyperpod}",
-        f"--retry-exit {retry}",
+        f"--retry-exit {retry} --hang-timeout-s {res.hang_timeout_s}",
     ]
     if res.requeue and res.expedited_requeue:
         opts.append("--expedite 1")  # an end it chooses must not be requeued held

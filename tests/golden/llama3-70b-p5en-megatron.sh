@@ -79,10 +79,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7.pyz"
-if ! echo "a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f.pyz"
+if ! echo "e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -103,8 +103,8 @@ exec "$@"'
 # Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory.
 # The runtime runs it, forwards the pre-timeout signal and decides on requeue.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none \
+exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+  --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 8 --efa 16 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check megatron:250000 \
@@ -183,4 +183,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7 <base64 zipapp of slurmfm/job, 77160 chars>
+# slurmfm-runtime sha256=e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f <base64 zipapp of slurmfm/job, 83164 chars>

@@ -80,10 +80,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7.pyz"
-if ! echo "a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f.pyz"
+if ! echo "e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -95,8 +95,8 @@ eval "$slurmfm_env"
 # Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none \
+exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+  --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 8 --efa 32 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check marker \
@@ -110,4 +110,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   /fsx/awsome-distributed-training/3.test_cases/pytorch/FSDP/src/train.py \
   '--model_type=llama_v3' '--num_layers=32' '--hidden_width=4096' '--intermediate_size=14336' '--num_heads=32' '--num_key_value_heads=8' '--max_context_width=8192' '--tokenizer=meta-llama/Meta-Llama-3-8B' '--dataset=/fsx/data/c4/en' '--dataset_config_name=en' '--train_batch_size=2' '--val_batch_size=2' '--max_steps=20000' '--validation_freq=500' '--sharding_strategy=full' '--offload_activations=1' '--activation_checkpointing=1' '--bf16=1' '--lr=3.0e-4' '--weight_decay=0.1' '--warmup_steps=2000' '--checkpoint_dir=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--resume_from_checkpoint=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--checkpoint_freq=1000'
 
-# slurmfm-runtime sha256=a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7 <base64 zipapp of slurmfm/job, 77160 chars>
+# slurmfm-runtime sha256=e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f <base64 zipapp of slurmfm/job, 83164 chars>

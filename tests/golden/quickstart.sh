@@ -39,10 +39,10 @@ export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7.pyz"
-if ! echo "a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f.pyz"
+if ! echo "e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -54,8 +54,8 @@ eval "$slurmfm_env"
 # Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none \
+exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+  --retry-exit none --hang-timeout-s 1800 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check marker -- \
   srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
   --kill-on-bad-exit=1 \
@@ -65,4 +65,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7 <base64 zipapp of slurmfm/job, 77160 chars>
+# slurmfm-runtime sha256=e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f <base64 zipapp of slurmfm/job, 83164 chars>

@@ -69,10 +69,10 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7.pyz"
-if ! echo "a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f.pyz"
+if ! echo "e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -96,12 +96,12 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
 # Launch: vllm server on the whole allocation. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 20 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none \
+exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 20 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+  --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 8 --efa 32 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check none \
   --observe 1 --observe-job-json '{"instance_type": "p5.48xlarge", "launcher": "vllm", "procs_per_node": 8, "recipe": "llama3-70b-serve", "tasks_per_node": 1}' \
   --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=a3ea10d7637ee38bc3789fe56ce21d26fab5ef84d66c90fb9693d8f225dfe2a7 <base64 zipapp of slurmfm/job, 77160 chars>
+# slurmfm-runtime sha256=e75592f95f4f61f32cf7db069cbef5ebcbe9704dea57556766725186679f5a6f <base64 zipapp of slurmfm/job, 83164 chars>

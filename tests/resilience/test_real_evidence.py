@@ -11,6 +11,7 @@ Megatron-LM run by ``--train-samples`` ended COMPLETED at its first early exit 0
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -180,3 +181,47 @@ def test_megatron_by_samples_early_exit_requeues_and_the_finished_run_does_not(
     tracker = tmp_path / "ckpt" / "megs" / "megs" / "latest_checkpointed_iteration.txt"
     wait_until("the tracker", tracker.exists, 5)
     assert tracker.read_text().strip() == "100"
+
+
+def test_a_rank_hanging_in_all_reduce_is_caught_stacks_dumped_and_retried(
+    ev_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """Rank 1 stops at its 12th all_reduce; the other ranks wait inside it (gloo would wait 30
+    minutes). With ``hang_timeout: 30s`` the runtime sees no progress, dumps every worker's
+    stack into the log (faulthandler on SIGABRT; py-spy where installed), stops the step and
+    relaunches it in the allocation; the run resumes from its last checkpoint."""
+    total, every, timeout = 30, 5, 30
+    job_id = submit(
+        ev_lab,
+        tmp_path,
+        f"launcher.script={FAULTS}",
+        f"env.TEST_FAULT=hang:12:{tmp_path / 'fault-once'}",
+        f"resilience.hang_timeout={timeout}s",
+        "resilience.max_restarts=2",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}']",
+    )
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    wait_for_event(log_path, "the hang", "fault", 240)
+    t_hang = time.monotonic()
+    wait_until(
+        "the hang caught",
+        lambda: "slurmfm: hang: no progress for" in read_text(log_path),
+        timeout + 60,
+        lambda: read_text(log_path)[-3000:],
+    )
+    assert time.monotonic() - t_hang <= timeout + 60
+    rec = wait_done(ev_lab, job_id, timeout=400)
+    log = log_of(tmp_path, job_id)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 0, log[-3000:]
+    after = log[log.index("slurmfm: hang: no progress for") :]
+    assert "slurmfm-stacks " in after  # each node's workers listed
+    assert "in all_reduce" in after  # a waiting rank's stack: faulthandler's dump
+    assert "in stuck" in after  # the hanging rank's own
+    state = state_of(tmp_path, job_id)
+    relaunch = [x for x in state.splitlines() if "restart=0 event=relaunch " in x]
+    assert len(relaunch) == 1, state
+    assert "hang: no progress for" in relaunch[0], state
+    ev = events(log)
+    assert [e["step"] for e in ev if e["event"] == "resume"] == [10]
+    assert [e["steps"] for e in ev if e["event"] == "done"] == [total]

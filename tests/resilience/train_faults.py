@@ -6,6 +6,8 @@ The fault comes from ``TEST_FAULT`` (a recipe ``env`` value, so the job carries 
   the script's top level, before any ``@record`` runs: what a missing package does);
 * ``raise:STEP:FILE`` — rank 0 raises ``RuntimeError`` at STEP, once (FILE marks it done);
 * ``kill:STEP:FILE`` — rank 0's worker is killed with SIGKILL at STEP, once;
+* ``hang:N:FILE`` — rank 1 stops at its N-th ``all_reduce`` (once): it sleeps, and every
+  other rank waits inside that ``all_reduce`` (gloo's timeout is 30 minutes);
 * ``save`` — the pre-timeout save fails (``OSError`` "Read-only file system"), as on a full or
   read-only checkpoint directory; periodic saves work. (A chmod would not show it: the tests
   run as root, whom no mode stops.)
@@ -64,6 +66,24 @@ if KIND in ("raise", "kill"):
         return done
 
     ck.report_progress = hooked  # type: ignore[assignment]
+
+if KIND == "hang":
+    import time
+
+    import torch.distributed as dist
+
+    at, _, mark = REST.partition(":")
+    reduce = dist.all_reduce
+    calls = [0]
+
+    def stuck(*a: object, **kw: object) -> object:
+        calls[0] += 1
+        if calls[0] == int(at) and dist.get_rank() == 1 and once(mark):
+            print(json.dumps({"event": "fault", "hang": calls[0]}), flush=True)
+            time.sleep(3600)
+        return reduce(*a, **kw)  # type: ignore[arg-type]
+
+    dist.all_reduce = stuck  # type: ignore[assignment]
 
 if KIND == "save":
     save = ck.save
