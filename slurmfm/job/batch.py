@@ -690,7 +690,12 @@ class Batch:
         :mod:`.hang`); it ends and is judged like any failure, as a hang."""
         self.hung = "no progress for %d s (last: %s)" % (h.idle_s(), h.what)
         log("hang: %s; dumping the workers' stacks, then stopping the step" % self.hung, True)
-        _, out = self.run(self.all_nodes_srun("stacks", overlap=True), self.o.probe_timeout_s)
+        cmd = self.all_nodes_srun("stacks", overlap=True)
+        # --overlap shares the CPUs only; memory is the launch step's unless the step asks for
+        # none of its own (seen on the lab: "Memory required by task is not available";
+        # https://slurm.schedmd.com/srun.html#OPT_mem: 0 grants the job's memory).
+        cmd.insert(cmd.index("--overlap") + 1, "--mem=0")
+        _, out = self.run(cmd, self.o.probe_timeout_s)
         sys.stdout.write(out if out.endswith("\n") or not out else out + "\n")
         sys.stdout.flush()
         deadline = self.clock() + 30.0
