@@ -71,7 +71,9 @@ class Batch:
         self.clock = clock
         self.sleep = sleep
         # A requeue, a release, a Requeue=0: retried while slurmctld is away (issue 15.4).
-        self.retry = sl.Retry(opts.requeue_tries, opts.requeue_delay_s, sleep=sleep)
+        self.retry = sl.Retry(
+            opts.requeue_tries, opts.requeue_delay_s, sleep=sleep, away_s=opts.requeue_away_s
+        )
         self.restart = int(self.env.get("SLURM_RESTART_COUNT", "0") or 0)
         log_dir = self.env.get("SLURMFM_LOG_DIR", ".")
         self.state = StateFile(

@@ -260,6 +260,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--requeue-tries", type=int, default=3)
     b.add_argument("--requeue-delay-s", type=float, default=10.0)
     b.add_argument(
+        "--requeue-away-s", type=float, default=600.0, help="keep trying while slurmctld is away"
+    )
+    b.add_argument(
         "--retry-exit",
         default="any",
         help="'any', 'none' or a comma list of exit codes (exits > 128 always retry)",

@@ -77,10 +77,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/8acaff06c671adb4c7b15660c1d2b2022d5c476f83b6abecb177ce1b35110a50.pyz"
-if ! echo "8acaff06c671adb4c7b15660c1d2b2022d5c476f83b6abecb177ce1b35110a50  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/f9c731aff587e3a60ea27e9e8c320303134ae483673707b01d9111861d7391f7.pyz"
+if ! echo "f9c731aff587e3a60ea27e9e8c320303134ae483673707b01d9111861d7391f7  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "8acaff06c671adb4c7b15660c1d2b2022d5c476f83b6abecb177ce1b35110a50  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "f9c731aff587e3a60ea27e9e8c320303134ae483673707b01d9111861d7391f7  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -176,4 +176,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=8acaff06c671adb4c7b15660c1d2b2022d5c476f83b6abecb177ce1b35110a50 <base64 zipapp of slurmfm/job, 83336 chars>
+# slurmfm-runtime sha256=f9c731aff587e3a60ea27e9e8c320303134ae483673707b01d9111861d7391f7 <base64 zipapp of slurmfm/job, 83980 chars>

@@ -69,10 +69,10 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/8acaff06c671adb4c7b15660c1d2b2022d5c476f83b6abecb177ce1b35110a50.pyz"
-if ! echo "8acaff06c671adb4c7b15660c1d2b2022d5c476f83b6abecb177ce1b35110a50  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/f9c731aff587e3a60ea27e9e8c320303134ae483673707b01d9111861d7391f7.pyz"
+if ! echo "f9c731aff587e3a60ea27e9e8c320303134ae483673707b01d9111861d7391f7  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "8acaff06c671adb4c7b15660c1d2b2022d5c476f83b6abecb177ce1b35110a50  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "f9c731aff587e3a60ea27e9e8c320303134ae483673707b01d9111861d7391f7  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -104,4 +104,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 20 --restart-in-job 1 --req
   --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=8acaff06c671adb4c7b15660c1d2b2022d5c476f83b6abecb177ce1b35110a50 <base64 zipapp of slurmfm/job, 83336 chars>
+# slurmfm-runtime sha256=f9c731aff587e3a60ea27e9e8c320303134ae483673707b01d9111861d7391f7 <base64 zipapp of slurmfm/job, 83980 chars>

@@ -271,7 +271,8 @@ def test_slurmctld_away_no_node_judged_and_requeue_failure_recorded(tmp_path: Pa
     """15.4: an unreachable slurmctld is not a dead node; a failed requeue is not recorded
     as a requeue."""
     slurm = Slurm(ctld=False)
-    assert go(make(tmp_path, Step(1), slurm, "--requeue-tries", "2")) == 1
+    b = make(tmp_path, Step(1), slurm, "--requeue-tries", "2", "--requeue-away-s", "0")
+    assert go(b) == 1
     assert not any(c[0] == "srun" or c[:2] == ["scontrol", "update"] for c in slurm.calls)
     assert [c for c in slurm.calls if c[:2] == ["scontrol", "requeue"]] == [
         ["scontrol", "requeue", "77"]
