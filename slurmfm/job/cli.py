@@ -249,6 +249,7 @@ def parser() -> argparse.ArgumentParser:
     _runtime_option(b)
     b.add_argument("--max-restarts", type=int, default=3)
     b.add_argument("--restart-in-job", type=int, default=0)
+    b.add_argument("--supervise", type=int, default=1, help="a parent that outlives a kill")
     b.add_argument("--hang-timeout-s", type=float, default=0.0, help="0: no hang detection")
     b.add_argument("--requeue", type=int, default=1)
     b.add_argument(
@@ -359,7 +360,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = _rest(a.argv)
         k = a.serve_words
         serve_argv, launch = words[:k], words[k:]
-        return Batch(a, env).main(serve_argv, launch)
+        if not a.supervise or env.get("SLURMFM_SUPERVISED") == "1":
+            return Batch(a, env).main(serve_argv, launch)
+        from .state import StateFile, state_path
+        from .supervise import supervise
+
+        state = StateFile(
+            env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env),
+            int(env.get("SLURM_RESTART_COUNT", "0") or 0),
+        )
+        return supervise(
+            lambda: Batch(a, dict(env, SLURMFM_SUPERVISED="1")).main(serve_argv, launch),
+            state,
+            env,
+            a.max_restarts,
+            bool(a.requeue),
+        )
     if a.cmd == "node":
         from .node import main as node_main
 

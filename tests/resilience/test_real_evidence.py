@@ -11,13 +11,23 @@ Megatron-LM run by ``--train-samples`` ended COMPLETED at its first early exit 0
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from lab import OwnLab, SlurmLab, own_lab_fixture, read_text, wait_until
-from test_real_slurm_resilience import STANDINS, _resil, events, submit, wait_done, wait_for_event
+from test_real_slurm_resilience import (
+    FAST,
+    STANDINS,
+    _resil,
+    events,
+    submit,
+    wait_done,
+    wait_for_event,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
@@ -225,3 +235,53 @@ def test_a_rank_hanging_in_all_reduce_is_caught_stacks_dumped_and_retried(
     ev = events(log)
     assert [e["step"] for e in ev if e["event"] == "resume"] == [10]
     assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
+
+
+def runtime_pids(job_id: str) -> list[int]:
+    """The batch runtime processes of ``job_id``: ``python3 RUNTIME.pyz batch ...`` with the
+    job's id in their environment (the supervisor and, below it, the runtime)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+            env = (p / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[2:3] == [b"batch"] and f"SLURM_JOB_ID={job_id}".encode() in env:
+            found.append(int(p.name))
+    return found
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_kill_of_the_runtime_is_recorded_and_the_job_requeued(
+    ev_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """``kill -9`` of the batch runtime used to end the job FAILED with nothing recorded; its
+    supervisor (the batch step's own process) records it and requeues. Stand-ins: Slurm and
+    the runtime are the subject, not torch."""
+    total, every = 60, 5
+    job_id = submit(
+        ev_lab,
+        tmp_path,
+        *FAST,
+        "resilience.max_restarts=2",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2']",
+    )
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    wait_for_event(log_path, "a checkpoint", "checkpoint", 120)
+    pids = runtime_pids(job_id)
+    child = [p for p in pids if parent_of(p) in pids]
+    assert len(child) == 1, pids
+    os.kill(child[0], signal.SIGKILL)
+    rec = wait_done(ev_lab, job_id, timeout=400)
+    log = log_of(tmp_path, job_id)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 1, log[-3000:]
+    state = state_of(tmp_path, job_id)
+    assert "restart=0 event=requeue the job runtime was killed (signal 9)" in state, state
+    assert [e["steps"] for e in events(log) if e["event"] == "done"] == [total]
