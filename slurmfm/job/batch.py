@@ -107,6 +107,7 @@ class Batch:
         self.log_start: tuple[str, int] | None = None
         self.mark_before: dict[str, str] = {}
         self.mark_at_signal: dict[str, str] = {}
+        self.forwarded = False  # the save signal has reached the step
         self.last_signature = ""
         self.ctld_away = False
         self.hang: HangWatch | None = None
@@ -359,7 +360,7 @@ class Batch:
             log("USR2 received: requeueing now; the run resumes from its last checkpoint")
             if self.act(d) == 0:
                 self.cleanup()
-                os._exit(0)
+                flush_and_exit(0)
             self.gave_up = True  # the failed requeue is recorded; keep running
             return
         log("USR2 received: asking the training processes to save and exit")
@@ -384,7 +385,7 @@ class Batch:
                 self.record_stop()
         with contextlib.suppress(Exception):
             self.cleanup()
-        os._exit(code)
+        flush_and_exit(code)
 
     def record_stop(self) -> None:
         """Record what the TERM means, as Slurm says at this moment (issue 15.16a).
@@ -429,6 +430,10 @@ class Batch:
         if self.next_signal is None or step is None or step.poll() is not None:
             return
         if self.clock() >= max(self.next_signal, self.step_started + self.o.signal_grace_s):
+            if not self.forwarded:
+                # The save is asked for now: only a checkpoint newer than this proves it.
+                self.forwarded = True
+                self.mark_at_signal = self.progress_now()
             with contextlib.suppress(OSError):
                 step.send_signal(signal.SIGUSR2)
             if self.o.container_forward != "none":
@@ -543,7 +548,8 @@ class Batch:
         A requeue gives the allocation back, waits out the job credential (``cred_expire``,
         120 s by default before 25.11) and then the queue, though the nodes are usually fine.
         So a retryable failure on nodes that all answered relaunches the step in this job,
-        counted against ``max_restarts``. Requeued instead: a node lost (the allocation
+        counted against ``max_restarts``. Requeued instead: an exit 0 short of the work (Megatron
+        ends early to leave the time limit to the next allocation), a node lost (the allocation
         cannot continue), the pre-timeout signal (the time limit is the allocation's), a
         server beside the trainer, HyperPod (its auto-resume replays the step itself).
         The health gate runs again first (:meth:`_main`); a node it fails requeues off it.
@@ -552,6 +558,7 @@ class Batch:
         if not (
             o.restart_in_job
             and d.action == "requeue"
+            and d.exit_code != 0  # an early exit 0 (Megatron's exit-duration) wants a new limit
             and launch_argv
             and not serve_argv
             and not dead
@@ -749,6 +756,9 @@ class Batch:
             # SLURMFM_STEP marks the launch's processes for `forward` (found by environment).
             env = dict(self.step_env(launch_argv), SLURMFM_STEP="launch")
             env.update(self.evidence_env())
+            if "--auto-resume=1" in launch_argv:
+                # a replay after a node replacement recomputes its order (node.replayed)
+                env["SLURMFM_LAUNCH_NODELIST"] = self.env.get("SLURM_JOB_NODELIST", "")
             self.step = self.start_launch(launch_argv, env)
             self.step_started = self.clock()
         else:
@@ -782,6 +792,11 @@ class Batch:
         saved = None
         if self.signalled:
             saved = ev.saved_since(self.mark_at_signal or self.mark_before, after)
+            if saved and rc != 0:
+                # A training that saved on the signal exits 0; a checkpoint beside a failed
+                # exit is a periodic one finishing, not the save that was asked for.
+                log("after the save signal: %s, but the training exited %d" % (saved, rc))
+                saved = ""
             if saved == "":
                 self.state.record(
                     "save-failed",
@@ -897,6 +912,14 @@ def in_container(argv: Sequence[str]) -> list[str]:
         return []
     prefix = ["PET_NODE_RANK=0"] if "PET_NODE_RANK" in words[i - 1] else []
     return prefix + words[i + 1 :]
+
+
+def flush_and_exit(code: int) -> None:
+    """``os._exit`` (no cleanup handlers in a signal handler) after what was printed."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def runs_node_entry(argv: Sequence[str], runtime: str) -> bool:

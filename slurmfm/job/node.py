@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from .evidence import LaunchWatch
 from .health import run_command
-from .hosts import insert_rank, node_rank
+from .hosts import insert_rank, node_rank, replayed_order, with_master
 from .serve import ray_alive
 
 if TYPE_CHECKING:
@@ -240,6 +240,33 @@ def run_ray_node(
         call([ray, "stop"], env)
 
 
+def replayed(
+    argv: Sequence[str], order: list[str], env: dict[str, str], run: Runner = run_command
+) -> tuple[list[str], list[str]]:
+    """A launch HyperPod's auto-resume replayed on other nodes: its order and master again.
+
+    The batch step exports the launch's node list (``SLURMFM_LAUNCH_NODELIST``) for a launch
+    with ``--auto-resume=1``; a step whose ``SLURM_STEP_NODELIST`` differs ran again after a
+    replacement, so the order is recomputed (:func:`hosts.replayed_order`), exported, and the
+    rendezvous host moved where node 0 now is.
+    """
+    words = list(argv)
+    was, now = env.get("SLURMFM_LAUNCH_NODELIST", ""), env.get("SLURM_STEP_NODELIST", "")
+    if not was or not now or was == now:
+        return words, order
+    rc, out = run(["scontrol", "show", "hostnames", now], 30.0)
+    nodes = out.split() if rc == 0 else []
+    if not nodes:
+        return words, order
+    new = replayed_order(order, nodes)
+    if new and order and new[0] != order[0]:
+        words = with_master(words, env.get("SLURMFM_RDZV_HOST", order[0]), new[0])
+        env["SLURMFM_RDZV_HOST"] = new[0]
+    env["SLURMFM_HOST_ORDER"] = " ".join(new)
+    print("slurmfm: replayed on %s: host order %s" % (now, " ".join(new)), flush=True)
+    return words, new
+
+
 def main(
     argv: Sequence[str],
     prefix: int,
@@ -250,6 +277,7 @@ def main(
     env = dict(os.environ if env is None else env)
     me = env.get("SLURMD_NODENAME", "")
     order = env.get("SLURMFM_HOST_ORDER", "").split()
+    argv, order = replayed(argv, order, env)
     rank = node_rank(order, me)
     if rank < 0:
         print(f"slurmfm: {me} is not in the host order", file=sys.stderr)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,9 @@ def supervise(
             os.environ["SLURMFM_SUPERVISED"] = "1"
             code = run_batch()
         finally:
+            for stream in (sys.stdout, sys.stderr):  # os._exit flushes nothing
+                with contextlib.suppress(Exception):
+                    stream.flush()
             os._exit(code)
     sent: list[int] = []
 

@@ -79,10 +79,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/f11cb57b2d24f8331ec4fbba696805afae8fac52d8fd7a171c1d5d03ca6df263.pyz"
-if ! echo "f11cb57b2d24f8331ec4fbba696805afae8fac52d8fd7a171c1d5d03ca6df263  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/64ce145d7d7f1e6b35099db1a8fee904d69bf7ac81b6220d7073ce5f730e5a12.pyz"
+if ! echo "64ce145d7d7f1e6b35099db1a8fee904d69bf7ac81b6220d7073ce5f730e5a12  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "f11cb57b2d24f8331ec4fbba696805afae8fac52d8fd7a171c1d5d03ca6df263  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "64ce145d7d7f1e6b35099db1a8fee904d69bf7ac81b6220d7073ce5f730e5a12  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -183,4 +183,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=f11cb57b2d24f8331ec4fbba696805afae8fac52d8fd7a171c1d5d03ca6df263 <base64 zipapp of slurmfm/job, 86300 chars>
+# slurmfm-runtime sha256=64ce145d7d7f1e6b35099db1a8fee904d69bf7ac81b6220d7073ce5f730e5a12 <base64 zipapp of slurmfm/job, 88408 chars>

@@ -26,6 +26,7 @@ class Step:
         self.signals: list[int] = []
         self.done = False
         self.pid = 4242
+        self.on_signal: Callable[[], None] | None = None  # the training, told to save
 
     def poll(self) -> int | None:
         return self.rc if self.done else None
@@ -40,6 +41,8 @@ class Step:
 
     def send_signal(self, sig: int) -> None:
         self.signals.append(sig)
+        if self.on_signal is not None:
+            self.on_signal()
 
     def terminate(self) -> None:
         self.done = True
@@ -86,13 +89,18 @@ class Slurm:
 
 
 def saves(box: list[Batch], tmp: Path, step: int = 95) -> Callable[[], None]:
-    """The training at the pre-timeout signal: it saves a complete checkpoint (the proof)."""
+    """The training at the pre-timeout signal: once told, it saves a complete checkpoint (the
+    proof) and exits 0."""
 
-    def during() -> None:
-        box[0].on_usr2(signal.SIGUSR2, None)
+    def save() -> None:
         name = f"step_{step:09d}"
         (tmp / "ckpt" / name).mkdir()
         (tmp / "ckpt" / "latest").write_text(name + "\n")
+
+    def during() -> None:
+        box[0].on_usr2(signal.SIGUSR2, None)
+        assert box[0].step is not None
+        box[0].step.on_signal = save  # type: ignore[attr-defined]
 
     return during
 
@@ -202,7 +210,7 @@ def test_stale_marker_of_a_shorter_run_does_not_end_a_longer_one(tmp_path: Path)
     box: list[Batch] = []
     step = Step(0, during=saves(box, tmp_path))
     slurm = Slurm()
-    box.append(make(tmp_path, step, slurm, "--done-check", "marker"))
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0"))
     old = {"ask": "a20", "job_id": "12", "steps": 20}
     (tmp_path / "ckpt" / "DONE").write_text(json.dumps(old))
     assert go(box[0]) == 0
@@ -243,7 +251,9 @@ def test_restart_cap_after_a_save_ends_failed(tmp_path: Path) -> None:
     box: list[Batch] = []
     step = Step(0, during=saves(box, tmp_path))
     slurm = Slurm()
-    box.append(make(tmp_path, step, slurm, "--max-restarts", "3", restart=3))
+    box.append(
+        make(tmp_path, step, slurm, "--max-restarts", "3", "--signal-grace-s", "0", restart=3)
+    )
     assert go(box[0]) == 3
     assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
     assert state(tmp_path)[-1].startswith("event=give-up restart cap 3 reached: saved before")
@@ -758,3 +768,23 @@ def test_a_lost_node_or_slurmctld_away_requeues_instead(tmp_path: Path) -> None:
     steps_of(b, 1)
     go(b)
     assert not any("event=relaunch" in x for x in state(tmp_path))
+
+
+def test_a_checkpoint_beside_a_failed_exit_is_not_the_save(tmp_path: Path) -> None:
+    """A periodic checkpoint finishing after the save signal, then the save itself failing
+    (exit 1): a failed save, recorded as such (seen on the lab)."""
+    box: list[Batch] = []
+    step = Step(1, during=saves(box, tmp_path))
+    box.append(make(tmp_path, step, Slurm(), "--done-check", "marker", "--signal-grace-s", "0"))
+    assert go(box[0]) == 0
+    assert state(tmp_path)[-2].startswith("event=save-failed")
+    assert state(tmp_path)[-1].startswith("event=requeue pre-timeout save failed (training exit 1")
+
+
+def test_an_early_exit_zero_requeues_for_a_new_time_limit(tmp_path: Path) -> None:
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--restart-in-job", "1", "--done-check", "megatron:100")
+    steps_of(b, 0)
+    assert go(b) == 0
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path)[-1].startswith("event=requeue exit 0 before the work was done")
