@@ -177,9 +177,12 @@ def classify(ev: Evidence) -> Verdict:
                 hsig,
             )
         return Verdict(True, "hang: %s%s" % (ev.hang, htag), hsig)
-    if ev.retryable is None or ev.rc in ev.retryable:
-        # The recipe's override: these exit codes are retried whatever the evidence says.
-        return Verdict(True, "step failed with exit %d" % ev.rc, sig, node)
+    first_exit = f.exit if f is not None else ev.rc
+    if ev.retryable is None or ev.rc in ev.retryable or first_exit in ev.retryable:
+        # The recipe's override: these exit codes (srun's, or the first failed launcher's:
+        # srun may report the TERMed others') are retried whatever the evidence says.
+        code = ev.rc if ev.retryable is None or ev.rc in ev.retryable else first_exit
+        return Verdict(True, "step failed with exit %d" % code, sig, node)
     if ev.reported and not ev.nodes and not ev.tasks and ev.rc != 0:
         why = ev.srun_errors[-1] if ev.srun_errors else "no node started the launcher"
         return Verdict(

@@ -719,9 +719,10 @@ class Resilience(_Strict):
     retry_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
         default_factory=list,
         description=(
-            "step exit codes that requeue the job; others fail it at once (an argument error "
-            "or ImportError fails the same way every time). A dead node, a process killed by "
-            "a signal (exit > 128) and the pre-timeout save always requeue"
+            "step exit codes retried whatever the evidence says (an override); otherwise a "
+            "failure is judged by evidence: an ImportError or argument error before any "
+            "progress fails at once, a failure after progress is retried, the same failure "
+            "twice without progress is a crash loop (README 'Resilience')"
         ),
     )
     model_params_b: float | None = Field(

@@ -87,6 +87,10 @@ def test_retry_exit_codes_override_the_evidence() -> None:
     assert v.retry
     assert v.reason == "step failed with exit 1"
     assert classify(Evidence(1, nodes=(IMPORT_N2,), retryable=None)).retry
+    # srun said 143 (the TERMed node); the first failed launcher exited 1, which is listed
+    v = classify(Evidence(143, nodes=(KILLED_N1, IMPORT_N2), progress=False, retryable=[1]))
+    assert v.retry
+    assert v.reason == "step failed with exit 1"
 
 
 def test_srun_failing_before_any_task_fails_at_once() -> None:
