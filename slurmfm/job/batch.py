@@ -110,6 +110,7 @@ class Batch:
         self.forwarded = False  # the save signal has reached the step
         self.last_signature = ""
         self.ctld_away = False
+        self.node_failed = False
         self.hang: HangWatch | None = None
         self.hung = ""  # what the hang watch saw when it stopped the step
         self.relaunches = 0  # in-job restarts of this attempt (counted against max_restarts)
@@ -566,6 +567,7 @@ class Batch:
             and not o.hyperpod
             and not self.stopping
             and not self.ctld_away  # a new step needs slurmctld; the requeue path waits for it
+            and not self.node_failed  # the allocation lost a node (accounting says)
         ):
             return False
         if self.restarts_used() >= o.max_restarts:
@@ -664,6 +666,10 @@ class Batch:
             reported=runs_node_entry(argv, self.o.runtime),
             hang=self.hung,
         )
+        if not self.ctld_away:
+            state = sl.last_step_state(sl.self_id(self.env), self.run)
+            e = e._replace(step_state=state)
+            self.node_failed = state == "NODE_FAIL"
         v = cl.classify(e)
         first = cl.first_failure(nodes)
         log(

@@ -11,14 +11,14 @@ order (README "Failure classification" has the same table):
 ===  ==========================================================  ==========================
  #   evidence                                                    verdict
 ===  ==========================================================  ==========================
- 1   a node did not answer, or Slurm says NODE_FAIL              retry (off that node)
+ 1   a node did not answer, or sacct says NODE_FAIL              retry (off that node)
  1a  the hang watch stopped it (no progress for hang_timeout)    retry; twice without
                                                                  progress: crash loop
  2   the exit code is listed in ``resilience.retry_exit_codes``  retry (the override)
  3   srun failed before any task started (bad option, no Pyxis)  fail at once
  4   ImportError / ModuleNotFoundError / SyntaxError / argument  fail at once, naming the
      error / missing script, before any progress                 exception and the node
- 5   out of memory (srun's "Out Of Memory", OUT_OF_MEMORY)       retry after progress,
+ 5   out of memory (srun's "Out Of Memory", sacct OUT_OF_MEMORY) retry after progress,
                                                                  else fail
  6   any failure after progress (new checkpoint, reported step)  retry
  7   the same signature as the last attempt, no progress since   fail: crash loop
@@ -89,6 +89,7 @@ class Evidence(NamedTuple):
     retryable: Sequence[int] | None = ()  # None: every exit code is retried
     reported: bool = True  # the launch runs the node entry, so nodes report
     hang: str = ""  # the hang watch stopped the step: what it saw ("" no hang)
+    step_state: str = ""  # accounting's state of the launch step (sacct), "" unknown
 
 
 class Verdict(NamedTuple):
@@ -154,6 +155,8 @@ def classify(ev: Evidence) -> Verdict:
     """Retry or fail a launch that ended non-zero, with the reason and its signature."""
     f = first_failure(ev.nodes)
     sig_text, words = _what(f, ev)
+    if ev.step_state == "OUT_OF_MEMORY":
+        ev = ev._replace(oom=True)
     if ev.oom:
         sig_text = "oom"
     where = _where(f, ev)
@@ -161,6 +164,8 @@ def classify(ev: Evidence) -> Verdict:
     sig = digest(sig_text)
     tag = " [signature %s]" % sig
     prog = " after progress (%s)" % ev.progress_note if ev.progress_note else " after progress"
+    if ev.step_state == "NODE_FAIL" and not ev.lost:
+        return Verdict(True, "step failed with exit %d; Slurm: NODE_FAIL" % ev.rc, sig, node)
     if ev.lost:
         lost = " ".join(ev.lost)
         return Verdict(

@@ -329,3 +329,24 @@ def restart_reason(
     return "requeued by Slurm or an operator (not by slurmfm): " + (
         "; ".join(parts) or "Slurm does not say why"
     )
+
+
+def last_step_state(job: str, run: Runner = run_command, timeout_s: float = 10.0) -> str:
+    """The state accounting gives the job's newest numbered step (``OUT_OF_MEMORY``,
+    ``NODE_FAIL``, ``FAILED``, ...), "" without accounting or an answer.
+
+    ``sacct -j JOB -n -P -o JobID,State`` (https://slurm.schedmd.com/sacct.html): a cgroup
+    OOM is a step state there (accounting records a step whose exit code is ``SIG_OOM`` as
+    ``JOB_OOM``: SchedMD/slurm src/plugins/accounting_storage/mysql/as_mysql_job.c), though
+    srun itself exits 1 for it.
+    """
+    rc, out = run(["sacct", "-j", job, "-n", "-P", "-o", "JobID,State"], timeout_s)
+    if rc != 0:
+        return ""
+    best = (-1, "")
+    for line in out.splitlines():
+        jid, _, state = line.partition("|")
+        step = jid.rpartition(".")[2] if "." in jid else ""
+        if step.isdigit() and int(step) > best[0]:
+            best = (int(step), state.split()[0] if state.split() else "")
+    return best[1]

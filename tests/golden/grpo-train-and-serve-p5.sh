@@ -75,10 +75,10 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/3940bbdacfbab8974c2d69af283c5475535cf5efb6f0fbf4f3d06621c2ee093f.pyz"
-if ! echo "3940bbdacfbab8974c2d69af283c5475535cf5efb6f0fbf4f3d06621c2ee093f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/6573df096986a10a078c6a1e65b0ad64f2fbd8305c76d1f8a444799e131383f8.pyz"
+if ! echo "6573df096986a10a078c6a1e65b0ad64f2fbd8305c76d1f8a444799e131383f8  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "3940bbdacfbab8974c2d69af283c5475535cf5efb6f0fbf4f3d06621c2ee093f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "6573df096986a10a078c6a1e65b0ad64f2fbd8305c76d1f8a444799e131383f8  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -117,4 +117,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=3940bbdacfbab8974c2d69af283c5475535cf5efb6f0fbf4f3d06621c2ee093f <base64 zipapp of slurmfm/job, 88480 chars>
+# slurmfm-runtime sha256=6573df096986a10a078c6a1e65b0ad64f2fbd8305c76d1f8a444799e131383f8 <base64 zipapp of slurmfm/job, 89160 chars>

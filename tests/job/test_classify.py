@@ -322,3 +322,13 @@ def test_progress_since(tmp_path: Path) -> None:
     assert ev.progress_since(after, after) == (False, "")
     (ck / "latest_checkpointed_iteration.txt").write_text("300\n")
     assert ev.saved_since(after, ev.progress_mark(str(ck), str(pf))) == "Megatron tracker at 300"
+
+
+def test_accounting_states_oom_and_node_fail() -> None:
+    """sacct's step state: OUT_OF_MEMORY (srun said exit 1) and NODE_FAIL."""
+    v = classify(Evidence(1, progress=False, step_state="OUT_OF_MEMORY", reported=False))
+    assert not v.retry
+    assert v.reason.startswith("out of memory before any progress")
+    v = classify(Evidence(1, nodes=(IMPORT_N2,), progress=False, step_state="NODE_FAIL"))
+    assert v.retry
+    assert v.reason == "step failed with exit 1; Slurm: NODE_FAIL"

@@ -127,3 +127,12 @@ def test_requeue_off_is_retried_like_the_requeue() -> None:
     assert run.calls == [["scontrol", "update", "JobId=5", "Requeue=0"]] * 2
     assert slept == [3]
     assert not sl.no_requeue("5", Fake(*[(1, "denied")] * 2), sl.Retry(tries=2, sleep=NO_WAIT))
+
+
+def test_last_step_state_from_accounting() -> None:
+    out = "77|FAILED\n77.batch|FAILED\n77.extern|COMPLETED\n77.0|COMPLETED\n77.1|OUT_OF_MEMORY\n"
+    run = Fake((0, out))
+    assert sl.last_step_state("77", run) == "OUT_OF_MEMORY"
+    assert run.calls == [["sacct", "-j", "77", "-n", "-P", "-o", "JobID,State"]]
+    assert sl.last_step_state("77", Fake((1, "accounting storage is disabled"))) == ""
+    assert sl.last_step_state("77", Fake((0, "77.0|CANCELLED by 0\n"))) == "CANCELLED"
