@@ -663,7 +663,7 @@ class Batch:
             progress_note=note,
             previous=self.previous_signature(),
             retryable=retry,
-            reported=runs_node_entry(argv, self.o.runtime),
+            reported=runs_node_entry(argv, self.o.runtime) and bool(self.evidence_dir),
             hang=self.hung,
         )
         if not self.ctld_away:

@@ -188,8 +188,11 @@ def classify(ev: Evidence) -> Verdict:
         # srun may report the TERMed others') are retried whatever the evidence says.
         code = ev.rc if ev.retryable is None or ev.rc in ev.retryable else first_exit
         return Verdict(True, "step failed with exit %d" % code, sig, node)
-    if ev.reported and not ev.nodes and not ev.tasks and ev.rc != 0:
-        why = ev.srun_errors[-1] if ev.srun_errors else "no node started the launcher"
+    transient = any(t in e for e in ev.srun_errors for t in ("timed out", "Unable to contact"))
+    if ev.reported and not ev.nodes and not ev.tasks and ev.srun_errors and not transient:
+        # srun's own words are the evidence: without them (a log it cannot read) the exit
+        # code rule below decides
+        why = ev.srun_errors[-1]
         return Verdict(
             False,
             "srun failed before any task started (exit %d): %s" % (ev.rc, why),

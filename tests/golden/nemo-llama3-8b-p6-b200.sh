@@ -74,10 +74,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/6573df096986a10a078c6a1e65b0ad64f2fbd8305c76d1f8a444799e131383f8.pyz"
-if ! echo "6573df096986a10a078c6a1e65b0ad64f2fbd8305c76d1f8a444799e131383f8  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/75fb7baad276077c362a9f28ee1ff495fc29896822f45d1e4a48bcde0791e6a3.pyz"
+if ! echo "75fb7baad276077c362a9f28ee1ff495fc29896822f45d1e4a48bcde0791e6a3  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "6573df096986a10a078c6a1e65b0ad64f2fbd8305c76d1f8a444799e131383f8  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "75fb7baad276077c362a9f28ee1ff495fc29896822f45d1e4a48bcde0791e6a3  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -136,4 +136,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=6573df096986a10a078c6a1e65b0ad64f2fbd8305c76d1f8a444799e131383f8 <base64 zipapp of slurmfm/job, 89160 chars>
+# slurmfm-runtime sha256=75fb7baad276077c362a9f28ee1ff495fc29896822f45d1e4a48bcde0791e6a3 <base64 zipapp of slurmfm/job, 89272 chars>

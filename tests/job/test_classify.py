@@ -99,6 +99,10 @@ def test_srun_failing_before_any_task_fails_at_once() -> None:
     assert not v.retry
     assert "srun failed before any task started (exit 255)" in v.reason
     assert "--container-image" in v.reason
+    # nothing srun said (its log unreadable) or slurmctld not answering: the exit-code rule
+    assert classify(Evidence(255)).retry
+    timed_out = ("srun: error: Socket timed out on send/recv operation",)
+    assert not classify(Evidence(143, srun_errors=timed_out)).reason.startswith("srun failed")
 
 
 def test_oom_is_exit_1_from_srun_and_fails_before_progress() -> None:
