@@ -23,9 +23,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from . import classify as cl
 from . import decide as dec
+from . import evidence as ev
 from . import fsafe, hetjob, nccl, serve
 from . import slurm as sl
+from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
 from .state import StateFile, state_path
 
@@ -68,7 +71,9 @@ class Batch:
         self.clock = clock
         self.sleep = sleep
         # A requeue, a release, a Requeue=0: retried while slurmctld is away (issue 15.4).
-        self.retry = sl.Retry(opts.requeue_tries, opts.requeue_delay_s, sleep=sleep)
+        self.retry = sl.Retry(
+            opts.requeue_tries, opts.requeue_delay_s, sleep=sleep, away_s=opts.requeue_away_s
+        )
         self.restart = int(self.env.get("SLURM_RESTART_COUNT", "0") or 0)
         log_dir = self.env.get("SLURMFM_LOG_DIR", ".")
         self.state = StateFile(
@@ -94,6 +99,21 @@ class Batch:
         self.done_note = ""
         self.requeued = False  # this attempt requeued the job itself
         self.stopping = False
+        # Evidence of the launch (see evidence.py, classify.py): its directory, srun's lines,
+        # what showed progress when it started, the last failure's signature.
+        self.launches = 0
+        self.evidence_dir = ""
+        self.srun_lines = ev.SrunLines()
+        self.log_start: tuple[str, int] | None = None
+        self.mark_before: dict[str, str] = {}
+        self.mark_at_signal: dict[str, str] = {}
+        self.forwarded = False  # the save signal has reached the step
+        self.last_signature = ""
+        self.ctld_away = False
+        self.node_failed = False
+        self.hang: HangWatch | None = None
+        self.hung = ""  # what the hang watch saw when it stopped the step
+        self.relaunches = 0  # in-job restarts of this attempt (counted against max_restarts)
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
@@ -102,7 +122,7 @@ class Batch:
         ``exclude``: failed nodes Slurm was not told about (the owner may not drain them);
         the requeued job is kept off them (see :func:`slurm.requeue_excluding`).
         """
-        d = dec.apply_cap(d, self.restart, self.o.max_restarts, self.o.requeue)
+        d = dec.apply_cap(d, self.restarts_used(), self.o.max_restarts, self.o.requeue)
         if d.action == "finished":
             self.state.record("finished", d.reason)
             return 0
@@ -320,13 +340,15 @@ class Batch:
         if self.signalled:
             return
         self.signalled = True
+        # What a save must beat: a checkpoint the step wrote before the signal proves none.
+        self.mark_at_signal = self.progress_now()
         self.state.record("signal", "USR2 before the time limit")
         if not self.o.save_protocol:
             # No save protocol (a server, NeMo): requeue now; the run resumes from its last
             # periodic checkpoint. When it may not requeue, it keeps running to the limit.
             d = dec.apply_cap(
                 dec.Decision("requeue", "time limit near (launcher saves periodically)", 0),
-                self.restart,
+                self.restarts_used(),
                 self.o.max_restarts,
                 self.o.requeue,
             )
@@ -338,7 +360,7 @@ class Batch:
             log("USR2 received: requeueing now; the run resumes from its last checkpoint")
             if self.act(d) == 0:
                 self.cleanup()
-                os._exit(0)
+                flush_and_exit(0)
             self.gave_up = True  # the failed requeue is recorded; keep running
             return
         log("USR2 received: asking the training processes to save and exit")
@@ -363,7 +385,7 @@ class Batch:
                 self.record_stop()
         with contextlib.suppress(Exception):
             self.cleanup()
-        os._exit(code)
+        flush_and_exit(code)
 
     def record_stop(self) -> None:
         """Record what the TERM means, as Slurm says at this moment (issue 15.16a).
@@ -408,6 +430,10 @@ class Batch:
         if self.next_signal is None or step is None or step.poll() is not None:
             return
         if self.clock() >= max(self.next_signal, self.step_started + self.o.signal_grace_s):
+            if not self.forwarded:
+                # The save is asked for now: only a checkpoint newer than this proves it.
+                self.forwarded = True
+                self.mark_at_signal = self.progress_now()
             with contextlib.suppress(OSError):
                 step.send_signal(signal.SIGUSR2)
             if self.o.container_forward != "none":
@@ -505,16 +531,191 @@ class Batch:
                 err=True,
             )
 
+    def restarts_used(self) -> int:
+        """Restarts so far: Slurm's requeues and this attempt's in-job relaunches."""
+        return self.restart + self.relaunches
+
+    def relaunch(
+        self,
+        d: dec.Decision,
+        dead: Sequence[str],
+        serve_argv: Sequence[str],
+        launch_argv: Sequence[str],
+    ) -> bool:
+        """Restart inside the allocation instead of requeueing: True when it will.
+
+        A requeue gives the allocation back, waits out the job credential (``cred_expire``,
+        120 s by default before 25.11) and then the queue, though the nodes are usually fine.
+        So a retryable failure on nodes that all answered relaunches the step in this job,
+        counted against ``max_restarts``. Requeued instead: an exit 0 short of the work (Megatron
+        ends early to leave the time limit to the next allocation), a node lost (the allocation
+        cannot continue), the pre-timeout signal (the time limit is the allocation's), a
+        server beside the trainer, HyperPod (its auto-resume replays the step itself).
+        The health gate runs again first (:meth:`_main`); a node it fails requeues off it.
+        """
+        o = self.o
+        if not (
+            o.restart_in_job
+            and d.action == "requeue"
+            and d.exit_code != 0  # an early exit 0 (Megatron's exit-duration) wants a new limit
+            and launch_argv
+            and not serve_argv
+            and not dead
+            and not self.signalled
+            and not o.hyperpod
+            and not self.stopping
+            and not self.ctld_away  # a new step needs slurmctld; the requeue path waits for it
+            and not self.node_failed  # the allocation lost a node (accounting says)
+        ):
+            return False
+        if self.restarts_used() >= o.max_restarts:
+            return False  # the requeue path applies the cap and records the give-up
+        self.relaunches += 1
+        why = "%s (in-job restart %d, restart %d of %d)" % (
+            d.reason,
+            self.relaunches,
+            self.restarts_used(),
+            o.max_restarts,
+        )
+        self.state.record("relaunch", why)
+        log("relaunching the step in this allocation: " + why)
+        self.done_note = ""
+        self.next_signal = None
+        return True
+
+    def evidence_env(self) -> dict[str, str]:
+        """The launch's evidence directory (mode 0700) and progress file, and the progress
+        mark it starts from (see :mod:`.evidence`)."""
+        self.launches += 1
+        out: dict[str, str] = {}
+        d = ev.attempt_dir(
+            self.env.get("SLURMFM_LOG_DIR", "."), self.env, self.restart, self.launches
+        )
+        self.evidence_dir = d if ev.private_dir(d) else ""
+        if self.evidence_dir:
+            out["SLURMFM_EVIDENCE_DIR"] = d
+            if not self.env.get("SLURMFM_PROGRESS_FILE"):
+                # Progress is evidence (and the hang watch's clock), not only a metric.
+                self.env["SLURMFM_PROGRESS_FILE"] = os.path.join(
+                    os.path.dirname(d), "progress.json"
+                )
+        if self.env.get("SLURMFM_PROGRESS_FILE"):
+            out["SLURMFM_PROGRESS_FILE"] = self.env["SLURMFM_PROGRESS_FILE"]
+        if self.o.hang_timeout_s > 0:
+            out.update(hang_env(self.env, self.evidence_dir))
+        self.srun_lines = ev.SrunLines()
+        self.mark_before = self.progress_now()
+        return out
+
+    def progress_now(self) -> dict[str, str]:
+        return ev.progress_mark(
+            self.env.get("SLURMFM_CHECKPOINT_DIR", ""), self.env.get("SLURMFM_PROGRESS_FILE", "")
+        )
+
+    def start_launch(self, argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start the launch srun, noting where the job log stands: srun's own lines (which
+        task failed first, which were killed for it, an OOM) are read back from there once
+        it ended. Not through a pipe: a runtime killed with -9 must not take srun with it
+        (a write to a pipe without a reader kills the writer)."""
+        self.log_start = ev.log_position()
+        self.hung = ""
+        self.hang = (
+            HangWatch(self.o.hang_timeout_s, self.clock, self.progress_now, self.log_start)
+            if self.o.hang_timeout_s > 0
+            else None
+        )
+        return self.popen(list(argv), env=env)
+
+    def previous_signature(self) -> str:
+        """The signature the last attempt failed with: this job's last launch, or the
+        requeue the previous attempt recorded."""
+        if self.last_signature:
+            return self.last_signature
+        e = self.state.last_entry("requeue")
+        if e is not None and e[0] == self.restart - 1:
+            return cl.signature_in(e[1])
+        return ""
+
+    def judge(
+        self,
+        rc: int,
+        dead: Sequence[str],
+        retry: Sequence[int] | None,
+        after: dict[str, str],
+        argv: Sequence[str],
+    ) -> cl.Verdict:
+        """Classify the failed launch from its evidence; log what was seen."""
+        progress, note = ev.progress_since(self.mark_before, after)
+        nodes = ev.read_reports(self.evidence_dir) if self.evidence_dir else ()
+        lines = self.srun_lines
+        for line in ev.log_since(self.log_start):
+            lines(line)
+        e = cl.Evidence(
+            rc,
+            nodes=nodes,
+            tasks=tuple(lines.tasks),
+            srun_errors=tuple(lines.errors),
+            oom=lines.oom,
+            lost=tuple(dead),
+            progress=progress,
+            progress_note=note,
+            previous=self.previous_signature(),
+            retryable=retry,
+            reported=runs_node_entry(argv, self.o.runtime) and bool(self.evidence_dir),
+            hang=self.hung,
+        )
+        if not self.ctld_away:
+            state = sl.last_step_state(sl.self_id(self.env), self.run)
+            e = e._replace(step_state=state)
+            self.node_failed = state == "NODE_FAIL"
+        v = cl.classify(e)
+        first = cl.first_failure(nodes)
+        log(
+            "failure evidence: srun exit %d; first failure: %s; progress: %s; %s"
+            % (
+                rc,
+                "%s exit %d %s" % (first.node, first.exit, first.exc_type)
+                if first is not None
+                else "no node report",
+                note or ("none" if progress is False else "unknown"),
+                "retry" if v.retry else "fail",
+            ),
+            err=True,
+        )
+        self.last_signature = v.signature
+        return v
+
     def wait_step(self) -> int:
         step = self.step
         if step is None:  # pragma: no cover - main() sets it first
             return 0
         while True:
             self.forward_signal()
+            if self.hang is not None and not self.hung and not self.signalled and self.hang.hung():
+                self.stop_hung(self.hang, step)
             try:
                 return step.wait(timeout=self.o.poll_s)
             except subprocess.TimeoutExpired:
                 continue
+
+    def stop_hung(self, h: HangWatch, step: subprocess.Popen[bytes]) -> None:
+        """A hang: stacks of every worker into the log, then the step is stopped (see
+        :mod:`.hang`); it ends and is judged like any failure, as a hang."""
+        self.hung = "no progress for %d s (last: %s)" % (h.idle_s(), h.what)
+        log("hang: %s; dumping the workers' stacks, then stopping the step" % self.hung, True)
+        cmd = self.all_nodes_srun("stacks", overlap=True)
+        # --overlap shares the CPUs only; memory is the launch step's unless the step asks for
+        # none of its own (seen on the lab: "Memory required by task is not available";
+        # https://slurm.schedmd.com/srun.html#OPT_mem: 0 grants the job's memory).
+        cmd.insert(cmd.index("--overlap") + 1, "--mem=0")
+        _, out = self.run(cmd, self.o.probe_timeout_s)
+        sys.stdout.write(out if out.endswith("\n") or not out else out + "\n")
+        sys.stdout.flush()
+        deadline = self.clock() + 30.0
+        while step.poll() is None and self.clock() < deadline:
+            self.sleep(0.5)
+        if step.poll() is None:
+            step.terminate()  # srun passes TERM to every task, then KILL after KillWait
 
     def finished(self) -> bool | None:
         ckpt = self.env.get("SLURMFM_CHECKPOINT_DIR", "")
@@ -545,6 +746,101 @@ class Batch:
                 log(f"could not set Requeue=0 on job {me}: Slurm may hold it requeued", err=True)
         return rc
 
+    def run_step(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int | None:
+        """Run the step once and carry out the decision: the job's exit code, or None when
+        the step is to run again in this allocation (:meth:`relaunch`)."""
+        o = self.o
+        self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
+        if launch_argv:
+            log("launch: " + masked(launch_argv, o.secret, self.env))
+            inside = in_container(launch_argv)
+            if inside:
+                # No runtime runs in the container to print it: the command node 0 runs.
+                log("node 0 runs (in the container): " + masked(inside, o.secret, self.env))
+            # SLURMFM_STEP marks the launch's processes for `forward` (found by environment).
+            env = dict(self.step_env(launch_argv), SLURMFM_STEP="launch")
+            env.update(self.evidence_env())
+            if "--auto-resume=1" in launch_argv:
+                # a replay after a node replacement recomputes its order (node.replayed)
+                env["SLURMFM_LAUNCH_NODELIST"] = self.env.get("SLURM_JOB_NODELIST", "")
+            self.step = self.start_launch(launch_argv, env)
+            self.step_started = self.clock()
+        else:
+            log("launch: " + masked(serve_argv, o.secret, self.env))
+            self.step, self.server = self.server, None
+            self.step_started = self.clock()
+        watcher = None
+        if o.nccl_check != "off":
+            watcher = threading.Thread(target=self.nccl_watch, daemon=True)
+            watcher.start()
+        rc = self.wait_step()
+        rc = 128 - rc if rc < 0 else rc
+        if self.nccl_socket:
+            self.state.record("fail", "NCCL fell back to sockets")
+            return 3
+        if self.server is not None and self.server.poll() is None:
+            log("trainer finished (exit %d); stopping the %s server" % (rc, o.serve_kind))
+            self.stop_server()
+        if self.gave_up:  # already recorded at the signal
+            return rc or dec.GIVE_UP_EXIT
+        dead: list[str] = []
+        if rc != 0 and not self.signalled and not o.hyperpod:
+            if sl.controller_up(self.run):
+                dead = sl.probe(self.order, self.run, o.probe_timeout_s)
+            else:
+                self.ctld_away = True
+                log("slurmctld does not answer; not judging the nodes", err=True)
+        retry = retry_codes(o.retry_exit)
+        after = self.progress_now()
+        verdict = None
+        saved = None
+        if self.signalled:
+            saved = ev.saved_since(self.mark_at_signal or self.mark_before, after)
+            if saved and rc != 0:
+                # A training that saved on the signal exits 0; a checkpoint beside a failed
+                # exit is a periodic one finishing, not the save that was asked for.
+                log("after the save signal: %s, but the training exited %d" % (saved, rc))
+                saved = ""
+            if saved == "":
+                self.state.record(
+                    "save-failed",
+                    "no new complete checkpoint after the pre-timeout signal "
+                    "(training exit %d)" % rc,
+                )
+        elif rc != 0 and not o.hyperpod and launch_argv:
+            verdict = self.judge(rc, dead, retry, after, launch_argv)
+        d = dec.decide(
+            rc,
+            self.signalled,
+            self.finished() if rc == 0 else False,
+            dead,
+            retry,
+            o.hyperpod,
+            verdict,
+            saved,
+        )
+        if self.done_note:
+            log("completion check: " + self.done_note)
+            if d.action == "requeue" and self.done_note.startswith("stale"):
+                d = d._replace(reason=f"{d.reason}; {self.done_note}")
+        if self.relaunch(d, dead, serve_argv, launch_argv):
+            return None
+        capped = dec.apply_cap(d, self.restarts_used(), o.max_restarts, o.requeue)
+        recorded = False
+        why = "did not answer after a failed step (job {})".format(self.env.get("SLURM_JOB_ID", ""))
+        undowned: list[str] = []
+        for h in dead:
+            if not self.drain(h, why, "DOWN"):
+                undowned.append(h)
+            elif not recorded and capped.action == "requeue":
+                # A node set DOWN makes Slurm requeue this job itself at once (seen on
+                # the lab: it may end this step before `scontrol requeue` returns), so
+                # the requeue is recorded as soon as its cause happened.
+                self.state.record("requeue", capped.reason)
+                recorded = True
+                self.requeued = True
+        return self.act(d, recorded, exclude=[] if recorded else undowned)
+
     def _main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
         o = self.o
         last = self.state.last("requeue")
@@ -568,9 +864,10 @@ class Batch:
         if self.env.get("SLURMFM_EARLY_USR2"):  # it came while the batch script prepared
             self.on_usr2(signal.SIGUSR2, None)
         try:
-            if (o.health and (o.gpus or o.efa or o.dcgm or o.imex)) or any(
+            health_on = bool(o.health and (o.gpus or o.efa or o.dcgm or o.imex)) or any(
                 c.health for c in self.het
-            ):
+            )
+            if health_on:
                 code = self.health_gate([serve_argv, launch_argv])
                 if code is not None:
                     return code
@@ -588,66 +885,15 @@ class Batch:
             self.ask = ask_digest(launch_argv or serve_argv)
             # The training writes it into its DONE marker (slurmfm.checkpoint.mark_done).
             self.env["SLURMFM_ASK"] = self.ask
-            self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
-            if launch_argv:
-                log("launch: " + masked(launch_argv, o.secret, self.env))
-                inside = in_container(launch_argv)
-                if inside:
-                    # No runtime runs in the container to print it: the command node 0 runs.
-                    log("node 0 runs (in the container): " + masked(inside, o.secret, self.env))
-                # SLURMFM_STEP marks the launch's processes for `forward` (found by environment).
-                env = dict(self.step_env(launch_argv), SLURMFM_STEP="launch")
-                self.step = self.popen(list(launch_argv), env=env)
-                self.step_started = self.clock()
-            else:
-                log("launch: " + masked(serve_argv, o.secret, self.env))
-                self.step, self.server = self.server, None
-                self.step_started = self.clock()
-            watcher = None
-            if o.nccl_check != "off":
-                watcher = threading.Thread(target=self.nccl_watch, daemon=True)
-                watcher.start()
-            rc = self.wait_step()
-            rc = 128 - rc if rc < 0 else rc
-            if self.nccl_socket:
-                self.state.record("fail", "NCCL fell back to sockets")
-                return 3
-            if self.server is not None and self.server.poll() is None:
-                log("trainer finished (exit %d); stopping the %s server" % (rc, o.serve_kind))
-                self.stop_server()
-            if self.gave_up:  # already recorded at the signal
-                return rc or dec.GIVE_UP_EXIT
-            dead: list[str] = []
-            if rc != 0 and not self.signalled and not o.hyperpod:
-                if sl.controller_up(self.run):
-                    dead = sl.probe(self.order, self.run, o.probe_timeout_s)
-                else:
-                    log("slurmctld does not answer; not judging the nodes", err=True)
-            retry = retry_codes(o.retry_exit)
-            d = dec.decide(
-                rc, self.signalled, self.finished() if rc == 0 else False, dead, retry, o.hyperpod
-            )
-            if self.done_note:
-                log("completion check: " + self.done_note)
-                if d.action == "requeue" and self.done_note.startswith("stale"):
-                    d = d._replace(reason=f"{d.reason}; {self.done_note}")
-            capped = dec.apply_cap(d, self.restart, o.max_restarts, o.requeue)
-            recorded = False
-            why = "did not answer after a failed step (job {})".format(
-                self.env.get("SLURM_JOB_ID", "")
-            )
-            undowned: list[str] = []
-            for h in dead:
-                if not self.drain(h, why, "DOWN"):
-                    undowned.append(h)
-                elif not recorded and capped.action == "requeue":
-                    # A node set DOWN makes Slurm requeue this job itself at once (seen on
-                    # the lab: it may end this step before `scontrol requeue` returns), so
-                    # the requeue is recorded as soon as its cause happened.
-                    self.state.record("requeue", capped.reason)
-                    recorded = True
-                    self.requeued = True
-            return self.act(d, recorded, exclude=[] if recorded else undowned)
+            while True:
+                code = self.run_step(serve_argv, launch_argv)
+                if code is not None:
+                    return code
+                if health_on:
+                    # the nodes are checked again before the step runs on them once more
+                    code = self.health_gate([serve_argv, launch_argv])
+                    if code is not None:
+                        return code
         finally:
             self.cleanup()
 
@@ -670,6 +916,21 @@ def in_container(argv: Sequence[str]) -> list[str]:
         return []
     prefix = ["PET_NODE_RANK=0"] if "PET_NODE_RANK" in words[i - 1] else []
     return prefix + words[i + 1 :]
+
+
+def flush_and_exit(code: int) -> None:
+    """``os._exit`` (no cleanup handlers in a signal handler) after what was printed."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def runs_node_entry(argv: Sequence[str], runtime: str) -> bool:
+    """Does the launch run the per-node entry (``python3 RUNTIME node``), whose reports it
+    then expects? (A container launch does not.)"""
+    words = list(argv)
+    return any(w == "node" and i > 0 and words[i - 1] == runtime for i, w in enumerate(words))
 
 
 def retry_codes(spec: str) -> list[int] | None:

@@ -401,6 +401,9 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("batch")
     _runtime_option(b)
     b.add_argument("--max-restarts", type=int, default=3)
+    b.add_argument("--restart-in-job", type=int, default=0)
+    b.add_argument("--supervise", type=int, default=1, help="a parent that outlives a kill")
+    b.add_argument("--hang-timeout-s", type=float, default=0.0, help="0: no hang detection")
     b.add_argument("--requeue", type=int, default=1)
     b.add_argument(
         "--expedite",
@@ -410,6 +413,9 @@ def parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--requeue-tries", type=int, default=3)
     b.add_argument("--requeue-delay-s", type=float, default=10.0)
+    b.add_argument(
+        "--requeue-away-s", type=float, default=600.0, help="keep trying while slurmctld is away"
+    )
     b.add_argument(
         "--retry-exit",
         default="any",
@@ -480,6 +486,7 @@ def parser() -> argparse.ArgumentParser:
     _health_options(sub.add_parser("health"), imex_flag=True)
 
     sub.add_parser("observe")
+    sub.add_parser("stacks", help="dump and abort this node's training workers (a hang)")
     t = sub.add_parser("task")
     t.add_argument("--script", required=True, help="the running batch script ($0)")
     sub.add_parser("whoami")
@@ -506,8 +513,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = _rest(a.argv)
         k = a.serve_words
         serve_argv, launch = words[:k], words[k:]
-        try:
+        if env.get("SLURMFM_SUPERVISED") == "1":  # the supervisor's child
             return Batch(a, env).main(serve_argv, launch)
+        if not a.supervise:
+            try:
+                return Batch(a, env).main(serve_argv, launch)
+            finally:
+                remove_everywhere(a.runtime, env)
+        from .state import StateFile, state_path
+        from .supervise import supervise
+
+        state = StateFile(
+            env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env),
+            int(env.get("SLURM_RESTART_COUNT", "0") or 0),
+        )
+        try:
+            return supervise(
+                lambda: Batch(a, dict(env, SLURMFM_SUPERVISED="1")).main(serve_argv, launch),
+                state,
+                env,
+                a.max_restarts,
+                bool(a.requeue),
+            )
         finally:
             remove_everywhere(a.runtime, env)
     if a.cmd == "node":
@@ -539,6 +566,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             % (env.get("SLURMD_NODENAME", "?"), a.signal, len(sent)),
             flush=True,
         )
+        return 0
+    if a.cmd == "stacks":
+        from .hang import dump_stacks
+
+        lines = dump_stacks(env.get("SLURM_JOB_ID", ""), env.get("SLURMD_NODENAME", ""))
+        print("\n".join(lines), flush=True)
         return 0
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")

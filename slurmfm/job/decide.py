@@ -3,13 +3,17 @@
 The rules, in order:
 
 1. The pre-timeout signal came: the job requeues (the training saved, or saves periodically),
-   unless the work is finished. Also when the save outlasted the window and the step ended
-   non-zero: the last checkpoint on disk is still good.
-2. The step failed: requeue when a node is gone, when a process was killed by a signal
-   (exit > 128: srun reports a task killed by SIGKILL as 137, by TERM as 143; the OOM killer,
-   a node being lost) or when the exit code is one the recipe marks retryable; otherwise fail
-   at once: an argument error or an ImportError (Python exits 1 or 2) and a missing Pyxis
-   option (srun exits 1) fail the same way every time.
+   unless the work is finished. The save is claimed only on proof: a new complete checkpoint
+   (``latest``) or a moved Megatron tracker since the step started. A step that ended
+   without one after the signal is a failed save, recorded as such; the job still requeues
+   from the last checkpoint on disk.
+2. The step failed: what :func:`slurmfm.job.classify.classify` makes of the evidence (the
+   nodes' reports, srun's lines, progress during the attempt, the last attempt's signature);
+   without evidence, the exit-code rule: requeue when a node is gone, when a process was
+   killed by a signal (exit > 128: srun reports a task killed by SIGKILL as 137, by TERM as
+   143; a cgroup OOM, though, ends srun with exit 1: SchedMD/slurm src/srun/srun.c maps
+   ``SIG_OOM`` to 1) or when the exit code is one the recipe marks retryable; otherwise fail
+   at once.
 3. The step exited 0: finished when the completion check agrees (Megatron-LM also exits 0 after
    ``--exit-duration-in-mins``), else requeue to continue.
 
@@ -20,7 +24,10 @@ A requeue past the restart cap, or with requeue off, is a give-up: the job must 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .classify import Verdict
 
 GIVE_UP_EXIT = 3
 
@@ -38,17 +45,40 @@ def decide(
     unresponsive: Sequence[str] = (),
     retryable: Sequence[int] | None = None,
     hyperpod: bool = False,
+    verdict: Verdict | None = None,
+    saved: str | None = None,
 ) -> Decision:
     """The decision before the restart cap is applied (see :func:`apply_cap`).
 
     ``finished`` is the completion check's answer (None: the launcher has no check, so exit 0
     counts as finished); ``retryable`` None means every non-zero exit is retried, otherwise
-    exits above 128 (killed by a signal) and the listed ones are.
+    exits above 128 (killed by a signal) and the listed ones are. ``verdict``: the evidence's
+    judgement of a failed step (it replaces the exit-code rule). ``saved``: after the
+    pre-timeout signal, the new checkpoint that proves the save ("" none appeared, None
+    nothing to tell by).
     """
     if signalled:
         if rc == 0 and finished is not False and finished is not None:
             return Decision("finished", "exit 0 (all work done before the time limit)", 0)
-        return Decision("requeue", "saved before the time limit (training exit %d)" % rc, rc)
+        if saved:
+            return Decision(
+                "requeue", "saved before the time limit (training exit %d): %s" % (rc, saved), rc
+            )
+        if saved is None:
+            return Decision(
+                "requeue",
+                "time limit near; requeued (training exit %d; no checkpoint to confirm a save)"
+                % rc,
+                rc,
+            )
+        return Decision(
+            "requeue",
+            "pre-timeout save failed (training exit %d, no new complete checkpoint); resuming "
+            "from the last one" % rc,
+            rc,
+        )
+    if rc != 0 and verdict is not None and not hyperpod:
+        return Decision("requeue" if verdict.retry else "fail", verdict.reason, rc)
     if rc != 0:
         dead = " ".join(unresponsive)
         if dead:
@@ -60,7 +90,7 @@ def decide(
             return Decision("fail", "exit %d" % rc, rc)
         if retryable is None or rc in retryable:
             return Decision("requeue", "step failed with exit %d" % rc, rc)
-        if rc > 128:
+        if rc > 128:  # a cgroup OOM is not among them: srun ends with exit 1 for it
             return Decision(
                 "requeue", "step failed with exit %d (killed by signal %d)" % (rc, rc - 128), rc
             )

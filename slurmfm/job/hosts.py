@@ -67,6 +67,43 @@ def insert_rank(argv: Sequence[str], prefix: int, rank: int) -> list[str]:
     return words[:prefix] + ["--node-rank=%d" % rank] + words[prefix:]
 
 
+def replayed_order(order: Sequence[str], step_nodes: Sequence[str]) -> list[str]:
+    """The host order of a step HyperPod's auto-resume replayed on replaced nodes.
+
+    AWS's auto-resume replays the srun on the nodes the job has after the replacement
+    (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-resiliency-slurm-auto-resume.html),
+    but the order, the master and the ranks were fixed when the batch step started; AWS's own
+    example recomputes them inside the step. Here every surviving node keeps its place and a
+    replacement takes the place of the node it replaced (in natural order when several were),
+    so the ranks of the healthy nodes do not move. Unverified on HyperPod itself.
+    """
+    present = set(step_nodes)
+    known = set(order)
+    new = sorted((n for n in step_nodes if n not in known), key=natural_key)
+    out = []
+    for h in order:
+        if h in present:
+            out.append(h)
+        elif new:
+            out.append(new.pop(0))
+    return out + new
+
+
+def with_master(argv: Sequence[str], old: str, new: str) -> list[str]:
+    """``argv`` with the rendezvous host ``old`` replaced by ``new`` in torchrun's
+    ``--master-addr``/``--master_addr`` and ``--rdzv-endpoint``/``--rdzv_endpoint``."""
+    out = []
+    for word in argv:
+        key, eq, val = word.partition("=")
+        if eq and key in ("--master-addr", "--master_addr") and val == old:
+            out.append(key + "=" + new)
+        elif eq and key in ("--rdzv-endpoint", "--rdzv_endpoint") and val.startswith(old + ":"):
+            out.append(key + "=" + new + val[len(old) :])
+        else:
+            out.append(word)
+    return out
+
+
 def parse_node_addrs(scontrol_show_node: str) -> dict[str, str]:
     """``NodeName -> NodeAddr`` from ``scontrol -o show node`` output."""
     out: dict[str, str] = {}

@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .evidence import LaunchWatch
 from .health import run_command
-from .hosts import insert_rank, node_rank
+from .hosts import insert_rank, node_rank, replayed_order, with_master
 from .serve import ray_alive
 
 if TYPE_CHECKING:
@@ -125,10 +126,23 @@ def node_addrs(text: str) -> dict[str, str]:
     return out
 
 
-def run_launcher(argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
-    """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children."""
+def run_launcher(
+    argv: Sequence[str], forward: str, env: dict[str, str], watch: LaunchWatch | None = None
+) -> int:
+    """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children.
+
+    With ``watch`` its stderr passes through a pipe (copied to ours line by line) so that the
+    node's report names the exception and rank (:mod:`.evidence`), and a TERM from srun
+    before the launcher ended marks this node as stopped for another's failure.
+    """
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
-    child = subprocess.Popen(list(argv), env=env)
+    if watch is not None:
+        env = watch.environ(env)
+    child = subprocess.Popen(
+        list(argv), env=env, stderr=subprocess.PIPE if watch is not None else None
+    )
+    if watch is not None:
+        watch.follow(child.stderr)
 
     def on_usr2(signum: int, frame: object) -> None:
         if forward == "none":
@@ -140,12 +154,17 @@ def run_launcher(argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
 
     def on_term(signum: int, frame: object) -> None:
         # Slurm signals the whole step; the launcher gets TERM itself. Wait for its status.
+        if watch is not None and child.poll() is None:
+            watch.stopped = True
         with contextlib.suppress(OSError):
             child.send_signal(signum)
 
     signal.signal(signal.SIGUSR2, on_usr2)
     signal.signal(signal.SIGTERM, on_term)
-    return exit_code(child.wait())
+    rc = exit_code(child.wait())
+    if watch is not None:
+        watch.finish(rc)
+    return rc
 
 
 def run_ray_node(
@@ -221,6 +240,33 @@ def run_ray_node(
         call([ray, "stop"], env)
 
 
+def replayed(
+    argv: Sequence[str], order: list[str], env: dict[str, str], run: Runner = run_command
+) -> tuple[list[str], list[str]]:
+    """A launch HyperPod's auto-resume replayed on other nodes: its order and master again.
+
+    The batch step exports the launch's node list (``SLURMFM_LAUNCH_NODELIST``) for a launch
+    with ``--auto-resume=1``; a step whose ``SLURM_STEP_NODELIST`` differs ran again after a
+    replacement, so the order is recomputed (:func:`hosts.replayed_order`), exported, and the
+    rendezvous host moved where node 0 now is.
+    """
+    words = list(argv)
+    was, now = env.get("SLURMFM_LAUNCH_NODELIST", ""), env.get("SLURM_STEP_NODELIST", "")
+    if not was or not now or was == now:
+        return words, order
+    rc, out = run(["scontrol", "show", "hostnames", now], 30.0)
+    nodes = out.split() if rc == 0 else []
+    if not nodes:
+        return words, order
+    new = replayed_order(order, nodes)
+    if new and order and new[0] != order[0]:
+        words = with_master(words, env.get("SLURMFM_RDZV_HOST", order[0]), new[0])
+        env["SLURMFM_RDZV_HOST"] = new[0]
+    env["SLURMFM_HOST_ORDER"] = " ".join(new)
+    print("slurmfm: replayed on %s: host order %s" % (now, " ".join(new)), flush=True)
+    return words, new
+
+
 def main(
     argv: Sequence[str],
     prefix: int,
@@ -231,6 +277,7 @@ def main(
     env = dict(os.environ if env is None else env)
     me = env.get("SLURMD_NODENAME", "")
     order = env.get("SLURMFM_HOST_ORDER", "").split()
+    argv, order = replayed(argv, order, env)
     rank = node_rank(order, me)
     if rank < 0:
         print(f"slurmfm: {me} is not in the host order", file=sys.stderr)
@@ -257,4 +304,6 @@ def main(
     final = insert_rank(argv, prefix, rank)
     if rank == 0:
         print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
-    return run_launcher(final, forward, env)
+    evidence = env.get("SLURMFM_EVIDENCE_DIR", "")
+    watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
+    return run_launcher(final, forward, env, watch)

@@ -37,30 +37,55 @@ class Retry(NamedTuple):
     """How a state-changing ``scontrol`` call is retried while slurmctld does not answer.
 
     Why retried at all: slurmctld may be away for a moment (a restart, a failover), and a
-    requeue that fails then would end the job with restarts left (issue 15 item 4).
-    ``sleep`` is injected so the unit tests wait for nothing.
+    requeue that fails then would end the job with restarts left (issue 15 item 4). A failure
+    that says slurmctld cannot be reached (see :data:`AWAY`) is retried with a doubling delay
+    (``delay_s`` up to ``max_delay_s``) for ``away_s`` in all, minutes rather than the 30 s
+    a slurmctld restart or failover can outlast (issue 20); any other failure ``tries``
+    times. ``sleep`` is injected so the unit tests wait for nothing.
     """
 
     tries: int = 3
     delay_s: float = 10.0
     timeout_s: float = 30.0
     sleep: Callable[[float], None] = time.sleep
+    away_s: float = 600.0
+    max_delay_s: float = 60.0
 
 
 DEFAULT_RETRY = Retry()
 
+# What scontrol says when slurmctld does not answer (SchedMD/slurm src/common/slurm_errno.c:
+# SLURMCTLD_COMMUNICATIONS_CONNECTION_ERROR "Unable to contact slurm controller (connect
+# failure)", SLURM_COMMUNICATIONS_* "Socket timed out on send/recv operation") or a call the
+# runner timed out (exit 124).
+AWAY = ("Unable to contact slurm controller", "Socket timed out", "Connection refused")
+
+
+def _away(rc: int, out: str) -> bool:
+    return rc == 124 or any(a in out for a in AWAY)
+
 
 def _retried(argv: Sequence[str], run: Runner, retry: Retry) -> tuple[bool, str]:
-    """Run an ``scontrol`` call until it succeeds, at most ``retry.tries`` times,
+    """Run an ``scontrol`` call until it succeeds: while slurmctld is away, with a doubling
+    delay for ``retry.away_s`` in all; otherwise at most ``retry.tries`` times,
     ``retry.delay_s`` apart; (succeeded, last output)."""
     out = ""
-    for i in range(max(1, retry.tries)):
+    waited = 0.0
+    delay = retry.delay_s
+    i = 0
+    while True:
         rc, out = run(list(argv), retry.timeout_s)
         if rc == 0:
             return True, out
-        if i + 1 < retry.tries:
-            retry.sleep(retry.delay_s)
-    return False, out
+        i += 1
+        if _away(rc, out):
+            if waited + delay > retry.away_s and i >= retry.tries:
+                return False, out
+        elif i >= max(1, retry.tries):
+            return False, out
+        retry.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, retry.max_delay_s) if _away(rc, out) else retry.delay_s
 
 
 def requeue(job: str, run: Runner = run_command, retry: Retry = DEFAULT_RETRY) -> tuple[bool, str]:
@@ -304,3 +329,24 @@ def restart_reason(
     return "requeued by Slurm or an operator (not by slurmfm): " + (
         "; ".join(parts) or "Slurm does not say why"
     )
+
+
+def last_step_state(job: str, run: Runner = run_command, timeout_s: float = 10.0) -> str:
+    """The state accounting gives the job's newest numbered step (``OUT_OF_MEMORY``,
+    ``NODE_FAIL``, ``FAILED``, ...), "" without accounting or an answer.
+
+    ``sacct -j JOB -n -P -o JobID,State`` (https://slurm.schedmd.com/sacct.html): a cgroup
+    OOM is a step state there (accounting records a step whose exit code is ``SIG_OOM`` as
+    ``JOB_OOM``: SchedMD/slurm src/plugins/accounting_storage/mysql/as_mysql_job.c), though
+    srun itself exits 1 for it.
+    """
+    rc, out = run(["sacct", "-j", job, "-n", "-P", "-o", "JobID,State"], timeout_s)
+    if rc != 0:
+        return ""
+    best = (-1, "")
+    for line in out.splitlines():
+        jid, _, state = line.partition("|")
+        step = jid.rpartition(".")[2] if "." in jid else ""
+        if step.isdigit() and int(step) > best[0]:
+            best = (int(step), state.split()[0] if state.split() else "")
+    return best[1]

@@ -129,6 +129,7 @@ _LEAF_FIELDS = (
     "extra_args",
     "flavor",
     "health_gate",
+    "hang_timeout",
     "health_path",
     "image",
     "imex_channel",
@@ -174,6 +175,7 @@ _LEAF_FIELDS = (
     "recipe",
     "requeue",
     "reservation",
+    "restart_in_job",
     "retry_exit_codes",
     "run_id",
     "save_before_timeout_s",
@@ -715,6 +717,24 @@ class Resilience(_Strict):
         ),
     )
     max_restarts: int = Field(default=3, ge=0, le=1000)
+    hang_timeout: str = Field(
+        default="30m",
+        description=(
+            "a launch with no progress (report_progress, a new checkpoint, a Megatron or NeMo "
+            "iteration line) for this long is a hang: stacks dumped, stopped, retried. "
+            "Seconds or NUMBER with s, m or h; 'none' turns it off. Default 30m: above NCCL's "
+            "own 10-minute collective timeout and a large model's checkpoint save"
+        ),
+    )
+    restart_in_job: bool = Field(
+        default=True,
+        description=(
+            "a retryable failure on nodes that all answer relaunches the step inside the "
+            "allocation (no requeue, no credential wait, no queueing), counted against "
+            "max_restarts; a lost node, a failed health gate and the pre-timeout signal "
+            "still requeue"
+        ),
+    )
     save_before_timeout_s: int = Field(
         default=300,
         ge=0,
@@ -744,9 +764,10 @@ class Resilience(_Strict):
     retry_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
         default_factory=list,
         description=(
-            "step exit codes that requeue the job; others fail it at once (an argument error "
-            "or ImportError fails the same way every time). A dead node, a process killed by "
-            "a signal (exit > 128) and the pre-timeout save always requeue"
+            "step exit codes retried whatever the evidence says (an override); otherwise a "
+            "failure is judged by evidence: an ImportError or argument error before any "
+            "progress fails at once, a failure after progress is retried, the same failure "
+            "twice without progress is a crash loop (README 'Resilience')"
         ),
     )
     model_params_b: float | None = Field(
@@ -767,6 +788,23 @@ class Resilience(_Strict):
             "not saved"
         ),
     )
+
+    @field_validator("hang_timeout", mode="before")
+    @classmethod
+    def _hang_timeout(cls, v: object) -> str:
+        text = str(v).strip().lower()
+        if text == "none" or re.fullmatch(r"[0-9]+[smh]?", text):
+            return text
+        raise ValueError(f"{v!r} is not a duration: seconds, or a number with s, m or h; none")
+
+    @property
+    def hang_timeout_s(self) -> int:
+        """The hang timeout in seconds (0: off)."""
+        text = self.hang_timeout
+        if text == "none":
+            return 0
+        unit = {"s": 1, "m": 60, "h": 3600}.get(text[-1], 1)
+        return int(text.rstrip("smh")) * unit
 
 
 class Network(_Strict):

@@ -10,6 +10,7 @@ never an empty string in a job. User values enter bash only through
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -923,9 +924,9 @@ def _batch_opts(
     # Exits > 128 (killed by a signal) retry in the runtime whatever this list says.
     retry = ",".join(str(c) for c in sorted(set(res.retry_exit_codes))) or "none"
     opts = [
-        f"--max-restarts {res.max_restarts} --requeue {int(res.requeue)}"
-        f" --drain {int(res.drain_unhealthy)} --hyperpod {hyperpod}",
-        f"--retry-exit {retry}",
+        f"--max-restarts {res.max_restarts} --restart-in-job {int(res.restart_in_job)}"
+        f" --requeue {int(res.requeue)} --drain {int(res.drain_unhealthy)} --hyperpod {hyperpod}",
+        f"--retry-exit {retry} --hang-timeout-s {res.hang_timeout_s}",
     ]
     if res.requeue and res.expedited_requeue:
         opts.append("--expedite 1")  # an end it chooses must not be requeued held
@@ -949,6 +950,12 @@ def _batch_opts(
     L = recipe.launcher
     if isinstance(L, MegatronLauncher) and L.model_args.get("train-iters") not in (None, False):
         done = f"megatron:{int(str(L.model_args['train-iters']))}"
+    elif isinstance(L, MegatronLauncher) and L.model_args.get("train-samples") not in (None, False):
+        # Run by samples (AWS's own Megatron sample does): Megatron turns them into iterations
+        # itself and its tracker counts iterations, so the check does the same arithmetic.
+        iters = megatron_train_iters(L.model_args, recipe.dp)
+        if iters is not None:
+            done = f"megatron:{iters}"
     elif kind in ("vllm", "sglang"):
         done = "none"
     opts.append(
@@ -979,6 +986,43 @@ def _batch_opts(
         # masked in the launch command the job log prints
         opts.append(" ".join(f"--secret {name}" for name in recipe.secrets))
     return opts
+
+
+def megatron_train_iters(args: Mapping[str, object], dp: int) -> int | None:
+    """The iterations Megatron-LM trains for ``--train-samples`` (None: not computable).
+
+    NVIDIA/Megatron-LM megatron/training/training.py ``update_train_iters``: with a constant
+    batch ``train_samples // global_batch_size``; with ``--rampup-batch-size START INCR
+    SAMPLES`` one iteration per ramp batch while ``consumed <= SAMPLES``, then the rest at
+    the full batch, the partial last batch dropped. The ramp's batch size follows
+    megatron/core/num_microbatches_calculator.py (``RampupBatchsizeNumMicroBatchesCalculator``:
+    ``START + int(consumed / (SAMPLES / increments)) * INCR``, the full batch past the ramp).
+    ``global-batch-size`` defaults to micro-batch-size x dp, as in Megatron's arguments.
+    """
+    try:
+        samples = int(str(args["train-samples"]))
+        gbs_arg = args.get("global-batch-size")
+        if gbs_arg in (None, False):
+            gbs = int(str(args.get("micro-batch-size", 1))) * dp
+        else:
+            gbs = int(str(gbs_arg))
+        ramp = args.get("rampup-batch-size")
+        if gbs <= 0 or samples < 0:
+            return None
+        if ramp in (None, False):
+            return samples // gbs
+        words = ramp if isinstance(ramp, list) else str(ramp).split()
+        start, incr, ramp_samples = (int(str(w)) for w in words)
+    except (KeyError, ValueError, TypeError):
+        return None
+    if incr <= 0 or start <= 0 or gbs <= start or (gbs - start) // incr == 0:
+        return samples // gbs
+    per_increment = ramp_samples / ((gbs - start) // incr)
+    iters = consumed = 0
+    while consumed <= ramp_samples:
+        consumed += min(gbs, start + int(consumed / per_increment) * incr)
+        iters += 1
+    return iters + max(0, samples - consumed) // gbs
 
 
 def _wrap(words: list[str], width: int = 88) -> list[str]:

@@ -63,7 +63,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "ccd59adf11ad89ce1da93485ff1fc1c39c04618b1de3adb511e5b1d0a9ad27ed  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
@@ -86,11 +86,11 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
 # Launch: sglang server on the whole allocation. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 10 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none \
+exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 10 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+  --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 8 --efa 8 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check none \
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
   --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=ccd59adf11ad89ce1da93485ff1fc1c39c04618b1de3adb511e5b1d0a9ad27ed <base64 zipapp of slurmfm/job, 76908 chars>
+# slurmfm-runtime sha256=71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724 <base64 zipapp of slurmfm/job, 103828 chars>

@@ -26,6 +26,7 @@ class Step:
         self.signals: list[int] = []
         self.done = False
         self.pid = 4242
+        self.on_signal: Callable[[], None] | None = None  # the training, told to save
 
     def poll(self) -> int | None:
         return self.rc if self.done else None
@@ -40,6 +41,8 @@ class Step:
 
     def send_signal(self, sig: int) -> None:
         self.signals.append(sig)
+        if self.on_signal is not None:
+            self.on_signal()
 
     def terminate(self) -> None:
         self.done = True
@@ -85,6 +88,23 @@ class Slurm:
         return 0, ""
 
 
+def saves(box: list[Batch], tmp: Path, step: int = 95) -> Callable[[], None]:
+    """The training at the pre-timeout signal: once told, it saves a complete checkpoint (the
+    proof) and exits 0."""
+
+    def save() -> None:
+        name = f"step_{step:09d}"
+        (tmp / "ckpt" / name).mkdir()
+        (tmp / "ckpt" / "latest").write_text(name + "\n")
+
+    def during() -> None:
+        box[0].on_usr2(signal.SIGUSR2, None)
+        assert box[0].step is not None
+        box[0].step.on_signal = save  # type: ignore[attr-defined]
+
+    return during
+
+
 def make(tmp: Path, step: Step, slurm: Slurm, *opts: str, restart: int = 0) -> Batch:
     a = parser().parse_args(
         [
@@ -112,7 +132,7 @@ def make(tmp: Path, step: Step, slurm: Slurm, *opts: str, restart: int = 0) -> B
         "HF_TOKEN": "s3cr3t",
     }
     (tmp / "ckpt").mkdir(exist_ok=True)
-    popen: Any = lambda argv, env=None: step  # noqa: E731
+    popen: Any = lambda argv, env=None, **kw: step  # noqa: E731
     b = Batch(a, env, run=slurm, popen=popen, clock=lambda: 0.0, sleep=lambda s: None)
     b.launch = a.argv[1:]  # type: ignore[attr-defined]
     return b
@@ -138,7 +158,7 @@ def test_exit_zero_finishes_and_prints_the_launch_without_secrets(
 
 def test_save_signal_forwarded_then_requeue_recorded_after_it_happened(tmp_path: Path) -> None:
     box: list[Batch] = []
-    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    step = Step(0, during=saves(box, tmp_path))
     slurm = Slurm()
     box.append(make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0"))
     assert go(box[0]) == 0
@@ -146,8 +166,30 @@ def test_save_signal_forwarded_then_requeue_recorded_after_it_happened(tmp_path:
     assert ["scontrol", "requeue", "77"] in slurm.calls
     assert state(tmp_path) == [
         "event=signal USR2 before the time limit",
-        "event=requeue saved before the time limit (training exit 0)",
+        "event=requeue saved before the time limit (training exit 0): "
+        "new checkpoint step_000000095",
     ]
+
+
+@pytest.mark.parametrize("rc", [0, 1])
+def test_pre_timeout_save_without_a_new_checkpoint_is_recorded_as_failed(
+    tmp_path: Path, rc: int
+) -> None:
+    """A save that did not happen (disk full, read-only) is never claimed: recorded as failed."""
+    (tmp_path / "ckpt" / "step_000000020").mkdir(parents=True)
+    (tmp_path / "ckpt" / "latest").write_text("step_000000020\n")
+    box: list[Batch] = []
+    step = Step(rc, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker"))
+    assert go(box[0]) == 0
+    lines = state(tmp_path)
+    assert lines[-2] == (
+        "event=save-failed no new complete checkpoint after the pre-timeout signal "
+        f"(training exit {rc})"
+    )
+    assert lines[-1].startswith(f"event=requeue pre-timeout save failed (training exit {rc}")
+    assert not any("saved before" in line for line in lines)
 
 
 def test_signal_after_the_work_is_done_finishes(tmp_path: Path) -> None:
@@ -166,16 +208,16 @@ def test_signal_after_the_work_is_done_finishes(tmp_path: Path) -> None:
 def test_stale_marker_of_a_shorter_run_does_not_end_a_longer_one(tmp_path: Path) -> None:
     """15.2: a finished 20-step run's marker; the run now asks for 240 and saved at step 95."""
     box: list[Batch] = []
-    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    step = Step(0, during=saves(box, tmp_path))
     slurm = Slurm()
-    box.append(make(tmp_path, step, slurm, "--done-check", "marker"))
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0"))
     old = {"ask": "a20", "job_id": "12", "steps": 20}
     (tmp_path / "ckpt" / "DONE").write_text(json.dumps(old))
     assert go(box[0]) == 0
     assert ["scontrol", "requeue", "77"] in slurm.calls
     assert state(tmp_path)[-1] == (
-        "event=requeue saved before the time limit (training exit 0); "
-        "stale DONE marker (written by job 12 for another launch, steps 20)"
+        "event=requeue saved before the time limit (training exit 0): "
+        "new checkpoint step_000000095; stale DONE marker (written by job 12 for another launch, steps 20)"
     )
 
 
@@ -207,9 +249,11 @@ def test_plain_marker_older_than_the_attempt_is_stale(tmp_path: Path) -> None:
 def test_restart_cap_after_a_save_ends_failed(tmp_path: Path) -> None:
     """15.1: giving up is a FAILED job with its reason, never COMPLETED 0:0."""
     box: list[Batch] = []
-    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    step = Step(0, during=saves(box, tmp_path))
     slurm = Slurm()
-    box.append(make(tmp_path, step, slurm, "--max-restarts", "3", restart=3))
+    box.append(
+        make(tmp_path, step, slurm, "--max-restarts", "3", "--signal-grace-s", "0", restart=3)
+    )
     assert go(box[0]) == 3
     assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
     assert state(tmp_path)[-1].startswith("event=give-up restart cap 3 reached: saved before")
@@ -237,7 +281,8 @@ def test_slurmctld_away_no_node_judged_and_requeue_failure_recorded(tmp_path: Pa
     """15.4: an unreachable slurmctld is not a dead node; a failed requeue is not recorded
     as a requeue."""
     slurm = Slurm(ctld=False)
-    assert go(make(tmp_path, Step(1), slurm, "--requeue-tries", "2")) == 1
+    b = make(tmp_path, Step(1), slurm, "--requeue-tries", "2", "--requeue-away-s", "0")
+    assert go(b) == 1
     assert not any(c[0] == "srun" or c[:2] == ["scontrol", "update"] for c in slurm.calls)
     assert [c for c in slurm.calls if c[:2] == ["scontrol", "requeue"]] == [
         ["scontrol", "requeue", "77"]
@@ -265,7 +310,9 @@ def test_argument_error_fails_at_once_by_default_killed_rank_requeues(tmp_path: 
     slurm = Slurm()
     assert go(make(tmp_path, Step(137), slurm, "--retry-exit", "none")) == 0
     assert ["scontrol", "requeue", "77"] in slurm.calls
-    assert state(tmp_path)[-1] == "event=requeue step failed with exit 137 (killed by signal 9)"
+    assert state(tmp_path)[-1].startswith(
+        "event=requeue step failed with exit 137 (killed by signal 9) [signature "
+    )
 
 
 def test_health_gate_as_owner_requeues_off_the_failed_node(tmp_path: Path) -> None:
@@ -648,3 +695,96 @@ def test_container_launch_logs_what_node_0_runs(
         "node 0 runs (in the container): PET_NODE_RANK=0 python3 train.py '--token=<secret>'" in out
     )
     assert "s3cr3t" not in out
+
+
+def test_a_checkpoint_written_before_the_signal_is_no_proof_of_the_save(tmp_path: Path) -> None:
+    """A periodic checkpoint of the same step (before USR2) must not pass for the save."""
+    box: list[Batch] = []
+
+    def during() -> None:
+        (tmp_path / "ckpt" / "step_000000005").mkdir()
+        (tmp_path / "ckpt" / "latest").write_text("step_000000005\n")
+        box[0].on_usr2(signal.SIGUSR2, None)
+
+    box.append(make(tmp_path, Step(1, during=during), Slurm(), "--done-check", "marker"))
+    assert go(box[0]) == 0
+    assert state(tmp_path)[-2].startswith("event=save-failed")
+
+
+def steps_of(b: Batch, *rcs: int) -> list[Step]:
+    """The launch srun of each run of the step, in turn."""
+    runs = [Step(rc) for rc in rcs]
+    it = iter(runs)
+    b.popen = lambda argv, env=None, **kw: next(it)  # type: ignore[assignment,misc]
+    return runs
+
+
+def test_a_retryable_failure_on_healthy_nodes_relaunches_in_the_allocation(
+    tmp_path: Path,
+) -> None:
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--restart-in-job", "1", "--retry-exit", "none")
+    runs = steps_of(b, 137, 0)
+    assert go(b) == 0
+    assert all(r.done for r in runs)
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)  # no requeue
+    lines = state(tmp_path)
+    assert lines[0].startswith("event=relaunch step failed with exit 137 (killed by signal 9)")
+    assert lines[0].endswith("(in-job restart 1, restart 1 of 3)")
+    assert lines[-1] == "event=finished exit 0"
+
+
+def test_in_job_restarts_count_against_the_cap(tmp_path: Path) -> None:
+    slurm = Slurm()
+    b = make(
+        tmp_path,
+        Step(0),
+        slurm,
+        "--restart-in-job",
+        "1",
+        "--max-restarts",
+        "2",
+        "--retry-exit",
+        "1",
+    )
+    steps_of(b, 1, 1, 1)
+    assert go(b) == 1
+    lines = state(tmp_path)
+    assert [x.split()[0] for x in lines] == ["event=relaunch", "event=relaunch", "event=give-up"]
+    assert lines[-1].startswith("event=give-up restart cap 2 reached: step failed with exit 1")
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+
+
+def test_a_lost_node_or_slurmctld_away_requeues_instead(tmp_path: Path) -> None:
+    slurm = Slurm(dead=["n2"])
+    b = make(tmp_path, Step(0), slurm, "--restart-in-job", "1")
+    steps_of(b, 1)
+    assert go(b) == 0
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert not any("event=relaunch" in x for x in state(tmp_path))
+    (tmp_path / "rt_77.state").unlink()
+    away = Slurm(ctld=False)
+    b = make(tmp_path, Step(0), away, "--restart-in-job", "1", "--requeue-tries", "1")
+    steps_of(b, 1)
+    go(b)
+    assert not any("event=relaunch" in x for x in state(tmp_path))
+
+
+def test_a_checkpoint_beside_a_failed_exit_is_not_the_save(tmp_path: Path) -> None:
+    """A periodic checkpoint finishing after the save signal, then the save itself failing
+    (exit 1): a failed save, recorded as such (seen on the lab)."""
+    box: list[Batch] = []
+    step = Step(1, during=saves(box, tmp_path))
+    box.append(make(tmp_path, step, Slurm(), "--done-check", "marker", "--signal-grace-s", "0"))
+    assert go(box[0]) == 0
+    assert state(tmp_path)[-2].startswith("event=save-failed")
+    assert state(tmp_path)[-1].startswith("event=requeue pre-timeout save failed (training exit 1")
+
+
+def test_an_early_exit_zero_requeues_for_a_new_time_limit(tmp_path: Path) -> None:
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--restart-in-job", "1", "--done-check", "megatron:100")
+    steps_of(b, 0)
+    assert go(b) == 0
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path)[-1].startswith("event=requeue exit 0 before the work was done")

@@ -21,7 +21,15 @@ from slurmfm.job.decide import (
 
 def test_signal_then_saved_requeues_unless_finished() -> None:
     assert decide(0, True, False).action == "requeue"
-    assert decide(0, True, None).reason.startswith("saved before the time limit")
+    saved = decide(0, True, None, saved="new checkpoint step_000000040")
+    assert saved.reason == (
+        "saved before the time limit (training exit 0): new checkpoint step_000000040"
+    )
+    # never a save claimed without its proof
+    assert "no checkpoint to confirm a save" in decide(0, True, None).reason
+    failed = decide(1, True, None, saved="")
+    assert failed.action == "requeue"
+    assert failed.reason.startswith("pre-timeout save failed (training exit 1")
     assert decide(0, True, True) == Decision(
         "finished", "exit 0 (all work done before the time limit)", 0
     )
@@ -46,7 +54,12 @@ def test_non_retryable_exit_fails_at_once() -> None:
 
 def test_give_up_never_exits_zero() -> None:
     """15.1: the restart cap after a pre-timeout save must not end COMPLETED 0:0."""
-    d = apply_cap(decide(0, True, False), restart=3, max_restarts=3, requeue_enabled=True)
+    d = apply_cap(
+        decide(0, True, False, saved="new checkpoint step_1"),
+        restart=3,
+        max_restarts=3,
+        requeue_enabled=True,
+    )
     assert d.action == "fail"
     assert d.exit_code == GIVE_UP_EXIT
     assert d.reason.startswith("restart cap 3 reached: saved before the time limit")

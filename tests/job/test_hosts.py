@@ -67,3 +67,40 @@ def test_ephemeral_range_reads_proc(tmp_path) -> None:  # type: ignore[no-untype
     f.write_text("20000\t40000\n")
     assert hs.ephemeral_range(str(f)) == (20000, 40000)
     assert hs.ephemeral_range(str(tmp_path / "missing")) == (32768, 60999)
+
+
+def test_a_replayed_step_keeps_the_survivors_ranks_and_moves_the_master() -> None:
+    """HyperPod's auto-resume replays the launch on the replacement of a faulty node: the
+    order, the master and the ranks fixed at batch start are recomputed inside the step."""
+    from slurmfm.job.hosts import replayed_order, with_master
+    from slurmfm.job.node import replayed
+
+    assert replayed_order(["n3", "n1", "n2"], ["n1", "n2", "n9"]) == ["n9", "n1", "n2"]
+    assert replayed_order(["n3", "n1"], ["n1", "n3"]) == ["n3", "n1"]
+    argv = ["torchrun", "--master-addr=n3", "--rdzv_endpoint=n3:29500", "train.py"]
+    assert with_master(argv, "n3", "n9") == [
+        "torchrun",
+        "--master-addr=n9",
+        "--rdzv_endpoint=n9:29500",
+        "train.py",
+    ]
+    env = {
+        "SLURMFM_LAUNCH_NODELIST": "n[1-3]",
+        "SLURM_STEP_NODELIST": "n[1-2],n9",
+        "SLURMFM_RDZV_HOST": "n3",
+    }
+    calls: list[list[str]] = []
+
+    def run(a: object, t: float) -> tuple[int, str]:
+        calls.append(list(a))  # type: ignore[call-overload]
+        return 0, "n1\nn2\nn9\n"
+
+    words, order = replayed(argv, ["n3", "n1", "n2"], env, run)
+    assert calls == [["scontrol", "show", "hostnames", "n[1-2],n9"]]
+    assert order == ["n9", "n1", "n2"]
+    assert words[1] == "--master-addr=n9"
+    assert env["SLURMFM_HOST_ORDER"] == "n9 n1 n2"
+    # not a replay: nothing asked, nothing changed
+    same = {"SLURMFM_LAUNCH_NODELIST": "n[1-3]", "SLURM_STEP_NODELIST": "n[1-3]"}
+    assert replayed(argv, ["n3", "n1", "n2"], same, run) == (argv, ["n3", "n1", "n2"])
+    assert len(calls) == 1

@@ -35,9 +35,30 @@ def test_requeue_is_retried_while_slurmctld_is_away() -> None:
     assert run.calls == [["scontrol", "requeue", "7"]] * 2
     assert slept == [2]
     run = Fake(*[(1, "Unable to contact slurm controller")] * 3)
-    ok, why = sl.requeue("7", run, sl.Retry(tries=3, delay_s=2, sleep=slept.append))
+    ok, why = sl.requeue("7", run, sl.Retry(tries=3, delay_s=2, sleep=slept.append, away_s=0))
     assert not ok
     assert "Unable to contact" in why
+
+
+def test_requeue_backs_off_for_minutes_while_slurmctld_is_away() -> None:
+    """Issue 20: a slurmctld away for minutes (a restart of a big cluster's controller) must
+    not end the job after 30 s; a failure for another reason is not retried for minutes."""
+    away = [(1, "scontrol: error: Unable to contact slurm controller (connect failure)")]
+    run = Fake(*away * 11)
+    slept: list[float] = []
+    ok, _ = sl.requeue("7", run, sl.Retry(sleep=slept.append))
+    assert ok  # the 12th call: slurmctld is back after 9 minutes
+    assert slept[:4] == [10, 20, 40, 60]
+    assert sum(slept) <= 600
+    run = Fake(*away * 20)
+    slept = []
+    ok, _ = sl.requeue("7", run, sl.Retry(sleep=slept.append))
+    assert not ok
+    assert 540 <= sum(slept) <= 600
+    run = Fake(*[(1, "Invalid job id specified")] * 5)
+    slept = []
+    assert not sl.requeue("7", run, sl.Retry(sleep=slept.append))[0]
+    assert len(run.calls) == 3
 
 
 def test_probe_is_one_parallel_step_with_one_timeout() -> None:
@@ -92,7 +113,7 @@ def test_held_job_is_released_even_when_the_update_fails() -> None:
     assert note == "not excluded (Job is no longer pending)"
     assert run.calls[-1] == ["scontrol", "release", "9"]
     run = Fake((0, ""), (0, ""), (0, ""), *[(1, "Unable to contact slurm controller")] * 3)
-    ok, _, note = sl.requeue_excluding("9", ["n2"], run, sl.Retry(tries=3, sleep=NO_WAIT))
+    ok, _, note = sl.requeue_excluding("9", ["n2"], run, sl.Retry(tries=3, sleep=NO_WAIT, away_s=0))
     assert ok
     assert "the job is held: scontrol release 9" in note
     assert run.calls[-3:] == [["scontrol", "release", "9"]] * 3  # retried like the requeue
@@ -106,3 +127,12 @@ def test_requeue_off_is_retried_like_the_requeue() -> None:
     assert run.calls == [["scontrol", "update", "JobId=5", "Requeue=0"]] * 2
     assert slept == [3]
     assert not sl.no_requeue("5", Fake(*[(1, "denied")] * 2), sl.Retry(tries=2, sleep=NO_WAIT))
+
+
+def test_last_step_state_from_accounting() -> None:
+    out = "77|FAILED\n77.batch|FAILED\n77.extern|COMPLETED\n77.0|COMPLETED\n77.1|OUT_OF_MEMORY\n"
+    run = Fake((0, out))
+    assert sl.last_step_state("77", run) == "OUT_OF_MEMORY"
+    assert run.calls == [["sacct", "-j", "77", "-n", "-P", "-o", "JobID,State"]]
+    assert sl.last_step_state("77", Fake((1, "accounting storage is disabled"))) == ""
+    assert sl.last_step_state("77", Fake((0, "77.0|CANCELLED by 0\n"))) == "CANCELLED"

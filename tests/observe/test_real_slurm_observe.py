@@ -123,6 +123,8 @@ def test_job_metrics_dashboard_and_report(
         f"launcher.python={STANDINS / 'torchrun.py'}",
         "--set",  # torchrun ends with 1 when a worker fails (the flaky run 0)
         "resilience.retry_exit_codes=[1]",
+        "--set",  # a requeue: the restart count Slurm keeps is what is measured
+        "resilience.restart_in_job=false",
         "--set",
         "launcher.args=[--steps, '30', --checkpoint-every, '10', --sleep, '0.3']",
         "--set",

@@ -213,3 +213,31 @@ def test_assumed_version_is_said() -> None:
 def test_exclusive_gpu_jobs_take_all_memory() -> None:
     assert "#SBATCH --mem=0" in sbatch_lines(render(recipe()))
     assert "#SBATCH --mem=64G" in sbatch_lines(render(recipe(resources__mem="64G")))
+
+
+def test_megatron_by_samples_gets_its_iteration_count_as_the_completion_check() -> None:
+    """Megatron run by --train-samples (AWS's Megatron sample) never writes a DONE marker: the
+    check reads its tracker against the iterations Megatron computes from the samples."""
+    base = {
+        "name": "m",
+        "resources": {"nodes": 4},
+        "parallelism": {"tp": 8, "pp": 2},
+        "storage": {"checkpoint_root": "/fsx/ckpt"},
+    }
+    args = {"num-layers": 32, "train-samples": 10000, "global-batch-size": 64}
+    r = validate({**base, "launcher": {"kind": "megatron", "model_args": args}})
+    text = render(r)
+    assert "--done-check megatron:156" in text  # 10000 // 64
+    assert "--done-check marker" not in text
+
+
+def test_megatron_train_iters_follows_megatrons_arithmetic() -> None:
+    from slurmfm.render.script import megatron_train_iters
+
+    assert megatron_train_iters({"train-samples": 1000, "global-batch-size": 32}, 4) == 31
+    assert megatron_train_iters({"train-samples": 1000, "micro-batch-size": 2}, 4) == 125
+    # ramp 16 -> 32 in steps of 16 over 64 samples: batches 16,16,16,16 (consumed 64), then
+    # one more ramp batch (64 <= 64, at 32), then (1000 - 96) // 32 = 28
+    ramp = {"train-samples": 1000, "global-batch-size": 32, "rampup-batch-size": "16 16 64"}
+    assert megatron_train_iters(ramp, 4) == 33
+    assert megatron_train_iters({"train-samples": "x", "global-batch-size": 32}, 4) is None

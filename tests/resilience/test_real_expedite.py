@@ -42,6 +42,7 @@ def recipe(tmp: Path, name: str, expedite: bool, step: str = STEP, retry: str = 
         f"python: {REPO_ROOT / 'tests' / 'standins' / 'torchrun.py'}}}\n"
         f"storage: {{checkpoint_root: {tmp / 'ckpt'}, log_dir: {tmp / 'logs'}}}\n"
         "resilience: {health_gate: 'off', save_before_timeout_s: 0, max_restarts: 2, "
+        "restart_in_job: false, "  # a requeue is the subject
         f"retry_exit_codes: {retry}, expedited_requeue: {str(expedite).lower()}}}\n"
     )
     return path

@@ -441,6 +441,7 @@ def test_restart_cap_ends_failed_with_its_reason(resil2_lab: SlurmLab, tmp_path:
         *FAST,
         "resilience.max_restarts=1",
         "resilience.retry_exit_codes=[1]",
+        "resilience.restart_in_job=false",  # the requeue's cap (in-job: test_real_evidence)
         f"launcher.args=[--steps, '20', --fail-if, '{trigger}']",
     )
     rec = wait_done(resil2_lab, job_id, timeout=300)

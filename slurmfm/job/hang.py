@@ -1,0 +1,157 @@
+"""Hang detection: a launch that makes no progress for ``resilience.hang_timeout``.
+
+A rank stuck in a collective keeps the whole allocation idle until the time limit (NCCL's
+own watchdog aborts only after the process group's timeout, 10 minutes by default, and gloo
+waits 30). Progress is any of, since the step started:
+
+* a new report in ``$SLURMFM_PROGRESS_FILE`` (:func:`slurmfm.checkpoint.report_progress`;
+  the runtime exports it for every launch);
+* a new complete checkpoint, or a moved Megatron tracker (:mod:`.evidence`);
+* an iteration line of an unmodified framework in the job log: Megatron-LM's
+  ``iteration N/ M |`` (NVIDIA/Megatron-LM megatron/training/training.py ``training_log``)
+  and NeMo 2's ``Training epoch E, iteration N/M`` (NVIDIA/NeMo
+  nemo/lightning/pytorch/callbacks/progress_printer.py).
+
+On a hang the batch step runs ``RUNTIME stacks`` on every node (an overlapping step): each
+worker's Python stack is dumped with py-spy where it is installed (``py-spy dump``, which
+leaves the process running), then the worker gets SIGABRT, on which Python's faulthandler
+(``PYTHONFAULTHANDLER=1``, exported with hang detection) prints every thread's stack into the
+job log before the process ends. NCCL's flight recorder is turned on for the same launches
+(``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_DUMP_ON_TIMEOUT``, ``TORCH_FR_DUMP_TEMP_FILE``:
+pytorch/pytorch torch/csrc/distributed/c10d/FlightRecorder.hpp, ProcessGroupNCCL.hpp), so a
+collective that times out leaves its trace in the evidence directory. The step is then
+stopped, judged (``hang`` in :mod:`.classify`) and retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable
+
+from .node import children, environ, launch_tops
+
+ITERATION = re.compile(r"\biteration\s+\d+\s*/\s*\d+")
+CHECK_S = 5.0
+
+
+def hang_env(env: dict[str, str], evidence_dir: str) -> dict[str, str]:
+    """What a launch watched for hangs gets: stack dumps on SIGABRT, NCCL's flight recorder.
+    A value the recipe set wins."""
+    out = {"PYTHONFAULTHANDLER": "1", "TORCH_FR_BUFFER_SIZE": "2000"}
+    out["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+    if evidence_dir:
+        out["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(evidence_dir, "nccl_trace_rank_")
+    return {k: v for k, v in out.items() if k not in env}
+
+
+def read_new(path: str, offset: int, cap: int = 1 << 20) -> tuple[list[str], int]:
+    """Lines appended to ``path`` since ``offset`` (at most the last ``cap`` bytes) and the
+    new offset."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+    except OSError:
+        return [], offset
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            size = os.fstat(fh.fileno()).st_size
+            if size <= offset:
+                return [], size
+            fh.seek(max(offset, size - cap))
+            data = fh.read(cap)
+        except OSError:
+            return [], offset
+    return data.decode("utf-8", "replace").splitlines(), size
+
+
+class HangWatch:
+    """Tells when a launch has made no progress for ``timeout_s`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        timeout_s: float,
+        clock: Callable[[], float],
+        mark: Callable[[], dict[str, str]],
+        log: tuple[str, int] | None,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.mark_fn = mark
+        self.mark = mark()
+        self.log_path, self.offset = log if log is not None else ("", 0)
+        self.last = clock()
+        self.next_check = self.last + min(CHECK_S, timeout_s / 4)
+        self.what = "none since the step started"
+
+    def idle_s(self) -> float:
+        return self.clock() - self.last
+
+    def hung(self) -> bool:
+        now = self.clock()
+        if now < self.next_check:
+            return False
+        self.next_check = now + min(CHECK_S, self.timeout_s / 4)
+        mark = self.mark_fn()
+        if mark != self.mark:
+            self.mark, self.last = mark, now
+            self.what = "progress report or checkpoint"
+        if self.log_path:
+            lines, self.offset = read_new(self.log_path, self.offset)
+            if any(ITERATION.search(x) for x in lines):
+                self.last = now
+                self.what = "iteration line in the log"
+        return now - self.last >= self.timeout_s
+
+
+def descendants(pid: int, proc: str = "/proc") -> list[int]:
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = children(todo.pop(), proc)
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
+def workers(job: str, node: str = "", proc: str = "/proc") -> list[int]:
+    """This node's training workers of job ``job``: the launch's processes torchrun (or
+    another launcher) gave a ``LOCAL_RANK``."""
+    found: list[int] = []
+    for top in launch_tops(job, node, proc):
+        for pid in [top, *descendants(top, proc)]:
+            if "LOCAL_RANK" in environ(pid, proc) and pid not in found:
+                found.append(pid)
+    return found
+
+
+def dump_stacks(job: str, node: str, pyspy: str | None = None) -> list[str]:
+    """Dump the stacks of this node's workers and abort them (SIGABRT: faulthandler prints
+    each one's stacks); the lines to print."""
+    out = []
+    tool = pyspy if pyspy is not None else shutil.which("py-spy") or ""
+    pids = workers(job, node)
+    for pid in pids:
+        rank = environ(pid).get("RANK", "?")
+        out.append("slurmfm-stacks %s pid %d rank %s" % (node, pid, rank))
+        if tool:
+            try:
+                proc = subprocess.run(
+                    [tool, "dump", "--pid", str(pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+                out.extend(proc.stdout.splitlines() + proc.stderr.splitlines())
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                out.append("py-spy failed: %s" % exc)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGABRT)
+    if not pids:
+        out.append("slurmfm-stacks %s: no training process found" % node)
+    return out

@@ -1,0 +1,287 @@
+"""Failures judged by evidence, on the real local Slurm (22.05) with real torch (gloo) and the
+real torchrun: the quickstart's training with one injected fault (train_faults.py).
+
+Each of these ended wrongly before the runtime read evidence: an ImportError on one node of
+two came back from srun as a TERMed task (143) and was requeued up to the cap; a RuntimeError
+or a killed worker after hours of progress is torchrun's exit 1, which failed the job under the
+default ``retry_exit_codes: none``; a pre-timeout save that failed was recorded as "saved";
+Megatron-LM run by ``--train-samples`` ended COMPLETED at its first early exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lab import OwnLab, SlurmLab, own_lab_fixture, read_text, wait_until
+from test_real_slurm_resilience import (
+    FAST,
+    STANDINS,
+    _resil,
+    events,
+    submit,
+    wait_done,
+    wait_for_event,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
+
+EVID = OwnLab("evidence", ctld_port=16877, slurmd_port=17181, nodes=4)
+FAULTS = Path(__file__).resolve().parent / "train_faults.py"
+
+
+@pytest.fixture(scope="module")
+@own_lab_fixture(EVID)
+def ev_lab() -> Iterator[SlurmLab]:
+    yield from _resil(EVID)
+
+
+def state_of(tmp: Path, job_id: str) -> str:
+    return read_text(tmp / "logs" / f"quickstart_{job_id}.state")
+
+
+def log_of(tmp: Path, job_id: str) -> str:
+    return read_text(tmp / "logs" / f"quickstart_{job_id}.out")
+
+
+def test_import_error_on_one_node_fails_at_once_naming_the_error_and_the_node(
+    ev_lab: SlurmLab, tmp_path: Path
+) -> None:
+    job_id = submit(
+        ev_lab,
+        tmp_path,
+        f"launcher.script={FAULTS}",
+        "env.TEST_FAULT=import:1",
+        "resilience.max_restarts=3",
+    )
+    rec = wait_done(ev_lab, job_id, timeout=300)
+    log = log_of(tmp_path, job_id)
+    assert rec["JobState"] == "FAILED", log[-3000:]
+    assert int(rec["Restarts"]) == 0, log[-3000:]
+    victims = {e["node"] for e in events(log) if e["event"] == "fault"}
+    assert len(victims) == 1, log[-3000:]
+    (victim,) = victims
+    fail = [x for x in state_of(tmp_path, job_id).splitlines() if " event=fail " in x]
+    assert len(fail) == 1, state_of(tmp_path, job_id)
+    assert "ModuleNotFoundError: No module named 'slurmfm_test_no_such_module'" in fail[0]
+    assert f"on {victim}" in fail[0]
+    assert "before any progress" in fail[0]
+    assert "event=requeue" not in state_of(tmp_path, job_id)
+
+
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [
+        ("raise", "RuntimeError: injected fault at step 12 on "),
+        ("kill", "a worker killed by signal 9 on "),
+    ],
+)
+def test_failure_after_progress_is_retried_inside_the_allocation_and_resumes(
+    ev_lab: SlurmLab, tmp_path: Path, fault: str, words: str
+) -> None:
+    """torchrun exits 1 for both; after progress each is retried, in the same job: the step
+    runs again on the same nodes (no requeue, no credential wait), counted as a restart."""
+    total, every = 30, 5
+    job_id = submit(
+        ev_lab,
+        tmp_path,
+        f"launcher.script={FAULTS}",
+        f"env.TEST_FAULT={fault}:12:{tmp_path / 'fault-once'}",
+        "resilience.max_restarts=2",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}']",
+    )
+    rec = wait_done(ev_lab, job_id, timeout=600)
+    log = log_of(tmp_path, job_id)
+    ev = events(log)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 0, log[-3000:]  # never requeued
+    state = state_of(tmp_path, job_id)
+    relaunch = [x for x in state.splitlines() if "restart=0 event=relaunch " in x]
+    assert len(relaunch) == 1, state
+    assert words in relaunch[0], state
+    assert "after progress (new checkpoint step_000000010" in relaunch[0], state
+    assert "(in-job restart 1, restart 1 of 2)" in relaunch[0], state
+    assert "event=requeue" not in state
+    assert [e["step"] for e in ev if e["event"] == "resume"] == [10]
+    assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
+
+
+def test_failed_pre_timeout_save_is_recorded_as_failed(ev_lab: SlurmLab, tmp_path: Path) -> None:
+    """The save fails (read-only directory); the record must not say it saved.
+
+    The pre-timeout signal is Slurm's own request for ``--signal=B:USR2@N``, sent at once with
+    ``scancel --batch --signal=USR2`` (https://slurm.schedmd.com/scancel.html).
+    """
+    job_id = submit(
+        ev_lab,
+        tmp_path,
+        f"launcher.script={FAULTS}",
+        "env.TEST_FAULT=save",
+        "resilience.max_restarts=2",
+        "launcher.args=[--steps, '80', --checkpoint-every, '5', --sleep, '0.1']",
+    )
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    wait_for_event(log_path, "a periodic checkpoint", "checkpoint", 240)
+    sig = ev_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
+    assert sig.returncode == 0, sig.stderr
+    rec = wait_done(ev_lab, job_id, timeout=600)
+    log = log_of(tmp_path, job_id)
+    state = state_of(tmp_path, job_id)
+    assert any(e["event"] == "fault" for e in events(log)), log[-3000:]
+    assert "restart=0 event=save-failed no new complete checkpoint after the pre-timeout" in state
+    assert "restart=0 event=requeue pre-timeout save failed (training exit " in state, state
+    assert "saved before the time limit" not in state
+    # the next attempt resumes from the last periodic checkpoint and finishes
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert [e["steps"] for e in events(log) if e["event"] == "done"] == [80]
+
+
+def test_megatron_by_samples_early_exit_requeues_and_the_finished_run_does_not(
+    ev_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """Megatron-LM's exit 0 at ``--exit-interval`` (or ``--exit-duration-in-mins``) is not the
+    end of a run by samples: 400 samples at a batch of 4 are 100 iterations; the stand-in
+    (Megatron's contract: tests/standins/megatron_pretrain.py) exits 0 at iteration 60."""
+    recipe = tmp_path / "megs.yaml"
+    recipe.write_text(
+        json.dumps(
+            {
+                "name": "megs",
+                # the lab's nodes have 8 GPU GRES each, so a GPU launcher can run there
+                "cluster": {"instance_type": "p5.48xlarge", "partition": "batch"},
+                "resources": {"nodes": 2, "procs_per_node": 2, "time_limit": "00:10:00"},
+                "parallelism": {"tp": 1, "pp": 1},
+                "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
+                "observability": {"enabled": "off"},
+                "launcher": {
+                    "kind": "megatron",
+                    "python": str(STANDINS / "torchrun.py"),
+                    "megatron_path": str(STANDINS),
+                    "entrypoint": "megatron_pretrain.py",
+                    "model_args": {
+                        "train-samples": 400,
+                        "global-batch-size": 4,
+                        "exit-interval": 60,
+                    },
+                },
+                "storage": {
+                    "checkpoint_root": str(tmp_path / "ckpt"),
+                    "log_dir": str(tmp_path / "logs"),
+                },
+            }
+        )
+    )
+    proc = ev_lab.slurmfm("submit", str(recipe))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    rec = wait_done(ev_lab, job_id, timeout=400)
+    log = read_text(tmp_path / "logs" / f"megs_{job_id}.out")
+    state = read_text(tmp_path / "logs" / f"megs_{job_id}.state")
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 1, state
+    ev = events(log)
+    assert [e["iteration"] for e in ev if e["event"] == "exit-interval" and e["rank"] == 0] == [60]
+    assert [e["iteration"] for e in ev if e["event"] == "done" and e["rank"] == 0] == [100]
+    assert "restart=0 event=requeue exit 0 before the work was done (completion check)" in state
+    tracker = tmp_path / "ckpt" / "megs" / "megs" / "latest_checkpointed_iteration.txt"
+    wait_until("the tracker", tracker.exists, 5)
+    assert tracker.read_text().strip() == "100"
+
+
+def test_a_rank_hanging_in_all_reduce_is_caught_stacks_dumped_and_retried(
+    ev_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """Rank 1 stops at its 12th all_reduce; the other ranks wait inside it (gloo would wait 30
+    minutes). With ``hang_timeout: 30s`` the runtime sees no progress, dumps every worker's
+    stack into the log (faulthandler on SIGABRT; py-spy where installed), stops the step and
+    relaunches it in the allocation; the run resumes from its last checkpoint."""
+    total, every, timeout = 30, 5, 30
+    job_id = submit(
+        ev_lab,
+        tmp_path,
+        f"launcher.script={FAULTS}",
+        f"env.TEST_FAULT=hang:12:{tmp_path / 'fault-once'}",
+        f"resilience.hang_timeout={timeout}s",
+        "resilience.max_restarts=2",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}']",
+    )
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    wait_for_event(log_path, "the hang", "fault", 240)
+    t_hang = time.monotonic()
+    wait_until(
+        "the hang caught",
+        lambda: "slurmfm: hang: no progress for" in read_text(log_path),
+        timeout + 60,
+        lambda: read_text(log_path)[-3000:],
+    )
+    assert time.monotonic() - t_hang <= timeout + 60
+    rec = wait_done(ev_lab, job_id, timeout=400)
+    log = log_of(tmp_path, job_id)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 0, log[-3000:]
+    after = log[log.index("slurmfm: hang: no progress for") :]
+    assert "slurmfm-stacks " in after  # each node's workers listed
+    assert "in all_reduce" in after  # a waiting rank's stack: faulthandler's dump
+    assert "in stuck" in after  # the hanging rank's own
+    state = state_of(tmp_path, job_id)
+    relaunch = [x for x in state.splitlines() if "restart=0 event=relaunch " in x]
+    assert len(relaunch) == 1, state
+    assert "hang: no progress for" in relaunch[0], state
+    ev = events(log)
+    assert [e["step"] for e in ev if e["event"] == "resume"] == [10]
+    assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
+
+
+def runtime_pids(job_id: str) -> list[int]:
+    """The batch runtime processes of ``job_id``: ``python3 RUNTIME.pyz batch ...`` with the
+    job's id in their environment (the supervisor and, below it, the runtime)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+            env = (p / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[2:3] == [b"batch"] and f"SLURM_JOB_ID={job_id}".encode() in env:
+            found.append(int(p.name))
+    return found
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_kill_of_the_runtime_is_recorded_and_the_job_requeued(
+    ev_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """``kill -9`` of the batch runtime used to end the job FAILED with nothing recorded; its
+    supervisor (the batch step's own process) records it and requeues. Stand-ins: Slurm and
+    the runtime are the subject, not torch."""
+    total, every = 60, 5
+    job_id = submit(
+        ev_lab,
+        tmp_path,
+        *FAST,
+        "resilience.max_restarts=2",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2']",
+    )
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    wait_for_event(log_path, "a checkpoint", "checkpoint", 120)
+    pids = runtime_pids(job_id)
+    child = [p for p in pids if parent_of(p) in pids]
+    assert len(child) == 1, pids
+    os.kill(child[0], signal.SIGKILL)
+    rec = wait_done(ev_lab, job_id, timeout=400)
+    log = log_of(tmp_path, job_id)
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 1, log[-3000:]
+    state = state_of(tmp_path, job_id)
+    assert "restart=0 event=requeue the job runtime was killed (signal 9)" in state, state
+    assert [e["steps"] for e in events(log) if e["event"] == "done"] == [total]
