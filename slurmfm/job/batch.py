@@ -86,6 +86,7 @@ class Batch:
             getattr(opts, "component_unset", []) or [],
         )
         self.next_signal: float | None = None
+        self.forwarder: subprocess.Popen[bytes] | None = None  # the `forward` step, once
         self.nccl_socket = False
         self.gave_up = False
         self.step_started = 0.0
@@ -411,15 +412,18 @@ class Batch:
         if self.clock() >= max(self.next_signal, self.step_started + self.o.signal_grace_s):
             with contextlib.suppress(OSError):
                 step.send_signal(signal.SIGUSR2)
-            if self.o.container_forward != "none":
-                # The launch runs in a container, where no runtime runs: a host step on every
-                # node signals the training processes it finds there (node.forward_to_workers).
+            if self.o.container_forward != "none" and self.forwarder is None:
+                # The launch runs in a container, where no runtime runs: one host step on
+                # every node signals the training processes it finds there, and each new one
+                # until the launch ends (node.forward_until_done): started once, not at every
+                # resend, so a 128-node job adds one job step, and the loop never waits on it.
                 cmd = self.all_nodes_srun(
                     "forward", "--signal", self.o.container_forward, overlap=True
                 )
-                rc, out = self.run(cmd, self.o.probe_timeout_s)
-                if rc != 0:
-                    log("forwarding SIG%s failed: %s" % (self.o.container_forward, out), err=True)
+                try:
+                    self.forwarder = self.popen(cmd, env=self.env)
+                except OSError as e:
+                    log("forwarding SIG%s failed: %s" % (self.o.container_forward, e), err=True)
             self.next_signal = self.clock() + self.o.resignal_s
 
     def start_server(self, argv: Sequence[str]) -> int | None:
@@ -480,6 +484,19 @@ class Batch:
         if self.o.serve_kind:
             serve.drop_endpoint(self.endpoint_base(), self.env.get("SLURM_JOB_ID", ""))
         self.observe_stop()
+        self.forward_stop()
+
+    def forward_stop(self) -> None:
+        """The `forward` step ends with the launch on its node; one still running is ended."""
+        fwd = self.forwarder
+        if fwd is None or fwd.poll() is not None:
+            return
+        try:
+            fwd.wait(timeout=self.o.poll_s * 4)
+        except subprocess.TimeoutExpired:
+            fwd.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                fwd.wait(timeout=10)
 
     def nccl_watch(self) -> None:
         step = self.step

@@ -321,8 +321,12 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--ray-timeout-s", default="300")
     _launch_argv(n)
 
-    f = sub.add_parser("forward", help="signal the workers of this node's launch step")
+    f = sub.add_parser(
+        "forward",
+        help="signal the workers of this node's launch step, and each new one, until it ends",
+    )
     f.add_argument("--signal", default="TERM", choices=["TERM", "USR2", "INT"])
+    f.add_argument("--poll-s", type=float, default=2.0, help="how often to look for new workers")
 
     _health_options(sub.add_parser("health"), imex_flag=True)
 
@@ -371,16 +375,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.cmd == "forward":
         import signal
 
-        from .node import forward_to_workers
+        from .node import forward_until_done
 
-        sent = forward_to_workers(
-            env.get("SLURM_JOB_ID", ""),
-            getattr(signal, "SIG" + a.signal),
-            env.get("SLURMD_NODENAME", ""),
+        node = env.get("SLURMD_NODENAME", "")
+        sent = forward_until_done(
+            env.get("SLURM_JOB_ID", ""), getattr(signal, "SIG" + a.signal), node, poll_s=a.poll_s
         )
         print(
-            "slurmfm: %s: SIG%s to %d training process(es)"
-            % (env.get("SLURMD_NODENAME", "?"), a.signal, len(sent)),
+            "slurmfm: %s: SIG%s to %d training process(es); the launch ended"
+            % (node or "?", a.signal, sent),
             flush=True,
         )
         return 0

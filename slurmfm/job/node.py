@@ -69,45 +69,108 @@ def parent(pid: int, proc: str = "/proc") -> int:
         return 0
 
 
+def start_time(pid: int, proc: str = "/proc") -> str:
+    """``pid``'s start time in clock ticks after boot (field 22 of ``/proc/PID/stat``), "" when
+    it cannot be read: with the pid it names one process, though the kernel reuses pids."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
 def launch_tops(job: str, node: str = "", proc: str = "/proc") -> list[int]:
-    """This node's launch processes of job ``job``: the processes Slurm started for the
-    launch step (the launcher: torchrun), found by their environment, not by ancestry.
+    """This node's launch tasks of job ``job``: the processes Slurm started for the launch
+    step (the launcher: torchrun), found by their environment, not by ancestry.
 
     Why by environment: in a Pyxis container the launcher is not a child of anything the
-    runtime runs on the host, but it still is a host process whose environment holds Slurm's
-    ``SLURM_JOB_ID`` and the runtime's ``SLURMFM_STEP=launch`` (Pyxis passes the host
-    environment into the container). Its children (the workers) carry the same environment;
-    a top is one whose parent does not. With ``node``, only the tasks Slurm started on that
-    node (``SLURMD_NODENAME``) count, where several nodes share one kernel (the test lab).
+    runtime runs on the host, but it still is a host process (Pyxis makes no PID namespace)
+    whose environment holds Slurm's ``SLURM_JOB_ID`` and the runtime's ``SLURMFM_STEP=launch``
+    (Pyxis passes the host environment into the container). A task is a process whose
+    ``SLURM_TASK_PID`` is its own pid: slurmstepd sets it to the pid of each task it starts
+    ("SLURM_TASK_PID: The process ID of the task being started", https://slurm.schedmd.com/
+    srun.html#OPT_SLURM_TASK_PID), and the container's ``sh`` program ``exec``s the launcher
+    in that same process. Other processes carry the step's environment without being a task:
+    the launcher's own children, and with Pyxis' ``use_squashfuse=1`` Enroot's ``fuse-shim``
+    with its ``squashfuse`` and ``fuse-overlayfs`` children, which hold the container's root
+    file system (github.com/NVIDIA/enroot src/runtime.sh, runtime::_mount_rootfs); a TERM there
+    takes the file system away from the training it was meant to save. With ``node``, only the
+    tasks Slurm started on that node (``SLURMD_NODENAME``) count, where several nodes share
+    one kernel (the test lab).
     """
-    mine = set()
+    tops = []
     for name in os.listdir(proc) if os.path.isdir(proc) else []:
         if name.isdigit() and int(name) != os.getpid():
             env = environ(int(name), proc)
             if (
                 env.get("SLURM_JOB_ID") == job
                 and env.get("SLURMFM_STEP") == "launch"
+                and env.get("SLURM_TASK_PID") == name
                 and env.get("SLURMD_NODENAME", "") == (node or env.get("SLURMD_NODENAME", ""))
             ):
-                mine.add(int(name))
-    return sorted(p for p in mine if parent(p, proc) not in mine)
+                tops.append(int(name))
+    return sorted(tops)
 
 
-def forward_to_workers(job: str, sig: int, node: str = "", proc: str = "/proc") -> list[int]:
-    """Send ``sig`` to the children of this node's launch processes; the pids signalled.
+def forward_to_workers(
+    job: str,
+    sig: int,
+    node: str = "",
+    proc: str = "/proc",
+    sent: set[tuple[int, str]] | None = None,
+) -> list[int]:
+    """Send ``sig`` to the children of this node's launch tasks; the pids signalled.
 
     The host-side half of the save signal for a launch in a container (README "Containers"):
     Megatron-LM saves on SIGTERM (``--exit-signal-handler``), which must reach the training
     processes and not torchrun, which would end them (a launcher's TERM stops its workers:
-    pytorch/pytorch:torch/distributed/elastic/agent/server/api.py).
+    pytorch/pytorch:torch/distributed/elastic/agent/server/api.py). A process already in
+    ``sent`` (pid and start time) is skipped, and the ones signalled now are added: a second
+    TERM would end a Megatron worker while it saves (its handler exits on the second).
     """
-    sent: list[int] = []
+    done: set[tuple[int, str]] = set() if sent is None else sent
+    out: list[int] = []
     for top in launch_tops(job, node, proc):
         for kid in children(top, proc):
+            key = (kid, start_time(kid, proc))
+            if key in done:
+                continue
             with contextlib.suppress(OSError):
                 os.kill(kid, sig)
-                sent.append(kid)
-    return sent
+                out.append(kid)
+                done.add(key)
+    return out
+
+
+def forward_until_done(
+    job: str,
+    sig: int,
+    node: str = "",
+    proc: str = "/proc",
+    poll_s: float = 2.0,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Signal this node's training processes once, then every new one until the launch ends.
+
+    The runtime starts this step once per save signal on every node (one ``srun``, not one
+    every ``resignal_s``: on 128+ nodes a new job step each time loads slurmctld and blocks
+    the runtime loop). A worker that starts later (a launcher restarting one) gets it as it
+    appears; none gets it twice. The step ends with the launch on this node. Returns how many
+    processes were signalled.
+    """
+    sent: set[tuple[int, str]] = set()
+    name = signal.Signals(sig).name
+    while True:
+        new = forward_to_workers(job, sig, node, proc, sent)
+        if new:
+            say(
+                "slurmfm: %s: %s to %d training process(es)%s"
+                % (node or "?", name, len(new), " more" if len(sent) > len(new) else "")
+            )
+        if not launch_tops(job, node, proc):
+            return len(sent)
+        sleep(poll_s)
 
 
 def exit_code(returncode: int) -> int:

@@ -39,10 +39,10 @@ export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/4901675de488eb449e49bf5a90f54d8bc3e4481d9e5f9efdde650fbcbedff26a.pyz"
-if ! echo "4901675de488eb449e49bf5a90f54d8bc3e4481d9e5f9efdde650fbcbedff26a  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/e7d13eb74afa079fb021248089c764d3cd84f3aef7d31845edb57e1aaeabcd2c.pyz"
+if ! echo "e7d13eb74afa079fb021248089c764d3cd84f3aef7d31845edb57e1aaeabcd2c  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "4901675de488eb449e49bf5a90f54d8bc3e4481d9e5f9efdde650fbcbedff26a  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "e7d13eb74afa079fb021248089c764d3cd84f3aef7d31845edb57e1aaeabcd2c  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -65,4 +65,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=4901675de488eb449e49bf5a90f54d8bc3e4481d9e5f9efdde650fbcbedff26a <base64 zipapp of slurmfm/job, 62372 chars>
+# slurmfm-runtime sha256=e7d13eb74afa079fb021248089c764d3cd84f3aef7d31845edb57e1aaeabcd2c <base64 zipapp of slurmfm/job, 63976 chars>

@@ -613,21 +613,32 @@ def test_an_expedited_job_that_ends_itself_is_not_requeued_held(
         assert unset not in slurm.calls
 
 
-def test_container_launch_gets_the_forward_from_a_host_step(tmp_path: Path) -> None:
-    """A launch in a container (no runtime there): with each save signal to the step, one
-    host step on every node (`forward`, --overlap beside the launch) TERMs the workers."""
+def test_container_launch_gets_the_forward_from_one_host_step(tmp_path: Path) -> None:
+    """A launch in a container (no runtime there): at the save signal one host step on every
+    node (`forward`, --overlap beside the launch) TERMs the workers; it is started once, not
+    again with each resend of USR2 (a new job step every resignal_s on every node)."""
     now = [100.0]
     step = Step(0)
-    slurm = Slurm()
-    b = make(tmp_path, step, slurm, "--signal-grace-s", "0", "--container-forward", "TERM")
+    started: list[list[str]] = []
+    fwd_step = Step(0)
+
+    def popen(argv: list[str], env: object = None) -> Step:
+        started.append(list(argv))
+        return fwd_step
+
+    b = make(tmp_path, step, Slurm(), "--signal-grace-s", "0", "--container-forward", "TERM")
+    b.popen = popen  # type: ignore[assignment]
     b.clock = lambda: now[0]
     b.step, b.step_started = step, 100.0  # type: ignore[assignment]
     b.on_usr2(signal.SIGUSR2, None)
-    b.forward_signal()
-    assert step.signals == [signal.SIGUSR2]
-    fwd = [c for c in slurm.calls if "forward" in c]
+    for t in (100.0, 110.0, 120.0, 130.0):  # the save window: USR2 resent every 10 s
+        now[0] = t
+        b.forward_signal()
+    assert step.signals == [signal.SIGUSR2] * 4
     per_node = sl.srun_per_node(2)  # one task on each of the job's 2 nodes, beside the launch
-    assert fwd == [[*per_node, "--overlap", "python3", "rt.pyz", "forward", "--signal", "TERM"]]
+    assert started == [[*per_node, "--overlap", "python3", "rt.pyz", "forward", "--signal", "TERM"]]
+    b.cleanup()  # the step ended: a forward step still running is ended with it
+    assert fwd_step.done
 
 
 def test_container_launch_logs_what_node_0_runs(

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from slurmfm.job import node
 from slurmfm.job.node import children, node_addrs, run_ray_node
@@ -206,7 +209,8 @@ def test_node_entry_takes_its_own_nodeaddr_for_ray(tmp_path: Path) -> None:
 def test_container_program_then_host_forward(tmp_path: Path) -> None:
     """Issue 11, a launch in a container: the rendered ``sh`` program (no slurmfm in the
     image) gives the launcher its node rank from the task id and the ignored USR2; the host
-    step ``runtime forward`` finds the launch by its environment and TERMs its children only."""
+    step ``runtime forward`` finds the launch task by its environment and TERMs its children
+    only, then ends with the launch."""
     from slurmfm.job.batch import CONTAINER_ENTRY
     from slurmfm.render.script import _container_entry
 
@@ -215,21 +219,23 @@ def test_container_program_then_host_forward(tmp_path: Path) -> None:
     job = f"t{os.getpid()}"  # no other process on this machine has this job id
     env = {**os.environ, "OUT": str(tmp_path), "SLURM_JOB_ID": job, "SLURM_PROCID": "2"}
     argv = ["sh", "-c", program, CONTAINER_ENTRY, sys.executable, str(tmp_path / "launcher.py")]
-    proc = subprocess.Popen([*argv, "--x"], env={**env, "SLURMFM_STEP": "launch"}, text=True)
+    # as slurmstepd starts a task: SLURM_TASK_PID is the task's own pid
+    task = ["sh", "-c", 'SLURM_TASK_PID=$$ exec "$@"', "task", *argv, "--x"]
+    proc = subprocess.Popen(task, env={**env, "SLURMFM_STEP": "launch"}, text=True)
     try:
         wait_for(tmp_path / "ready", proc)
         lines = (tmp_path / "launcher").read_text().splitlines()
         assert lines == ["--x", "usr2=True", "rank=2"]
         assert node.launch_tops(job) == [proc.pid]  # sh exec'd the launcher: same process
         fwd = subprocess.run(
-            [sys.executable, "-m", "slurmfm.job", "forward", "--signal", "TERM"],
+            [sys.executable, "-m", "slurmfm.job", "forward", "--signal", "TERM", "--poll-s", "0.1"],
             env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
             capture_output=True,
             text=True,
             timeout=60,
             check=True,
         )
-        assert "SIGTERM to 1 training process(es)" in fwd.stdout
+        assert "SIGTERM to 1 training process(es); the launch ended" in fwd.stdout
         assert proc.wait(timeout=60) == 0  # the launcher ended with its worker, not by TERM
         assert (tmp_path / "worker").read_text() == "SIGTERM"
     finally:
@@ -237,23 +243,111 @@ def test_container_program_then_host_forward(tmp_path: Path) -> None:
         proc.wait()
 
 
-def test_launch_tops_from_a_fake_proc(tmp_path: Path) -> None:
-    """Only processes of this job's launch step count; a top is one whose parent is not."""
+class FakeProc:
+    """A fake ``/proc``: each process a ``stat`` (its parent, its start time) and an
+    ``environ``, as the kernel writes them (proc(5))."""
 
-    def pid(n: int, ppid: int, env: dict[str, str]) -> None:
-        d = tmp_path / str(n)
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def add(self, pid: int, ppid: int, env: dict[str, str], started: int = 100) -> None:
+        d = self.root / str(pid)
         d.mkdir()
-        (d / "stat").write_text(f"{n} (python3 (x)) S {ppid} 1 1 0")
+        fields = ["S", str(ppid)] + ["0"] * 17 + [str(started), "0"]  # field 22: start time
+        (d / "stat").write_text(f"{pid} (python3 (x)) " + " ".join(fields))
         (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
 
-    launch = {"SLURM_JOB_ID": "9", "SLURMFM_STEP": "launch"}
-    pid(10, 1, launch)  # torchrun
-    pid(11, 10, launch)  # its workers
-    pid(12, 10, launch)
-    pid(20, 1, {"SLURM_JOB_ID": "9"})  # the agent step of the same job
-    pid(30, 1, {"SLURM_JOB_ID": "8", "SLURMFM_STEP": "launch"})  # another job
-    pid(40, 1, {**launch, "SLURMD_NODENAME": "n2"})  # the same job's launcher on another node
+    def restart(self, pid: int, started: int) -> None:  # the kernel reused the pid
+        stat = self.root / str(pid) / "stat"
+        words = stat.read_text().split()
+        words[22] = str(started)  # "(python3 (x))" is two words: field N at N
+        stat.write_text(" ".join(words))
+
+
+def task_env(job: str, pid: int, **more: str) -> dict[str, str]:
+    return {"SLURM_JOB_ID": job, "SLURMFM_STEP": "launch", "SLURM_TASK_PID": str(pid), **more}
+
+
+def test_launch_tops_are_the_launch_steps_own_tasks(tmp_path: Path) -> None:
+    """Only the tasks Slurm started for this job's launch step count: a process whose
+    SLURM_TASK_PID is its own pid, of this job, step and node."""
+    p = FakeProc(tmp_path)
+    p.add(10, 1, task_env("9", 10))  # torchrun, exec'd by the container's sh program
+    p.add(11, 10, task_env("9", 10))  # its workers
+    p.add(12, 10, task_env("9", 10))
+    p.add(20, 1, {"SLURM_JOB_ID": "9", "SLURM_TASK_PID": "20"})  # the agent step of the job
+    p.add(30, 1, task_env("8", 30))  # another job
+    p.add(40, 1, task_env("9", 40, SLURMD_NODENAME="n2"))  # the job's launcher on another node
     assert node.launch_tops("9", proc=str(tmp_path)) == [10, 40]
     assert node.launch_tops("9", "n2", str(tmp_path)) == [40]
     assert sorted(children(10, str(tmp_path))) == [11, 12]
     assert node.environ(99, str(tmp_path)) == {}
+
+
+def squashfuse_node(tmp_path: Path) -> FakeProc:
+    """A node of a Pyxis launch with use_squashfuse=1: beside the task tree, Enroot's
+    ``fuse-shim`` (reparented, a process group of its own) holds ``squashfuse`` and
+    ``fuse-overlayfs``, the container's root file system; all three carry the launch step's
+    environment but no task's pid (github.com/NVIDIA/enroot src/runtime.sh)."""
+    p = FakeProc(tmp_path)
+    step = {"SLURM_JOB_ID": "9", "SLURMFM_STEP": "launch", "SLURMD_NODENAME": "n1"}
+    p.add(5, 1, {})  # slurmstepd: no job environment of its own
+    p.add(50, 1, step)  # fuse-shim
+    p.add(51, 50, step)  # squashfuse
+    p.add(52, 50, step)  # fuse-overlayfs
+    p.add(60, 5, step)  # Pyxis' container holder
+    p.add(61, 60, step)
+    p.add(10, 5, task_env("9", 10, SLURMD_NODENAME="n1"))  # the launch task (torchrun)
+    p.add(11, 10, task_env("9", 10, SLURMD_NODENAME="n1"))  # the workers
+    p.add(12, 10, task_env("9", 10, SLURMD_NODENAME="n1"))
+    return p
+
+
+def test_forward_signals_only_the_training_never_the_containers_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With use_squashfuse=1 a TERM to squashfuse or fuse-overlayfs removes the container's
+    root file system under the training it should save (Stale file handle, Bus error): the
+    forward signals the launch task's children only."""
+    squashfuse_node(tmp_path)
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    assert node.launch_tops("9", "n1", str(tmp_path)) == [10]
+    sent = node.forward_to_workers("9", signal.SIGTERM, "n1", str(tmp_path))
+    assert sorted(sent) == [11, 12]
+    assert sorted(killed) == [(11, signal.SIGTERM), (12, signal.SIGTERM)]
+
+
+def test_forward_once_then_only_to_new_workers_until_the_launch_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One forward step for the whole save window: each worker gets the TERM once (a second
+    one ends a Megatron worker in its save), a worker that appears later gets it then, a
+    reused pid is a new process; the step ends when the launch task is gone."""
+    p = squashfuse_node(tmp_path)
+    killed: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(pid))
+    lines: list[str] = []
+    rounds = [0]
+
+    def sleep(s: float) -> None:
+        rounds[0] += 1
+        if rounds[0] == 2:
+            p.add(13, 10, task_env("9", 10, SLURMD_NODENAME="n1"))  # a late worker
+        if rounds[0] == 3:
+            p.restart(12, 500)  # worker 12 ended; a new process got its pid
+        if rounds[0] == 4:
+            for d in ("10", "11", "12", "13"):
+                shutil.rmtree(tmp_path / d)  # the launch ended on this node
+
+    n = node.forward_until_done(
+        "9", signal.SIGTERM, "n1", str(tmp_path), poll_s=0, say=lines.append, sleep=sleep
+    )
+    assert sorted(killed) == [11, 12, 12, 13]
+    assert n == 4
+    assert rounds[0] == 4
+    assert lines == [
+        "slurmfm: n1: SIGTERM to 2 training process(es)",
+        "slurmfm: n1: SIGTERM to 1 training process(es) more",
+        "slurmfm: n1: SIGTERM to 1 training process(es) more",
+    ]
