@@ -4,8 +4,9 @@ and the finish / requeue / fail decision with its record.
 The batch script ``exec``s into ``python3 RUNTIME batch [options] -- srun ...``, so this process
 *is* the batch shell Slurm signals with ``--signal=B:USR2@T``. On USR2 it records the signal and
 either forwards USR2 to the launch ``srun`` (Slurm passes it to every process of the step) and
-repeats it every ``resignal_s`` until the step ends (a process still starting up ignores it), or,
-for a launcher without a save protocol, requeues at once.
+repeats it every ``resignal_s`` until the step ends (a process still starting up ignores it),
+or, for a launch in a container, starts one host step on every node that signals the training
+processes there (``forward``), or, for a launcher without a save protocol, requeues at once.
 """
 
 from __future__ import annotations
@@ -410,21 +411,27 @@ class Batch:
         if self.next_signal is None or step is None or step.poll() is not None:
             return
         if self.clock() >= max(self.next_signal, self.step_started + self.o.signal_grace_s):
-            with contextlib.suppress(OSError):
-                step.send_signal(signal.SIGUSR2)
-            if self.o.container_forward != "none" and self.forwarder is None:
-                # The launch runs in a container, where no runtime runs: one host step on
-                # every node signals the training processes it finds there, and each new one
-                # until the launch ends (node.forward_until_done): started once, not at every
-                # resend, so a 128-node job adds one job step, and the loop never waits on it.
-                cmd = self.all_nodes_srun(
-                    "forward", "--signal", self.o.container_forward, overlap=True
-                )
-                try:
-                    self.forwarder = self.popen(cmd, env=self.env)
-                except OSError as e:
-                    log("forwarding SIG%s failed: %s" % (self.o.container_forward, e), err=True)
+            if self.o.container_forward == "none":
+                with contextlib.suppress(OSError):
+                    step.send_signal(signal.SIGUSR2)
+            elif self.forwarder is None:
+                self.forward_start()
             self.next_signal = self.clock() + self.o.resignal_s
+
+    def forward_start(self) -> None:
+        """The save signal for a launch in a container, where no runtime runs: one host step
+        on every node signals the training processes it finds there, and each new one until
+        the launch ends (node.forward_until_done). Started once, not at every resend: a
+        128-node job adds one job step, and the loop never waits on it. The launch ``srun``
+        itself gets no signal: Slurm would pass it to every process of the step, Enroot's
+        ``squashfuse`` too (render.script._container_forward)."""
+        words = ["forward", "--signal", self.o.container_forward]
+        if self.o.container_forward_tasks:
+            words.append("--tasks")
+        try:
+            self.forwarder = self.popen(self.all_nodes_srun(*words, overlap=True), env=self.env)
+        except OSError as e:
+            log("forwarding SIG%s failed: %s" % (self.o.container_forward, e), err=True)
 
     def start_server(self, argv: Sequence[str]) -> int | None:
         o = self.o

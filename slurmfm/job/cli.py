@@ -276,8 +276,14 @@ def parser() -> argparse.ArgumentParser:
         "--container-forward",
         default="none",
         choices=["none", "TERM", "USR2", "INT"],
-        help="a launch in a container: on the save signal, also send this to the training "
-        "processes from a host step on every node (`forward`)",
+        help="a launch in a container: on the save signal, send this to the training "
+        "processes from a host step on every node (`forward`) instead of USR2 to the step",
+    )
+    b.add_argument(
+        "--container-forward-tasks",
+        type=int,
+        default=0,
+        help="1: the launch's tasks are the training processes (NeMo), not their children",
     )
     b.add_argument("--signal-grace-s", type=float, default=2.0)
     b.add_argument("--probe-timeout-s", type=float, default=60.0)
@@ -327,6 +333,7 @@ def parser() -> argparse.ArgumentParser:
     )
     f.add_argument("--signal", default="TERM", choices=["TERM", "USR2", "INT"])
     f.add_argument("--poll-s", type=float, default=2.0, help="how often to look for new workers")
+    f.add_argument("--tasks", action="store_true", help="signal the tasks, not their children")
 
     _health_options(sub.add_parser("health"), imex_flag=True)
 
@@ -379,7 +386,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         node = env.get("SLURMD_NODENAME", "")
         sent = forward_until_done(
-            env.get("SLURM_JOB_ID", ""), getattr(signal, "SIG" + a.signal), node, poll_s=a.poll_s
+            env.get("SLURM_JOB_ID", ""),
+            getattr(signal, "SIG" + a.signal),
+            node,
+            poll_s=a.poll_s,
+            tasks=a.tasks,
         )
         print(
             "slurmfm: %s: SIG%s to %d training process(es); the launch ended"

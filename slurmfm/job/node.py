@@ -92,7 +92,7 @@ def launch_tops(job: str, node: str = "", proc: str = "/proc") -> list[int]:
     srun.html#OPT_SLURM_TASK_PID), and the container's ``sh`` program ``exec``s the launcher
     in that same process. Other processes carry the step's environment without being a task:
     the launcher's own children, and with Pyxis' ``use_squashfuse=1`` Enroot's ``fuse-shim``
-    with its ``squashfuse`` and ``fuse-overlayfs`` children, which hold the container's root
+    with its ``squashfuse`` (and ``fuse-overlayfs``) children, which hold the container's root
     file system (github.com/NVIDIA/enroot src/runtime.sh, runtime::_mount_rootfs); a TERM there
     takes the file system away from the training it was meant to save. With ``node``, only the
     tasks Slurm started on that node (``SLURMD_NODENAME``) count, where several nodes share
@@ -112,29 +112,65 @@ def launch_tops(job: str, node: str = "", proc: str = "/proc") -> list[int]:
     return sorted(tops)
 
 
+def catches(pid: int, sig: int, proc: str = "/proc") -> bool:
+    """Whether ``pid`` has a handler for ``sig`` installed (``SigCgt`` of ``/proc/PID/status``,
+    proc(5)); True when that cannot be read, so that the signal is sent rather than lost.
+
+    A worker still starting up has none yet: USR2 is still ignored there (the launcher's
+    ignore, inherited), so it would be lost, and a TERM would end it unsaved.
+    """
+    try:
+        with open(os.path.join(proc, str(pid), "status"), encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
+
+
+def started_by(kid: int, task: int, job: str, proc: str = "/proc") -> bool:
+    """Whether ``kid``, a child of launch task ``task``, is one the launcher started: it
+    carries the task's environment (torchrun hands its own to the workers).
+
+    Not every child of the task is: with ``use_squashfuse=1`` Pyxis starts the container from
+    the task, and Enroot's holder (``sh -c "kill -STOP $$ ; exit 0"``, with Enroot's own small
+    environment) stays a child of it, holding ``fuse-shim`` and ``squashfuse`` below it
+    (github.com/NVIDIA/pyxis pyxis_slurmstepd.c, enroot_container_start). A TERM to the holder
+    ends the container's root file system with it.
+    """
+    env = environ(kid, proc)
+    return env.get("SLURM_JOB_ID") == job and env.get("SLURM_TASK_PID") == str(task)
+
+
 def forward_to_workers(
     job: str,
     sig: int,
     node: str = "",
     proc: str = "/proc",
     sent: set[tuple[int, str]] | None = None,
+    tasks: bool = False,
 ) -> list[int]:
-    """Send ``sig`` to the children of this node's launch tasks; the pids signalled.
+    """Send ``sig`` to the children of this node's launch tasks (``tasks``: to the tasks
+    themselves, NeMo's training processes); the pids signalled.
 
     The host-side half of the save signal for a launch in a container (README "Containers"):
     Megatron-LM saves on SIGTERM (``--exit-signal-handler``), which must reach the training
     processes and not torchrun, which would end them (a launcher's TERM stops its workers:
     pytorch/pytorch:torch/distributed/elastic/agent/server/api.py). A process already in
-    ``sent`` (pid and start time) is skipped, and the ones signalled now are added: a second
-    TERM would end a Megatron worker while it saves (its handler exits on the second).
+    ``sent`` (pid and start time) is skipped, and the ones signalled now are added: each
+    process gets the signal once, however often the runtime asks; one that has no handler
+    for it yet (:func:`catches`) gets it in a later round.
     """
     done: set[tuple[int, str]] = set() if sent is None else sent
     out: list[int] = []
     for top in launch_tops(job, node, proc):
-        for kid in children(top, proc):
-            key = (kid, start_time(kid, proc))
-            if key in done:
+        for kid in [top] if tasks else children(top, proc):
+            if not tasks and not started_by(kid, top, job, proc):
                 continue
+            key = (kid, start_time(kid, proc))
+            if key in done or not catches(kid, sig, proc):
+                continue  # signalled already, or not ready for it yet: the next round
             with contextlib.suppress(OSError):
                 os.kill(kid, sig)
                 out.append(kid)
@@ -150,19 +186,20 @@ def forward_until_done(
     poll_s: float = 2.0,
     say: Callable[[str], None] = lambda line: print(line, flush=True),
     sleep: Callable[[float], None] = time.sleep,
+    tasks: bool = False,
 ) -> int:
     """Signal this node's training processes once, then every new one until the launch ends.
 
     The runtime starts this step once per save signal on every node (one ``srun``, not one
     every ``resignal_s``: on 128+ nodes a new job step each time loads slurmctld and blocks
-    the runtime loop). A worker that starts later (a launcher restarting one) gets it as it
-    appears; none gets it twice. The step ends with the launch on this node. Returns how many
-    processes were signalled.
+    the runtime loop). A worker gets it once it has installed its handler: one still starting
+    up, or started later (a launcher restarting one), gets it then; none gets it twice. The
+    step ends with the launch on this node. Returns how many processes were signalled.
     """
     sent: set[tuple[int, str]] = set()
     name = signal.Signals(sig).name
     while True:
-        new = forward_to_workers(job, sig, node, proc, sent)
+        new = forward_to_workers(job, sig, node, proc, sent, tasks)
         if new:
             say(
                 "slurmfm: %s: %s to %d training process(es)%s"

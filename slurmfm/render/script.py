@@ -600,10 +600,11 @@ def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str
     What the per-node entry (``runtime node``) does on the host is done here by the shell
     every image has, so the image needs no Python of a given version and never runs slurmfm:
 
-    * the save signal: Slurm delivers the USR2 sent to ``srun`` to every process of the step;
-      the launcher ignores it (an ignored signal stays ignored across ``exec``, POSIX
-      execve(2)) and the training processes install their own handler. A TERM for
-      Megatron-LM comes from a host step (``runtime forward``, README "Containers");
+    * the save signal comes from a host step (``runtime forward``, README "Containers") to
+      the training processes only (_container_forward); should a USR2 reach the whole step
+      (``scancel --signal=USR2`` of the step), the launcher ignores it (an ignored signal
+      stays ignored across ``exec``, POSIX execve(2)) and the training processes install
+      their own handler;
     * the node rank: the launch lays its tasks out in the job's host order
       (``--distribution=arbitrary``), so the task id says the node's rank; torchrun reads it
       from ``PET_NODE_RANK`` (pytorch/pytorch:torch/distributed/argparse_util.py: an option
@@ -623,6 +624,26 @@ def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str
         )
     lines.append('exec "$@"')
     return sh_quote("\n".join(lines))
+
+
+def _container_forward(kind: str, forward: str, in_container: bool) -> list[str]:
+    """The batch options that deliver the save signal to a training launch in a container.
+
+    Only a host step on every node delivers it (``runtime forward``), to the training
+    processes it finds there, and the launch ``srun`` gets no signal: Slurm passes a signal
+    sent to ``srun`` to every process of the step, and under Pyxis' ``use_squashfuse=1`` those
+    include Enroot's ``squashfuse``, which holds the container's root file system and dies of
+    USR2 (its default action; github.com/NVIDIA/enroot src/runtime.sh starts it in the step;
+    tests/e2e/test_real_container_launch.py shows it on real Pyxis). Megatron-LM saves on
+    TERM; the others on USR2 (slurmfm.checkpoint). NeMo's tasks are its training processes
+    (no launcher), so they get it themselves.
+    """
+    if not in_container or kind not in ("torchrun", "megatron", "nemo"):
+        return []
+    opts = [f"--container-forward {forward if forward != 'none' else 'USR2'}"]
+    if kind == "nemo":
+        opts.append("--container-forward-tasks 1")
+    return opts
 
 
 def _container_opts(
@@ -1091,7 +1112,7 @@ def render_script(
         "prepare_opts": prepare,
         "order_how": order_how,
         "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve, components)
-        + ([f"--container-forward {forward}"] if in_container and forward != "none" else []),
+        + _container_forward(recipe.launcher.kind, forward, in_container),
         "srun_opts": _wrap(srun),
         "argv": argv,
         "prefix": prefix,

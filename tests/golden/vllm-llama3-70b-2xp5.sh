@@ -69,10 +69,10 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/e7d13eb74afa079fb021248089c764d3cd84f3aef7d31845edb57e1aaeabcd2c.pyz"
-if ! echo "e7d13eb74afa079fb021248089c764d3cd84f3aef7d31845edb57e1aaeabcd2c  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f.pyz"
+if ! echo "0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "e7d13eb74afa079fb021248089c764d3cd84f3aef7d31845edb57e1aaeabcd2c  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -104,4 +104,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 20 --requeue 1 --drain 1 --
   --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=e7d13eb74afa079fb021248089c764d3cd84f3aef7d31845edb57e1aaeabcd2c <base64 zipapp of slurmfm/job, 63976 chars>
+# slurmfm-runtime sha256=0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f <base64 zipapp of slurmfm/job, 65052 chars>

@@ -616,7 +616,8 @@ def test_an_expedited_job_that_ends_itself_is_not_requeued_held(
 def test_container_launch_gets_the_forward_from_one_host_step(tmp_path: Path) -> None:
     """A launch in a container (no runtime there): at the save signal one host step on every
     node (`forward`, --overlap beside the launch) TERMs the workers; it is started once, not
-    again with each resend of USR2 (a new job step every resignal_s on every node)."""
+    again every resignal_s (a new job step each time on every node), and the launch srun gets
+    no USR2 (Slurm would pass it to squashfuse too)."""
     now = [100.0]
     step = Step(0)
     started: list[list[str]] = []
@@ -634,11 +635,24 @@ def test_container_launch_gets_the_forward_from_one_host_step(tmp_path: Path) ->
     for t in (100.0, 110.0, 120.0, 130.0):  # the save window: USR2 resent every 10 s
         now[0] = t
         b.forward_signal()
-    assert step.signals == [signal.SIGUSR2] * 4
+    assert step.signals == []
     per_node = sl.srun_per_node(2)  # one task on each of the job's 2 nodes, beside the launch
     assert started == [[*per_node, "--overlap", "python3", "rt.pyz", "forward", "--signal", "TERM"]]
     b.cleanup()  # the step ended: a forward step still running is ended with it
     assert fwd_step.done
+
+
+def test_nemo_in_a_container_gets_the_forward_to_its_tasks(tmp_path: Path) -> None:
+    started: list[list[str]] = []
+    step = Step(0)
+    b = make(tmp_path, step, Slurm(), "--signal-grace-s", "0", "--container-forward", "USR2")
+    b.o.container_forward_tasks = 1
+    b.popen = lambda argv, env=None: started.append(list(argv)) or Step(0)  # type: ignore[assignment]
+    b.step, b.step_started = step, 0.0  # type: ignore[assignment]
+    b.on_usr2(signal.SIGUSR2, None)
+    b.forward_signal()
+    assert started[0][-4:] == ["forward", "--signal", "USR2", "--tasks"]
+    assert step.signals == []
 
 
 def test_container_launch_logs_what_node_0_runs(

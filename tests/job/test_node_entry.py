@@ -243,6 +243,10 @@ def test_container_program_then_host_forward(tmp_path: Path) -> None:
         proc.wait()
 
 
+# what a training process catches: TERM (Megatron's --exit-signal-handler), USR2 (slurmfm's)
+CAUGHT = 1 << (signal.SIGTERM - 1) | 1 << (signal.SIGUSR2 - 1)
+
+
 class FakeProc:
     """A fake ``/proc``: each process a ``stat`` (its parent, its start time) and an
     ``environ``, as the kernel writes them (proc(5))."""
@@ -250,12 +254,21 @@ class FakeProc:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def add(self, pid: int, ppid: int, env: dict[str, str], started: int = 100) -> None:
+    def add(
+        self, pid: int, ppid: int, env: dict[str, str], started: int = 100, caught: int = CAUGHT
+    ) -> None:
         d = self.root / str(pid)
         d.mkdir()
         fields = ["S", str(ppid)] + ["0"] * 17 + [str(started), "0"]  # field 22: start time
         (d / "stat").write_text(f"{pid} (python3 (x)) " + " ".join(fields))
         (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+        self.handlers(pid, caught)
+
+    def handlers(self, pid: int, caught: int) -> None:
+        """The signals ``pid`` has a handler for (``SigCgt``, a mask: bit N-1 for signal N)."""
+        (self.root / str(pid) / "status").write_text(
+            f"Name:\tpython3\nSigIgn:\t0000000000000800\nSigCgt:\t{caught:016x}\n"
+        )
 
     def restart(self, pid: int, started: int) -> None:  # the kernel reused the pid
         stat = self.root / str(pid) / "stat"
@@ -285,30 +298,31 @@ def test_launch_tops_are_the_launch_steps_own_tasks(tmp_path: Path) -> None:
 
 
 def squashfuse_node(tmp_path: Path) -> FakeProc:
-    """A node of a Pyxis launch with use_squashfuse=1: beside the task tree, Enroot's
-    ``fuse-shim`` (reparented, a process group of its own) holds ``squashfuse`` and
-    ``fuse-overlayfs``, the container's root file system; all three carry the launch step's
+    """A node of a Pyxis launch with use_squashfuse=1, as seen on the lab: the launch task
+    (torchrun) has Enroot's holder as a child (``sh -c "kill -STOP $$ ; exit 0"``, Enroot's own
+    small environment: github.com/NVIDIA/pyxis pyxis_slurmstepd.c), which holds ``fuse-shim``
+    and its ``squashfuse``, the container's root file system; those two carry the launch step's
     environment but no task's pid (github.com/NVIDIA/enroot src/runtime.sh)."""
     p = FakeProc(tmp_path)
     step = {"SLURM_JOB_ID": "9", "SLURMFM_STEP": "launch", "SLURMD_NODENAME": "n1"}
     p.add(5, 1, {})  # slurmstepd: no job environment of its own
-    p.add(50, 1, step)  # fuse-shim
-    p.add(51, 50, step)  # squashfuse
-    p.add(52, 50, step)  # fuse-overlayfs
-    p.add(60, 5, step)  # Pyxis' container holder
-    p.add(61, 60, step)
     p.add(10, 5, task_env("9", 10, SLURMD_NODENAME="n1"))  # the launch task (torchrun)
+    p.add(20, 10, {"PATH": "/usr/bin", "ENROOT_ROOTFS": "/x"})  # Enroot's holder
+    p.add(21, 20, step)  # fuse-shim
+    p.add(22, 21, step)  # squashfuse
     p.add(11, 10, task_env("9", 10, SLURMD_NODENAME="n1"))  # the workers
     p.add(12, 10, task_env("9", 10, SLURMD_NODENAME="n1"))
+    p.add(50, 1, step)  # a fuse-shim left over, reparented
+    p.add(51, 50, step)
     return p
 
 
 def test_forward_signals_only_the_training_never_the_containers_file_system(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With use_squashfuse=1 a TERM to squashfuse or fuse-overlayfs removes the container's
-    root file system under the training it should save (Stale file handle, Bus error): the
-    forward signals the launch task's children only."""
+    """With use_squashfuse=1 a TERM to Enroot's holder, fuse-shim or squashfuse removes the
+    container's root file system under the training it should save (Stale file handle, Bus
+    error): the forward signals only the children the launcher started."""
     squashfuse_node(tmp_path)
     killed: list[tuple[int, int]] = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))
@@ -321,33 +335,75 @@ def test_forward_signals_only_the_training_never_the_containers_file_system(
 def test_forward_once_then_only_to_new_workers_until_the_launch_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One forward step for the whole save window: each worker gets the TERM once (a second
-    one ends a Megatron worker in its save), a worker that appears later gets it then, a
-    reused pid is a new process; the step ends when the launch task is gone."""
+    """One forward step for the whole save window: each worker gets the TERM once, a worker
+    that appears later gets it then, a reused pid is a new process; the step ends when the
+    launch task is gone."""
     p = squashfuse_node(tmp_path)
     killed: list[int] = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(pid))
     lines: list[str] = []
     rounds = [0]
 
+    p.add(14, 10, task_env("9", 10, SLURMD_NODENAME="n1"), caught=0)  # still starting up
+
     def sleep(s: float) -> None:
         rounds[0] += 1
+        if rounds[0] == 1:
+            p.handlers(14, CAUGHT)  # it installed its handler
         if rounds[0] == 2:
             p.add(13, 10, task_env("9", 10, SLURMD_NODENAME="n1"))  # a late worker
         if rounds[0] == 3:
             p.restart(12, 500)  # worker 12 ended; a new process got its pid
         if rounds[0] == 4:
-            for d in ("10", "11", "12", "13"):
+            for d in ("10", "11", "12", "13", "14", "20", "21", "22"):
                 shutil.rmtree(tmp_path / d)  # the launch ended on this node
 
     n = node.forward_until_done(
         "9", signal.SIGTERM, "n1", str(tmp_path), poll_s=0, say=lines.append, sleep=sleep
     )
-    assert sorted(killed) == [11, 12, 12, 13]
-    assert n == 4
+    assert killed[:2] == [11, 12]  # 14 had no handler yet: not in the first round
+    assert sorted(killed) == [11, 12, 12, 13, 14]
+    assert n == 5
     assert rounds[0] == 4
     assert lines == [
         "slurmfm: n1: SIGTERM to 2 training process(es)",
         "slurmfm: n1: SIGTERM to 1 training process(es) more",
         "slurmfm: n1: SIGTERM to 1 training process(es) more",
+        "slurmfm: n1: SIGTERM to 1 training process(es) more",
     ]
+
+
+def test_forward_to_the_tasks_themselves_when_they_are_the_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NeMo in a container: one task per GPU and no launcher; the tasks get the signal."""
+    p = FakeProc(tmp_path)
+    p.add(10, 1, task_env("9", 10))
+    p.add(11, 1, task_env("9", 11))
+    p.add(12, 10, task_env("9", 10))  # a data loader worker of task 10
+    killed: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(pid))
+    assert node.forward_to_workers("9", signal.SIGUSR2, proc=str(tmp_path), tasks=True) == [
+        10,
+        11,
+    ]
+    assert killed == [10, 11]
+
+
+def test_handler_read_from_proc_status(tmp_path: Path) -> None:
+    p = FakeProc(tmp_path)
+    p.add(10, 1, {}, caught=1 << (signal.SIGUSR2 - 1))
+    assert node.catches(10, signal.SIGUSR2, str(tmp_path))
+    assert not node.catches(10, signal.SIGTERM, str(tmp_path))
+    assert node.catches(99, signal.SIGTERM, str(tmp_path))  # unreadable: sent, not lost
+    # and the kernel's own: a process that caught TERM, not USR2
+    code = "import signal, time; signal.signal(signal.SIGTERM, lambda *a: None); print(1); time.sleep(60)"
+    kid = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert kid.stdout is not None
+        assert kid.stdout.readline() == "1\n"
+        assert node.catches(kid.pid, signal.SIGTERM)
+        assert not node.catches(kid.pid, signal.SIGUSR2)
+    finally:
+        kid.kill()
+        kid.wait()
