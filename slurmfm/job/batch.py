@@ -88,6 +88,7 @@ class Batch:
         )
         self.next_signal: float | None = None
         self.forwarder: subprocess.Popen[bytes] | None = None  # the `forward` step, once
+        self.container_steps: list[list[str]] = []  # steps with a named container
         self.nccl_socket = False
         self.gave_up = False
         self.step_started = 0.0
@@ -492,6 +493,25 @@ class Batch:
             serve.drop_endpoint(self.endpoint_base(), self.env.get("SLURM_JOB_ID", ""))
         self.observe_stop()
         self.forward_stop()
+        self.containers_remove()
+
+    def containers_remove(self) -> None:
+        """Remove this attempt's named containers from its nodes (render.script._container_opts
+        names one per attempt and role): Pyxis keeps them after the step, with the image's
+        whole file system, and by default for good. Once per attempt; a failure is logged."""
+        steps, self.container_steps = self.container_steps, []
+        for argv in steps:
+            names = [
+                w.split("=", 1)[1]
+                for w in hetjob.container_words(argv)
+                if w.startswith("--container-name=")
+            ]
+            if not names:
+                continue
+            cmd = ["python3", self.o.runtime, "container-remove", "--name", names[0]]
+            rc, out = self.run(self.component_srun(self.component(argv), cmd), 120)
+            if rc != 0:
+                log("could not remove container %s: %s" % (names[0], out.strip()), err=True)
 
     def forward_stop(self) -> None:
         """The `forward` step ends with the launch on its node; one still running is ended."""
@@ -573,6 +593,7 @@ class Batch:
 
     def _main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
         o = self.o
+        self.container_steps = [list(a) for a in (serve_argv, launch_argv) if a]
         last = self.state.last("requeue")
         log(
             "job %s start %d (at most %d restarts)%s"
@@ -662,6 +683,9 @@ class Batch:
             why = "did not answer after a failed step (job {})".format(
                 self.env.get("SLURM_JOB_ID", "")
             )
+            if not dead:
+                # Before a requeue: once Slurm requeues the job, no step of it starts here.
+                self.containers_remove()
             undowned: list[str] = []
             for h in dead:
                 if not self.drain(h, why, "DOWN"):

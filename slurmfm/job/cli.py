@@ -335,6 +335,9 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--poll-s", type=float, default=2.0, help="how often to look for new workers")
     f.add_argument("--tasks", action="store_true", help="signal the tasks, not their children")
 
+    cr = sub.add_parser("container-remove", help="remove this node's named container")
+    cr.add_argument("--name", required=True, help="the Pyxis --container-name")
+
     _health_options(sub.add_parser("health"), imex_flag=True)
 
     sub.add_parser("observe")
@@ -395,6 +398,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             "slurmfm: %s: SIG%s to %d training process(es); the launch ended"
             % (node or "?", a.signal, sent),
+            flush=True,
+        )
+        return 0
+    if a.cmd == "container-remove":
+        from .node import container_remove
+
+        gone = container_remove(a.name)
+        if gone is None:
+            return 1
+        print(
+            "slurmfm: %s: removed container %s"
+            % (env.get("SLURMD_NODENAME", "?"), " ".join(gone) or "(none)"),
             flush=True,
         )
         return 0

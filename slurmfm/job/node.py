@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -208,6 +209,24 @@ def forward_until_done(
         if not launch_tops(job, node, proc):
             return len(sent)
         sleep(poll_s)
+
+
+def container_remove(name: str, run: Runner = run_command) -> list[str] | None:
+    """Remove this node's Enroot containers of the Pyxis container name ``name``; their names
+    (None: ``enroot list`` failed, e.g. no ``enroot`` on the job's PATH).
+
+    Pyxis keeps a named container after its step: as ``pyxis_NAME``, or ``pyxis_JOBID_NAME``
+    where the admin set ``container_scope=job`` (then Pyxis removes it itself at the job's
+    end) (github.com/NVIDIA/pyxis pyxis_slurmstepd.c). Enroot keeps each user's containers
+    apart (``ENROOT_DATA_PATH``), so a job can only remove its own user's.
+    """
+    rc, out = run(["enroot", "list"], 60)
+    if rc != 0:
+        print("slurmfm: enroot list: " + out.strip(), file=sys.stderr, flush=True)
+        return None
+    scoped = re.compile(r"pyxis_[0-9]+_" + re.escape(name))
+    mine = [c for c in out.split() if c == "pyxis_" + name or scoped.fullmatch(c)]
+    return [c for c in mine if run(["enroot", "remove", "--force", c], 120)[0] == 0]
 
 
 def exit_code(returncode: int) -> int:

@@ -626,6 +626,11 @@ def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str
     return sh_quote("\n".join(lines))
 
 
+def container_name(role: str) -> str:
+    """The Pyxis container name of a job's attempt (shell text, expanded by the batch script)."""
+    return "slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-" + role
+
+
 def _container_forward(kind: str, forward: str, in_container: bool) -> list[str]:
     """The batch options that deliver the save signal to a training launch in a container.
 
@@ -647,7 +652,11 @@ def _container_forward(kind: str, forward: str, in_container: bool) -> list[str]
 
 
 def _container_opts(
-    recipe: Recipe, inst: InstanceType, env_names: list[str], mount_runtime: bool = True
+    recipe: Recipe,
+    inst: InstanceType,
+    env_names: list[str],
+    mount_runtime: bool = True,
+    role: str = "launch",
 ) -> tuple[list[str], list[str]]:
     """Pyxis options for a container step on ``inst``, and warnings.
 
@@ -699,6 +708,15 @@ def _container_opts(
                 f"variable the image defines keeps the image's value, which can override "
                 f"{', '.join(names)} [{f.source}]"
             )
+    # A named container is kept on the node after its step (NVIDIA/pyxis README,
+    # --container-name): every step of this attempt in this role (the in-container IMEX
+    # check, the launch, a relaunch) reuses its file system instead of unpacking the image
+    # again on every node (scripts/bench_container_name.py measures it). One per attempt, so
+    # that a requeued run starts from the image; the runtime removes it when the attempt ends
+    # (`container-remove`). Pyxis' use_squashfuse=1 mounts only unnamed containers' images:
+    # there a name would unpack the image instead (container.named: false).
+    if c.named:
+        opts.append(f'--container-name="{container_name(role)}"')
     return opts, warnings
 
 
@@ -1041,7 +1059,11 @@ def render_script(
 
         serve_inst = get_instance(het[0].instance)
     serve_container_opts, _ = _container_opts(
-        recipe, serve_inst, container_env, mount_runtime=serve_entry
+        recipe,
+        serve_inst,
+        container_env,
+        mount_runtime=serve_entry,
+        role="launch" if serve is not None and serve.group == "all" else "serve",
     )
     if serve is not None:
         if serve.group == "all":

@@ -32,6 +32,7 @@ from lab import (
     OwnLab,
     SlurmLab,
     SuiteLabFactory,
+    lab_root,
     last_attempt_ranks,
     own_lab_fixture,
     read_text,
@@ -66,6 +67,10 @@ class Pyxis:
     def __init__(self, lab: SlurmLab, image: str) -> None:
         self.lab = lab
         self.image = image
+        # what jobs get: Enroot on PATH, as on a cluster with Pyxis (the runtime runs
+        # `enroot` to remove the attempt's named container)
+        prefix = lab_root() / "pyxis" / "prefix" / "bin"
+        self.env = dict(lab.env, PATH=f"{prefix}:{lab.env['PATH']}")
 
     def mode(self, mode: str) -> None:
         """Pyxis' mode for the steps that start from now on."""
@@ -77,6 +82,20 @@ class Pyxis:
             timeout=60,
         )
         assert proc.returncode == 0, proc.stderr
+
+    def assert_mode(self, job_id: str, mode: str, nodes: int) -> None:
+        """Pyxis ran the job's launch (step 0) on ``nodes`` nodes the way ``mode`` says, by its
+        own log lines (a requeued job's next attempt logs its step 0 again: at least)."""
+        logs = "".join(read_text(p) for p in sorted((self.lab.lab_dir / "log").glob("slurmd-*")))
+        starts = [x for x in logs.splitlines() if f"[{job_id}.0] pyxis: starting container" in x]
+        want = "from squashfs" if mode == "squashfuse" else ": pyxis_slurmfm-"
+        assert len(starts) >= nodes, starts
+        assert all(want in x for x in starts), starts
+
+    def container(self, mode: str, tmp_path: Path) -> dict[str, Any]:
+        """The recipe's ``container:`` for a cluster in Pyxis mode ``mode``: unnamed with
+        squashfuse (Pyxis mounts only an unnamed container's image: container.named)."""
+        return {"image": self.image, "mounts": self.mounts(tmp_path), "named": mode != "squashfuse"}
 
     def mounts(self, tmp_path: Path) -> list[str]:
         """What a job of these tests needs in the image: the stand-ins (read-only) and its
@@ -122,7 +141,12 @@ def idle_nodes(lab: SlurmLab, k: int) -> list[str]:
 
 
 def check_ranks_follow_the_planned_order(
-    lab: SlurmLab, env: dict[str, str], image: str, mounts: list[str], tmp_path: Path
+    lab: SlurmLab,
+    env: dict[str, str],
+    image: str,
+    mounts: list[str],
+    tmp_path: Path,
+    named: bool = True,
 ) -> list[dict[str, Any]]:
     """A 3-node quickstart pinned to a host order that is not Slurm's own; its rank records."""
     order = tuple(reversed(idle_nodes(lab, 3)))  # not Slurm's own (name) order
@@ -135,6 +159,7 @@ def check_ranks_follow_the_planned_order(
             "launcher.args": [],
             "container.image": image,
             "container.mounts": mounts,
+            "container.named": named,
             "storage.checkpoint_root": str(tmp_path / "ckpt"),
             "storage.log_dir": str(tmp_path / "logs"),
         },
@@ -165,10 +190,21 @@ def test_ranks_follow_the_planned_order_in_a_real_pyxis_container(
     """Real Pyxis and Enroot on 22.05: the image's python3 runs the launcher, no slurmfm."""
     pyxis.mode(mode)
     ranks = check_ranks_follow_the_planned_order(
-        pyxis.lab, dict(pyxis.lab.env), pyxis.image, pyxis.mounts(tmp_path), tmp_path
+        pyxis.lab,
+        pyxis.env,
+        pyxis.image,
+        pyxis.mounts(tmp_path),
+        tmp_path,
+        named=pyxis.container(mode, tmp_path)["named"],
     )
     # in the image: its /etc/environment's variable (scripts/pyxis-lab), its own Python
     assert {r["image_var"] for r in ranks} == {"from-image"}, ranks
+    # the attempt's named container (Pyxis keeps it) was removed from every node at its end;
+    # Enroot keeps containers per lab node and user under the lab root (scripts/pyxis-lab)
+    job_id = ranks[0]["job_id"]
+    left = sorted((lab_root() / "pyxis" / "state" / "data").glob(f"*/*/pyxis_*slurmfm-{job_id}-*"))
+    assert left == []
+    pyxis.assert_mode(job_id, mode, 3)
 
 
 @pytest.mark.parametrize("suite", ["trixie", "sid"])
@@ -208,14 +244,14 @@ def test_megatron_in_a_real_pyxis_container_saves_on_the_signal_from_the_host(
                 "entrypoint": "megatron_pretrain.py",
                 "model_args": {"train-iters": 100000},
             },
-            "container": {"image": pyxis.image, "mounts": pyxis.mounts(tmp_path)},
+            "container": pyxis.container(mode, tmp_path),
             "storage": {
                 "checkpoint_root": str(tmp_path / "ckpt"),
                 "log_dir": str(tmp_path / "logs"),
             },
         }
     )
-    env = dict(slurm_lab.env)
+    env = pyxis.env
     job = api.submit(recipe, backend=SlurmCLI(env), env=env)
     log_path = tmp_path / "logs" / f"mega_{job.job_id}.out"
     state_path = tmp_path / "logs" / f"mega_{job.job_id}.state"
@@ -248,5 +284,21 @@ def test_megatron_in_a_real_pyxis_container_saves_on_the_signal_from_the_host(
         assert int(rec["Restarts"]) >= 1 or rec["JobState"] in ("PENDING", "REQUEUED"), rec
         done = (tmp_path / "ckpt").rglob("latest_checkpointed_iteration.txt")
         assert next(int(p.read_text()) for p in done) > 0
+        # the first attempt's named container went before the requeue (Pyxis keeps it)
+        data = lab_root() / "pyxis" / "state" / "data"
+        assert sorted(data.glob(f"*/*/pyxis_*slurmfm-{job.job_id}-0-*")) == []
+        pyxis.assert_mode(job.job_id, mode, 2)
     finally:
-        slurm_lab.run(["scancel", job.job_id])
+        cancel_for_good(slurm_lab, job.job_id)
+
+
+def cancel_for_good(lab: SlurmLab, job_id: str) -> None:
+    """scancel until the job is gone (completing counts as not gone): one sent while the
+    runtime's requeue is under way is lost (seen on the lab), and the next attempt (100000
+    iterations) would hold the lab's nodes for the next test."""
+
+    def gone() -> bool:
+        lab.run(["scancel", job_id])
+        return not lab.run(["squeue", "-h", "-j", job_id]).stdout.strip()
+
+    wait_until(f"job {job_id} cancelled", gone, 60, lambda: "")

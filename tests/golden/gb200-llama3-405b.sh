@@ -77,10 +77,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f.pyz"
-if ! echo "0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9.pyz"
+if ! echo "7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -115,6 +115,7 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels --container-workdir=/fsx \
   --no-container-mount-home \
   --container-env=CUDA_DEVICE_MAX_CONNECTIONS,FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,TORCH_NCCL_ASYNC_ERROR_HANDLING,TORCH_NCCL_AVOID_RECORD_STREAMS \
+  --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -m torch.distributed.run \
   --nnodes=18 --nproc-per-node=4 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
@@ -176,4 +177,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f <base64 zipapp of slurmfm/job, 65052 chars>
+# slurmfm-runtime sha256=7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9 <base64 zipapp of slurmfm/job, 66156 chars>

@@ -55,10 +55,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f.pyz"
-if ! echo "0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9.pyz"
+if ! echo "7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -73,6 +73,7 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
   --kill-on-bad-exit=1 --label --container-image=/fsx/containers/sglang.sqsh \
   --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
   --no-container-mount-home --container-env=FI_PROVIDER,NCCL_DEBUG,NCCL_SOCKET_IFNAME \
+  --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   python3 "$SLURMFM_RUNTIME" node --prefix 3 -- \
   python3 -m sglang.launch_server \
   --model-path /fsx/models/deepseek-ai/DeepSeek-V3 --tp 16 --ep-size 16 \
@@ -90,4 +91,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 10 --requeue 1 --drain 1 --
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
   --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f <base64 zipapp of slurmfm/job, 65052 chars>
+# slurmfm-runtime sha256=7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9 <base64 zipapp of slurmfm/job, 66156 chars>

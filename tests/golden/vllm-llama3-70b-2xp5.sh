@@ -69,10 +69,10 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f.pyz"
-if ! echo "0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9.pyz"
+if ! echo "7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -88,6 +88,7 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
   --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
   --no-container-mount-home \
   --container-env=FI_PROVIDER,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME \
+  --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   python3 "$SLURMFM_RUNTIME" node --prefix 0 --ray ray --ray-python python3 --ray-port 6379 --ray-nodes 2 --ray-timeout-s 300 -- \
   vllm serve meta-llama/Llama-3.1-70B-Instruct \
   --host 0.0.0.0 --port "$SLURMFM_SERVE_PORT" --tensor-parallel-size 8 --pipeline-parallel-size 2 --distributed-executor-backend ray \
@@ -104,4 +105,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 20 --requeue 1 --drain 1 --
   --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=0baab84d0f1f0af0e3b340f85f45426c0eee1c8bf3923f20cfee577a647f699f <base64 zipapp of slurmfm/job, 65052 chars>
+# slurmfm-runtime sha256=7e6b88e103e6580e5a73c645ea342fd8ab4c71cf6cf8cc1c24a8710e1bb4c6c9 <base64 zipapp of slurmfm/job, 66156 chars>

@@ -673,3 +673,25 @@ def test_container_launch_logs_what_node_0_runs(
         "node 0 runs (in the container): PET_NODE_RANK=0 python3 train.py '--token=<secret>'" in out
     )
     assert "s3cr3t" not in out
+
+
+def test_the_attempts_named_containers_are_removed_at_its_end(tmp_path: Path) -> None:
+    """Pyxis keeps a named container on its nodes: the runtime removes the attempt's, on every
+    node of the launch, once."""
+    slurm = Slurm()
+    argv = ["srun", "--container-image=i.sqsh", "--container-name=slurmfm-77-0-launch", "sh"]
+    b = make(tmp_path, Step(0), slurm)
+    assert b.main([], argv) == 0
+    removes = [c for c in slurm.calls if "container-remove" in c]
+    assert removes == [
+        [
+            *sl.srun_per_node(2),
+            "python3",
+            "rt.pyz",
+            "container-remove",
+            "--name",
+            "slurmfm-77-0-launch",
+        ]
+    ]
+    b.cleanup()
+    assert len([c for c in slurm.calls if "container-remove" in c]) == 1

@@ -407,3 +407,20 @@ def test_handler_read_from_proc_status(tmp_path: Path) -> None:
     finally:
         kid.kill()
         kid.wait()
+
+
+def test_container_remove_takes_only_this_attempts_container() -> None:
+    """Pyxis names a kept container pyxis_NAME, or pyxis_JOBID_NAME with container_scope=job;
+    the job's other attempts' and other jobs' containers stay."""
+    calls: list[list[str]] = []
+    listed = "pyxis_slurmfm-7-1-launch\npyxis_slurmfm-7-0-launch\npyxis_7_slurmfm-7-1-launch\n"
+    listed += "pyxis_slurmfm-7-1-launchx\npyxis_17.0\n"
+
+    def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        calls.append(list(argv))
+        return (0, listed) if list(argv) == ["enroot", "list"] else (0, "")
+
+    gone = node.container_remove("slurmfm-7-1-launch", run)
+    assert gone == ["pyxis_slurmfm-7-1-launch", "pyxis_7_slurmfm-7-1-launch"]
+    assert calls[1:] == [["enroot", "remove", "--force", c] for c in gone]
+    assert node.container_remove("x", lambda a, t: (127, "enroot: command not found")) is None
