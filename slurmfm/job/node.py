@@ -267,6 +267,50 @@ def run_launcher(argv: Sequence[str], forward: str, env: dict[str, str]) -> int:
     return exit_code(child.wait())
 
 
+RAY_OWNER = "SLURMFM_RAY_OWNER"
+
+
+def stop_own_ray(
+    owner: str,
+    proc: str = "/proc",
+    kill: Callable[[int, int], None] = os.kill,
+    sleep: Callable[[float], None] = time.sleep,
+    wait_s: float = 3.0,
+) -> list[int]:
+    """Stop this node's own Ray: the processes whose environment carries ``owner`` (TERM,
+    then KILL after ``wait_s``, within Slurm's KillWait); the pids found.
+
+    Not ``ray stop``: it stops every Ray of the user on the host (ray/scripts/scripts.py,
+    ``stop``: processes found by name), another job's too where jobs share a node. Ray's
+    daemons inherit the environment ``ray start`` got (``run_ray_node`` sets ``owner``
+    there) and leave its process tree, so they are found by their environment, as the
+    launch's processes are (:func:`launch_tops`).
+    """
+
+    def mine() -> list[int]:
+        found = []
+        for name in os.listdir(proc) if os.path.isdir(proc) else []:
+            if name.isdigit() and int(name) != os.getpid():
+                if environ(int(name), proc).get(RAY_OWNER) == owner:
+                    found.append(int(name))
+        return sorted(found)
+
+    pids = mine()
+    for sig, pause in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 0.0)):
+        left = mine()
+        for p in left:
+            with contextlib.suppress(OSError):
+                kill(p, sig)
+        waited = 0.0
+        while left and waited < pause:
+            sleep(0.25)
+            waited += 0.25
+            left = mine()
+        if not left:
+            break
+    return pids
+
+
 def run_ray_node(
     argv: Sequence[str],
     rank: int,
@@ -287,6 +331,7 @@ def run_ray_node(
     retry_s: float = 5.0,
     poll_s: float = 2.0,
     launch: Callable[[Sequence[str], str, dict[str, str]], int] = run_launcher,
+    stop: Callable[[str], object] = stop_own_ray,
 ) -> int:
     """vLLM across nodes (vLLM examples/online_serving/multi-node-serving.sh, run_cluster.sh).
 
@@ -295,31 +340,43 @@ def run_ray_node(
     to its own Slurm NodeAddr (``--node-ip-address``, ``VLLM_HOST_IP``): on a multi-NIC host
     (p5: EFA and ENA interfaces) Ray and vLLM would otherwise pick an address themselves, and
     vLLM's run_cluster.sh usage gives each node its own ``VLLM_HOST_IP``. ``call``, ``run``
-    and ``launch`` are injectable so tests see what each node was told without Ray.
+    and ``launch`` are injectable so tests see what each node was told without Ray. Each
+    node stops only its own Ray at the end (:func:`stop_own_ray`), marked in the environment
+    of its ``ray start`` with this job, step and node.
     """
     deadline = clock() + timeout_s
-    env = dict(env, VLLM_HOST_IP=own_addr)
+    owner = "%s.%s.%s" % (env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", ""), own_addr)
+    env = dict(env, VLLM_HOST_IP=own_addr, **{RAY_OWNER: owner})
     addr = "%s:%d" % (head, port)
     if rank != 0:
-        while (
-            call(
-                [ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr, "--block"], env
-            )
-            != 0
-        ):
-            if clock() >= deadline:
-                print(
-                    f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
-                    file=sys.stderr,
+        # Slurm ends the step with TERM (scancel, the job's end): stop this node's Ray then,
+        # since its daemons leave the step's process tree.
+        old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        try:
+            while (
+                call(
+                    [ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr, "--block"],
+                    env,
                 )
-                return 1
-            sleep(retry_s)
-        return 0
+                != 0
+            ):
+                if clock() >= deadline:
+                    print(
+                        f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
+                        file=sys.stderr,
+                    )
+                    return 1
+                sleep(retry_s)
+            return 0
+        finally:
+            stop(owner)
+            signal.signal(signal.SIGTERM, old)
     if (
         call([ray, "start", "--head", "--port=%d" % port, "--node-ip-address=" + own_addr], env)
         != 0
     ):
         print("slurmfm: ray start --head failed", file=sys.stderr)
+        stop(owner)
         return 1
     while True:
         alive = ray_alive(python, addr, run)
@@ -330,14 +387,14 @@ def run_ray_node(
                 "slurmfm: only %d of %d Ray nodes joined within %g s" % (alive, nnodes, timeout_s),
                 file=sys.stderr,
             )
-            call([ray, "stop"], env)
+            stop(owner)
             return 1
         sleep(poll_s)
     print("slurmfm: Ray cluster has %d nodes; starting the server" % nnodes, flush=True)
     try:
         return launch(argv, "none", env)
     finally:
-        call([ray, "stop"], env)
+        stop(owner)
 
 
 def main(

@@ -127,6 +127,10 @@ class RayCalls:
         self.alive = alive
         self.calls: list[tuple[list[str], dict[str, str]]] = []
         self.launched: list[tuple[list[str], dict[str, str]]] = []
+        self.stopped: list[str] = []
+
+    def stop(self, owner: str) -> None:
+        self.stopped.append(owner)
 
     def call(self, argv: Sequence[str], env: dict[str, str]) -> int:
         self.calls.append((list(argv), dict(env)))
@@ -151,12 +155,13 @@ def ray_node(rank: int, rec: RayCalls) -> int:
         6379,
         2,
         60.0,
-        {"PATH": "/bin"},
+        {"PATH": "/bin", "SLURM_JOB_ID": "5", "SLURM_STEP_ID": "1"},
         run=rec.run,
         call=rec.call,
         clock=lambda: 0.0,
         sleep=lambda s: None,
         launch=rec.launch,
+        stop=rec.stop,
     )
 
 
@@ -169,20 +174,42 @@ def test_ray_worker_pins_its_own_address_on_every_attempt() -> None:
         ["ray", "start", "--address=10.0.0.1:6379", "--node-ip-address=10.0.0.2", "--block"]
     ] * 2
     assert all(env["VLLM_HOST_IP"] == "10.0.0.2" for _, env in rec.calls)
+    assert all(env["SLURMFM_RAY_OWNER"] == "5.1.10.0.0.2" for _, env in rec.calls)
     assert rec.launched == []  # only node 0 serves
+    assert rec.stopped == ["5.1.10.0.0.2"]  # its own Ray, when its ray start returned
 
 
 def test_ray_head_pins_its_address_and_serves_with_vllm_host_ip() -> None:
     rec = RayCalls(call_rcs=[0], alive=["1", "2"])  # the worker joins at the second poll
     assert ray_node(0, rec) == 0
-    head_start, stop = rec.calls
+    [head_start] = rec.calls  # no `ray stop`: it stops every Ray on the host
     assert head_start[0] == ["ray", "start", "--head", "--port=6379", "--node-ip-address=10.0.0.1"]
     assert head_start[1]["VLLM_HOST_IP"] == "10.0.0.1"
-    assert stop[0] == ["ray", "stop"]
+    assert rec.stopped == ["5.1.10.0.0.1"]
     [(argv, env)] = rec.launched
     assert argv == ["vllm", "serve", "m"]
     assert env["VLLM_HOST_IP"] == "10.0.0.1"
     assert env["PATH"] == "/bin"
+
+
+def test_only_this_nodes_own_ray_is_stopped(tmp_path: Path) -> None:
+    """Another job's Ray on the same host (or this job's on another lab node) stays: only the
+    processes whose environment carries this node's owner mark are signalled, TERM first,
+    KILL for what outlives it."""
+    p = FakeProc(tmp_path)
+    p.add(10, 1, {"SLURMFM_RAY_OWNER": "5.1.10.0.0.1"})  # gcs_server
+    p.add(11, 1, {"SLURMFM_RAY_OWNER": "5.1.10.0.0.1"})  # raylet
+    p.add(20, 1, {"SLURMFM_RAY_OWNER": "6.0.10.0.0.1"})  # another job's Ray
+    p.add(30, 1, {})  # a Ray of nobody's
+    sent: list[tuple[int, int]] = []
+
+    def kill(pid: int, sig: int) -> None:
+        sent.append((pid, sig))
+        if pid == 10:  # gcs_server ends at TERM; the raylet does not
+            shutil.rmtree(tmp_path / "10")
+
+    assert node.stop_own_ray("5.1.10.0.0.1", str(tmp_path), kill, lambda s: None, 1.0) == [10, 11]
+    assert sent == [(10, signal.SIGTERM), (11, signal.SIGTERM), (11, signal.SIGKILL)]
 
 
 def test_node_entry_takes_its_own_nodeaddr_for_ray(tmp_path: Path) -> None:
