@@ -147,6 +147,7 @@ def check_ranks_follow_the_planned_order(
     mounts: list[str],
     tmp_path: Path,
     named: bool = True,
+    overrides: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """A 3-node quickstart pinned to a host order that is not Slurm's own; its rank records."""
     order = tuple(reversed(idle_nodes(lab, 3)))  # not Slurm's own (name) order
@@ -162,6 +163,7 @@ def check_ranks_follow_the_planned_order(
             "container.named": named,
             "storage.checkpoint_root": str(tmp_path / "ckpt"),
             "storage.log_dir": str(tmp_path / "logs"),
+            **(overrides or {}),
         },
     )
     job = api.submit(
@@ -205,6 +207,30 @@ def test_ranks_follow_the_planned_order_in_a_real_pyxis_container(
     left = sorted((lab_root() / "pyxis" / "state" / "data").glob(f"*/*/pyxis_*slurmfm-{job_id}-*"))
     assert left == []
     pyxis.assert_mode(job_id, mode, 3)
+
+
+@pytest.mark.parametrize(
+    ("pyxis_version", "seen"), [("auto", "from-recipe"), ("0.14", "from-image")]
+)
+def test_recipe_env_wins_over_the_images_only_where_named_in_real_pyxis(
+    pyxis: Pyxis, pyxis_version: str, seen: str, tmp_path: Path
+) -> None:
+    """Real Pyxis: a variable the image defines (its /etc/environment) keeps the image's value
+    over the host's unless --container-env names it (NVIDIA/pyxis README). slurmfm names
+    every recipe variable; with container.pyxis below 0.15 it cannot (and warns)."""
+    pyxis.mode("default")
+    ranks = check_ranks_follow_the_planned_order(
+        pyxis.lab,
+        pyxis.env,
+        pyxis.image,
+        pyxis.mounts(tmp_path),
+        tmp_path,
+        overrides={
+            "env": {"OMP_NUM_THREADS": 1, "SLURMFM_IMAGE_VAR": "from-recipe"},
+            "container.pyxis": pyxis_version,
+        },
+    )
+    assert {r["image_var"] for r in ranks} == {seen}, ranks
 
 
 @pytest.mark.parametrize("suite", ["trixie", "sid"])
