@@ -290,9 +290,12 @@ def stop_own_ray(
     def mine() -> list[int]:
         found = []
         for name in os.listdir(proc) if os.path.isdir(proc) else []:
-            if name.isdigit() and int(name) != os.getpid():
-                if environ(int(name), proc).get(RAY_OWNER) == owner:
-                    found.append(int(name))
+            if (
+                name.isdigit()
+                and int(name) != os.getpid()
+                and environ(int(name), proc).get(RAY_OWNER) == owner
+            ):
+                found.append(int(name))
         return sorted(found)
 
     pids = mine()

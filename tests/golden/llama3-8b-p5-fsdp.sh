@@ -80,10 +80,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/99ce5eb7f702918aabe3e5ea5eb7307c19a885a16631027f39ed673a9a814bd6.pyz"
-if ! echo "99ce5eb7f702918aabe3e5ea5eb7307c19a885a16631027f39ed673a9a814bd6  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/3b99c6b76a0d6ad15a6aa95da620bd36e9b281052c61522a833e9f1264e7426b.pyz"
+if ! echo "3b99c6b76a0d6ad15a6aa95da620bd36e9b281052c61522a833e9f1264e7426b  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "99ce5eb7f702918aabe3e5ea5eb7307c19a885a16631027f39ed673a9a814bd6  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "3b99c6b76a0d6ad15a6aa95da620bd36e9b281052c61522a833e9f1264e7426b  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -110,4 +110,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   /fsx/awsome-distributed-training/3.test_cases/pytorch/FSDP/src/train.py \
   '--model_type=llama_v3' '--num_layers=32' '--hidden_width=4096' '--intermediate_size=14336' '--num_heads=32' '--num_key_value_heads=8' '--max_context_width=8192' '--tokenizer=meta-llama/Meta-Llama-3-8B' '--dataset=/fsx/data/c4/en' '--dataset_config_name=en' '--train_batch_size=2' '--val_batch_size=2' '--max_steps=20000' '--validation_freq=500' '--sharding_strategy=full' '--offload_activations=1' '--activation_checkpointing=1' '--bf16=1' '--lr=3.0e-4' '--weight_decay=0.1' '--warmup_steps=2000' '--checkpoint_dir=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--resume_from_checkpoint=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--checkpoint_freq=1000'
 
-# slurmfm-runtime sha256=99ce5eb7f702918aabe3e5ea5eb7307c19a885a16631027f39ed673a9a814bd6 <base64 zipapp of slurmfm/job, 67016 chars>
+# slurmfm-runtime sha256=3b99c6b76a0d6ad15a6aa95da620bd36e9b281052c61522a833e9f1264e7426b <base64 zipapp of slurmfm/job, 67028 chars>

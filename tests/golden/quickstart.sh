@@ -39,10 +39,10 @@ export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR/.slurmfm-runtime"
 
 # The job runtime: extracted once from this file's last line, checked against its sha256.
-export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/99ce5eb7f702918aabe3e5ea5eb7307c19a885a16631027f39ed673a9a814bd6.pyz"
-if ! echo "99ce5eb7f702918aabe3e5ea5eb7307c19a885a16631027f39ed673a9a814bd6  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
+export SLURMFM_RUNTIME="$SLURMFM_LOG_DIR/.slurmfm-runtime/3b99c6b76a0d6ad15a6aa95da620bd36e9b281052c61522a833e9f1264e7426b.pyz"
+if ! echo "3b99c6b76a0d6ad15a6aa95da620bd36e9b281052c61522a833e9f1264e7426b  $SLURMFM_RUNTIME" | sha256sum -c --status 2>/dev/null; then
   tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME.$$"
-  echo "99ce5eb7f702918aabe3e5ea5eb7307c19a885a16631027f39ed673a9a814bd6  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
+  echo "3b99c6b76a0d6ad15a6aa95da620bd36e9b281052c61522a833e9f1264e7426b  $SLURMFM_RUNTIME.$$" | sha256sum -c --status
   mv -f "$SLURMFM_RUNTIME.$$" "$SLURMFM_RUNTIME"
 fi
 
@@ -65,4 +65,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --requeue 1 --drain 1 --h
   recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=99ce5eb7f702918aabe3e5ea5eb7307c19a885a16631027f39ed673a9a814bd6 <base64 zipapp of slurmfm/job, 67016 chars>
+# slurmfm-runtime sha256=3b99c6b76a0d6ad15a6aa95da620bd36e9b281052c61522a833e9f1264e7426b <base64 zipapp of slurmfm/job, 67028 chars>
