@@ -4,8 +4,9 @@ and the finish / requeue / fail decision with its record.
 The batch script ``exec``s into ``python3 RUNTIME batch [options] -- srun ...``, so this process
 *is* the batch shell Slurm signals with ``--signal=B:USR2@T``. On USR2 it records the signal and
 either forwards USR2 to the launch ``srun`` (Slurm passes it to every process of the step) and
-repeats it every ``resignal_s`` until the step ends (a process still starting up ignores it), or,
-for a launcher without a save protocol, requeues at once.
+repeats it every ``resignal_s`` until the step ends (a process still starting up ignores it),
+or, for a launch in a container, starts one host step on every node that signals the training
+processes there (``forward``), or, for a launcher without a save protocol, requeues at once.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class Batch:
             getattr(opts, "component_unset", []) or [],
         )
         self.next_signal: float | None = None
+        self.forwarder: subprocess.Popen[bytes] | None = None  # the `forward` step, once
+        self.container_steps: list[list[str]] = []  # steps with a named container
         self.nccl_socket = False
         self.gave_up = False
         self.step_started = 0.0
@@ -434,18 +437,27 @@ class Batch:
                 # The save is asked for now: only a checkpoint newer than this proves it.
                 self.forwarded = True
                 self.mark_at_signal = self.progress_now()
-            with contextlib.suppress(OSError):
-                step.send_signal(signal.SIGUSR2)
-            if self.o.container_forward != "none":
-                # The launch runs in a container, where no runtime runs: a host step on every
-                # node signals the training processes it finds there (node.forward_to_workers).
-                cmd = self.all_nodes_srun(
-                    "forward", "--signal", self.o.container_forward, overlap=True
-                )
-                rc, out = self.run(cmd, self.o.probe_timeout_s)
-                if rc != 0:
-                    log("forwarding SIG%s failed: %s" % (self.o.container_forward, out), err=True)
+            if self.o.container_forward == "none":
+                with contextlib.suppress(OSError):
+                    step.send_signal(signal.SIGUSR2)
+            elif self.forwarder is None:
+                self.forward_start()
             self.next_signal = self.clock() + self.o.resignal_s
+
+    def forward_start(self) -> None:
+        """The save signal for a launch in a container, where no runtime runs: one host step
+        on every node signals the training processes it finds there, and each new one until
+        the launch ends (node.forward_until_done). Started once, not at every resend: a
+        128-node job adds one job step, and the loop never waits on it. The launch ``srun``
+        itself gets no signal: Slurm would pass it to every process of the step, Enroot's
+        ``squashfuse`` too (render.script._container_forward)."""
+        words = ["forward", "--signal", self.o.container_forward]
+        if self.o.container_forward_tasks:
+            words.append("--tasks")
+        try:
+            self.forwarder = self.popen(self.all_nodes_srun(*words, overlap=True), env=self.env)
+        except OSError as e:
+            log("forwarding SIG%s failed: %s" % (self.o.container_forward, e), err=True)
 
     def start_server(self, argv: Sequence[str]) -> int | None:
         o = self.o
@@ -505,6 +517,38 @@ class Batch:
         if self.o.serve_kind:
             serve.drop_endpoint(self.endpoint_base(), self.env.get("SLURM_JOB_ID", ""))
         self.observe_stop()
+        self.forward_stop()
+        self.containers_remove()
+
+    def containers_remove(self) -> None:
+        """Remove this attempt's named containers from its nodes (render.script._container_opts
+        names one per attempt and role): Pyxis keeps them after the step, with the image's
+        whole file system, and by default for good. Once per attempt; a failure is logged."""
+        steps, self.container_steps = self.container_steps, []
+        for argv in steps:
+            names = [
+                w.split("=", 1)[1]
+                for w in hetjob.container_words(argv)
+                if w.startswith("--container-name=")
+            ]
+            if not names:
+                continue
+            cmd = ["python3", self.o.runtime, "container-remove", "--name", names[0]]
+            rc, out = self.run(self.component_srun(self.component(argv), cmd), 120)
+            if rc != 0:
+                log("could not remove container %s: %s" % (names[0], out.strip()), err=True)
+
+    def forward_stop(self) -> None:
+        """The `forward` step ends with the launch on its node; one still running is ended."""
+        fwd = self.forwarder
+        if fwd is None or fwd.poll() is not None:
+            return
+        try:
+            fwd.wait(timeout=self.o.poll_s * 4)
+        except subprocess.TimeoutExpired:
+            fwd.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                fwd.wait(timeout=10)
 
     def nccl_watch(self) -> None:
         step = self.step
@@ -828,6 +872,9 @@ class Batch:
         capped = dec.apply_cap(d, self.restarts_used(), o.max_restarts, o.requeue)
         recorded = False
         why = "did not answer after a failed step (job {})".format(self.env.get("SLURM_JOB_ID", ""))
+        if not dead:
+            # Before a requeue: once Slurm requeues the job, no step of it starts here.
+            self.containers_remove()
         undowned: list[str] = []
         for h in dead:
             if not self.drain(h, why, "DOWN"):
@@ -843,6 +890,7 @@ class Batch:
 
     def _main(self, serve_argv: Sequence[str], launch_argv: Sequence[str]) -> int:
         o = self.o
+        self.container_steps = [list(a) for a in (serve_argv, launch_argv) if a]
         last = self.state.last("requeue")
         log(
             "job %s start %d (at most %d restarts)%s"

@@ -435,8 +435,14 @@ def parser() -> argparse.ArgumentParser:
         "--container-forward",
         default="none",
         choices=["none", "TERM", "USR2", "INT"],
-        help="a launch in a container: on the save signal, also send this to the training "
-        "processes from a host step on every node (`forward`)",
+        help="a launch in a container: on the save signal, send this to the training "
+        "processes from a host step on every node (`forward`) instead of USR2 to the step",
+    )
+    b.add_argument(
+        "--container-forward-tasks",
+        type=int,
+        default=0,
+        help="1: the launch's tasks are the training processes (NeMo), not their children",
     )
     b.add_argument("--signal-grace-s", type=float, default=2.0)
     b.add_argument("--probe-timeout-s", type=float, default=60.0)
@@ -480,8 +486,16 @@ def parser() -> argparse.ArgumentParser:
     n.add_argument("--ray-timeout-s", default="300")
     _launch_argv(n)
 
-    f = sub.add_parser("forward", help="signal the workers of this node's launch step")
+    f = sub.add_parser(
+        "forward",
+        help="signal the workers of this node's launch step, and each new one, until it ends",
+    )
     f.add_argument("--signal", default="TERM", choices=["TERM", "USR2", "INT"])
+    f.add_argument("--poll-s", type=float, default=2.0, help="how often to look for new workers")
+    f.add_argument("--tasks", action="store_true", help="signal the tasks, not their children")
+
+    cr = sub.add_parser("container-remove", help="remove this node's named container")
+    cr.add_argument("--name", required=True, help="the Pyxis --container-name")
 
     _health_options(sub.add_parser("health"), imex_flag=True)
 
@@ -554,16 +568,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.cmd == "forward":
         import signal
 
-        from .node import forward_to_workers
+        from .node import forward_until_done
 
-        sent = forward_to_workers(
+        node = env.get("SLURMD_NODENAME", "")
+        sent = forward_until_done(
             env.get("SLURM_JOB_ID", ""),
             getattr(signal, "SIG" + a.signal),
-            env.get("SLURMD_NODENAME", ""),
+            node,
+            poll_s=a.poll_s,
+            tasks=a.tasks,
         )
         print(
-            "slurmfm: %s: SIG%s to %d training process(es)"
-            % (env.get("SLURMD_NODENAME", "?"), a.signal, len(sent)),
+            "slurmfm: %s: SIG%s to %d training process(es); the launch ended"
+            % (node or "?", a.signal, sent),
+            flush=True,
+        )
+        return 0
+    if a.cmd == "container-remove":
+        from .node import container_remove
+
+        gone = container_remove(a.name)
+        if gone is None:
+            return 1
+        print(
+            "slurmfm: %s: removed container %s"
+            % (env.get("SLURMD_NODENAME", "?"), " ".join(gone) or "(none)"),
             flush=True,
         )
         return 0

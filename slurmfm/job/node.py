@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -70,45 +71,163 @@ def parent(pid: int, proc: str = "/proc") -> int:
         return 0
 
 
+def start_time(pid: int, proc: str = "/proc") -> str:
+    """``pid``'s start time in clock ticks after boot (field 22 of ``/proc/PID/stat``), "" when
+    it cannot be read: with the pid it names one process, though the kernel reuses pids."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
 def launch_tops(job: str, node: str = "", proc: str = "/proc") -> list[int]:
-    """This node's launch processes of job ``job``: the processes Slurm started for the
-    launch step (the launcher: torchrun), found by their environment, not by ancestry.
+    """This node's launch tasks of job ``job``: the processes Slurm started for the launch
+    step (the launcher: torchrun), found by their environment, not by ancestry.
 
     Why by environment: in a Pyxis container the launcher is not a child of anything the
-    runtime runs on the host, but it still is a host process whose environment holds Slurm's
-    ``SLURM_JOB_ID`` and the runtime's ``SLURMFM_STEP=launch`` (Pyxis passes the host
-    environment into the container). Its children (the workers) carry the same environment;
-    a top is one whose parent does not. With ``node``, only the tasks Slurm started on that
-    node (``SLURMD_NODENAME``) count, where several nodes share one kernel (the test lab).
+    runtime runs on the host, but it still is a host process (Pyxis makes no PID namespace)
+    whose environment holds Slurm's ``SLURM_JOB_ID`` and the runtime's ``SLURMFM_STEP=launch``
+    (Pyxis passes the host environment into the container). A task is a process whose
+    ``SLURM_TASK_PID`` is its own pid: slurmstepd sets it to the pid of each task it starts
+    ("SLURM_TASK_PID: The process ID of the task being started", https://slurm.schedmd.com/
+    srun.html#OPT_SLURM_TASK_PID), and the container's ``sh`` program ``exec``s the launcher
+    in that same process. Other processes carry the step's environment without being a task:
+    the launcher's own children, and with Pyxis' ``use_squashfuse=1`` Enroot's ``fuse-shim``
+    with its ``squashfuse`` (and ``fuse-overlayfs``) children, which hold the container's root
+    file system (github.com/NVIDIA/enroot src/runtime.sh, runtime::_mount_rootfs); a TERM there
+    takes the file system away from the training it was meant to save. With ``node``, only the
+    tasks Slurm started on that node (``SLURMD_NODENAME``) count, where several nodes share
+    one kernel (the test lab).
     """
-    mine = set()
+    tops = []
     for name in os.listdir(proc) if os.path.isdir(proc) else []:
         if name.isdigit() and int(name) != os.getpid():
             env = environ(int(name), proc)
             if (
                 env.get("SLURM_JOB_ID") == job
                 and env.get("SLURMFM_STEP") == "launch"
+                and env.get("SLURM_TASK_PID") == name
                 and env.get("SLURMD_NODENAME", "") == (node or env.get("SLURMD_NODENAME", ""))
             ):
-                mine.add(int(name))
-    return sorted(p for p in mine if parent(p, proc) not in mine)
+                tops.append(int(name))
+    return sorted(tops)
 
 
-def forward_to_workers(job: str, sig: int, node: str = "", proc: str = "/proc") -> list[int]:
-    """Send ``sig`` to the children of this node's launch processes; the pids signalled.
+def catches(pid: int, sig: int, proc: str = "/proc") -> bool:
+    """Whether ``pid`` has a handler for ``sig`` installed (``SigCgt`` of ``/proc/PID/status``,
+    proc(5)); True when that cannot be read, so that the signal is sent rather than lost.
+
+    A worker still starting up has none yet: USR2 is still ignored there (the launcher's
+    ignore, inherited), so it would be lost, and a TERM would end it unsaved.
+    """
+    try:
+        with open(os.path.join(proc, str(pid), "status"), encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
+
+
+def started_by(kid: int, task: int, job: str, proc: str = "/proc") -> bool:
+    """Whether ``kid``, a child of launch task ``task``, is one the launcher started: it
+    carries the task's environment (torchrun hands its own to the workers).
+
+    Not every child of the task is: with ``use_squashfuse=1`` Pyxis starts the container from
+    the task, and Enroot's holder (``sh -c "kill -STOP $$ ; exit 0"``, with Enroot's own small
+    environment) stays a child of it, holding ``fuse-shim`` and ``squashfuse`` below it
+    (github.com/NVIDIA/pyxis pyxis_slurmstepd.c, enroot_container_start). A TERM to the holder
+    ends the container's root file system with it.
+    """
+    env = environ(kid, proc)
+    return env.get("SLURM_JOB_ID") == job and env.get("SLURM_TASK_PID") == str(task)
+
+
+def forward_to_workers(
+    job: str,
+    sig: int,
+    node: str = "",
+    proc: str = "/proc",
+    sent: set[tuple[int, str]] | None = None,
+    tasks: bool = False,
+) -> list[int]:
+    """Send ``sig`` to the children of this node's launch tasks (``tasks``: to the tasks
+    themselves, NeMo's training processes); the pids signalled.
 
     The host-side half of the save signal for a launch in a container (README "Containers"):
     Megatron-LM saves on SIGTERM (``--exit-signal-handler``), which must reach the training
     processes and not torchrun, which would end them (a launcher's TERM stops its workers:
-    pytorch/pytorch:torch/distributed/elastic/agent/server/api.py).
+    pytorch/pytorch:torch/distributed/elastic/agent/server/api.py). A process already in
+    ``sent`` (pid and start time) is skipped, and the ones signalled now are added: each
+    process gets the signal once, however often the runtime asks; one that has no handler
+    for it yet (:func:`catches`) gets it in a later round.
     """
-    sent: list[int] = []
+    done: set[tuple[int, str]] = set() if sent is None else sent
+    out: list[int] = []
     for top in launch_tops(job, node, proc):
-        for kid in children(top, proc):
+        for kid in [top] if tasks else children(top, proc):
+            if not tasks and not started_by(kid, top, job, proc):
+                continue
+            key = (kid, start_time(kid, proc))
+            if key in done or not catches(kid, sig, proc):
+                continue  # signalled already, or not ready for it yet: the next round
             with contextlib.suppress(OSError):
                 os.kill(kid, sig)
-                sent.append(kid)
-    return sent
+                out.append(kid)
+                done.add(key)
+    return out
+
+
+def forward_until_done(
+    job: str,
+    sig: int,
+    node: str = "",
+    proc: str = "/proc",
+    poll_s: float = 2.0,
+    say: Callable[[str], None] = lambda line: print(line, flush=True),
+    sleep: Callable[[float], None] = time.sleep,
+    tasks: bool = False,
+) -> int:
+    """Signal this node's training processes once, then every new one until the launch ends.
+
+    The runtime starts this step once per save signal on every node (one ``srun``, not one
+    every ``resignal_s``: on 128+ nodes a new job step each time loads slurmctld and blocks
+    the runtime loop). A worker gets it once it has installed its handler: one still starting
+    up, or started later (a launcher restarting one), gets it then; none gets it twice. The
+    step ends with the launch on this node. Returns how many processes were signalled.
+    """
+    sent: set[tuple[int, str]] = set()
+    name = signal.Signals(sig).name
+    while True:
+        new = forward_to_workers(job, sig, node, proc, sent, tasks)
+        if new:
+            say(
+                "slurmfm: %s: %s to %d training process(es)%s"
+                % (node or "?", name, len(new), " more" if len(sent) > len(new) else "")
+            )
+        if not launch_tops(job, node, proc):
+            return len(sent)
+        sleep(poll_s)
+
+
+def container_remove(name: str, run: Runner = run_command) -> list[str] | None:
+    """Remove this node's Enroot containers of the Pyxis container name ``name``; their names
+    (None: ``enroot list`` failed, e.g. no ``enroot`` on the job's PATH).
+
+    Pyxis keeps a named container after its step: as ``pyxis_NAME``, or ``pyxis_JOBID_NAME``
+    where the admin set ``container_scope=job`` (then Pyxis removes it itself at the job's
+    end) (github.com/NVIDIA/pyxis pyxis_slurmstepd.c). Enroot keeps each user's containers
+    apart (``ENROOT_DATA_PATH``), so a job can only remove its own user's.
+    """
+    rc, out = run(["enroot", "list"], 60)
+    if rc != 0:
+        print("slurmfm: enroot list: " + out.strip(), file=sys.stderr, flush=True)
+        return None
+    scoped = re.compile(r"pyxis_[0-9]+_" + re.escape(name))
+    mine = [c for c in out.split() if c == "pyxis_" + name or scoped.fullmatch(c)]
+    return [c for c in mine if run(["enroot", "remove", "--force", c], 120)[0] == 0]
 
 
 def exit_code(returncode: int) -> int:
@@ -167,6 +286,53 @@ def run_launcher(
     return rc
 
 
+RAY_OWNER = "SLURMFM_RAY_OWNER"
+
+
+def stop_own_ray(
+    owner: str,
+    proc: str = "/proc",
+    kill: Callable[[int, int], None] = os.kill,
+    sleep: Callable[[float], None] = time.sleep,
+    wait_s: float = 3.0,
+) -> list[int]:
+    """Stop this node's own Ray: the processes whose environment carries ``owner`` (TERM,
+    then KILL after ``wait_s``, within Slurm's KillWait); the pids found.
+
+    Not ``ray stop``: it stops every Ray of the user on the host (ray/scripts/scripts.py,
+    ``stop``: processes found by name), another job's too where jobs share a node. Ray's
+    daemons inherit the environment ``ray start`` got (``run_ray_node`` sets ``owner``
+    there) and leave its process tree, so they are found by their environment, as the
+    launch's processes are (:func:`launch_tops`).
+    """
+
+    def mine() -> list[int]:
+        found = []
+        for name in os.listdir(proc) if os.path.isdir(proc) else []:
+            if (
+                name.isdigit()
+                and int(name) != os.getpid()
+                and environ(int(name), proc).get(RAY_OWNER) == owner
+            ):
+                found.append(int(name))
+        return sorted(found)
+
+    pids = mine()
+    for sig, pause in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 0.0)):
+        left = mine()
+        for p in left:
+            with contextlib.suppress(OSError):
+                kill(p, sig)
+        waited = 0.0
+        while left and waited < pause:
+            sleep(0.25)
+            waited += 0.25
+            left = mine()
+        if not left:
+            break
+    return pids
+
+
 def run_ray_node(
     argv: Sequence[str],
     rank: int,
@@ -187,6 +353,7 @@ def run_ray_node(
     retry_s: float = 5.0,
     poll_s: float = 2.0,
     launch: Callable[[Sequence[str], str, dict[str, str]], int] = run_launcher,
+    stop: Callable[[str], object] = stop_own_ray,
 ) -> int:
     """vLLM across nodes (vLLM examples/online_serving/multi-node-serving.sh, run_cluster.sh).
 
@@ -195,31 +362,43 @@ def run_ray_node(
     to its own Slurm NodeAddr (``--node-ip-address``, ``VLLM_HOST_IP``): on a multi-NIC host
     (p5: EFA and ENA interfaces) Ray and vLLM would otherwise pick an address themselves, and
     vLLM's run_cluster.sh usage gives each node its own ``VLLM_HOST_IP``. ``call``, ``run``
-    and ``launch`` are injectable so tests see what each node was told without Ray.
+    and ``launch`` are injectable so tests see what each node was told without Ray. Each
+    node stops only its own Ray at the end (:func:`stop_own_ray`), marked in the environment
+    of its ``ray start`` with this job, step and node.
     """
     deadline = clock() + timeout_s
-    env = dict(env, VLLM_HOST_IP=own_addr)
+    owner = "%s.%s.%s" % (env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", ""), own_addr)
+    env = dict(env, VLLM_HOST_IP=own_addr, **{RAY_OWNER: owner})
     addr = "%s:%d" % (head, port)
     if rank != 0:
-        while (
-            call(
-                [ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr, "--block"], env
-            )
-            != 0
-        ):
-            if clock() >= deadline:
-                print(
-                    f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
-                    file=sys.stderr,
+        # Slurm ends the step with TERM (scancel, the job's end): stop this node's Ray then,
+        # since its daemons leave the step's process tree.
+        old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        try:
+            while (
+                call(
+                    [ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr, "--block"],
+                    env,
                 )
-                return 1
-            sleep(retry_s)
-        return 0
+                != 0
+            ):
+                if clock() >= deadline:
+                    print(
+                        f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
+                        file=sys.stderr,
+                    )
+                    return 1
+                sleep(retry_s)
+            return 0
+        finally:
+            stop(owner)
+            signal.signal(signal.SIGTERM, old)
     if (
         call([ray, "start", "--head", "--port=%d" % port, "--node-ip-address=" + own_addr], env)
         != 0
     ):
         print("slurmfm: ray start --head failed", file=sys.stderr)
+        stop(owner)
         return 1
     while True:
         alive = ray_alive(python, addr, run)
@@ -230,14 +409,14 @@ def run_ray_node(
                 "slurmfm: only %d of %d Ray nodes joined within %g s" % (alive, nnodes, timeout_s),
                 file=sys.stderr,
             )
-            call([ray, "stop"], env)
+            stop(owner)
             return 1
         sleep(poll_s)
     print("slurmfm: Ray cluster has %d nodes; starting the server" % nnodes, flush=True)
     try:
         return launch(argv, "none", env)
     finally:
-        call([ray, "stop"], env)
+        stop(owner)
 
 
 def replayed(

@@ -151,6 +151,7 @@ _LEAF_FIELDS = (
     "modules",
     "mount_home",
     "mounts",
+    "named",
     "name",
     "nccl",
     "nccl_check_timeout_s",
@@ -567,6 +568,15 @@ class Container(_Strict):
     mounts: list[str] = Field(default_factory=list)
     workdir: str | None = None
     mount_home: bool = False
+    named: bool = Field(
+        default=True,
+        description=(
+            "one named container per attempt (--container-name), reused by its steps on each "
+            "node instead of unpacking the image for each; false where Pyxis runs with "
+            "use_squashfuse=1, which mounts the image only for unnamed containers "
+            "(NVIDIA/pyxis pyxis_slurmstepd.c, pyxis_can_direct_start_squashfs)"
+        ),
+    )
     pyxis: str = Field(
         default="auto",
         description=(

@@ -697,10 +697,11 @@ def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str
     What the per-node entry (``runtime node``) does on the host is done here by the shell
     every image has, so the image needs no Python of a given version and never runs slurmfm:
 
-    * the save signal: Slurm delivers the USR2 sent to ``srun`` to every process of the step;
-      the launcher ignores it (an ignored signal stays ignored across ``exec``, POSIX
-      execve(2)) and the training processes install their own handler. A TERM for
-      Megatron-LM comes from a host step (``runtime forward``, README "Containers");
+    * the save signal comes from a host step (``runtime forward``, README "Containers") to
+      the training processes only (_container_forward); should a USR2 reach the whole step
+      (``scancel --signal=USR2`` of the step), the launcher ignores it (an ignored signal
+      stays ignored across ``exec``, POSIX execve(2)) and the training processes install
+      their own handler;
     * the node rank: the launch lays its tasks out in the job's host order
       (``--distribution=arbitrary``), so the task id says the node's rank; torchrun reads it
       from ``PET_NODE_RANK`` (pytorch/pytorch:torch/distributed/argparse_util.py: an option
@@ -722,8 +723,37 @@ def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str
     return sh_quote("\n".join(lines))
 
 
+def container_name(role: str) -> str:
+    """The Pyxis container name of a job's attempt (shell text, expanded by the batch script)."""
+    return "slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-" + role
+
+
+def _container_forward(kind: str, forward: str, in_container: bool) -> list[str]:
+    """The batch options that deliver the save signal to a training launch in a container.
+
+    Only a host step on every node delivers it (``runtime forward``), to the training
+    processes it finds there, and the launch ``srun`` gets no signal: Slurm passes a signal
+    sent to ``srun`` to every process of the step, and under Pyxis' ``use_squashfuse=1`` those
+    include Enroot's ``squashfuse``, which holds the container's root file system and dies of
+    USR2 (its default action; github.com/NVIDIA/enroot src/runtime.sh starts it in the step;
+    tests/e2e/test_real_container_launch.py shows it on real Pyxis). Megatron-LM saves on
+    TERM; the others on USR2 (slurmfm.checkpoint). NeMo's tasks are its training processes
+    (no launcher), so they get it themselves.
+    """
+    if not in_container or kind not in ("torchrun", "megatron", "nemo"):
+        return []
+    opts = [f"--container-forward {forward if forward != 'none' else 'USR2'}"]
+    if kind == "nemo":
+        opts.append("--container-forward-tasks 1")
+    return opts
+
+
 def _container_opts(
-    recipe: Recipe, inst: InstanceType, env_names: list[str], mount_runtime: bool = True
+    recipe: Recipe,
+    inst: InstanceType,
+    env_names: list[str],
+    mount_runtime: bool = True,
+    role: str = "launch",
 ) -> tuple[list[str], list[str]]:
     """Pyxis options for a container step on ``inst``, and warnings.
 
@@ -775,6 +805,15 @@ def _container_opts(
                 f"variable the image defines keeps the image's value, which can override "
                 f"{', '.join(names)} [{f.source}]"
             )
+    # A named container is kept on the node after its step (NVIDIA/pyxis README,
+    # --container-name): every step of this attempt in this role (the in-container IMEX
+    # check, the launch, a relaunch) reuses its file system instead of unpacking the image
+    # again on every node (scripts/bench_container_name.py measures it). One per attempt, so
+    # that a requeued run starts from the image; the runtime removes it when the attempt ends
+    # (`container-remove`). Pyxis' use_squashfuse=1 mounts only unnamed containers' images:
+    # there a name would unpack the image instead (container.named: false).
+    if c.named:
+        opts.append(f'--container-name="{container_name(role)}"')
     return opts, warnings
 
 
@@ -1175,7 +1214,11 @@ def render_script(
 
         serve_inst = get_instance(het[0].instance)
     serve_container_opts, _ = _container_opts(
-        recipe, serve_inst, container_env, mount_runtime=serve_entry
+        recipe,
+        serve_inst,
+        container_env,
+        mount_runtime=serve_entry,
+        role="launch" if serve is not None and serve.group == "all" else "serve",
     )
     if serve is not None:
         if serve.group == "all":
@@ -1246,7 +1289,7 @@ def render_script(
         "prepare_opts": prepare,
         "order_how": order_how,
         "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve, components)
-        + ([f"--container-forward {forward}"] if in_container and forward != "none" else []),
+        + _container_forward(recipe.launcher.kind, forward, in_container),
         "srun_opts": _wrap(srun),
         "argv": argv,
         "prefix": prefix,

@@ -1,22 +1,44 @@
-"""Issue 11 on real Slurm: a training launch in a container runs no slurmfm in the image.
+"""A training launch in a container, on real Slurm, with real Pyxis and Enroot where they run.
 
-No Pyxis or Enroot runs here, so ``srun`` is the Pyxis stand-in (tests/standins/pyxis/srun: the
-"image" is the host; it drops the ``--container-*`` options and runs the real ``srun``). What is
-checked is Slurm's part and slurmfm's around it, on 22.05, 24.11 and 26.05: the tasks follow the
-planned host order (``--distribution=arbitrary``), so each node's rank is its task id, which the
-launcher gets through the ``sh`` program; the launcher is started by Slurm's step daemon, not by
-the runtime; and on the save signal a host step on every node TERMs Megatron's workers.
+On the host's Slurm (22.05) the container runs under real Pyxis 0.24.0 and Enroot 4.1.2
+(github.com/NVIDIA/pyxis, github.com/NVIDIA/enroot), built from ../shared/vendor/ by
+``scripts/pyxis-lab build`` and loaded into a lab of this module's own (``PYXIS``), in Pyxis'
+default mode (the image unpacked on each node) and with ``use_squashfuse=1`` (mounted with
+squashfuse; a mode switch rewrites plugstack.conf, which each step reads when it starts). The
+image holds python3 and no slurmfm. On 24.11 and 26.05 (chroot labs) Pyxis would have to be
+built inside each chroot against its own Slurm: there ``srun`` is the Pyxis stand-in
+(tests/standins/pyxis/srun: the "image" is the host; it drops the ``--container-*`` options),
+which checks Slurm's part and slurmfm's around it.
+
+What is checked: the tasks follow the planned host order (``--distribution=arbitrary``), so
+each node's rank is its task id, which the launcher gets through the ``sh`` program; the
+launcher is started by Slurm's step daemon, not by the runtime; and on the save signal a host
+step on every node TERMs Megatron's workers, and nothing else (squashfuse holds the
+container's root file system).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import REPO_ROOT, SlurmLab, last_attempt_ranks, read_text, wait_until
+from lab import (
+    REPO_ROOT,
+    OwnLab,
+    SlurmLab,
+    SuiteLabFactory,
+    lab_root,
+    last_attempt_ranks,
+    own_lab_fixture,
+    read_text,
+    slurm_required,
+    wait_until,
+)
 
 from slurmfm import api
 from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
@@ -25,6 +47,80 @@ from slurmfm.plan.types import Placement
 pytestmark = [pytest.mark.slurm]
 
 STANDINS = REPO_ROOT / "tests" / "standins"
+PYXIS_LAB = REPO_ROOT / "scripts" / "pyxis-lab"
+# A host lab of its own with Pyxis loaded (slurm-lab up, SLURMFM_LAB_PYXIS), so that the mode
+# switches below touch no other test's lab.
+PYXIS = OwnLab(
+    "pyxis-host",
+    ctld_port=16847,
+    slurmd_port=18301,
+    nodes=3,
+    extra_env=(("SLURMFM_LAB_PYXIS", "default"),),
+)
+MODES = ("default", "squashfuse")
+
+
+class Pyxis:
+    """The Pyxis lab and the image (a plain class: tests/test_slurm_lab.py imports this module
+    on its own to read PYXIS's ports, where a dataclass cannot find its module)."""
+
+    def __init__(self, lab: SlurmLab, image: str) -> None:
+        self.lab = lab
+        self.image = image
+        # what jobs get: Enroot on PATH, as on a cluster with Pyxis (the runtime runs
+        # `enroot` to remove the attempt's named container)
+        prefix = lab_root() / "pyxis" / "prefix" / "bin"
+        self.env = dict(lab.env, PATH=f"{prefix}:{lab.env['PATH']}")
+
+    def mode(self, mode: str) -> None:
+        """Pyxis' mode for the steps that start from now on."""
+        proc = subprocess.run(
+            [str(PYXIS_LAB), "mode", str(self.lab.lab_dir), mode],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+
+    def assert_mode(self, job_id: str, mode: str, nodes: int) -> None:
+        """Pyxis ran the job's launch (step 0) on ``nodes`` nodes the way ``mode`` says, by its
+        own log lines (a requeued job's next attempt logs its step 0 again: at least)."""
+        logs = "".join(read_text(p) for p in sorted((self.lab.lab_dir / "log").glob("slurmd-*")))
+        starts = [x for x in logs.splitlines() if f"[{job_id}.0] pyxis: starting container" in x]
+        want = "from squashfs" if mode == "squashfuse" else ": pyxis_slurmfm-"
+        assert len(starts) >= nodes, starts
+        assert all(want in x for x in starts), starts
+
+    def container(self, mode: str, tmp_path: Path) -> dict[str, Any]:
+        """The recipe's ``container:`` for a cluster in Pyxis mode ``mode``: unnamed with
+        squashfuse (Pyxis mounts only an unnamed container's image: container.named)."""
+        return {"image": self.image, "mounts": self.mounts(tmp_path), "named": mode != "squashfuse"}
+
+    def mounts(self, tmp_path: Path) -> list[str]:
+        """What a job of these tests needs in the image: the stand-ins (read-only) and its
+        own log and checkpoint directory, at the same paths."""
+        return [f"{STANDINS}:{STANDINS}:ro", f"{tmp_path}:{tmp_path}"]
+
+
+@pytest.fixture(scope="module")
+@own_lab_fixture(PYXIS)
+def pyxis() -> Iterator[Pyxis]:
+    """The Pyxis lab; Pyxis and the image come from ``scripts/pyxis-lab build`` (run-tests
+    runs it in the background beside the unit tier)."""
+    built = subprocess.run([str(PYXIS_LAB), "status"], check=False, timeout=60).returncode == 0
+    if not built:
+        msg = "Pyxis and Enroot are not built: run scripts/pyxis-lab build"
+        if slurm_required():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    lab = PYXIS.up()
+    image = subprocess.run(
+        [str(PYXIS_LAB), "image"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    p = Pyxis(lab, image)
+    yield p
+    p.mode("default")
 
 
 def job_env(lab: SlurmLab) -> dict[str, str]:
@@ -51,12 +147,17 @@ def idle_nodes(lab: SlurmLab, k: int) -> list[str]:
     return nodes[-k:]
 
 
-def test_ranks_follow_the_planned_order_and_no_runtime_runs_in_the_image(
-    every_lab: SlurmLab, tmp_path: Path
-) -> None:
-    """The task layout is Slurm's (srun --distribution=arbitrary): on each Slurm version."""
-    slurm_lab = every_lab
-    order = tuple(reversed(idle_nodes(slurm_lab, 3)))  # not Slurm's own (name) order
+def check_ranks_follow_the_planned_order(
+    lab: SlurmLab,
+    env: dict[str, str],
+    image: str,
+    mounts: list[str],
+    tmp_path: Path,
+    named: bool = True,
+    overrides: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """A 3-node quickstart pinned to a host order that is not Slurm's own; its rank records."""
+    order = tuple(reversed(idle_nodes(lab, 3)))  # not Slurm's own (name) order
     recipe = api.load(
         REPO_ROOT / "recipes" / "quickstart.yaml",
         {
@@ -64,16 +165,18 @@ def test_ranks_follow_the_planned_order_and_no_runtime_runs_in_the_image(
             "launcher.python": str(STANDINS / "torchrun.py"),
             "launcher.script": str(STANDINS / "report_rank.py"),
             "launcher.args": [],
-            "container.image": str(image_file(tmp_path)),
+            "container.image": image,
+            "container.mounts": mounts,
+            "container.named": named,
             "storage.checkpoint_root": str(tmp_path / "ckpt"),
             "storage.log_dir": str(tmp_path / "logs"),
+            **(overrides or {}),
         },
     )
-    env = job_env(slurm_lab)
     job = api.submit(
         recipe, backend=SlurmCLI(env), env=env, placement=Placement(mode="pin", nodes=order)
     )
-    fields = slurm_lab.wait_job(job.job_id, timeout=240)
+    fields = lab.wait_job(job.job_id, timeout=240)
     log = read_text(tmp_path / "logs" / f"quickstart_{job.job_id}.out")
     assert fields.get("JobState") == "COMPLETED", f"{fields}\n{log[-3000:]}"
     ranks = last_attempt_ranks(events(log))
@@ -86,11 +189,78 @@ def test_ranks_follow_the_planned_order_and_no_runtime_runs_in_the_image(
         assert ".pyz" not in r["launcher_parent"], r
         assert "slurmstepd" in r["launcher_parent"], r
     assert "slurmfm: node 0 runs (in the container): PET_NODE_RANK=0 " in log
+    return ranks
 
 
-def test_megatron_in_a_container_saves_on_the_signal_from_the_host(
-    slurm_lab: SlurmLab, tmp_path: Path
+@pytest.mark.parametrize("mode", MODES)
+def test_ranks_follow_the_planned_order_in_a_real_pyxis_container(
+    pyxis: Pyxis, mode: str, tmp_path: Path
 ) -> None:
+    """Real Pyxis and Enroot on 22.05: the image's python3 runs the launcher, no slurmfm."""
+    pyxis.mode(mode)
+    ranks = check_ranks_follow_the_planned_order(
+        pyxis.lab,
+        pyxis.env,
+        pyxis.image,
+        pyxis.mounts(tmp_path),
+        tmp_path,
+        named=pyxis.container(mode, tmp_path)["named"],
+    )
+    # in the image: its /etc/environment's variable (scripts/pyxis-lab), its own Python
+    assert {r["image_var"] for r in ranks} == {"from-image"}, ranks
+    # the attempt's named container (Pyxis keeps it) was removed from every node at its end;
+    # Enroot keeps containers per lab node and user under the lab root (scripts/pyxis-lab)
+    job_id = ranks[0]["job_id"]
+    left = sorted((lab_root() / "pyxis" / "state" / "data").glob(f"*/*/pyxis_*slurmfm-{job_id}-*"))
+    assert left == []
+    pyxis.assert_mode(job_id, mode, 3)
+
+
+@pytest.mark.parametrize(
+    ("pyxis_version", "seen"), [("auto", "from-recipe"), ("0.14", "from-image")]
+)
+def test_recipe_env_wins_over_the_images_only_where_named_in_real_pyxis(
+    pyxis: Pyxis, pyxis_version: str, seen: str, tmp_path: Path
+) -> None:
+    """Real Pyxis: a variable the image defines (its /etc/environment) keeps the image's value
+    over the host's unless --container-env names it (NVIDIA/pyxis README). slurmfm names
+    every recipe variable; with container.pyxis below 0.15 it cannot (and warns)."""
+    pyxis.mode("default")
+    ranks = check_ranks_follow_the_planned_order(
+        pyxis.lab,
+        pyxis.env,
+        pyxis.image,
+        pyxis.mounts(tmp_path),
+        tmp_path,
+        overrides={
+            "env": {"OMP_NUM_THREADS": 1, "SLURMFM_IMAGE_VAR": "from-recipe"},
+            "container.pyxis": pyxis_version,
+        },
+    )
+    assert {r["image_var"] for r in ranks} == {seen}, ranks
+
+
+@pytest.mark.parametrize("suite", ["trixie", "sid"])
+def test_ranks_follow_the_planned_order_under_the_pyxis_stand_in(
+    slurm_lab_suite: SuiteLabFactory, suite: str, tmp_path: Path
+) -> None:
+    """24.11 and 26.05, where Pyxis is not built: Slurm's task layout under the stand-in."""
+    lab = slurm_lab_suite(suite)
+    ranks = check_ranks_follow_the_planned_order(
+        lab, job_env(lab), "/nonexistent/image.sqsh", [], tmp_path
+    )
+    assert {r["image_var"] for r in ranks} == {""}, ranks  # the host: no image
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_megatron_in_a_real_pyxis_container_saves_on_the_signal_from_the_host(
+    pyxis: Pyxis, mode: str, tmp_path: Path
+) -> None:
+    """The save signal reaches Megatron's workers in the container, and only them: with
+    use_squashfuse=1 a TERM to squashfuse (which carries the launch's environment) removes the
+    container's root file system and no checkpoint is written."""
+    pyxis.mode(mode)
+    slurm_lab = pyxis.lab
     recipe = api.load(
         {
             "name": "mega",
@@ -107,14 +277,14 @@ def test_megatron_in_a_container_saves_on_the_signal_from_the_host(
                 "entrypoint": "megatron_pretrain.py",
                 "model_args": {"train-iters": 100000},
             },
-            "container": {"image": str(image_file(tmp_path))},
+            "container": pyxis.container(mode, tmp_path),
             "storage": {
                 "checkpoint_root": str(tmp_path / "ckpt"),
                 "log_dir": str(tmp_path / "logs"),
             },
         }
     )
-    env = job_env(slurm_lab)
+    env = pyxis.env
     job = api.submit(recipe, backend=SlurmCLI(env), env=env)
     log_path = tmp_path / "logs" / f"mega_{job.job_id}.out"
     state_path = tmp_path / "logs" / f"mega_{job.job_id}.state"
@@ -147,5 +317,21 @@ def test_megatron_in_a_container_saves_on_the_signal_from_the_host(
         assert int(rec["Restarts"]) >= 1 or rec["JobState"] in ("PENDING", "REQUEUED"), rec
         done = (tmp_path / "ckpt").rglob("latest_checkpointed_iteration.txt")
         assert next(int(p.read_text()) for p in done) > 0
+        # the first attempt's named container went before the requeue (Pyxis keeps it)
+        data = lab_root() / "pyxis" / "state" / "data"
+        assert sorted(data.glob(f"*/*/pyxis_*slurmfm-{job.job_id}-0-*")) == []
+        pyxis.assert_mode(job.job_id, mode, 2)
     finally:
-        slurm_lab.run(["scancel", job.job_id])
+        cancel_for_good(slurm_lab, job.job_id)
+
+
+def cancel_for_good(lab: SlurmLab, job_id: str) -> None:
+    """scancel until the job is gone (completing counts as not gone): one sent while the
+    runtime's requeue is under way is lost (seen on the lab), and the next attempt (100000
+    iterations) would hold the lab's nodes for the next test."""
+
+    def gone() -> bool:
+        lab.run(["scancel", job_id])
+        return not lab.run(["squeue", "-h", "-j", job_id]).stdout.strip()
+
+    wait_until(f"job {job_id} cancelled", gone, 60, lambda: "")

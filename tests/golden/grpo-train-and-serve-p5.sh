@@ -85,7 +85,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
@@ -122,4 +122,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724 <base64 zipapp of slurmfm/job, 103828 chars>
+# slurmfm-runtime sha256=5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d <base64 zipapp of slurmfm/job, 108448 chars>

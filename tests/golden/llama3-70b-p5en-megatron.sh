@@ -89,7 +89,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
@@ -121,6 +121,7 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   --container-image=/fsx/containers/megatron-lm.sqsh --container-mounts=/fsx:/fsx \
   --container-workdir=/workspace/Megatron-LM --no-container-mount-home \
   --container-env=CUDA_DEVICE_MAX_CONNECTIONS,FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FWD_LAYERNORM_SM_MARGIN,TORCH_NCCL_ASYNC_ERROR_HANDLING,TORCH_NCCL_AVOID_RECORD_STREAMS,WANDB_API_KEY,WANDB_DIR \
+  --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -m torch.distributed.run \
   --nnodes=16 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
@@ -188,4 +189,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724 <base64 zipapp of slurmfm/job, 103828 chars>
+# slurmfm-runtime sha256=5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d <base64 zipapp of slurmfm/job, 108448 chars>

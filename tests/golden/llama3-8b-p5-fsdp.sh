@@ -90,7 +90,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
@@ -115,4 +115,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   /fsx/awsome-distributed-training/3.test_cases/pytorch/FSDP/src/train.py \
   '--model_type=llama_v3' '--num_layers=32' '--hidden_width=4096' '--intermediate_size=14336' '--num_heads=32' '--num_key_value_heads=8' '--max_context_width=8192' '--tokenizer=meta-llama/Meta-Llama-3-8B' '--dataset=/fsx/data/c4/en' '--dataset_config_name=en' '--train_batch_size=2' '--val_batch_size=2' '--max_steps=20000' '--validation_freq=500' '--sharding_strategy=full' '--offload_activations=1' '--activation_checkpointing=1' '--bf16=1' '--lr=3.0e-4' '--weight_decay=0.1' '--warmup_steps=2000' '--checkpoint_dir=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--resume_from_checkpoint=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--checkpoint_freq=1000'
 
-# slurmfm-runtime sha256=71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724 <base64 zipapp of slurmfm/job, 103828 chars>
+# slurmfm-runtime sha256=5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d <base64 zipapp of slurmfm/job, 108448 chars>

@@ -84,7 +84,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
@@ -132,13 +132,16 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check marker \
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "nemo", "procs_per_node": 8, "recipe": "nemo-llama3-8b-p6-b200", "tasks_per_node": 8}' \
-  --secret HF_TOKEN -- \
+  --secret HF_TOKEN \
+  --container-forward USR2 \
+  --container-forward-tasks 1 -- \
   srun --auto-resume=1 --ntasks-per-node=8 --ntasks="$SLURMFM_NTASKS" --distribution=arbitrary \
   --nodelist="$SLURMFM_TASK_NODELIST" --kill-on-bad-exit=1 --label \
   --container-image=/fsx/ubuntu/aws-nemo-25.11.sqsh --container-mounts=/fsx:/fsx \
   --container-workdir=/fsx/ubuntu --no-container-mount-home \
   --container-env=FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,NEMO_HOME,NVTE_ASYNC_AMAX_REDUCTION,NVTE_DP_AMAX_REDUCE_INTERVAL,TORCH_NCCL_AVOID_RECORD_STREAMS \
+  --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724 <base64 zipapp of slurmfm/job, 103828 chars>
+# slurmfm-runtime sha256=5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d <base64 zipapp of slurmfm/job, 108448 chars>

@@ -63,7 +63,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
@@ -76,6 +76,7 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
   --kill-on-bad-exit=1 --label --container-image=/fsx/containers/sglang.sqsh \
   --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
   --no-container-mount-home --container-env=FI_PROVIDER,NCCL_DEBUG,NCCL_SOCKET_IFNAME \
+  --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   python3 "$SLURMFM_RUNTIME" node --prefix 3 -- \
   python3 -m sglang.launch_server \
   --model-path /fsx/models/deepseek-ai/DeepSeek-V3 --tp 16 --ep-size 16 \
@@ -93,4 +94,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 10 --restart-in-job 1 --req
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
   --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724 <base64 zipapp of slurmfm/job, 103828 chars>
+# slurmfm-runtime sha256=5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d <base64 zipapp of slurmfm/job, 108448 chars>

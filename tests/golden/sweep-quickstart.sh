@@ -47,7 +47,7 @@ mkdir -p "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # This array task's own run id, checkpoint directory, environment and launch arguments: the
 # runtime selects the row of SLURM_ARRAY_TASK_ID in the sweep table (next-to-last line).
@@ -76,4 +76,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t0"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.01\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.01"},{"task":1,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t1"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.05\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.05"},{"task":2,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t2"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.2\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.2"}]}
-# slurmfm-runtime sha256=71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724 <base64 zipapp of slurmfm/job, 103828 chars>
+# slurmfm-runtime sha256=5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d <base64 zipapp of slurmfm/job, 108448 chars>

@@ -77,7 +77,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724  $SLURMFM_RUNTIME" | sha256sum -c --status
+echo "5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d  $SLURMFM_RUNTIME" | sha256sum -c --status
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
@@ -91,6 +91,7 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
   --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
   --no-container-mount-home \
   --container-env=FI_PROVIDER,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME \
+  --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   python3 "$SLURMFM_RUNTIME" node --prefix 0 --ray ray --ray-python python3 --ray-port 6379 --ray-nodes 2 --ray-timeout-s 300 -- \
   vllm serve meta-llama/Llama-3.1-70B-Instruct \
   --host 0.0.0.0 --port "$SLURMFM_SERVE_PORT" --tensor-parallel-size 8 --pipeline-parallel-size 2 --distributed-executor-backend ray \
@@ -107,4 +108,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 20 --restart-in-job 1 --req
   --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=71f60676aa0d4c9b709f28e6c07f7a20fa610aa07b03d01b3504f4cc7d912724 <base64 zipapp of slurmfm/job, 103828 chars>
+# slurmfm-runtime sha256=5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d <base64 zipapp of slurmfm/job, 108448 chars>

@@ -660,21 +660,46 @@ def test_an_expedited_job_that_ends_itself_is_not_requeued_held(
         assert unset not in slurm.calls
 
 
-def test_container_launch_gets_the_forward_from_a_host_step(tmp_path: Path) -> None:
-    """A launch in a container (no runtime there): with each save signal to the step, one
-    host step on every node (`forward`, --overlap beside the launch) TERMs the workers."""
+def test_container_launch_gets_the_forward_from_one_host_step(tmp_path: Path) -> None:
+    """A launch in a container (no runtime there): at the save signal one host step on every
+    node (`forward`, --overlap beside the launch) TERMs the workers; it is started once, not
+    again every resignal_s (a new job step each time on every node), and the launch srun gets
+    no USR2 (Slurm would pass it to squashfuse too)."""
     now = [100.0]
     step = Step(0)
-    slurm = Slurm()
-    b = make(tmp_path, step, slurm, "--signal-grace-s", "0", "--container-forward", "TERM")
+    started: list[list[str]] = []
+    fwd_step = Step(0)
+
+    def popen(argv: list[str], env: object = None) -> Step:
+        started.append(list(argv))
+        return fwd_step
+
+    b = make(tmp_path, step, Slurm(), "--signal-grace-s", "0", "--container-forward", "TERM")
+    b.popen = popen  # type: ignore[assignment]
     b.clock = lambda: now[0]
     b.step, b.step_started = step, 100.0  # type: ignore[assignment]
     b.on_usr2(signal.SIGUSR2, None)
-    b.forward_signal()
-    assert step.signals == [signal.SIGUSR2]
-    fwd = [c for c in slurm.calls if "forward" in c]
+    for t in (100.0, 110.0, 120.0, 130.0):  # the save window: USR2 resent every 10 s
+        now[0] = t
+        b.forward_signal()
+    assert step.signals == []
     per_node = sl.srun_per_node(2)  # one task on each of the job's 2 nodes, beside the launch
-    assert fwd == [[*per_node, "--overlap", "python3", "rt.pyz", "forward", "--signal", "TERM"]]
+    assert started == [[*per_node, "--overlap", "python3", "rt.pyz", "forward", "--signal", "TERM"]]
+    b.cleanup()  # the step ended: a forward step still running is ended with it
+    assert fwd_step.done
+
+
+def test_nemo_in_a_container_gets_the_forward_to_its_tasks(tmp_path: Path) -> None:
+    started: list[list[str]] = []
+    step = Step(0)
+    b = make(tmp_path, step, Slurm(), "--signal-grace-s", "0", "--container-forward", "USR2")
+    b.o.container_forward_tasks = 1
+    b.popen = lambda argv, env=None: started.append(list(argv)) or Step(0)  # type: ignore[assignment]
+    b.step, b.step_started = step, 0.0  # type: ignore[assignment]
+    b.on_usr2(signal.SIGUSR2, None)
+    b.forward_signal()
+    assert started[0][-4:] == ["forward", "--signal", "USR2", "--tasks"]
+    assert step.signals == []
 
 
 def test_container_launch_logs_what_node_0_runs(
@@ -788,3 +813,25 @@ def test_an_early_exit_zero_requeues_for_a_new_time_limit(tmp_path: Path) -> Non
     assert go(b) == 0
     assert ["scontrol", "requeue", "77"] in slurm.calls
     assert state(tmp_path)[-1].startswith("event=requeue exit 0 before the work was done")
+
+
+def test_the_attempts_named_containers_are_removed_at_its_end(tmp_path: Path) -> None:
+    """Pyxis keeps a named container on its nodes: the runtime removes the attempt's, on every
+    node of the launch, once."""
+    slurm = Slurm()
+    argv = ["srun", "--container-image=i.sqsh", "--container-name=slurmfm-77-0-launch", "sh"]
+    b = make(tmp_path, Step(0), slurm)
+    assert b.main([], argv) == 0
+    removes = [c for c in slurm.calls if "container-remove" in c]
+    assert removes == [
+        [
+            *sl.srun_per_node(2),
+            "python3",
+            "rt.pyz",
+            "container-remove",
+            "--name",
+            "slurmfm-77-0-launch",
+        ]
+    ]
+    b.cleanup()
+    assert len([c for c in slurm.calls if "container-remove" in c]) == 1

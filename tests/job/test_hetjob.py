@@ -500,6 +500,7 @@ def test_gb200_container_without_the_channel_fails_the_gate(stubs: Path, tmp_pat
         "--ntasks-per-node=1",
         *container,
         env_word,
+        "--container-name=slurmfm-4242-0-launch",  # the launch's own container, made here
     ]
     assert any("/dev/nvidia-caps-imex-channels" in w for w in container)
     assert (

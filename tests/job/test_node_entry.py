@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from slurmfm.job import node
 from slurmfm.job.node import children, node_addrs, run_ray_node
@@ -124,6 +127,10 @@ class RayCalls:
         self.alive = alive
         self.calls: list[tuple[list[str], dict[str, str]]] = []
         self.launched: list[tuple[list[str], dict[str, str]]] = []
+        self.stopped: list[str] = []
+
+    def stop(self, owner: str) -> None:
+        self.stopped.append(owner)
 
     def call(self, argv: Sequence[str], env: dict[str, str]) -> int:
         self.calls.append((list(argv), dict(env)))
@@ -148,12 +155,13 @@ def ray_node(rank: int, rec: RayCalls) -> int:
         6379,
         2,
         60.0,
-        {"PATH": "/bin"},
+        {"PATH": "/bin", "SLURM_JOB_ID": "5", "SLURM_STEP_ID": "1"},
         run=rec.run,
         call=rec.call,
         clock=lambda: 0.0,
         sleep=lambda s: None,
         launch=rec.launch,
+        stop=rec.stop,
     )
 
 
@@ -166,20 +174,42 @@ def test_ray_worker_pins_its_own_address_on_every_attempt() -> None:
         ["ray", "start", "--address=10.0.0.1:6379", "--node-ip-address=10.0.0.2", "--block"]
     ] * 2
     assert all(env["VLLM_HOST_IP"] == "10.0.0.2" for _, env in rec.calls)
+    assert all(env["SLURMFM_RAY_OWNER"] == "5.1.10.0.0.2" for _, env in rec.calls)
     assert rec.launched == []  # only node 0 serves
+    assert rec.stopped == ["5.1.10.0.0.2"]  # its own Ray, when its ray start returned
 
 
 def test_ray_head_pins_its_address_and_serves_with_vllm_host_ip() -> None:
     rec = RayCalls(call_rcs=[0], alive=["1", "2"])  # the worker joins at the second poll
     assert ray_node(0, rec) == 0
-    head_start, stop = rec.calls
+    [head_start] = rec.calls  # no `ray stop`: it stops every Ray on the host
     assert head_start[0] == ["ray", "start", "--head", "--port=6379", "--node-ip-address=10.0.0.1"]
     assert head_start[1]["VLLM_HOST_IP"] == "10.0.0.1"
-    assert stop[0] == ["ray", "stop"]
+    assert rec.stopped == ["5.1.10.0.0.1"]
     [(argv, env)] = rec.launched
     assert argv == ["vllm", "serve", "m"]
     assert env["VLLM_HOST_IP"] == "10.0.0.1"
     assert env["PATH"] == "/bin"
+
+
+def test_only_this_nodes_own_ray_is_stopped(tmp_path: Path) -> None:
+    """Another job's Ray on the same host (or this job's on another lab node) stays: only the
+    processes whose environment carries this node's owner mark are signalled, TERM first,
+    KILL for what outlives it."""
+    p = FakeProc(tmp_path)
+    p.add(10, 1, {"SLURMFM_RAY_OWNER": "5.1.10.0.0.1"})  # gcs_server
+    p.add(11, 1, {"SLURMFM_RAY_OWNER": "5.1.10.0.0.1"})  # raylet
+    p.add(20, 1, {"SLURMFM_RAY_OWNER": "6.0.10.0.0.1"})  # another job's Ray
+    p.add(30, 1, {})  # a Ray of nobody's
+    sent: list[tuple[int, int]] = []
+
+    def kill(pid: int, sig: int) -> None:
+        sent.append((pid, sig))
+        if pid == 10:  # gcs_server ends at TERM; the raylet does not
+            shutil.rmtree(tmp_path / "10")
+
+    assert node.stop_own_ray("5.1.10.0.0.1", str(tmp_path), kill, lambda s: None, 1.0) == [10, 11]
+    assert sent == [(10, signal.SIGTERM), (11, signal.SIGTERM), (11, signal.SIGKILL)]
 
 
 def test_node_entry_takes_its_own_nodeaddr_for_ray(tmp_path: Path) -> None:
@@ -206,7 +236,8 @@ def test_node_entry_takes_its_own_nodeaddr_for_ray(tmp_path: Path) -> None:
 def test_container_program_then_host_forward(tmp_path: Path) -> None:
     """Issue 11, a launch in a container: the rendered ``sh`` program (no slurmfm in the
     image) gives the launcher its node rank from the task id and the ignored USR2; the host
-    step ``runtime forward`` finds the launch by its environment and TERMs its children only."""
+    step ``runtime forward`` finds the launch task by its environment and TERMs its children
+    only, then ends with the launch."""
     from slurmfm.job.batch import CONTAINER_ENTRY
     from slurmfm.render.script import _container_entry
 
@@ -215,21 +246,23 @@ def test_container_program_then_host_forward(tmp_path: Path) -> None:
     job = f"t{os.getpid()}"  # no other process on this machine has this job id
     env = {**os.environ, "OUT": str(tmp_path), "SLURM_JOB_ID": job, "SLURM_PROCID": "2"}
     argv = ["sh", "-c", program, CONTAINER_ENTRY, sys.executable, str(tmp_path / "launcher.py")]
-    proc = subprocess.Popen([*argv, "--x"], env={**env, "SLURMFM_STEP": "launch"}, text=True)
+    # as slurmstepd starts a task: SLURM_TASK_PID is the task's own pid
+    task = ["sh", "-c", 'SLURM_TASK_PID=$$ exec "$@"', "task", *argv, "--x"]
+    proc = subprocess.Popen(task, env={**env, "SLURMFM_STEP": "launch"}, text=True)
     try:
         wait_for(tmp_path / "ready", proc)
         lines = (tmp_path / "launcher").read_text().splitlines()
         assert lines == ["--x", "usr2=True", "rank=2"]
         assert node.launch_tops(job) == [proc.pid]  # sh exec'd the launcher: same process
         fwd = subprocess.run(
-            [sys.executable, "-m", "slurmfm.job", "forward", "--signal", "TERM"],
+            [sys.executable, "-m", "slurmfm.job", "forward", "--signal", "TERM", "--poll-s", "0.1"],
             env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
             capture_output=True,
             text=True,
             timeout=60,
             check=True,
         )
-        assert "SIGTERM to 1 training process(es)" in fwd.stdout
+        assert "SIGTERM to 1 training process(es); the launch ended" in fwd.stdout
         assert proc.wait(timeout=60) == 0  # the launcher ended with its worker, not by TERM
         assert (tmp_path / "worker").read_text() == "SIGTERM"
     finally:
@@ -237,23 +270,184 @@ def test_container_program_then_host_forward(tmp_path: Path) -> None:
         proc.wait()
 
 
-def test_launch_tops_from_a_fake_proc(tmp_path: Path) -> None:
-    """Only processes of this job's launch step count; a top is one whose parent is not."""
+# what a training process catches: TERM (Megatron's --exit-signal-handler), USR2 (slurmfm's)
+CAUGHT = 1 << (signal.SIGTERM - 1) | 1 << (signal.SIGUSR2 - 1)
 
-    def pid(n: int, ppid: int, env: dict[str, str]) -> None:
-        d = tmp_path / str(n)
+
+class FakeProc:
+    """A fake ``/proc``: each process a ``stat`` (its parent, its start time) and an
+    ``environ``, as the kernel writes them (proc(5))."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def add(
+        self, pid: int, ppid: int, env: dict[str, str], started: int = 100, caught: int = CAUGHT
+    ) -> None:
+        d = self.root / str(pid)
         d.mkdir()
-        (d / "stat").write_text(f"{n} (python3 (x)) S {ppid} 1 1 0")
+        fields = ["S", str(ppid)] + ["0"] * 17 + [str(started), "0"]  # field 22: start time
+        (d / "stat").write_text(f"{pid} (python3 (x)) " + " ".join(fields))
         (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+        self.handlers(pid, caught)
 
-    launch = {"SLURM_JOB_ID": "9", "SLURMFM_STEP": "launch"}
-    pid(10, 1, launch)  # torchrun
-    pid(11, 10, launch)  # its workers
-    pid(12, 10, launch)
-    pid(20, 1, {"SLURM_JOB_ID": "9"})  # the agent step of the same job
-    pid(30, 1, {"SLURM_JOB_ID": "8", "SLURMFM_STEP": "launch"})  # another job
-    pid(40, 1, {**launch, "SLURMD_NODENAME": "n2"})  # the same job's launcher on another node
+    def handlers(self, pid: int, caught: int) -> None:
+        """The signals ``pid`` has a handler for (``SigCgt``, a mask: bit N-1 for signal N)."""
+        (self.root / str(pid) / "status").write_text(
+            f"Name:\tpython3\nSigIgn:\t0000000000000800\nSigCgt:\t{caught:016x}\n"
+        )
+
+    def restart(self, pid: int, started: int) -> None:  # the kernel reused the pid
+        stat = self.root / str(pid) / "stat"
+        words = stat.read_text().split()
+        words[22] = str(started)  # "(python3 (x))" is two words: field N at N
+        stat.write_text(" ".join(words))
+
+
+def task_env(job: str, pid: int, **more: str) -> dict[str, str]:
+    return {"SLURM_JOB_ID": job, "SLURMFM_STEP": "launch", "SLURM_TASK_PID": str(pid), **more}
+
+
+def test_launch_tops_are_the_launch_steps_own_tasks(tmp_path: Path) -> None:
+    """Only the tasks Slurm started for this job's launch step count: a process whose
+    SLURM_TASK_PID is its own pid, of this job, step and node."""
+    p = FakeProc(tmp_path)
+    p.add(10, 1, task_env("9", 10))  # torchrun, exec'd by the container's sh program
+    p.add(11, 10, task_env("9", 10))  # its workers
+    p.add(12, 10, task_env("9", 10))
+    p.add(20, 1, {"SLURM_JOB_ID": "9", "SLURM_TASK_PID": "20"})  # the agent step of the job
+    p.add(30, 1, task_env("8", 30))  # another job
+    p.add(40, 1, task_env("9", 40, SLURMD_NODENAME="n2"))  # the job's launcher on another node
     assert node.launch_tops("9", proc=str(tmp_path)) == [10, 40]
     assert node.launch_tops("9", "n2", str(tmp_path)) == [40]
     assert sorted(children(10, str(tmp_path))) == [11, 12]
     assert node.environ(99, str(tmp_path)) == {}
+
+
+def squashfuse_node(tmp_path: Path) -> FakeProc:
+    """A node of a Pyxis launch with use_squashfuse=1, as seen on the lab: the launch task
+    (torchrun) has Enroot's holder as a child (``sh -c "kill -STOP $$ ; exit 0"``, Enroot's own
+    small environment: github.com/NVIDIA/pyxis pyxis_slurmstepd.c), which holds ``fuse-shim``
+    and its ``squashfuse``, the container's root file system; those two carry the launch step's
+    environment but no task's pid (github.com/NVIDIA/enroot src/runtime.sh)."""
+    p = FakeProc(tmp_path)
+    step = {"SLURM_JOB_ID": "9", "SLURMFM_STEP": "launch", "SLURMD_NODENAME": "n1"}
+    p.add(5, 1, {})  # slurmstepd: no job environment of its own
+    p.add(10, 5, task_env("9", 10, SLURMD_NODENAME="n1"))  # the launch task (torchrun)
+    p.add(20, 10, {"PATH": "/usr/bin", "ENROOT_ROOTFS": "/x"})  # Enroot's holder
+    p.add(21, 20, step)  # fuse-shim
+    p.add(22, 21, step)  # squashfuse
+    p.add(11, 10, task_env("9", 10, SLURMD_NODENAME="n1"))  # the workers
+    p.add(12, 10, task_env("9", 10, SLURMD_NODENAME="n1"))
+    p.add(50, 1, step)  # a fuse-shim left over, reparented
+    p.add(51, 50, step)
+    return p
+
+
+def test_forward_signals_only_the_training_never_the_containers_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With use_squashfuse=1 a TERM to Enroot's holder, fuse-shim or squashfuse removes the
+    container's root file system under the training it should save (Stale file handle, Bus
+    error): the forward signals only the children the launcher started."""
+    squashfuse_node(tmp_path)
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    assert node.launch_tops("9", "n1", str(tmp_path)) == [10]
+    sent = node.forward_to_workers("9", signal.SIGTERM, "n1", str(tmp_path))
+    assert sorted(sent) == [11, 12]
+    assert sorted(killed) == [(11, signal.SIGTERM), (12, signal.SIGTERM)]
+
+
+def test_forward_once_then_only_to_new_workers_until_the_launch_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One forward step for the whole save window: each worker gets the TERM once, a worker
+    that appears later gets it then, a reused pid is a new process; the step ends when the
+    launch task is gone."""
+    p = squashfuse_node(tmp_path)
+    killed: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(pid))
+    lines: list[str] = []
+    rounds = [0]
+
+    p.add(14, 10, task_env("9", 10, SLURMD_NODENAME="n1"), caught=0)  # still starting up
+
+    def sleep(s: float) -> None:
+        rounds[0] += 1
+        if rounds[0] == 1:
+            p.handlers(14, CAUGHT)  # it installed its handler
+        if rounds[0] == 2:
+            p.add(13, 10, task_env("9", 10, SLURMD_NODENAME="n1"))  # a late worker
+        if rounds[0] == 3:
+            p.restart(12, 500)  # worker 12 ended; a new process got its pid
+        if rounds[0] == 4:
+            for d in ("10", "11", "12", "13", "14", "20", "21", "22"):
+                shutil.rmtree(tmp_path / d)  # the launch ended on this node
+
+    n = node.forward_until_done(
+        "9", signal.SIGTERM, "n1", str(tmp_path), poll_s=0, say=lines.append, sleep=sleep
+    )
+    assert killed[:2] == [11, 12]  # 14 had no handler yet: not in the first round
+    assert sorted(killed) == [11, 12, 12, 13, 14]
+    assert n == 5
+    assert rounds[0] == 4
+    assert lines == [
+        "slurmfm: n1: SIGTERM to 2 training process(es)",
+        "slurmfm: n1: SIGTERM to 1 training process(es) more",
+        "slurmfm: n1: SIGTERM to 1 training process(es) more",
+        "slurmfm: n1: SIGTERM to 1 training process(es) more",
+    ]
+
+
+def test_forward_to_the_tasks_themselves_when_they_are_the_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NeMo in a container: one task per GPU and no launcher; the tasks get the signal."""
+    p = FakeProc(tmp_path)
+    p.add(10, 1, task_env("9", 10))
+    p.add(11, 1, task_env("9", 11))
+    p.add(12, 10, task_env("9", 10))  # a data loader worker of task 10
+    killed: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(pid))
+    assert node.forward_to_workers("9", signal.SIGUSR2, proc=str(tmp_path), tasks=True) == [
+        10,
+        11,
+    ]
+    assert killed == [10, 11]
+
+
+def test_handler_read_from_proc_status(tmp_path: Path) -> None:
+    p = FakeProc(tmp_path)
+    p.add(10, 1, {}, caught=1 << (signal.SIGUSR2 - 1))
+    assert node.catches(10, signal.SIGUSR2, str(tmp_path))
+    assert not node.catches(10, signal.SIGTERM, str(tmp_path))
+    assert node.catches(99, signal.SIGTERM, str(tmp_path))  # unreadable: sent, not lost
+    # and the kernel's own: a process that caught TERM, not USR2
+    code = "import signal, time; signal.signal(signal.SIGTERM, lambda *a: None); print(1); time.sleep(60)"
+    kid = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert kid.stdout is not None
+        assert kid.stdout.readline() == "1\n"
+        assert node.catches(kid.pid, signal.SIGTERM)
+        assert not node.catches(kid.pid, signal.SIGUSR2)
+    finally:
+        kid.kill()
+        kid.wait()
+
+
+def test_container_remove_takes_only_this_attempts_container() -> None:
+    """Pyxis names a kept container pyxis_NAME, or pyxis_JOBID_NAME with container_scope=job;
+    the job's other attempts' and other jobs' containers stay."""
+    calls: list[list[str]] = []
+    listed = "pyxis_slurmfm-7-1-launch\npyxis_slurmfm-7-0-launch\npyxis_7_slurmfm-7-1-launch\n"
+    listed += "pyxis_slurmfm-7-1-launchx\npyxis_17.0\n"
+
+    def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        calls.append(list(argv))
+        return (0, listed) if list(argv) == ["enroot", "list"] else (0, "")
+
+    gone = node.container_remove("slurmfm-7-1-launch", run)
+    assert gone == ["pyxis_slurmfm-7-1-launch", "pyxis_7_slurmfm-7-1-launch"]
+    assert calls[1:] == [["enroot", "remove", "--force", c] for c in gone]
+    assert node.container_remove("x", lambda a, t: (127, "enroot: command not found")) is None

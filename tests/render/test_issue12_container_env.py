@@ -210,3 +210,12 @@ def test_the_launch_in_a_container_runs_no_slurmfm_and_ranks_follow_the_host_ord
     assert "--nodelist=n2,n1" in launch
     # the runtime (a .pyz file) is neither run nor mounted in the container
     assert not any(".pyz" in w for w in launch), launch
+
+
+def test_one_named_container_per_attempt_unless_squashfuse(tmp_path: Path) -> None:
+    """Pyxis keeps a named container for the attempt's next steps on the node; with
+    use_squashfuse=1 a name would unpack the image instead (container.named: false)."""
+    text = render_script(_recipe(tmp_path, {}), Target.for_recipe(_recipe(tmp_path, {}))).text
+    assert '--container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch"' in text
+    unnamed = _recipe(tmp_path, {"named": False})
+    assert "--container-name" not in render_script(unnamed, Target.for_recipe(unnamed)).text

@@ -10,7 +10,9 @@ joining node 0, so a wrong node count, rank or address fails the job.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import sys
 import time
 import urllib.request
@@ -18,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import REPO_ROOT, SlurmLab, free_port
+from lab import REPO_ROOT, SlurmLab, free_port, wait_until
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
+from slurmfm.job.node import stop_own_ray
 
 pytestmark = [pytest.mark.slurm]
 
@@ -209,6 +212,70 @@ def test_vllm_two_nodes_ready_and_endpoint(each_lab: SlurmLab, tmp_path: Path) -
     gone = each_lab.slurmfm("endpoint", str(tmp_path / "recipe.yaml"))
     assert gone.returncode == 1
     assert "no running server has published" in gone.stderr
+
+
+def ray_owned(job_id: str) -> list[int]:
+    """Processes on this host that carry the Ray mark ``job_id.*`` (node.stop_own_ray)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                env = (d / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(e.startswith(f"SLURMFM_RAY_OWNER={job_id}.".encode()) for e in env):
+                found.append(int(d.name))
+    return found
+
+
+def test_vllm_two_nodes_over_real_ray(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    """The multi-node sequence with real Ray 2.60 (head, a worker given its own address,
+    readiness once both are alive; vLLM examples/online_serving/multi-node-serving.sh), a
+    stand-in only for `vllm serve` on top: CPU vLLM refuses Ray ("current platform cpu does
+    not support ray"). At the end each node stops its own Ray and no other."""
+    import ray.util  # the test venv's real Ray, which the job runs
+
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    recipe = base(tmp_path, "real-ray", 2, vllm_launcher(tmp_path, ray=ray_cli))
+    recipe["parallelism"] = {"tp": 1, "pp": 2}
+    (tmp_path / "no-standin-ray").mkdir()
+    # no stand-in `ray` module on the job's path: the vllm stand-in asks the real Ray
+    recipe["env"] = {"PYTHONPATH": str(tmp_path / "no-standin-ray"), "OMP_NUM_THREADS": "1"}
+    # another Ray on the same host, not the job's (`ray stop` would end it too)
+    other = {**os.environ, "SLURMFM_RAY_OWNER": "someone.else"}
+    start = [ray_cli, "start", "--head", f"--port={free_port()}", "--node-ip-address=127.0.0.1"]
+    start += ["--include-dashboard=false", "--disable-usage-stats"]
+    subprocess.run(start, env=other, check=True, capture_output=True, timeout=120)
+    job_id = submit(slurm_lab, tmp_path, recipe)
+    try:
+        ep = wait_endpoint(slurm_lab, tmp_path, "real-ray", job_id)
+        info = get_json(ep["url"] + "/standin/info")
+        order = job_nodes(slurm_lab, job_id)
+        assert info["ray_nodes"] == 2, info
+        assert info["node"] == ep["nodes"].split()[0]
+        # real Ray's own record of its nodes: both alive, each at its Slurm NodeAddr as Ray
+        # resolves it: a loopback address (the lab's 127.0.0.1) becomes this host's own
+        # (ray-project/ray python/ray/_private/services.py, resolve_ip_for_localhost)
+        host_ip = ray.util.get_node_ip_address()
+
+        def as_ray(addr: str) -> str:
+            return host_ip if addr in ("127.0.0.1", "localhost", "::1") else addr
+
+        alive = [n for n in info["ray_node_list"] if n["Alive"]]
+        assert len(alive) == 2, info["ray_node_list"]
+        assert sorted(n["NodeManagerAddress"] for n in alive) == sorted(
+            as_ray(node_addr(slurm_lab, h)) for h in order
+        )
+        log = job_log(tmp_path, "real-ray", job_id)
+        assert "slurmfm: Ray cluster has 2 nodes; starting the server" in log
+        assert ray_owned(job_id), "the job's Ray daemons carry its mark"
+    finally:
+        cancel_and_wait(slurm_lab, job_id)
+    try:
+        wait_until("the job's own Ray stopped", lambda: not ray_owned(job_id), 60)
+        assert ray_owned("someone"), "the other Ray lives on"
+    finally:
+        stop_own_ray("someone.else")
 
 
 def test_sglang_two_nodes_ranks_from_the_host_order(each_lab: SlurmLab, tmp_path: Path) -> None:

@@ -37,6 +37,8 @@ print(
             "topology_addr": env.get("SLURM_TOPOLOGY_ADDR", ""),
             "job_id": env.get("SLURM_JOB_ID", ""),
             "launcher_parent": launcher_parent(),
+            # set only by the test image's /etc/environment (scripts/pyxis-lab)
+            "image_var": env.get("SLURMFM_IMAGE_VAR", ""),
         }
     ),
     flush=True,
