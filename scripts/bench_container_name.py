@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 ROOT = Path(os.environ.get("SLURMFM_LAB_ROOT") or "/var/tmp/slurmfm-lab")
 # the real tier's own Pyxis lab (tests/e2e/test_real_container_launch.py, PYXIS)
-CTLD, SLURMD, NODES = 16847, 18301, 3
+CTLD, SLURMD, NODES = 19107, 18701, 3
 
 
 def lab_env(lab: Path) -> dict[str, str]:

@@ -52,8 +52,8 @@ PYXIS_LAB = REPO_ROOT / "scripts" / "pyxis-lab"
 # switches below touch no other test's lab.
 PYXIS = OwnLab(
     "pyxis-host",
-    ctld_port=16847,
-    slurmd_port=18301,
+    ctld_port=19107,
+    slurmd_port=18701,
     nodes=3,
     extra_env=(("SLURMFM_LAB_PYXIS", "default"),),
 )

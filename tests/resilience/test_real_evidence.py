@@ -31,7 +31,7 @@ from test_real_slurm_resilience import (
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
-EVID = OwnLab("evidence", ctld_port=16877, slurmd_port=17181, nodes=4)
+EVID = OwnLab("evidence", ctld_port=19117, slurmd_port=17181, nodes=4)
 FAULTS = Path(__file__).resolve().parent / "train_faults.py"
 
 
