@@ -427,7 +427,7 @@ def test_lab_ports_stay_out_of_the_ephemeral_range_and_apart() -> None:
     # (slurm-lab's first_job_id): jobs of labs running side by side never share an id, and so
     # never a rendezvous port (20000 + id % 20000).
     ctlds = [16817, 16827, 16837, *(lab.ctld_port for lab in labs.values())]
-    blocks = [(c + off) // 10 % 80 for c in ctlds for off in RUN_TESTS_PORT_OFFSETS]
+    blocks = [(c + off) // 10 % 160 for c in ctlds for off in RUN_TESTS_PORT_OFFSETS]
     assert len(blocks) == len(set(blocks)), sorted(blocks)
 
 
