@@ -81,7 +81,9 @@ def test_stacks_finds_and_aborts_the_launch_workers(tmp_path: Path) -> None:
         (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()))
         (d / "task" / str(pid) / "children").write_text("")
 
+    # slurmstepd sets SLURM_TASK_PID to the task's pid; its children inherit it
     base = {"SLURM_JOB_ID": "7", "SLURMFM_STEP": "launch", "SLURMD_NODENAME": "n1"}
+    base["SLURM_TASK_PID"] = "100"
     make(100, 1, **base)
     make(101, 100, **base)
     make(102, 101, **base, LOCAL_RANK="0", RANK="0")
