@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from . import decide as dec
-from . import fsafe, hetjob, nccl, serve
+from . import fsafe, hetjob, install, nccl, serve
 from . import slurm as sl
 from .health import parse_report, run_command
 from .state import StateFile, state_path
@@ -38,15 +38,19 @@ def log(msg: str, err: bool = False) -> None:
 
 
 def masked(argv: Sequence[str], secrets: Sequence[str], env: dict[str, str]) -> str:
-    """The launch command as one shell line (shlex), with secret values replaced."""
+    """The launch command as one shell line (shlex), with secret values replaced and the
+    runtime's check program shown by its name in the script."""
     values = [env[s] for s in secrets if env.get(s)]
     out = []
     for word in argv:
+        if word == install.CHECKED:
+            out.append("$slurmfm_checked")
+            continue
         shown = word
         for v in values:
             shown = shown.replace(v, "<secret>")
         out.append(shown)
-    return " ".join(shlex.quote(w) for w in out)
+    return " ".join(w if w == "$slurmfm_checked" else shlex.quote(w) for w in out)
 
 
 class Batch:
@@ -149,7 +153,7 @@ class Batch:
 
     # --- steps -----------------------------------------------------------------------------
     def all_nodes_srun(self, *cmd: str, overlap: bool = False) -> list[str]:
-        return self.component_srun(None, ["python3", self.o.runtime, *cmd], overlap)
+        return self.component_srun(None, [*install.argv(), *cmd], overlap)
 
     def component_srun(
         self, comp: hetjob.Component | None, cmd: Sequence[str], overlap: bool = False
@@ -286,7 +290,7 @@ class Batch:
         self.observers = [self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)]
         for comp in self.het:
             env = dict(hetjob.step_env(self.env, comp), SLURMFM_OBS_GPUS=str(comp.gpus))
-            argv = self.component_srun(comp, ["python3", self.o.runtime, "observe"], True)
+            argv = self.component_srun(comp, [*install.argv(), "observe"], True)
             self.observers.append(self.popen(argv, env=env))
         n = int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1) + sum(c.nodes for c in self.het)
         deadline = self.clock() + self.o.observe_start_s
