@@ -13,6 +13,13 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+# sbcast(1) on one host, where every "node" shares this file system: copy SOURCE to DEST (its
+# last two arguments), as Slurm would write DEST on each node.
+SBCAST = """#!/bin/sh
+for a; do src=$dst; dst=$a; done
+exec /bin/cp "$src" "$dst"
+"""
+
 
 def stub_bin(bindir: Path, stubs: Mapping[str, str], tools: Iterable[str]) -> Path:
     """Write ``stubs`` (name -> program text) into ``bindir`` as executables and link
@@ -21,6 +28,7 @@ def stub_bin(bindir: Path, stubs: Mapping[str, str], tools: Iterable[str]) -> Pa
     A stub whose text starts with ``#!PYTHON`` runs with that interpreter.
     """
     bindir.mkdir(parents=True, exist_ok=True)
+    stubs = {"sbcast": SBCAST, **stubs}
     for name, body in stubs.items():
         (bindir / name).write_text(body.replace("#!PYTHON", "#!" + sys.executable, 1))
         (bindir / name).chmod(0o755)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from . import classify as cl
 from . import decide as dec
 from . import evidence as ev
-from . import fsafe, hetjob, nccl, serve
+from . import fsafe, hetjob, install, nccl, serve
 from . import slurm as sl
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
@@ -42,15 +42,19 @@ def log(msg: str, err: bool = False) -> None:
 
 
 def masked(argv: Sequence[str], secrets: Sequence[str], env: dict[str, str]) -> str:
-    """The launch command as one shell line (shlex), with secret values replaced."""
+    """The launch command as one shell line (shlex), with secret values replaced and the
+    runtime's check program shown by its name in the script."""
     values = [env[s] for s in secrets if env.get(s)]
     out = []
     for word in argv:
+        if word == install.CHECKED:
+            out.append("$slurmfm_checked")
+            continue
         shown = word
         for v in values:
             shown = shown.replace(v, "<secret>")
         out.append(shown)
-    return " ".join(shlex.quote(w) for w in out)
+    return " ".join(w if w == "$slurmfm_checked" else shlex.quote(w) for w in out)
 
 
 class Batch:
@@ -172,7 +176,7 @@ class Batch:
 
     # --- steps -----------------------------------------------------------------------------
     def all_nodes_srun(self, *cmd: str, overlap: bool = False) -> list[str]:
-        return self.component_srun(None, ["python3", self.o.runtime, *cmd], overlap)
+        return self.component_srun(None, [*install.argv(), *cmd], overlap)
 
     def component_srun(
         self, comp: hetjob.Component | None, cmd: Sequence[str], overlap: bool = False
@@ -309,7 +313,7 @@ class Batch:
         self.observers = [self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)]
         for comp in self.het:
             env = dict(hetjob.step_env(self.env, comp), SLURMFM_OBS_GPUS=str(comp.gpus))
-            argv = self.component_srun(comp, ["python3", self.o.runtime, "observe"], True)
+            argv = self.component_srun(comp, [*install.argv(), "observe"], True)
             self.observers.append(self.popen(argv, env=env))
         n = int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1) + sum(c.nodes for c in self.het)
         deadline = self.clock() + self.o.observe_start_s
@@ -533,7 +537,7 @@ class Batch:
             ]
             if not names:
                 continue
-            cmd = ["python3", self.o.runtime, "container-remove", "--name", names[0]]
+            cmd = [*install.argv(), "container-remove", "--name", names[0]]
             rc, out = self.run(self.component_srun(self.component(argv), cmd), 120)
             if rc != 0:
                 log("could not remove container %s: %s" % (names[0], out.strip()), err=True)
@@ -635,6 +639,9 @@ class Batch:
         d = ev.attempt_dir(
             self.env.get("SLURMFM_LOG_DIR", "."), self.env, self.restart, self.launches
         )
+        # the job's own directory, even when its name was taken first (README "Security")
+        with contextlib.suppress(OSError):
+            d = os.path.join(fsafe.claim_dir(os.path.dirname(d)), os.path.basename(d))
         self.evidence_dir = d if ev.private_dir(d) else ""
         if self.evidence_dir:
             out["SLURMFM_EVIDENCE_DIR"] = d
@@ -978,7 +985,8 @@ def runs_node_entry(argv: Sequence[str], runtime: str) -> bool:
     """Does the launch run the per-node entry (``python3 RUNTIME node``), whose reports it
     then expects? (A container launch does not.)"""
     words = list(argv)
-    return any(w == "node" and i > 0 and words[i - 1] == runtime for i, w in enumerate(words))
+    entry = (runtime, install.CHECKED)
+    return any(w == "node" and i > 0 and words[i - 1] in entry for i, w in enumerate(words))
 
 
 def retry_codes(spec: str) -> list[int] | None:

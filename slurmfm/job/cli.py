@@ -108,62 +108,13 @@ def own_checkpoint_dir(path: str) -> str | None:
     return None
 
 
-class Installing:
-    """This runtime being placed on every node of the job (:mod:`.install`), one ``srun`` per
-    component, started at once so that ``prepare``'s own work overlaps it; :meth:`wait` says
-    None, or why not."""
-
-    def __init__(self, runtime: str, env: dict[str, str], timeout_s: float = 120.0) -> None:
-        import hashlib
-        import threading
-
-        self.timeout_s = timeout_s
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.problem: str | None = None
-        try:
-            data = fsafe.read(runtime, limit=64 << 20)
-        except OSError as exc:
-            self.problem = "job runtime %s: %s" % (runtime, exc)
-            return
-        cmd = ["python3", "-I", "-c", install.program(), runtime, hashlib.sha256(data).hexdigest()]
-        for argv in install.steps(env):
-            try:
-                proc = subprocess.Popen(argv + cmd, stdin=subprocess.PIPE, stdout=sys.stderr)
-            except OSError as exc:
-                self.problem = "could not place the job runtime on the nodes (%s)" % exc
-                return
-            self.procs.append(proc)
-            threading.Thread(target=self._send, args=(proc, data), daemon=True).start()
-
-    @staticmethod
-    def _send(proc: subprocess.Popen[bytes], data: bytes) -> None:
-        if proc.stdin is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.stdin.write(data)
-            proc.stdin.close()
-
-    def wait(self) -> str | None:
-        for proc in self.procs:
-            try:
-                rc = proc.wait(self.timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                rc = proc.wait()
-            if rc != 0 and self.problem is None:
-                self.problem = "could not place the job runtime on every node (srun exit %d)" % rc
-        self.procs = []
-        return self.problem
-
-
 def remove_everywhere(runtime: str, env: dict[str, str], timeout_s: float = 30.0) -> None:
     """At the end of the batch step: this attempt's runtime copies off every node (best
-    effort; the next attempt of the job removes what is left on the nodes it gets)."""
-    for argv in install.steps(env):
-        steps = [a for a in argv if a != "--input=all"] + ["--overlap", "rm", "-f", runtime]
+    effort; the next attempt gets a new copy under a new name)."""
+    for argv in install.cleanup_steps(env, runtime):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run(
-                steps,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -177,15 +128,7 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
     st = StateFile(
         env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
     )
-    placing = Installing(a.runtime, env)
-    rc = _prepare(a, env, out, st, placing, restart)
-    why = placing.wait()
-    if why:
-        print(f"slurmfm: {why}", file=sys.stderr)
-        st.record("fail", why)
-        out.clear()  # nothing is exported: the job ends here
-        return 1
-    return rc
+    return _prepare(a, env, out, st, restart)
 
 
 def _prepare(
@@ -193,17 +136,12 @@ def _prepare(
     env: dict[str, str],
     out: list[str],
     st: StateFile,
-    placing: Installing,
     restart: int,
 ) -> int:
     alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
     topo: dict[str, str] | None = None
     if a.topo_addr and not a.planned and not a.rank_map:
-        if placing.wait():  # the nodes run the runtime next
-            return 1
-        _rc, text = run_command(
-            [*sl.srun_per_node(len(alloc)), "python3", a.runtime, "whoami"], 120
-        )
+        _rc, text = run_command([*sl.srun_per_node(len(alloc)), *install.argv(), "whoami"], 120)
         topo = {}
         for line in text.splitlines():
             parts = line.split(None, 1)

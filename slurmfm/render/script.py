@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from slurmfm import __version__
 from slurmfm.errors import RenderError, UnsupportedError
+from slurmfm.job import install
 from slurmfm.job.batch import CONTAINER_ENTRY
 from slurmfm.plan.types import Placement
 from slurmfm.render.payload import RuntimeFile, payload_line, runtime_file
@@ -1316,6 +1317,7 @@ def render_script(
         "serve_srun": _wrap(serve_srun),
         "serve_entry": serve_entry,
         "runtime_sha": rf.sha256,
+        "checked": sh_quote(install.CHECKED, what="runtime check"),
         "payload": payload_line(rf),
     }
     text = _env().get_template("sbatch.sh.j2").render(**ctx)

@@ -81,17 +81,38 @@ export SLURMFM_OBS_DIR="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.obser
 export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRESS_FILE="$SLURMFM_OBS_DIR/progress.json"
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
-# The job runtime: extracted from this file's last line into a private file on this node
-# (a name nobody can guess, mode 0600) and checked against its sha256; `prepare` places the
-# same on every node. Nothing in a shared directory is ever run (README "Security").
+# The job runtime: extracted from this file's last line into a private file (mode 0600, a
+# name nobody can guess), checked against its sha256 and copied by Slurm to the same path on
+# every node (sbcast). Each step runs it through slurmfm_checked, which first checks that it
+# is still this user's own intact file. Nothing in a shared directory is ever run (README
+# "Security").
+export SLURMFM_RUNTIME_SHA=b7485d13b5b4bad369ff85a7a7201ce7f6f6eb659f82a2102f8796badf3b26f6
+slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
-tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$SLURMFM_RUNTIME"
-echo "5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d  $SLURMFM_RUNTIME" | sha256sum -c --status
+tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
+echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
+sbcast --force "$slurmfm_extracted" "$SLURMFM_RUNTIME"
+rm -f "$slurmfm_extracted"
+slurmfm_checked='import hashlib, os, runpy, stat, sys
+p = os.environ["SLURMFM_RUNTIME"]
+fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+f, d, me = os.fstat(fd), os.stat(os.path.dirname(p)), os.geteuid()
+ok = stat.S_ISREG(f.st_mode) and f.st_uid == me and f.st_nlink == 1
+ok = ok and stat.S_IMODE(f.st_mode) == 0o600 and d.st_uid in (0, me)
+ok = ok and bool(d.st_mode & stat.S_ISVTX or not d.st_mode & 0o022)
+ok = ok and hashlib.sha256(os.read(fd, 1 << 26)).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]
+if not ok:
+    sys.exit("slurmfm: %s: %s is not the intact job runtime of this user: not run" % (
+        os.uname()[1], p))
+os.close(fd)
+sys.argv[0] = p
+runpy.run_path(p, run_name="__main__")
+'
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
-slurmfm_env=$(python3 "$SLURMFM_RUNTIME" prepare --stripe-layout='-E 64M -c 1 -E 1G -c 4 -E -1 -c 8')
+slurmfm_env=$(python3 -I -c "$slurmfm_checked" prepare --stripe-layout='-E 64M -c 1 -E 1G -c 4 -E -1 -c 8')
 eval "$slurmfm_env"
 
 # In the container (which runs no slurmfm), before the launch command: the node rank is the
@@ -106,7 +127,7 @@ exec "$@"'
 # Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory.
 # The runtime runs it, forwards the pre-timeout signal and decides on requeue.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
   --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 4 --efa 16 --dcgm 0 --imex 1 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
@@ -182,4 +203,4 @@ exec python3 "$SLURMFM_RUNTIME" batch --max-restarts 3 --restart-in-job 1 --requ
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=5c1e75ce1be101571a05666ec2341948b4c25fadaa915ba1552aba7c1b18cd1d <base64 zipapp of slurmfm/job, 108448 chars>
+# slurmfm-runtime sha256=b7485d13b5b4bad369ff85a7a7201ce7f6f6eb659f82a2102f8796badf3b26f6 <base64 zipapp of slurmfm/job, 107004 chars>

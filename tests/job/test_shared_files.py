@@ -173,18 +173,27 @@ def test_a_detail_never_forges_a_second_record(detail: str) -> None:
         assert " event=fail " in lines[0] + " "
 
 
-# --- the runtime's private copy on every node ---------------------------------------------
-def run_installer(
-    path: Path, data: bytes, sha: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The program exactly as a node runs it: ``python3 -I -c PROGRAM PATH SHA`` with stdin."""
-    sha = sha or hashlib.sha256(data).hexdigest()
+# --- the runtime's private copy on every node: every step checks it before running it ---
+def zipapp(path: Path, body: str = "import sys; print('ran', sys.argv[1:])") -> str:
+    """A tiny stand-in for the runtime zipapp; returns its sha256."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("__main__.py", body)
+    path.chmod(0o600)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_checked(path: Path, sha: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The program exactly as a step runs it: ``python3 -I -c CHECKED SUBCOMMAND ...``."""
     return subprocess.run(
-        [sys.executable, "-I", "-c", install.program(), str(path), sha],
-        input=data.decode("latin-1"),
-        encoding="latin-1",
+        [sys.executable, *install.argv()[1:], "node", "--x"],
+        env={"SLURMFM_RUNTIME": str(path), "SLURMFM_RUNTIME_SHA": sha},
+        cwd=cwd,
         capture_output=True,
+        text=True,
         timeout=60,
+        check=False,
     )
 
 
@@ -196,54 +205,35 @@ def sticky(tmp_path: Path) -> Path:
     return d
 
 
-def test_the_installer_places_a_private_checked_copy(sticky: Path) -> None:
-    data = os.urandom(5000)
-    path = sticky / "slurmfm-42-AbCdEfGhIj"
-    done = run_installer(path, data)
+def test_a_private_intact_copy_runs_with_its_subcommand(sticky: Path) -> None:
+    rt = sticky / "slurmfm-42-AbCdEfGhIj"
+    done = run_checked(rt, zipapp(rt))
     assert done.returncode == 0, done.stderr
-    assert path.read_bytes() == data
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert path.stat().st_uid == os.geteuid()
-    # again on the same node (the lab's nodes share one /tmp): fine, still one private copy
-    assert run_installer(path, data).returncode == 0
-    assert [p.name for p in sticky.iterdir()] == [path.name]
+    assert done.stdout.strip() == "ran ['node', '--x']"
 
 
-def test_the_installer_removes_this_jobs_earlier_copies_only(sticky: Path) -> None:
-    old = sticky / "slurmfm-42-0123456789"
-    other_job = sticky / "slurmfm-43-0123456789"
-    theirs = sticky / "slurmfm-42-9876543210"
-    for f in (old, other_job, theirs):
-        f.write_text("")
-    other_users(theirs)
-    assert run_installer(sticky / "slurmfm-42-AbCdEfGhIj", b"rt").returncode == 0
-    assert not old.exists()
-    assert other_job.exists()
-    assert theirs.exists()
-
-
-def test_the_installer_refuses_a_copy_that_does_not_match(sticky: Path) -> None:
-    path = sticky / "slurmfm-42-AbCdEfGhIj"
-    done = run_installer(path, b"tampered", sha="0" * 64)
+@pytest.mark.parametrize("spoil", ["sha", "owner", "mode", "link", "hardlink"])
+def test_a_copy_that_is_not_the_users_own_intact_file_is_never_run(
+    sticky: Path, spoil: str
+) -> None:
+    rt = sticky / "slurmfm-42-AbCdEfGhIj"
+    sha = zipapp(rt, "print('PWNED')")
+    path = rt
+    if spoil == "sha":
+        sha = "0" * 64
+    elif spoil == "owner":
+        other_users(rt)
+    elif spoil == "mode":
+        rt.chmod(0o644)
+    elif spoil == "link":
+        path = sticky / "link"
+        path.symlink_to(rt)
+    else:
+        os.link(rt, sticky / "second")
+    done = run_checked(path, sha)
     assert done.returncode == 1
-    assert "does not match sha256" in done.stderr
-    assert not path.exists()
-
-
-def test_the_installer_never_runs_another_users_file_under_the_name(sticky: Path) -> None:
-    # another user created the name first (with write access for us): the rename over it is
-    # allowed only because this test runs as root; the check on the result still refuses a
-    # file that is not private
-    path = sticky / "slurmfm-42-AbCdEfGhIj"
-    path.write_text("print('pwned')")
-    path.chmod(0o666)
-    other_users(path)
-    done = run_installer(path, b"rt")
-    # root may replace it (sticky /tmp stops every other user with EPERM, see the real test);
-    # what is left is then our own private copy, never theirs
-    assert done.returncode == 0
-    assert path.read_bytes() == b"rt"
-    assert path.stat().st_uid == os.geteuid()
+    assert "PWNED" not in done.stdout
+    assert "not the intact job runtime of this user" in done.stderr or spoil == "link"
 
 
 @pytest.mark.parametrize(
@@ -256,29 +246,54 @@ def test_the_installer_never_runs_another_users_file_under_the_name(sticky: Path
         (0o755, NOBODY, "belongs to uid 65534"),
     ],
 )
-def test_the_node_directory_must_be_sticky_or_closed(
+def test_the_runtimes_directory_must_be_sticky_or_closed(
     tmp_path: Path, mode: int, owner: int | None, problem: str | None
 ) -> None:
     d = tmp_path / "d"
     d.mkdir()
+    rt = d / "slurmfm-1-AbCdEfGhIj"
+    sha = zipapp(rt)
     d.chmod(mode)
     if owner is not None:
         os.chown(d, owner, owner)
     why = install.dir_problem(str(d))
-    assert why == problem if problem is None else problem in (why or "")
-    if problem:
-        done = run_installer(d / "slurmfm-1-AbCdEfGhIj", b"rt")
-        assert done.returncode == 1
-        assert problem in done.stderr
+    if problem is None:
+        assert why is None
+        assert run_checked(rt, sha).returncode == 0
+    else:
+        assert problem in (why or "")
+        assert run_checked(rt, sha).returncode == 1
 
 
-def test_one_install_step_per_component() -> None:
-    assert install.steps({"SLURM_JOB_NUM_NODES": "3"}) == [
-        ["srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--input=all"]
+def test_a_module_planted_in_the_working_directory_is_not_imported(
+    sticky: Path, tmp_path: Path
+) -> None:
+    rt = sticky / "slurmfm-42-AbCdEfGhIj"
+    sha = zipapp(rt)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "hashlib.py").write_text("print('PWNED')\n")
+    done = run_checked(rt, sha, cwd=shared)
+    assert done.returncode == 0, done.stderr
+    assert "PWNED" not in done.stdout
+
+
+def test_one_cleanup_step_per_component() -> None:
+    assert install.cleanup_steps({"SLURM_JOB_NUM_NODES": "3"}, "/tmp/x") == [
+        [
+            "srun",
+            "--nodes=3",
+            "--ntasks=3",
+            "--ntasks-per-node=1",
+            "--overlap",
+            "rm",
+            "-f",
+            "/tmp/x",
+        ]
     ]
     het = {"SLURM_HET_SIZE": "2", "SLURM_JOB_NUM_NODES_HET_GROUP_0": "2"}
     het["SLURM_JOB_NUM_NODES_HET_GROUP_1"] = "4"
-    assert [s[1:3] for s in install.steps(het)] == [
+    assert [s[1:3] for s in install.cleanup_steps(het, "/tmp/x")] == [
         ["--het-group=0", "--nodes=2"],
         ["--het-group=1", "--nodes=4"],
     ]

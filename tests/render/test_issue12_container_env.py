@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stub_bin import SBCAST
 
 from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
@@ -117,7 +118,8 @@ def _run(tmp: Path, text: str, watch: str = "") -> dict[str, dict[str, str | Non
     bindir.mkdir()
     out = tmp / "out"
     out.mkdir()
-    for name, body in {"srun": SRUN, "scontrol": SCONTROL, "fake-trainer": TRAINER}.items():
+    stubs = {"srun": SRUN, "scontrol": SCONTROL, "fake-trainer": TRAINER, "sbcast": SBCAST}
+    for name, body in stubs.items():
         (bindir / name).write_text(body.replace("#!PYTHON", f"#!{sys.executable}"))
         (bindir / name).chmod(0o755)
     (tmp / "images.json").write_text(json.dumps({IMAGE: IMAGE_ENV}))
