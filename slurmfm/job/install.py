@@ -34,17 +34,13 @@ import stat
 # single quote in it: the script carries it in single quotes, readable as written here.
 CHECKED = """\
 import hashlib, os, runpy, stat, sys
-p = os.environ["SLURMFM_RUNTIME"]
+p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-f, d, me = os.fstat(fd), os.stat(os.path.dirname(p)), os.geteuid()
-ok = stat.S_ISREG(f.st_mode) and f.st_uid == me and f.st_nlink == 1
-ok = ok and stat.S_IMODE(f.st_mode) == 0o600 and d.st_uid in (0, me)
-ok = ok and bool(d.st_mode & stat.S_ISVTX or not d.st_mode & 0o022)
-ok = ok and hashlib.sha256(os.read(fd, 1 << 26)).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]
-if not ok:
-    sys.exit("slurmfm: %s: %s is not the intact job runtime of this user: not run" % (
-        os.uname()[1], p))
-os.close(fd)
+f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
+ok = stat.S_ISREG(f.st_mode) and (f.st_uid, f.st_nlink, f.st_mode & 0o777) == (me, 1, 0o600)
+if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o22)
+        and hashlib.sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
+    sys.exit("slurmfm: %s: %s is not the intact job runtime of this user" % (os.uname()[1], p))
 sys.argv[0] = p
 runpy.run_path(p, run_name="__main__")
 """

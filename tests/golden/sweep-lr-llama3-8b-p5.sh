@@ -78,12 +78,10 @@ export SLURMFM_OBS_DIR="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.obser
 export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRESS_FILE="$SLURMFM_OBS_DIR/progress.json"
 mkdir -p "$SLURMFM_LOG_DIR"
 
-# The job runtime: extracted from this file's last line into a private file (mode 0600, a
-# name nobody can guess), checked against its sha256 and copied by Slurm to the same path on
-# every node (sbcast). Each step runs it through slurmfm_checked, which first checks that it
-# is still this user's own intact file. Nothing in a shared directory is ever run (README
-# "Security").
-export SLURMFM_RUNTIME_SHA=b7485d13b5b4bad369ff85a7a7201ce7f6f6eb659f82a2102f8796badf3b26f6
+# The job runtime: extracted from this file's last line into a private file (mode 0600, a name
+# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
+# slurmfm_checked, which first checks it is this user's own intact file (README "Security").
+export SLURMFM_RUNTIME_SHA=0f2ee4a340c68527aa11af961110e60c44299381efd9d8e8a3c1b1b8b096f2bd
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -92,17 +90,13 @@ echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
 sbcast --force "$slurmfm_extracted" "$SLURMFM_RUNTIME"
 rm -f "$slurmfm_extracted"
 slurmfm_checked='import hashlib, os, runpy, stat, sys
-p = os.environ["SLURMFM_RUNTIME"]
+p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-f, d, me = os.fstat(fd), os.stat(os.path.dirname(p)), os.geteuid()
-ok = stat.S_ISREG(f.st_mode) and f.st_uid == me and f.st_nlink == 1
-ok = ok and stat.S_IMODE(f.st_mode) == 0o600 and d.st_uid in (0, me)
-ok = ok and bool(d.st_mode & stat.S_ISVTX or not d.st_mode & 0o022)
-ok = ok and hashlib.sha256(os.read(fd, 1 << 26)).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]
-if not ok:
-    sys.exit("slurmfm: %s: %s is not the intact job runtime of this user: not run" % (
-        os.uname()[1], p))
-os.close(fd)
+f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
+ok = stat.S_ISREG(f.st_mode) and (f.st_uid, f.st_nlink, f.st_mode & 0o777) == (me, 1, 0o600)
+if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o22)
+        and hashlib.sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
+    sys.exit("slurmfm: %s: %s is not the intact job runtime of this user" % (os.uname()[1], p))
 sys.argv[0] = p
 runpy.run_path(p, run_name="__main__")
 '
@@ -176,4 +170,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t0"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":1,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t1"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":2,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t2"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":3,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t3"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t3"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":4,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t4"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t4"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":5,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t5"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t5"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"}]}
-# slurmfm-runtime sha256=b7485d13b5b4bad369ff85a7a7201ce7f6f6eb659f82a2102f8796badf3b26f6 <base64 zipapp of slurmfm/job, 107004 chars>
+# slurmfm-runtime sha256=0f2ee4a340c68527aa11af961110e60c44299381efd9d8e8a3c1b1b8b096f2bd <base64 zipapp of slurmfm/job, 107088 chars>

@@ -71,12 +71,10 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
-# The job runtime: extracted from this file's last line into a private file (mode 0600, a
-# name nobody can guess), checked against its sha256 and copied by Slurm to the same path on
-# every node (sbcast). Each step runs it through slurmfm_checked, which first checks that it
-# is still this user's own intact file. Nothing in a shared directory is ever run (README
-# "Security").
-export SLURMFM_RUNTIME_SHA=b7485d13b5b4bad369ff85a7a7201ce7f6f6eb659f82a2102f8796badf3b26f6
+# The job runtime: extracted from this file's last line into a private file (mode 0600, a name
+# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
+# slurmfm_checked, which first checks it is this user's own intact file (README "Security").
+export SLURMFM_RUNTIME_SHA=0f2ee4a340c68527aa11af961110e60c44299381efd9d8e8a3c1b1b8b096f2bd
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -85,17 +83,13 @@ echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
 sbcast --force "$slurmfm_extracted" "$SLURMFM_RUNTIME"
 rm -f "$slurmfm_extracted"
 slurmfm_checked='import hashlib, os, runpy, stat, sys
-p = os.environ["SLURMFM_RUNTIME"]
+p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-f, d, me = os.fstat(fd), os.stat(os.path.dirname(p)), os.geteuid()
-ok = stat.S_ISREG(f.st_mode) and f.st_uid == me and f.st_nlink == 1
-ok = ok and stat.S_IMODE(f.st_mode) == 0o600 and d.st_uid in (0, me)
-ok = ok and bool(d.st_mode & stat.S_ISVTX or not d.st_mode & 0o022)
-ok = ok and hashlib.sha256(os.read(fd, 1 << 26)).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]
-if not ok:
-    sys.exit("slurmfm: %s: %s is not the intact job runtime of this user: not run" % (
-        os.uname()[1], p))
-os.close(fd)
+f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
+ok = stat.S_ISREG(f.st_mode) and (f.st_uid, f.st_nlink, f.st_mode & 0o777) == (me, 1, 0o600)
+if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o22)
+        and hashlib.sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
+    sys.exit("slurmfm: %s: %s is not the intact job runtime of this user" % (os.uname()[1], p))
 sys.argv[0] = p
 runpy.run_path(p, run_name="__main__")
 '
@@ -129,4 +123,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 20 --restart-in-job 1
   --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=b7485d13b5b4bad369ff85a7a7201ce7f6f6eb659f82a2102f8796badf3b26f6 <base64 zipapp of slurmfm/job, 107004 chars>
+# slurmfm-runtime sha256=0f2ee4a340c68527aa11af961110e60c44299381efd9d8e8a3c1b1b8b096f2bd <base64 zipapp of slurmfm/job, 107088 chars>

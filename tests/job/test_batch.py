@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from slurmfm.checkpoint import mark_done
+from slurmfm.job import install
 from slurmfm.job import slurm as sl
 from slurmfm.job.batch import Batch, ask_digest
 from slurmfm.job.cli import parser
@@ -684,7 +685,7 @@ def test_container_launch_gets_the_forward_from_one_host_step(tmp_path: Path) ->
         b.forward_signal()
     assert step.signals == []
     per_node = sl.srun_per_node(2)  # one task on each of the job's 2 nodes, beside the launch
-    assert started == [[*per_node, "--overlap", "python3", "rt.pyz", "forward", "--signal", "TERM"]]
+    assert started == [[*per_node, "--overlap", *install.argv(), "forward", "--signal", "TERM"]]
     b.cleanup()  # the step ended: a forward step still running is ended with it
     assert fwd_step.done
 
@@ -826,8 +827,7 @@ def test_the_attempts_named_containers_are_removed_at_its_end(tmp_path: Path) ->
     assert removes == [
         [
             *sl.srun_per_node(2),
-            "python3",
-            "rt.pyz",
+            *install.argv(),
             "container-remove",
             "--name",
             "slurmfm-77-0-launch",

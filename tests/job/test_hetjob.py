@@ -318,8 +318,6 @@ with open(os.path.join(os.environ["STUB_OUT"], "calls.jsonl"), "a") as fh:
     fh.write(json.dumps({"argv": argv, "env": dict(os.environ)}) + "\n")
 group = next((a.split("=", 1)[1] for a in argv if a.startswith("--het-group=")), "0")
 hosts = os.environ["STUB_HOSTS_" + group].split()
-if "--input=all" in argv:  # the runtime's install step: one host's worth is enough here
-    sys.exit(subprocess.call(argv[argv.index("python3"):]))
 if "health" in argv:
     for h in hosts:
         print("slurmfm-health %s OK" % h)
@@ -364,7 +362,19 @@ elif a[:1] == ["ping"]:
 
 @pytest.fixture
 def stubs(tmp_path: Path) -> Path:
-    tools = ("base64", "mv", "sha256sum", "tail", "cut", "mkdir", "stat", "sh", "env", "mktemp")
+    tools = (
+        "base64",
+        "mv",
+        "sha256sum",
+        "tail",
+        "cut",
+        "mkdir",
+        "stat",
+        "sh",
+        "env",
+        "mktemp",
+        "rm",
+    )
     return stub_bin(tmp_path / "bin", {"srun": SRUN, "scontrol": SCONTROL}, tools)
 
 
@@ -390,7 +400,9 @@ def run_script(bindir: Path, text: str, tmp: Path, **env: str) -> tuple[int, str
         text=True,
         timeout=120,
     )
-    calls = [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
+    calls_file = out / "calls.jsonl"
+    assert calls_file.exists(), proc.stdout + proc.stderr
+    calls = [json.loads(line) for line in calls_file.read_text().splitlines()]
     return proc.returncode, proc.stdout + proc.stderr, calls
 
 

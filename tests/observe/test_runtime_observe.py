@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmfm.job import install
 from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
 
@@ -84,8 +85,7 @@ def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Pa
             "--ntasks=2",
             "--ntasks-per-node=1",
             "--overlap",
-            "python3",
-            "rt.pyz",
+            *install.argv(),
             "observe",
         ]
     ]

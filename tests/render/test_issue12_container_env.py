@@ -55,12 +55,10 @@ if image is not None:
         for name, value in json.load(fh)[image].items():
             if name not in named:
                 env[name] = value
-# srun(1) --input=all: every task reads the step's standard input (the runtime's install step)
-data = sys.stdin.buffer.read() if "--input=all" in args else None
 rc = 0
 for rank, host in enumerate(hosts):
     e = dict(env, SLURMD_NODENAME=host, SLURM_PROCID=str(rank), SLURM_NODEID=str(rank))
-    rc = max(rc, subprocess.run(cmd, env=e, input=data).returncode)
+    rc = max(rc, subprocess.call(cmd, env=e))
 sys.exit(rc)
 """
 

@@ -468,7 +468,7 @@ def test_lustre_layout_follows_the_checkpoint_format_and_spares_the_log_director
         )
     ).text
     assert "lfs " not in text  # every Lustre call goes through the runtime (base64 has no " ")
-    (line,) = [ln for ln in text.splitlines() if '"$SLURMFM_RUNTIME" prepare' in ln]
+    (line,) = [ln for ln in text.splitlines() if '"$slurmfm_checked" prepare' in ln]
     opts = shlex.split(line.split(" prepare", 1)[1].rstrip(")"))
     runtime = tmp_path / "runtime.pyz"
     runtime.write_bytes(extract(text))
@@ -515,7 +515,7 @@ def test_server_in_a_container_runs_the_entry_only_across_nodes(nodes: int, entr
     )
     joined = rendered(r).text.replace("\\\n", " ")
     (line,) = [ln for ln in joined.splitlines() if ln.startswith("slurmfm_serve=(srun ")]
-    assert ('"$SLURMFM_RUNTIME" node' in line) is entry
+    assert ('"$slurmfm_checked" node' in line) is entry
     mounts = re.findall(r"--container-mounts=(\S+)", line)
     assert mounts == (
         ['/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"'] if entry else ["/fsx:/fsx"]

@@ -1,5 +1,5 @@
 """Every shipped recipe renders to a script a person reads in one sitting (issue 11 part 3):
-at most 250 lines (the runtime payload is one), the launch ``srun`` within the first 150, and
+at most 250 lines (the runtime payload is one), the launch ``srun`` within the first 160, and
 every ``#SBATCH`` line and export with its reason."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_short_script_launch_near_the_top(path: Path) -> None:
     text = api.dry_run(api.load(path), slurm_version="24.11").text
     lines = text.rstrip("\n").split("\n")
     assert len(lines) <= 250, len(lines)
-    assert launch_line(lines) <= 150
+    assert launch_line(lines) <= 160  # 150 before the runtime check (slurmfm_checked)
     assert lines[-1].startswith("# slurmfm-runtime sha256=")
     for i, line in enumerate(lines):
         if line.startswith(("#SBATCH --", "export ")) and not line.startswith(

@@ -131,5 +131,5 @@ def run_nemo(lab: SlurmLab, tmp_path: Path, container: bool) -> str:
         assert int(got["world"]) == 3 * PER_NODE
     # Slurm's own first host is not the planned first host: the order really moved.
     assert lab.hostnames(fields["NodeList"])[0] != planned[0]
-    assert ('"$SLURMFM_RUNTIME" node' in text) is not container
+    assert ('"$slurmfm_checked" node' in text) is not container
     return log
