@@ -274,7 +274,9 @@ def test_a_failed_array_task_requeues_itself_alone(slurm_lab: SlurmLab, work: Pa
     )
     path.write_text(
         path.read_text().replace(
-            "requeue: false", "requeue: true, max_restarts: 2, retry_exit_codes: [1]"
+            # the subject is the array task's own requeue, not a restart inside the allocation
+            "requeue: false",
+            "requeue: true, max_restarts: 2, retry_exit_codes: [1], restart_in_job: false",
         )
     )
     proc = cli(slurm_lab, "submit", str(path), "--wait", "--timeout", "240")
