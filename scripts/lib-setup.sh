@@ -72,7 +72,7 @@ ensure_venv() {
   hash -r
 }
 
-# ensure_cpu_torch PYTHON: the CPU build of torch (for the lab's real torchrun jobs, README
+# ensure_cpu_torch PYTHON: the CPU build of torch (for the lab's real torchrun jobs, README.md,
 # "Quickstart"), and say where it comes from. PyPI's torch wheel for Linux is the CUDA build and
 # pulls about 20 nvidia-* packages (several GB), which a CPU-only lab never uses; so:
 #   1. a local CPU wheel for this Python ($SLURMFM_WHEELS, default /opt/wheels): installed from

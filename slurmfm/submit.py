@@ -150,7 +150,7 @@ def _own_run_dir(d: Path) -> None:
     if st.st_uid != os.geteuid():
         raise SlurmfmError(
             f"storage.checkpoint_root: the run directory {d} belongs to {_who(st.st_uid)}: the "
-            f'job would refuse to save or resume there (README "Security"); {hint}'
+            f"job would refuse to save or resume there (docs/security.md); {hint}"
         )
 
 

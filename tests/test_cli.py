@@ -57,7 +57,7 @@ def test_validate_error_is_one_located_line(tmp_path: Path) -> None:
     assert out == ""
     assert (
         err.strip()
-        == f"{bad}:5: launcher.nproc: unknown field (check the spelling; see the recipe reference in the README)"
+        == f"{bad}:5: launcher.nproc: unknown field (check the spelling; see docs/recipe-reference.md)"
     )
 
 

@@ -4,7 +4,7 @@ Why so guarded: ``import pyslurm`` with no reachable slurm.conf makes libslurm c
 which ends the interpreter (no exception to catch; seen on the lab of scripts/slurm-lab). So
 availability is probed in a child process first. PyPI carries pyslurm only for Slurm 25.11, and a
 pyslurm built for another Slurm release refuses to build or is ABI-incompatible, so the probe
-also compares pyslurm's major.minor with the cluster's (README.md, Backends).
+also compares pyslurm's major.minor with the cluster's (docs/backends.md).
 
 The calls used follow pyslurm's documented object API (``JobSubmitDescription``,
 ``load_sbatch_options``, ``submit``, ``Job.load``, ``Job.cancel``); known pitfalls are handled:

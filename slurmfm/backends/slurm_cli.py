@@ -119,7 +119,7 @@ class SlurmCLI:
 
         With group and other write removed from the umask: Slurm creates the job's output
         file with the submitting umask (sbatch passes it as ``SLURM_UMASK``), before the job
-        script's own ``umask`` runs, and the log directory may be shared (README "Security").
+        script's own ``umask`` runs, and the log directory may be shared (docs/security.md).
         """
         check_slurm_conf(env or self.env)
         exe = shutil.which(argv[0], path=(env or self.env).get("PATH"))

@@ -8,7 +8,7 @@ would resume from. ``requeue`` is a requeue the runtime asked for; ``restart`` i
 not (Slurm's or an operator's, recorded by the attempt that followed); ``stop`` is what Slurm
 said when a TERM reached the batch step (scancel, requeue, preemption, the time limit).
 
-The log directory may be shared (README "Security"): the file read is the one the job's own
+The log directory may be shared (docs/security.md): the file read is the one the job's own
 user owns, by the job runtime's rule (:func:`slurmfm.job.state.find`); a file planted under
 the job's name by anyone else is ignored, and the status says so (``ignored``).
 """

@@ -196,7 +196,9 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), help="Write here.")
 @click.option("--slurm-version", help="Render for this Slurm version instead of the recipe's.")
 @click.option(
-    "--no-cache", is_flag=True, help="Render afresh (also: SLURMFM_NO_CACHE=1); see README."
+    "--no-cache",
+    is_flag=True,
+    help="Render afresh (also: SLURMFM_NO_CACHE=1); see docs/development.md.",
 )
 @friendly
 def render(

@@ -639,7 +639,7 @@ class Batch:
         d = ev.attempt_dir(
             self.env.get("SLURMFM_LOG_DIR", "."), self.env, self.restart, self.launches
         )
-        # the job's own directory, even when its name was taken first (README "Security")
+        # the job's own directory, even when its name was taken first (docs/security.md)
         with contextlib.suppress(OSError):
             d = os.path.join(fsafe.claim_dir(os.path.dirname(d)), os.path.basename(d))
         self.evidence_dir = d if ev.private_dir(d) else ""

@@ -6,7 +6,7 @@ torch/distributed/elastic/multiprocessing/errors/__init__.py), ``--kill-on-bad-e
 healthy nodes' launchers into TERMed tasks (SchedMD/slurm src/srun/launch.c reports each task's
 end as it comes), and a cgroup OOM ends srun with exit 1 (SchedMD/slurm src/srun/srun.c:
 ``if ((global_rc & 0xff) == SIG_OOM) global_rc = 1;``). So :func:`classify` weighs, in this
-order (README "Failure classification" has the same table):
+order (docs/resilience.md, "Failure classification" has the same table):
 
 ===  ==========================================================  ==========================
  #   evidence                                                    verdict

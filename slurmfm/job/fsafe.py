@@ -1,6 +1,6 @@
 """Files in shared directories: opened without trusting what is already there.
 
-Why (README "Security"): the log and checkpoint directories of a team live on a shared file
+Why (docs/security.md): the log and checkpoint directories of a team live on a shared file
 system (FSx for Lustre ``/fsx/logs``, often group-writable with umask 002). Any other user who
 can write such a directory can plant, before the job writes, a symbolic link (the job would
 write through it into one of the victim's own files), a FIFO (an ``open`` for writing blocks

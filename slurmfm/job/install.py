@@ -1,6 +1,6 @@
 """The job runtime on every node: a private copy that nobody but the job's user can change.
 
-Why (README "Security"): the runtime used to be extracted into the shared log directory and run
+Why (docs/security.md): the runtime used to be extracted into the shared log directory and run
 from there by every step on every node. Another user who could write that directory (created
 first, or group-writable under umask 002) could swap the file and run code as the job's user;
 zipimport reopens the path for each module, so even a check at start is not enough. Now:

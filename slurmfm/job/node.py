@@ -156,7 +156,8 @@ def forward_to_workers(
     """Send ``sig`` to the children of this node's launch tasks (``tasks``: to the tasks
     themselves, NeMo's training processes); the pids signalled.
 
-    The host-side half of the save signal for a launch in a container (README "Containers"):
+    The host-side half of the save signal for a launch in a container (docs/features.md,
+    "Containers"):
     Megatron-LM saves on SIGTERM (``--exit-signal-handler``), which must reach the training
     processes and not torchrun, which would end them (a launcher's TERM stops its workers:
     pytorch/pytorch:torch/distributed/elastic/agent/server/api.py). A process already in

@@ -5,7 +5,7 @@ Format (unchanged from the bash runtime, so old records still read):
 (a requeue is recorded once ``scontrol requeue`` succeeded), and a record that cannot be
 written never stops the job.
 
-The log directory is shared (README "Security"), and the name ``<job>_<id>.state`` is easy to
+The log directory is shared (docs/security.md), and the name ``<job>_<id>.state`` is easy to
 guess before the job exists. So the record is the first of ``<job>_<id>.state`` and
 ``<job>_<id>.<random>.state`` that is a regular file of the job's own user; a link, a FIFO or
 another user's file under that name is ignored (and said so), and the job then keeps its

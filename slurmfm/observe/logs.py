@@ -135,7 +135,7 @@ def rank_task(job_id: str, rank: int, directory: Path, job_name: str, nodes: lis
     from slurmfm.observe.report import parse_runs
 
     base = directory / f"{job_name}_{job_id}"
-    try:  # the job's own directories and files only (README "Security")
+    try:  # the job's own directories and files only (docs/security.md)
         obs = fsafe.find_dir(f"{base}.observe") or f"{base}.observe"
         job = json.loads(fsafe.read_text(f"{obs}/job.json", fsafe.ANY_OWNER) or "")
     except ValueError:

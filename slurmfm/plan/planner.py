@@ -323,7 +323,7 @@ def plan(
     if u > 1:
         why.append(
             f"NVLink rule: TP*CP/EP blocks span {u} consecutive nodes; each block stays inside "
-            'one NVLink domain (README "Placement")'
+            "one NVLink domain (docs/placement-plans.md)"
         )
     if u > max_dom:
         raise PlanError(
@@ -1189,7 +1189,8 @@ def _segment(
         why.append(
             f"--segment={seg}: no size divides both the UltraServer size {sorted(sizes)} and "
             f"whole {u}-node units; {seg} fits one UltraServer and leaves "
-            f'{small - seg} node(s) of it spare (NVIDIA\'s segment-16 shape, README "Placement")'
+            f"{small - seg} node(s) of it spare (NVIDIA's segment-16 shape, "
+            "docs/placement-plans.md)"
         )
         return seg
     why.append("no --segment: no segment size holds whole NVLink units; prefer pin mode")

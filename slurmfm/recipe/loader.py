@@ -214,7 +214,7 @@ def _problems(exc: ValidationError, data: Any, lines: LineMap, source: str) -> l
             msg = (
                 f"unknown field; did you mean {' or '.join(repr(n) for n in near)}?"
                 if near
-                else "unknown field (check the spelling; see the recipe reference in the README)"
+                else "unknown field (check the spelling; see docs/recipe-reference.md)"
             )
         elif err["type"] == "model_type":
             # pydantic's "or instance of Resources" names a class the user never wrote.

@@ -777,7 +777,7 @@ class Resilience(_Strict):
             "step exit codes retried whatever the evidence says (an override); otherwise a "
             "failure is judged by evidence: an ImportError or argument error before any "
             "progress fails at once, a failure after progress is retried, the same failure "
-            "twice without progress is a crash loop (README 'Resilience')"
+            "twice without progress is a crash loop (docs/resilience.md)"
         ),
     )
     model_params_b: float | None = Field(

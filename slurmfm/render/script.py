@@ -165,7 +165,7 @@ def _directives(
     if c.flavor == "hyperpod" and not c.partition:
         warnings.append(
             "cluster.partition: HyperPod's default partition 'dev' also holds login nodes; "
-            "name a partition (README.md, On a ParallelCluster or PCS login node)"
+            "name a partition (docs/login-nodes.md)"
         )
     if r.exclusive:
         d.append(Directive("exclusive", None, "whole nodes: NCCL/EFA tuning assumes it"))
@@ -698,7 +698,7 @@ def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str
     What the per-node entry (``runtime node``) does on the host is done here by the shell
     every image has, so the image needs no Python of a given version and never runs slurmfm:
 
-    * the save signal comes from a host step (``runtime forward``, README "Containers") to
+    * the save signal comes from a host step (``runtime forward``; docs/features.md) to
       the training processes only (_container_forward); should a USR2 reach the whole step
       (``scancel --signal=USR2`` of the step), the launcher ignores it (an ignored signal
       stays ignored across ``exec``, POSIX execve(2)) and the training processes install

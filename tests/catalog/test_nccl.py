@@ -541,7 +541,7 @@ def test_socket_ifname_cites_jobs_that_set_this_value() -> None:
     NCCL_SOCKET_IFNAME. The rule and the emitted line must cite the jobs that set exactly
     ``^docker,lo,veth``: the AMI nccl-tests job (``-x NCCL_SOCKET_IFNAME=^docker,lo,veth``)
     and, for the rule, the B200 V-JEPA2 job; NCCL's env docs for the ``^`` form. The value is
-    the one the README's NCCL/EFA profile section states as the default."""
+    the one the NCCL/EFA profile section (docs/features.md) states as the default."""
     ami = "awslabs/awsome-distributed-ai:micro-benchmarks/nccl-tests/slurm/nccl-tests-ami.sbatch"
     vjepa = (
         "awslabs/awsome-distributed-ai:"
@@ -554,5 +554,5 @@ def test_socket_ifname_cites_jobs_that_set_this_value() -> None:
     assert (setting.name, setting.value) == ("NCCL_SOCKET_IFNAME", "^docker,lo,veth")
     assert setting.source.split("; ") == [ami, docs]
     assert "nccl-tests-container.sbatch" not in rule.source + setting.source
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "features.md").read_text()
     assert "`NCCL_SOCKET_IFNAME=^docker,lo,veth`" in readme

@@ -4,7 +4,7 @@
 # tp=1 pp=1 cp=2 ep=1 dp=8.
 # Slurm target 24.11; flavor hyperpod.
 # Run-time decisions (host order, health gate, signals, requeue) are made by the job runtime,
-# a Python zipapp carried in this file's last line (README "Job runtime").
+# a Python zipapp carried in this file's last line (docs/job-runtime.md).
 #SBATCH --job-name=nemo-llama3-8b-p6-b200
 #SBATCH --nodes=2
 # one task per GPU (NeMo/Lightning reads Slurm ranks)
@@ -27,7 +27,7 @@
 
 set -euo pipefail
 # What this job creates is never writable by the group or others, whatever the submitting
-# umask: the log and checkpoint directories may be shared (README "Security").
+# umask: the log and checkpoint directories may be shared (docs/security.md).
 umask g-w,o-w
 # The pre-timeout USR2 can come before the runtime takes over: pass it on to the runtime.
 trap 'export SLURMFM_EARLY_USR2=1' USR2
@@ -80,8 +80,8 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (README "Security").
-export SLURMFM_RUNTIME_SHA=0f2ee4a340c68527aa11af961110e60c44299381efd9d8e8a3c1b1b8b096f2bd
+# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
+export SLURMFM_RUNTIME_SHA=190e91e159ea17a191c4fdd86fe78585152b7772e4fb00ea4014e7d8fba32574
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -159,4 +159,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=0f2ee4a340c68527aa11af961110e60c44299381efd9d8e8a3c1b1b8b096f2bd <base64 zipapp of slurmfm/job, 107088 chars>
+# slurmfm-runtime sha256=190e91e159ea17a191c4fdd86fe78585152b7772e4fb00ea4014e7d8fba32574 <base64 zipapp of slurmfm/job, 107088 chars>

@@ -4,7 +4,7 @@
 # tp=2 pp=1 cp=1 ep=1 dp=8.
 # Slurm target 24.11; flavor parallelcluster.
 # Run-time decisions (host order, health gate, signals, requeue) are made by the job runtime,
-# a Python zipapp carried in this file's last line (README "Job runtime").
+# a Python zipapp carried in this file's last line (docs/job-runtime.md).
 #SBATCH --job-name=sweep-lr-llama3-8b-p5
 #SBATCH --nodes=2
 # one launcher per node; torchrun starts the per-GPU processes
@@ -31,7 +31,7 @@
 
 set -euo pipefail
 # What this job creates is never writable by the group or others, whatever the submitting
-# umask: the log and checkpoint directories may be shared (README "Security").
+# umask: the log and checkpoint directories may be shared (docs/security.md).
 umask g-w,o-w
 # The pre-timeout USR2 can come before the runtime takes over: pass it on to the runtime.
 trap 'export SLURMFM_EARLY_USR2=1' USR2
@@ -80,8 +80,8 @@ mkdir -p "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (README "Security").
-export SLURMFM_RUNTIME_SHA=0f2ee4a340c68527aa11af961110e60c44299381efd9d8e8a3c1b1b8b096f2bd
+# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
+export SLURMFM_RUNTIME_SHA=190e91e159ea17a191c4fdd86fe78585152b7772e4fb00ea4014e7d8fba32574
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -170,4 +170,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t0"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":1,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t1"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":2,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t2"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":3,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t3"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t3"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":4,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t4"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t4"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":5,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t5"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t5"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"}]}
-# slurmfm-runtime sha256=0f2ee4a340c68527aa11af961110e60c44299381efd9d8e8a3c1b1b8b096f2bd <base64 zipapp of slurmfm/job, 107088 chars>
+# slurmfm-runtime sha256=190e91e159ea17a191c4fdd86fe78585152b7772e4fb00ea4014e7d8fba32574 <base64 zipapp of slurmfm/job, 107088 chars>

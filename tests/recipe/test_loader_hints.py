@@ -30,7 +30,7 @@ def test_a_misspelt_key_gets_the_nearest_field() -> None:
     # Inside a union, the tag's own fields: megatron's entrypoint is not torchrun's.
     assert problems(BASE, "launcher.entrypont=x") == [
         "<override>: launcher.entrypont: unknown field "
-        "(check the spelling; see the recipe reference in the README)"
+        "(check the spelling; see docs/recipe-reference.md)"
     ]
 
 

@@ -28,7 +28,7 @@ TEMPLATES = REPO / "slurmfm" / "render" / "templates"
 
 
 def shipped_files() -> list[Path]:
-    files = [REPO / "README.md"]
+    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     files += sorted((REPO / "recipes").rglob("*.yaml"))
     files += sorted(
         p

@@ -1,7 +1,7 @@
 """A small stand-in for pyslurm 25.11, following its documented object API.
 
 PyPI carries pyslurm only for Slurm 25.11 and no Slurm 25.11 package is reachable here, so the
-backend's pyslurm path is tested against this fake (see README, "Backends"). It implements only
+backend's pyslurm path is tested against this fake (see docs/backends.md). It implements only
 what slurmfm calls: ``version()``, ``JobSubmitDescription(script=..., environment=...)`` with
 ``load_sbatch_options()`` and ``submit()``, ``Job.load(id)`` with ``state``, ``state_reason``,
 ``nodelist``, ``exit_code``, ``name`` and ``cancel()``. Jobs are kept in a JSON file named by
