@@ -350,7 +350,7 @@ def mark_done(
     run, so the marker says what was asked and who wrote it (JSON): ``ask``, the digest of the
     launch command the job exports as ``SLURMFM_ASK``, the job id and restart, and the target
     ``steps``/``samples`` the training was given. The job accepts it only when ``ask`` matches
-    its own: a finished 20-step run resubmitted with 240 steps trains on (issue 15.2).
+    its own: a finished 20-step run resubmitted with 240 steps trains on.
     """
     import json
     import time

@@ -1,8 +1,8 @@
 """One live job per run directory: refuse a second submission that would train into it.
 
 Why: the default run id is the recipe's name, so submitting one recipe twice put two jobs in
-one checkpoint directory. They raced on every save and each resumed from the other's weights
-(issue 15 item 8). Slurm keeps no notion of "run directory", so slurmfm records, next to the
+one checkpoint directory. They raced on every save and each resumed from the other's weights.
+Slurm keeps no notion of "run directory", so slurmfm records, next to the
 run's checkpoints, the ids of the jobs it submitted there and asks Slurm whether any of them
 is still alive (pending, running, requeued, suspended) before submitting another.
 

@@ -75,7 +75,7 @@ class Batch:
         self.popen = popen
         self.clock = clock
         self.sleep = sleep
-        # A requeue, a release, a Requeue=0: retried while slurmctld is away (issue 15.4).
+        # A requeue, a release, a Requeue=0: retried while slurmctld is away.
         self.retry = sl.Retry(
             opts.requeue_tries, opts.requeue_delay_s, sleep=sleep, away_s=opts.requeue_away_s
         )
@@ -382,7 +382,7 @@ class Batch:
         code = 128 + signum
         if self.signalled and self.o.save_protocol and not self.gave_up:
             # The save outlasted the window and Slurm is ending the job at its time limit
-            # (issue 15.3): requeue from the last checkpoint instead of ending TIMEOUT.
+            # requeue from the last checkpoint instead of ending TIMEOUT.
             with contextlib.suppress(Exception):
                 d = dec.Decision("requeue", "the step outlasted the save window", code)
                 if self.act(d) == 0:
@@ -395,7 +395,7 @@ class Batch:
         flush_and_exit(code)
 
     def record_stop(self) -> None:
-        """Record what the TERM means, as Slurm says at this moment (issue 15.16a).
+        """Record what the TERM means, as Slurm says at this moment.
 
         ``scancel``, an operator's ``scontrol requeue``, preemption and the time limit all
         reach the batch step as TERM, followed by KILL after ``KillWait`` (default 30 s,

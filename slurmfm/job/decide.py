@@ -168,7 +168,7 @@ def marker_verdict(
     """Whether the ``DONE`` marker ends *this* run: ("done" | "stale" | "absent", why).
 
     A marker says a run finished, but the run directory outlives runs: a finished 20-step run
-    resubmitted with 240 steps finds its old marker (issue 15.2). So a marker counts only for
+    resubmitted with 240 steps finds its old marker. So a marker counts only for
     the ask and the job that wrote it. ``slurmfm.checkpoint.mark_done`` writes JSON with
     ``ask``, the digest of the launch command the runtime exports as ``SLURMFM_ASK``, and
     ``job_id``: it counts when both are this run's. The job id matters too because what was

@@ -37,10 +37,10 @@ class Retry(NamedTuple):
     """How a state-changing ``scontrol`` call is retried while slurmctld does not answer.
 
     Why retried at all: slurmctld may be away for a moment (a restart, a failover), and a
-    requeue that fails then would end the job with restarts left (issue 15 item 4). A failure
+    requeue that fails then would end the job with restarts left. A failure
     that says slurmctld cannot be reached (see :data:`AWAY`) is retried with a doubling delay
     (``delay_s`` up to ``max_delay_s``) for ``away_s`` in all, minutes rather than the 30 s
-    a slurmctld restart or failover can outlast (issue 20); any other failure ``tries``
+    a slurmctld restart or failover can outlast; any other failure ``tries``
     times. ``sleep`` is injected so the unit tests wait for nothing.
     """
 

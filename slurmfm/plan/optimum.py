@@ -1,7 +1,7 @@
 """Exact optimum of the cost model for data-parallel jobs, by mixed-integer programming (HiGHS).
 
 Why: "within x % of the optimum" needs the optimum, and exhaustive search stops at a handful
-of nodes, below where fewest-leaves and few-congested-uplinks disagree (issue 14). For jobs
+of nodes, below where fewest-leaves and few-congested-uplinks disagree. For jobs
 without pipeline stages whose TP*CP/EP groups fit in one node (``pp == 1``, NVLink unit 1,
 every node its own NVLink domain) the cost model's optimum has a closed shape:
 

@@ -899,7 +899,7 @@ def _slurm_guard(
             # Slurm's own set in its topology (leaf) order first: on Slurm's nodes the plan
             # changes the rank order only where the model predicts a gain. Ties keep Slurm's
             # order: they are decided by what the model leaves out (NCCL's trees, other jobs'
-            # traffic), where the referee found either order can lose (issue 22).
+            # traffic), where the referee found either order can lose.
             leaf_order = rank_order(
                 nodes, topology, policy="leaf", node_order=table, switch_order=switch_order
             )

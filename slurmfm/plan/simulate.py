@@ -2,7 +2,7 @@
 
 Why a simulator next to the cost model (:mod:`slurmfm.plan.cost`): the model charges each
 group at its worst tier with a formula for congestion; whether that ranks placements the way
-a network would is a claim to check, not to assume (issue 14). SimGrid is a validated
+a network would is a claim to check, not to assume. SimGrid is a validated
 flow-level simulator (https://simgrid.org; Velho and Legrand, "Accuracy study and improvement
 of network simulation in the SimGrid framework", SIMUTools 2009): every transfer is a flow over
 a route of links and concurrent flows share each link's bandwidth (max-min fairness), so

@@ -240,7 +240,7 @@ def shadowed_overrides(sweep: Sweep, overrides: Mapping[str, Any]) -> list[str]:
 
     Why: an override (``--set launcher.args=[...]``) is applied to the recipe, and each task's
     own values are applied after it, so a task that sets the same field silently discards
-    the user's value (issue 24). Reported, not refused: a user may mean the recipe default.
+    the user's value. Reported, not refused: a user may mean the recipe default.
     """
     points = sweep.points()
     out: list[str] = []

@@ -1,8 +1,8 @@
 """The placement referee: judges a placement on a busy cluster the planner cannot see.
 
 Why a package apart from :mod:`slurmfm.plan`: a benchmark that scores the planner with the
-planner's own model (or the simulator the planner consults) measures agreement, not quality
-(issue 22). The referee has its own fabric (physical link capacities shared by every job,
+planner's own model (or the simulator the planner consults) measures agreement, not quality.
+The referee has its own fabric (physical link capacities shared by every job,
 oversubscription the planner is never told), its own NCCL-like traffic (ring or tree as NCCL's
 tuner would pick, pipeline point-to-point, expert all-to-all), other jobs' traffic on the busy
 nodes (a public trace's size mix, placed by Slurm's rules), and its own flow solver. Nothing in

@@ -183,7 +183,7 @@ def _directives(
     if not r.exclusive and inst.gpus:
         # A shared node gives a job one CPU per task unless it asks (sbatch(1),
         # --cpus-per-task): ask for the GPUs' share of the node for each process the launch
-        # starts, never more than the node has (issue 15 item 13).
+        # starts, never more than the node has.
         per_task = recipe.procs_per_node * (inst.vcpus // inst.gpus) // tasks_per_node
         cpus = max(1, min(per_task, inst.vcpus // tasks_per_node))
         d.append(Directive("cpus-per-task", str(cpus), "each GPU's share of the node's vCPUs"))

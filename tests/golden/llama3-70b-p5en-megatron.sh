@@ -86,7 +86,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=190e91e159ea17a191c4fdd86fe78585152b7772e4fb00ea4014e7d8fba32574
+export SLURMFM_RUNTIME_SHA=8422098fdb45aac73dc97d8c49f0493818b8a1a610e3d889f89b65c47656a610
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -204,4 +204,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=190e91e159ea17a191c4fdd86fe78585152b7772e4fb00ea4014e7d8fba32574 <base64 zipapp of slurmfm/job, 107088 chars>
+# slurmfm-runtime sha256=8422098fdb45aac73dc97d8c49f0493818b8a1a610e3d889f89b65c47656a610 <base64 zipapp of slurmfm/job, 107028 chars>

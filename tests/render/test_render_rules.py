@@ -1,4 +1,5 @@
-"""Issue 12, render side: what the script and `validate` say for each fact that changed."""
+"""What the script and `validate` say for each rendering rule: containers, the GPU and EFA
+requests, servers, striping and the other facts a script carries."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 12.1: every profile and recipe variable reaches the process inside a Pyxis container.
+"""Every profile and recipe variable reaches the process inside a Pyxis container.
 
 Pyxis exports the host environment into the container after the entrypoint, but a variable the
 image already defines keeps the image's value unless ``--container-env`` names it
