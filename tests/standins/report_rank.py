@@ -18,7 +18,10 @@ def launcher_parent() -> str:
         with open(f"/proc/{os.getppid()}/stat") as fh:
             grand = fh.read().rsplit(")", 1)[1].split()[1]
         with open(f"/proc/{grand}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            words = fh.read().split(b"\0")
+        # each word cut to 60 characters: the runtime check program is argv there, and srun
+        # splits an output line of more than 1 KiB, which then mixes with other tasks' lines
+        return b" ".join(w[:60] for w in words).decode(errors="replace").strip()
     except (OSError, IndexError):
         return "?"
 
