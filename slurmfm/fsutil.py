@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from slurmfm.errors import SlurmfmError
+from slurmfm.job.fsafe import kind
 
 
 class OutputError(SlurmfmError, OSError):
@@ -30,18 +31,7 @@ class OutputError(SlurmfmError, OSError):
     """
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+_kind = kind  # one wording of what a non-regular file is (slurmfm.job.fsafe)
 
 
 def check_target(path: str | Path) -> int | None:
