@@ -84,11 +84,9 @@ def cleanup_steps(env: dict[str, str], runtime: str) -> list[list[str]]:
         ]
     else:
         groups = [(None, env.get("SLURM_JOB_NUM_NODES", "1") or "1")]
+    from .slurm import srun_per_node  # here: fsafe (and so the CLI) imports this module
+
     out = []
     for group, n in groups:
-        het = [] if group is None else ["--het-group=%d" % group]
-        out.append(
-            ["srun", *het, "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1", "--overlap"]
-            + ["rm", "-f", runtime]
-        )
+        out.append([*srun_per_node(n, group), "--overlap", "rm", "-f", runtime])
     return out
