@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -145,6 +146,7 @@ def main() -> int:
                 "extra_s": round(med["slurmfm"] - med["hand-written"], 3),
             }
         )
+    shutil.rmtree(work, ignore_errors=True)
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
