@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from . import agent, fsafe, gate, hetjob, install, nccl, serve
 from . import classify as cl
 from . import decide as dec
 from . import evidence as ev
-from . import fsafe, hetjob, install, nccl, serve
 from . import slurm as sl
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
@@ -121,6 +121,9 @@ class Batch:
         self.hang: HangWatch | None = None
         self.hung = ""  # what the hang watch saw when it stopped the step
         self.relaunches = 0  # in-job restarts of this attempt (counted against max_restarts)
+        # The health gate and agents run in the launch step (see in_step), set by _main.
+        self.health_on = False
+        self.in_step = False
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
@@ -205,10 +208,12 @@ class Batch:
 
         ``steps``: the job's srun command lines (server, launch). Where a component expects
         the IMEX channel and its step runs in a container, a short step in the same image
-        with the same mounts then checks the channel is visible inside it too (issue 12
-        item 4). A node that fails the host checks is drained and the job requeued off it; a
-        channel the host has but the container lacks is the job's configuration (its mounts,
-        Enroot's hooks), the same on any node: the job fails with the reason, nothing drained.
+        with the same mounts then checks the channel is visible inside it too. A node that
+        fails the host checks is drained and the job requeued off it; a channel the host has
+        but the container lacks is the job's configuration (its mounts, Enroot's hooks), the
+        same on any node: the job fails with the reason, nothing drained. Where the launch
+        runs the node entry, the same checks run inside the launch step instead
+        (:meth:`gate_open`); this separate step is for the other launches.
         """
         o = self.o
         first = hetjob.Component(0, 0, bool(o.health), o.gpus, o.efa, bool(o.imex))
@@ -244,6 +249,47 @@ class Batch:
         _, bad = parse_report(out_all)
         if worst == 0 and not bad:
             return self.container_gate([w for c, w in checked if c.imex], steps)
+        return self.gate_failed(bad, worst)
+
+    def gate_spec(self) -> str:
+        """What the gate inside the launch step checks (:mod:`.gate`): the first component's
+        expectations, as the separate gate's ``health`` step is told them."""
+        o = self.o
+        gpus, efa = (o.gpus, o.efa) if o.health else (0, 0)
+        return gate.spec(gpus, efa, o.dcgm, bool(o.imex), o.efa_tries, o.efa_delay_s)
+
+    def gate_open(self, step: subprocess.Popen[bytes]) -> int | None:
+        """The gate inside the launch step: wait for every node's verdict, then let the
+        launch start (None) or stop it and act as the separate gate does on a failure. A
+        step that ended with no failed verdict is judged as any failed launch (None)."""
+        nodes = self.order or [self.env.get("SLURMD_NODENAME", "")]
+        deadline = self.clock() + self.o.health_timeout_s
+        seen = gate.results(self.evidence_dir)
+        while len(seen) < len(nodes) and step.poll() is None and self.clock() < deadline:
+            self.sleep(0.05)
+            seen = gate.results(self.evidence_dir)
+        bad = [(node, why) for node, why in sorted(seen.items()) if why is not None]
+        stdin = step.stdin
+        if stdin is not None:
+            with contextlib.suppress(OSError):
+                if len(seen) >= len(nodes) and not bad:
+                    stdin.write(gate.GO)
+                stdin.close()  # end-of-file: a node that has no word does not start
+        if (not bad and len(seen) >= len(nodes)) or (not bad and step.poll() is not None):
+            return None
+        if not bad:  # still running without a verdict from some: those are the sick ones
+            late = "no health verdict within %g s" % self.o.health_timeout_s
+            bad = [(node, late) for node in nodes if node not in seen]
+        try:
+            step.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            step.terminate()
+            step.wait()
+        return self.gate_failed(bad, gate.NOT_STARTED)
+
+    def gate_failed(self, bad: Sequence[tuple[str, str]], worst: int) -> int:
+        """Nodes failed the gate (``bad``; empty: unknown, the gate's steps ended ``worst``):
+        drain them where permitted, and requeue off them."""
         undrained = [node for node, why in bad if not self.drain(node, "health gate: " + why)]
         sick = " ".join(n for n, _ in bad) or "some node"
         log(
@@ -309,6 +355,8 @@ class Batch:
         except OSError:
             log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
             return
+        if self.in_step:
+            return  # each node's entry runs its agent (agent.InStep): no step of their own
         # One agent on every node of every component, each told its own GPU count.
         self.observers = [self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)]
         for comp in self.het:
@@ -663,11 +711,14 @@ class Batch:
             self.env.get("SLURMFM_CHECKPOINT_DIR", ""), self.env.get("SLURMFM_PROGRESS_FILE", "")
         )
 
-    def start_launch(self, argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start_launch(
+        self, argv: Sequence[str], env: dict[str, str], gated: bool = False
+    ) -> subprocess.Popen[bytes]:
         """Start the launch srun, noting where the job log stands: srun's own lines (which
         task failed first, which were killed for it, an OOM) are read back from there once
         it ended. Not through a pipe: a runtime killed with -9 must not take srun with it
-        (a write to a pipe without a reader kills the writer)."""
+        (a write to a pipe without a reader kills the writer). ``gated``: srun's stdin is a
+        pipe from here, for the gate's word (:meth:`gate_open`); srun only reads it."""
         self.log_start = ev.log_position()
         self.hung = ""
         self.hang = (
@@ -675,6 +726,8 @@ class Batch:
             if self.o.hang_timeout_s > 0
             else None
         )
+        if gated:
+            return self.popen(list(argv), env=env, stdin=subprocess.PIPE)
         return self.popen(list(argv), env=env)
 
     def previous_signature(self) -> str:
@@ -814,8 +867,25 @@ class Batch:
             if "--auto-resume=1" in launch_argv:
                 # a replay after a node replacement recomputes its order (node.replayed)
                 env["SLURMFM_LAUNCH_NODELIST"] = self.env.get("SLURM_JOB_NODELIST", "")
-            self.step = self.start_launch(launch_argv, env)
+            gated = self.in_step and self.health_on
+            if gated and not self.evidence_dir:
+                # no private directory for the verdicts: the separate gate step
+                code = self.health_gate([serve_argv, launch_argv])
+                if code is not None:
+                    return code
+                gated = False
+            if gated:
+                # every task reads the batch step's word on stdin (srun --input=all)
+                env.update({gate.ENV: self.gate_spec(), "SLURM_STDINMODE": "all"})
+            if self.in_step and self.o.observe:
+                env[agent.IN_STEP] = "1"
+            self.step = self.start_launch(launch_argv, env, gated)
             self.step_started = self.clock()
+            if gated:
+                code = self.gate_open(self.step)
+                if code is not None:
+                    return code
+                self.step_started = self.clock()
         else:
             log("launch: " + masked(serve_argv, o.secret, self.env))
             self.step, self.server = self.server, None
@@ -922,7 +992,9 @@ class Batch:
             health_on = bool(o.health and (o.gpus or o.efa or o.dcgm or o.imex)) or any(
                 c.health for c in self.het
             )
-            if health_on:
+            self.health_on = health_on
+            self.in_step = in_step(serve_argv, launch_argv, o.runtime, bool(self.het), o.hyperpod)
+            if health_on and not self.in_step:
                 code = self.health_gate([serve_argv, launch_argv])
                 if code is not None:
                     return code
@@ -944,8 +1016,9 @@ class Batch:
                 code = self.run_step(serve_argv, launch_argv)
                 if code is not None:
                     return code
-                if health_on:
+                if health_on and not self.in_step:
                     # the nodes are checked again before the step runs on them once more
+                    # (in the launch step itself where it runs the node entry)
                     code = self.health_gate([serve_argv, launch_argv])
                     if code is not None:
                         return code
@@ -971,6 +1044,24 @@ def in_container(argv: Sequence[str]) -> list[str]:
         return []
     prefix = ["PET_NODE_RANK=0"] if "PET_NODE_RANK" in words[i - 1] else []
     return prefix + words[i + 1 :]
+
+
+def in_step(
+    serve_argv: Sequence[str], launch_argv: Sequence[str], runtime: str, het: bool, hyperpod: bool
+) -> bool:
+    """Whether the health gate and the agents run inside the launch step (:mod:`.gate`,
+    :class:`.agent.InStep`) rather than in steps of their own: where the launch runs this
+    runtime's node entry on the host, alone (no server beside it, one component), and is not
+    replayed by HyperPod's auto-resume (a replayed step would wait for a word that was
+    already given)."""
+    return bool(
+        launch_argv
+        and not serve_argv
+        and not het
+        and not hyperpod
+        and "--auto-resume=1" not in launch_argv
+        and runs_node_entry(launch_argv, runtime)
+    )
 
 
 def flush_and_exit(code: int) -> None:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from . import agent, gate
 from .evidence import LaunchWatch
 from .health import run_command
 from .hosts import insert_rank, node_rank, replayed_order, with_master
@@ -247,19 +248,24 @@ def node_addrs(text: str) -> dict[str, str]:
 
 
 def run_launcher(
-    argv: Sequence[str], forward: str, env: dict[str, str], watch: LaunchWatch | None = None
+    argv: Sequence[str],
+    forward: str,
+    env: dict[str, str],
+    watch: LaunchWatch | None = None,
+    stdin: int | None = None,
 ) -> int:
     """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children.
 
     With ``watch`` its stderr passes through a pipe (copied to ours line by line) so that the
     node's report names the exception and rank (:mod:`.evidence`), and a TERM from srun
-    before the launcher ended marks this node as stopped for another's failure.
+    before the launcher ended marks this node as stopped for another's failure. ``stdin``:
+    the launcher's standard input (the gate's channel, :mod:`.gate`, is not the training's).
     """
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
     if watch is not None:
         env = watch.environ(env)
     child = subprocess.Popen(
-        list(argv), env=env, stderr=subprocess.PIPE if watch is not None else None
+        list(argv), env=env, stdin=stdin, stderr=subprocess.PIPE if watch is not None else None
     )
     if watch is not None:
         watch.follow(child.stderr)
@@ -482,8 +488,20 @@ def main(
             env,
         )
     final = insert_rank(argv, prefix, rank)
-    if rank == 0:
-        print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
     evidence = env.get("SLURMFM_EVIDENCE_DIR", "")
-    watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
-    return run_launcher(final, forward, env, watch)
+    first_task = env.get("SLURM_LOCALID", "0") in ("", "0")
+    value = env.pop(gate.ENV, "")
+    if value and first_task and gate.check_here(value, me, evidence) is not None:
+        return gate.NOT_STARTED  # srun ends the other tasks (--kill-on-bad-exit)
+    background = agent.InStep(env).start() if env.pop(agent.IN_STEP, "") and first_task else None
+    try:
+        if value and not gate.wait_go():
+            print("slurmfm: %s did not start the launch (the health gate did not pass)" % me)
+            return gate.NOT_STARTED
+        if rank == 0:
+            print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
+        watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
+        return run_launcher(final, forward, env, watch, stdin=subprocess.DEVNULL if value else None)
+    finally:
+        if background is not None:
+            background.stop()

@@ -1,0 +1,281 @@
+"""The health gate and agents inside the launch step (slurmfm.job.gate, agent.InStep): the
+batch step's side with a fake srun, each node's side with the real entry on this host."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmfm.job import batch as bt
+from slurmfm.job import gate, install, node
+from slurmfm.job.batch import Batch
+from slurmfm.job.cli import parser
+
+ENTRY = [*install.argv(), "node", "--prefix", "3", "--forward", "none", "--"]
+LAUNCH = ["srun", "--kill-on-bad-exit=1", *ENTRY, "torchrun", "train.py"]
+
+
+class Launch:
+    """The launch srun: its tasks record their verdicts when it starts (``verdicts``); it
+    ends when the batch step closes its stdin, 0 after the word "go", else 3."""
+
+    def __init__(self, directory: Callable[[], str], verdicts: dict[str, str]) -> None:
+        self.directory = directory
+        self.verdicts = verdicts
+        self.stdin = io.BytesIO()
+        self.stdin.close = lambda: None  # type: ignore[method-assign]
+        self.rc: int | None = None
+        self.pid = 4242
+
+    def start(self) -> None:
+        for name, verdict in self.verdicts.items():
+            Path(self.directory(), name + gate.SUFFIX).write_text(verdict + "\n")
+
+    def poll(self) -> int | None:
+        return self.rc
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.rc is None:
+            self.rc = 0 if self.stdin.getvalue() == gate.GO else gate.NOT_STARTED
+        return self.rc
+
+    def terminate(self) -> None:
+        self.rc = -15
+
+    def send_signal(self, sig: int) -> None:
+        pass
+
+
+class Slurm:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Any, timeout: float) -> tuple[int, str]:
+        self.calls.append(list(argv))
+        if argv[:2] == ["scontrol", "ping"]:
+            return 0, "Slurmctld(primary) at c is UP"
+        return 0, ""
+
+
+def make(
+    tmp: Path, verdicts: dict[str, str], *opts: str, launch: list[str] = LAUNCH
+) -> tuple[Batch, Launch, Slurm, list[dict[str, Any]]]:
+    a = parser().parse_args(
+        ["batch", "--runtime", "rt.pyz", "--drain", "1", "--restart-in-job", "0", *opts]
+        + ["--", *launch]
+    )
+    env = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NAME": "rt",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURMFM_LOG_DIR": str(tmp),
+        "SLURMFM_CHECKPOINT_DIR": str(tmp / "ckpt"),
+        "SLURMFM_HOST_ORDER": "n1 n2",
+        "SLURMFM_OBS_DIR": str(tmp / "obs"),
+    }
+    (tmp / "ckpt").mkdir(exist_ok=True)
+    slurm = Slurm()
+    box: list[Batch] = []
+    step = Launch(lambda: box[0].evidence_dir, verdicts)
+    started: list[dict[str, Any]] = []
+
+    def popen(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> Any:
+        started.append({"argv": argv, "env": env or {}, **kw})
+        if "node" in argv:
+            step.start()
+            return step
+        raise AssertionError(f"a step of its own: {argv}")
+
+    ticks = iter(range(10**6))
+    b = Batch(
+        a, env, run=slurm, popen=popen, clock=lambda: float(next(ticks)), sleep=lambda s: None
+    )
+    box.append(b)
+    return b, step, slurm, started
+
+
+GPUS = ("--health", "1", "--gpus", "8", "--efa", "32")
+
+
+def test_healthy_nodes_get_the_word_and_no_step_of_their_own(tmp_path: Path) -> None:
+    """Gate and agents on: one step (the launch), told the gate's checks and to run the
+    agents; both nodes pass, the word "go" reaches the tasks, the job finishes."""
+    b, step, slurm, started = make(
+        tmp_path, {"n1": "OK", "n2": "OK"}, *GPUS, "--observe", "1", "--observe-job-json", "{}"
+    )
+    assert b.main([], LAUNCH) == 0
+    (launch,) = started  # no health step, no agents step: only the launch
+    assert launch["stdin"] == subprocess.PIPE
+    want = json.loads(launch["env"][gate.ENV])
+    assert (want["gpus"], want["efa"], want["dcgm"], want["imex"]) == (8, 32, 0, False)
+    assert launch["env"]["SLURM_STDINMODE"] == "all"
+    assert launch["env"]["SLURMFM_OBS_IN_STEP"] == "1"
+    assert step.stdin.getvalue() == gate.GO
+    assert not [c for c in slurm.calls if c[0] == "srun"]
+    assert (tmp_path / "obs" / "job.json").read_text() == "{}\n"
+
+
+def test_a_failed_node_is_drained_and_no_task_gets_the_word(tmp_path: Path) -> None:
+    b, step, slurm, _ = make(
+        tmp_path, {"n1": "OK", "n2": "FAIL 7 GPUs visible, expected 8"}, *GPUS, "--requeue", "1"
+    )
+    assert b.main([], LAUNCH) == 3  # requeued (the gate's code, as the separate gate's)
+    assert step.stdin.getvalue() == b""
+    assert [
+        "scontrol",
+        "update",
+        "NodeName=n2",
+        "State=DRAIN",
+        "Reason=slurmfm: health gate: 7 GPUs visible, expected 8",
+    ] in slurm.calls
+    text = (tmp_path / "rt_77.state").read_text()
+    assert "event=requeue health gate failed on n2" in text
+
+
+def test_a_node_without_a_verdict_in_time_is_named(tmp_path: Path) -> None:
+    """One node's check hangs (nvidia-smi stuck): after health_timeout_s it is the failed
+    node, by name, not "unknown nodes"."""
+    b, step, slurm, _ = make(tmp_path, {"n1": "OK"}, *GPUS, "--requeue", "0")
+    assert b.main([], LAUNCH) != 0
+    assert step.stdin.getvalue() == b""
+    assert step.rc == gate.NOT_STARTED  # its stdin closed: nothing started
+    drains = [c for c in slurm.calls if "NodeName=n2" in c]
+    assert drains, slurm.calls
+    assert drains[0][-1].startswith("Reason=slurmfm: health gate: no health verdict within")
+    assert "health gate failed on n2" in (tmp_path / "rt_77.state").read_text()
+
+
+def test_no_gate_no_pipe(tmp_path: Path) -> None:
+    """Health off: the launch's stdin stays the batch step's, and nobody waits for a word."""
+    b, step, _, started = make(tmp_path, {}, "--health", "0")
+    step.rc = 0
+    assert b.main([], LAUNCH) == 0
+    assert "stdin" not in started[0]
+    assert gate.ENV not in started[0]["env"]
+
+
+@pytest.mark.parametrize(
+    ("serve", "launch", "het", "hyperpod", "want"),
+    [
+        ([], LAUNCH, False, False, True),
+        (["srun", "vllm", "serve"], LAUNCH, False, False, False),  # a server beside it
+        ([], ["srun", "sh", "-c", "prog", "slurmfm-node", "torchrun"], False, False, False),
+        ([], LAUNCH, True, False, False),  # heterogeneous: each component its own gate
+        ([], LAUNCH, False, True, False),  # HyperPod replays the step
+        ([], ["srun", "--auto-resume=1", *LAUNCH[1:]], False, False, False),
+    ],
+)
+def test_which_launches_carry_the_gate(
+    serve: list[str], launch: list[str], het: bool, hyperpod: bool, want: bool
+) -> None:
+    assert bt.in_step(serve, launch, "rt.pyz", het, hyperpod) is want
+
+
+def test_check_here_records_prints_and_reads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    value = gate.spec(8, 32, 0, False, 3, 5.0)
+    seen: list[tuple[Any, ...]] = []
+
+    def check(*a: Any, **kw: Any) -> str | None:
+        seen.append((*a, kw))
+        return "7 GPUs visible,\nexpected 8"
+
+    assert gate.check_here(value, "n2", str(tmp_path), check) is not None
+    assert seen == [(8, 32, 0, False, {"efa_tries": 3, "efa_delay_s": 5.0})]
+    assert capsys.readouterr().out == "slurmfm-health n2 FAIL 7 GPUs visible, expected 8\n"
+    assert gate.check_here(value, "n1", str(tmp_path), lambda *a, **k: None) is None
+    assert gate.results(str(tmp_path)) == {"n1": None, "n2": "7 GPUs visible, expected 8"}
+    assert gate.check_here("{not json", "n3", str(tmp_path), check) is not None
+    assert gate.results(str(tmp_path))["n3"].startswith("unreadable")  # type: ignore[union-attr]
+
+
+def test_wait_go() -> None:
+    assert gate.wait_go(io.BytesIO(b"go\n"))
+    assert not gate.wait_go(io.BytesIO(b""))
+    assert not gate.wait_go(io.BytesIO(b"gone\n"))
+
+
+def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tuple[int, str]:
+    """The real node entry on this host: nvidia-smi stands in, the launch is a script that
+    records it ran and what its stdin held."""
+    bindir = tmp / "bin"
+    bindir.mkdir(exist_ok=True)
+    smi = bindir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        + "".join(f'echo "GPU {i}: NVIDIA H100 (UUID: GPU-{i})"\n' for i in range(smi_gpus))
+    )
+    smi.chmod(0o755)
+    evidence = tmp / "ev"
+    evidence.mkdir(mode=0o700, exist_ok=True)
+    env = dict(
+        os.environ,
+        PATH=f"{bindir}:{os.environ['PATH']}",
+        SLURMD_NODENAME="n1",
+        SLURM_LOCALID=localid,
+        SLURMFM_HOST_ORDER="n1 n2",
+        SLURMFM_EVIDENCE_DIR=str(evidence),
+        SLURMFM_GATE=gate.spec(8, 0, 0, False, 1, 0.0),
+        SLURMFM_OBS_IN_STEP="1",
+        SLURMFM_OBS_DIR=str(tmp / "obs"),
+        SLURMFM_OBS_INTERVAL="1",
+        PYTHONPATH=str(Path(node.__file__).resolve().parents[2]),
+    )
+    (tmp / "obs").mkdir(exist_ok=True)
+    ran = tmp / "ran"
+    prog = f"import sys; open({str(ran)!r}, 'w').write(repr(sys.stdin.read()))"
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmfm.job", "node", "--prefix", "0", "--forward", "none"]
+        + ["--", sys.executable, "-c", prog],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    out = proc.stdout.decode() + proc.stderr.decode()
+    return proc.returncode, (ran.read_text() if ran.exists() else "") + "|" + out
+
+
+def test_the_entry_checks_waits_for_the_word_and_runs_the_agent(tmp_path: Path) -> None:
+    rc, out = run_entry(tmp_path, gate.GO + b"more input\n", 8)
+    ran, _, printed = out.partition("|")
+    assert rc == 0, out
+    assert ran == "''"  # the launch's stdin is not the gate's channel
+    assert "slurmfm-health n1 OK" in printed
+    assert (tmp_path / "ev" / "n1.gate").read_text() == "OK\n"
+    # the agent ran in the entry, and ended with the launch (its end snapshot)
+    info = json.loads((tmp_path / "obs" / "node_n1_r0.json").read_text())
+    assert info["node"] == "n1"
+    assert "end" in info
+
+
+def test_the_entry_without_the_word_starts_nothing(tmp_path: Path) -> None:
+    rc, out = run_entry(tmp_path, b"", 8)
+    assert rc == gate.NOT_STARTED, out
+    assert out.startswith("|"), out  # the launch never ran
+    assert "did not start the launch" in out
+
+
+def test_a_sick_node_reports_and_starts_nothing(tmp_path: Path) -> None:
+    rc, out = run_entry(tmp_path, gate.GO, 7)
+    assert rc == gate.NOT_STARTED, out
+    assert out.startswith("|"), out  # the launch never ran
+    assert "slurmfm-health n1 FAIL 7 GPUs visible, expected 8" in out
+    assert not (tmp_path / "obs" / "node_n1_r0.json").exists()  # no agent on a sick node
+
+
+def test_other_tasks_of_a_node_only_wait(tmp_path: Path) -> None:
+    """A node's second task (SLURM_LOCALID 1) neither checks nor runs an agent."""
+    rc, out = run_entry(tmp_path, gate.GO, 7, localid="1")
+    assert rc == 0, out
+    assert not (tmp_path / "ev" / "n1.gate").exists()
+    assert not (tmp_path / "obs" / "node_n1_r0.json").exists()
