@@ -110,7 +110,8 @@ GROUP_SECONDS = {
     "shared-trixie": 350,
     "shared-sid": 270,
     "evidence": 300,  # torch faults: ImportError, retries in the job, failed save, hang ~90 s
-    "resil2": 220,  # issue 15's faults: restart cap ~25 s, slurmctld away ~50 s, late save ~120 s
+    # restart cap ~25 s, slurmctld away ~50 s, late save ~120 s, the gate in the launch ~15 s
+    "resil2": 235,
     "sim-host": 60,
     "simblock-trixie": 33,  # select_block vs 24.11: 4 fabrics, ~80 picks, lab up and down
     "simblock-sid": 31,  # select_block vs 26.05: the same

@@ -51,10 +51,15 @@ def spec(gpus: int, efa: int, dcgm: int, imex: bool, efa_tries: int, efa_delay_s
 
 
 def check_here(
-    value: str, node: str, directory: str, check: Callable[..., str | None] = check_node
+    value: str,
+    node: str,
+    directory: str,
+    sysfs: str = "/sys",
+    check: Callable[..., str | None] = check_node,
 ) -> str | None:
     """Check this node against the gate's ``value``; record and print the verdict. None when
-    healthy, else the reason. A value this runtime cannot read fails the node with why."""
+    healthy, else the reason. A value this runtime cannot read fails the node with why.
+    ``sysfs``: where the EFA devices are listed (``SLURMFM_SYSFS`` in tests)."""
     try:
         want = json.loads(value)
         why = check(
@@ -62,6 +67,7 @@ def check_here(
             int(want["efa"]),
             int(want["dcgm"]),
             bool(want["imex"]),
+            sysfs=sysfs,
             efa_tries=int(want["efa_tries"]),
             efa_delay_s=float(want["efa_delay_s"]),
         )

@@ -491,7 +491,8 @@ def main(
     evidence = env.get("SLURMFM_EVIDENCE_DIR", "")
     first_task = env.get("SLURM_LOCALID", "0") in ("", "0")
     value = env.pop(gate.ENV, "")
-    if value and first_task and gate.check_here(value, me, evidence) is not None:
+    sysfs = env.get("SLURMFM_SYSFS", "/sys")
+    if value and first_task and gate.check_here(value, me, evidence, sysfs) is not None:
         return gate.NOT_STARTED  # srun ends the other tasks (--kill-on-bad-exit)
     background = agent.InStep(env).start() if env.pop(agent.IN_STEP, "") and first_task else None
     try:

@@ -189,12 +189,12 @@ def test_check_here_records_prints_and_reads_back(
         seen.append((*a, kw))
         return "7 GPUs visible,\nexpected 8"
 
-    assert gate.check_here(value, "n2", str(tmp_path), check) is not None
-    assert seen == [(8, 32, 0, False, {"efa_tries": 3, "efa_delay_s": 5.0})]
+    assert gate.check_here(value, "n2", str(tmp_path), "/sysfs", check) is not None
+    assert seen == [(8, 32, 0, False, {"sysfs": "/sysfs", "efa_tries": 3, "efa_delay_s": 5.0})]
     assert capsys.readouterr().out == "slurmfm-health n2 FAIL 7 GPUs visible, expected 8\n"
-    assert gate.check_here(value, "n1", str(tmp_path), lambda *a, **k: None) is None
+    assert gate.check_here(value, "n1", str(tmp_path), "/sys", lambda *a, **k: None) is None
     assert gate.results(str(tmp_path)) == {"n1": None, "n2": "7 GPUs visible, expected 8"}
-    assert gate.check_here("{not json", "n3", str(tmp_path), check) is not None
+    assert gate.check_here("{not json", "n3", str(tmp_path), "/sys", check) is not None
     assert gate.results(str(tmp_path))["n3"].startswith("unreadable")  # type: ignore[union-attr]
 
 
@@ -217,6 +217,8 @@ def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tup
     smi.chmod(0o755)
     evidence = tmp / "ev"
     evidence.mkdir(mode=0o700, exist_ok=True)
+    for dev in ("rdmap0s0", "rdmap1s0"):  # the 2 EFA devices the gate expects
+        (tmp / "sys" / "class" / "infiniband" / dev).mkdir(parents=True, exist_ok=True)
     env = dict(
         os.environ,
         PATH=f"{bindir}:{os.environ['PATH']}",
@@ -224,7 +226,8 @@ def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tup
         SLURM_LOCALID=localid,
         SLURMFM_HOST_ORDER="n1 n2",
         SLURMFM_EVIDENCE_DIR=str(evidence),
-        SLURMFM_GATE=gate.spec(8, 0, 0, False, 1, 0.0),
+        SLURMFM_GATE=gate.spec(8, 2, 0, False, 1, 0.0),
+        SLURMFM_SYSFS=str(tmp / "sys"),
         SLURMFM_OBS_IN_STEP="1",
         SLURMFM_OBS_DIR=str(tmp / "obs"),
         SLURMFM_OBS_INTERVAL="1",

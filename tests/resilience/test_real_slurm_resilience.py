@@ -9,7 +9,9 @@ tests. Checked from the jobs' own logs (append mode keeps every restart's output
 * a finished short run resubmitted with more steps trains on (its DONE marker is stale);
 * preflight refuses impossible requests with Slurm's reason, exit 2, nothing queued;
 * issue 15's faults with the fast stand-ins (no torch): a save that outlasts the window, slurmctld
-  away at a failed step, the restart cap.
+  away at a failed step, the restart cap;
+* the health gate and agents inside the launch step (p5 stand-ins: nvidia-smi and a sysfs tree):
+  one step for all, and a node failing the gate drained before any node starts the training.
 """
 
 from __future__ import annotations
@@ -457,3 +459,113 @@ def test_restart_cap_ends_failed_with_its_reason(resil2_lab: SlurmLab, tmp_path:
     info = json.loads(st.stdout)
     assert info["state"] == "FAILED"
     assert any("event=give-up restart cap 1 reached" in e for e in info["events"]), info
+
+
+def gpu_standins(tmp: Path, lab: SlurmLab, seven_on_node_id: int | None = None) -> dict[str, str]:
+    """What the health gate looks at on a p5 node, standing in on a lab node: ``nvidia-smi
+    -L`` listing 8 GPUs (7 on the node whose SLURM_NODEID is ``seven_on_node_id``), which
+    notes the step it was asked in (``SLURMFM_STEP``: "launch" in the launch step), and a
+    sysfs tree with p5's 32 EFA devices (``SLURMFM_SYSFS``)."""
+    bindir = tmp / "gpu-bin"
+    bindir.mkdir()
+    asked = tmp / "asked"
+    asked.mkdir()
+    bad = "" if seven_on_node_id is None else str(seven_on_node_id)
+    smi = bindir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/bash\n"
+        f'echo "${{SLURMFM_STEP:-none}}" >> {asked}/"$SLURMD_NODENAME"\n'
+        f'n=8; [ "$SLURM_NODEID" = "{bad}" ] && n=7\n'
+        'for i in $(seq 0 $((n - 1))); do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done\n'
+    )
+    smi.chmod(0o755)
+    for i in range(32):
+        (tmp / "sysfs" / "class" / "infiniband" / f"rdmap{i}s0").mkdir(parents=True)
+    return {"PATH": f"{bindir}:{lab.env['PATH']}", "SLURMFM_SYSFS": str(tmp / "sysfs")}
+
+
+def submit_with(lab: SlurmLab, tmp: Path, env: dict[str, str], *sets: str) -> str:
+    from lab import REPO_ROOT
+
+    argv = [*lab.slurmfm_argv(), "submit", "recipes/quickstart.yaml"]
+    for s in (
+        f"storage.checkpoint_root={tmp}/ckpt",
+        f"storage.log_dir={tmp}/logs",
+        "cluster.instance_type=p5.48xlarge",  # the lab's nodes carry Gres=gpu:8
+        "resources.procs_per_node=1",
+        "resources.exclusive=true",  # a p5's CPU share would exceed a lab node's 16
+        "resilience.health_gate=on",
+        "resilience.nccl_transport_check=off",
+        "resilience.restart_in_job=false",
+        *FAST,
+        *sets,
+    ):
+        argv += ["--set", s]
+    proc = lab.run(argv, cwd=REPO_ROOT, timeout=120, env={**lab.env, **env})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_the_gate_and_agents_run_inside_the_launch_step(
+    resil2_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """Start-up in one job step: on 3 nodes the health gate's checks and the observability
+    agents run in the launch step itself (no step of their own), every node passes, and the
+    training runs on all three."""
+    env = gpu_standins(tmp_path, resil2_lab)
+    job_id = submit_with(
+        resil2_lab,
+        tmp_path,
+        env,
+        "resources.nodes=3",
+        "observability.enabled=on",
+        "observability.textfile_dir=null",
+        "observability.dcgm_job_mapping_dir=null",
+    )
+    rec = wait_done(resil2_lab, job_id, timeout=180)
+    log = read_text(tmp_path / "logs" / f"quickstart_{job_id}.out")
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    nodes = resil2_lab.hostnames(rec["NodeList"])
+    # (srun --label puts the task id first)
+    oks = re.findall(r"^(?:\d+: )?slurmfm-health (\S+) OK$", log, re.MULTILINE)
+    assert sorted(oks) == sorted(nodes), log[-3000:]
+    # every node was checked once, in the launch step
+    assert {n: (tmp_path / "asked" / n).read_text() for n in nodes} == dict.fromkeys(
+        nodes, "launch\n"
+    )
+    assert sorted(e["node"] for e in events(log) if e["event"] == "rank") == sorted(nodes)
+    # each node's agent ran in its entry and ended with the launch
+    obs = tmp_path / "logs" / f"quickstart_{job_id}.observe"
+    for n in nodes:
+        info = json.loads((obs / f"node_{n}_r0.json").read_text())
+        assert "end" in info, info
+
+
+def test_a_node_failing_the_gate_in_the_launch_step_starts_nothing(
+    resil2_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """One of 3 nodes shows 7 of 8 GPUs: it is drained with the reason, no node starts the
+    training (each waits for the batch step's word, which never comes), and without requeue
+    the job fails with the gate's reason."""
+    env = gpu_standins(tmp_path, resil2_lab, seven_on_node_id=1)
+    job_id = submit_with(resil2_lab, tmp_path, env, "resources.nodes=3", "resilience.requeue=false")
+    rec = wait_done(resil2_lab, job_id, timeout=180)
+    log = read_text(tmp_path / "logs" / f"quickstart_{job_id}.out")
+    nodes = resil2_lab.hostnames(rec["NodeList"])
+    try:
+        assert rec["JobState"] == "FAILED", log[-3000:]
+        (sick,) = re.findall(
+            r"^(?:\d+: )?slurmfm-health (\S+) FAIL 7 GPUs visible, expected 8$", log, re.M
+        )
+        assert sick == nodes[1], log[-3000:]
+        assert f"health gate failed on: {sick}" in log
+        assert not [e for e in events(log) if e["event"] == "rank"], log[-3000:]
+        node = parse_scontrol_record(
+            resil2_lab.run(["scontrol", "show", "node", "-o", sick]).stdout
+        )
+        assert "DRAIN" in node["State"], node
+        assert node["Reason"].startswith("slurmfm: health gate: 7 GPUs visible"), node
+        state = read_text(tmp_path / "logs" / f"quickstart_{job_id}.state")
+        assert "event=give-up requeue disabled: health gate failed on " + sick in state, state
+    finally:
+        resil2_lab.run(["scontrol", "update", f"NodeName={','.join(nodes)}", "State=RESUME"])
