@@ -13,9 +13,19 @@ so that load and drift hit both alike:
 
 Start-up is the time from the batch script's first stamp to the last node's worker stamp
 (every node has started the launch), per job; the table shows medians over ``--runs`` jobs
-per node count. This script only measures and always exits 0; tests never assert on time.
+per node count, and two phases of slurmfm's: the batch script up to the runtime's ``batch``
+step (extraction, ``sbcast``, ``prepare``), and from there to the last worker (health gate,
+agents, the launch step, each node's entry).
+
+``--gate on`` makes the health gate check something: the recipe is a p5 (the lab's nodes carry
+``Gres=gpu:8``), one process per node, and ``nvidia-smi`` and the EFA sysfs tree stand in on
+every node as in the tests (8 GPUs, 32 EFA devices). ``--baseline CHECKOUT`` adds a third
+script, rendered by another checkout of slurmfm (e.g. a worktree of an earlier commit), in the
+same alternation: what a change did to start-up, measured in one run. This script only
+measures and always exits 0; tests never assert on time.
 
     python scripts/bench_startup.py --nodes 8 16 --runs 5
+    python scripts/bench_startup.py --nodes 8 16 32 --gate on --observe on --baseline /tmp/old
     python scripts/bench_startup.py --nodes 8 --runs 3 --json
 """
 
@@ -34,6 +44,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = 'echo "bench-stamp start $(date +%s.%N)"'
+BATCH_STAMP = 'echo "bench-stamp batch $(date +%s.%N)"'
+SMI = """#!/bin/sh
+for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-$i)"; done
+"""
 WORKER = """import os, sys, time
 print("bench-stamp worker %.6f %s" % (time.time(), os.environ.get("SLURMD_NODENAME", "?")),
       flush=True)
@@ -52,31 +66,56 @@ def handwritten(nodes: int, work: Path) -> str:
     )
 
 
-def slurmfm_script(nodes: int, work: Path, gate: str, observe: str) -> str:
-    sys.path.insert(0, str(ROOT))
-    import slurmfm.api as fm
+def recipe_dict(nodes: int, work: Path, gate: str, observe: str) -> dict[str, object]:
+    gpu = gate == "on"
+    return {
+        "name": "bench-startup",
+        "cluster": {"instance_type": "p5.48xlarge" if gpu else "lab-cpu", "partition": "batch"},
+        "resources": {"nodes": nodes, "procs_per_node": 1, "exclusive": gpu},
+        "launcher": {
+            "kind": "torchrun",
+            "script": str(work / "worker.py"),
+            "python": str(work / "torchrun.py"),
+        },
+        "storage": {"checkpoint_root": str(work / "ckpt"), "log_dir": str(work)},
+        "resilience": {
+            "requeue": False,
+            "save_before_timeout_s": 0,
+            "health_gate": gate,
+            "nccl_transport_check": "off",
+        },
+        "observability": {"enabled": observe, "textfile_dir": None, "dcgm_job_mapping_dir": None},
+    }
 
-    recipe = fm.load(
-        {
-            "name": "bench-startup",
-            "cluster": {"instance_type": "lab-cpu", "partition": "batch"},
-            "resources": {"nodes": nodes, "procs_per_node": 1},
-            "launcher": {
-                "kind": "torchrun",
-                "script": str(work / "worker.py"),
-                "python": str(work / "torchrun.py"),
-            },
-            "storage": {"checkpoint_root": str(work / "ckpt"), "log_dir": str(work)},
-            "resilience": {"requeue": False, "save_before_timeout_s": 0, "health_gate": gate},
-            "observability": {"enabled": observe},
-        }
+
+RENDER = """import json, sys
+sys.path.insert(0, sys.argv[1])
+import slurmfm.api as fm
+print(fm.dry_run(fm.load(json.loads(sys.argv[2]))).script.decode(), end="")
+"""
+
+
+def slurmfm_script(nodes: int, work: Path, gate: str, observe: str, checkout: Path = ROOT) -> str:
+    """The script ``checkout``'s slurmfm renders, with the two stamps added."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RENDER,
+            str(checkout),
+            json.dumps(recipe_dict(nodes, work, gate, observe)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    text = fm.dry_run(recipe).script.decode()
-    head, sep, rest = text.partition("set -euo pipefail\n")
-    return head + sep + STAMP + "\n" + rest
+    head, sep, rest = proc.stdout.partition("set -euo pipefail\n")
+    before, exec_sep, tail = rest.partition("\nexec python3 ")
+    return head + sep + STAMP + "\n" + before + "\n" + BATCH_STAMP + exec_sep + tail
 
 
-def run_job(script: str, work: Path, env: dict[str, str]) -> float | None:
+def run_job(script: str, work: Path, env: dict[str, str]) -> tuple[float, float] | None:
+    """(batch script start to the last worker, the runtime's batch step to the last worker)."""
     path = work / f"job-{time.monotonic_ns()}.sh"
     path.write_text(script)
     proc = subprocess.run(
@@ -99,24 +138,28 @@ def run_job(script: str, work: Path, env: dict[str, str]) -> float | None:
             break
         time.sleep(0.5)
     out = work / f"{job}.out"
-    start, workers = None, []
-    for line in out.read_text(errors="replace").splitlines() if out.exists() else []:
+    start, batch, workers = None, None, []
+    for raw in out.read_text(errors="replace").splitlines() if out.exists() else []:
+        line = raw.split(": ", 1)[1] if raw[:1].isdigit() and ": " in raw else raw  # --label
         if line.startswith("bench-stamp start "):
             start = float(line.split()[2])
+        elif line.startswith("bench-stamp batch "):
+            batch = float(line.split()[2])
         elif line.startswith("bench-stamp worker "):
             workers.append(float(line.split()[2]))
     if start is None or not workers:
         print(f"job {job}: no stamps in {out}", file=sys.stderr)
         return None
-    return max(workers) - start
+    return max(workers) - start, max(workers) - (start if batch is None else batch)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--gate", default="off", help="resilience.health_gate (auto|on|off)")
-    ap.add_argument("--observe", default="off", help="observability.enabled (auto|on|off)")
+    ap.add_argument("--gate", default="off", help="resilience.health_gate (on|off)")
+    ap.add_argument("--observe", default="off", help="observability.enabled (on|off)")
+    ap.add_argument("--baseline", type=Path, help="another slurmfm checkout to compare with")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     env = dict(os.environ)
@@ -124,40 +167,71 @@ def main() -> int:
     (work / "worker.py").write_text(WORKER)
     (work / "torchrun.py").write_text((ROOT / "tests" / "standins" / "torchrun.py").read_text())
     (work / "torchrun.py").chmod(0o755)
+    if a.gate == "on":  # what the gate checks on a p5, standing in on the lab's nodes
+        (work / "bin").mkdir()
+        (work / "bin" / "nvidia-smi").write_text(SMI)
+        (work / "bin" / "nvidia-smi").chmod(0o755)
+        for i in range(32):
+            (work / "sys" / "class" / "infiniband" / f"rdmap{i}s0").mkdir(parents=True)
+        env.update(PATH=f"{work / 'bin'}:{env['PATH']}", SLURMFM_SYSFS=str(work / "sys"))
     rows = []
     for n in a.nodes:
         scripts = {
             "hand-written": handwritten(n, work),
             "slurmfm": slurmfm_script(n, work, a.gate, a.observe),
         }
-        times: dict[str, list[float]] = {k: [] for k in scripts}
+        if a.baseline:
+            scripts["baseline"] = slurmfm_script(n, work, a.gate, a.observe, a.baseline)
+        times: dict[str, list[tuple[float, float]]] = {k: [] for k in scripts}
         for _ in range(a.runs):
             for kind, text in scripts.items():  # alternating: drift hits both alike
                 t = run_job(text, work, env)
                 if t is not None:
                     times[kind].append(t)
-        med = {k: statistics.median(v) if v else float("nan") for k, v in times.items()}
-        rows.append(
-            {
-                "nodes": n,
-                "runs": a.runs,
-                "hand_written_s": round(med["hand-written"], 3),
-                "slurmfm_s": round(med["slurmfm"], 3),
-                "extra_s": round(med["slurmfm"] - med["hand-written"], 3),
-            }
-        )
+
+        def med(
+            kind: str, i: int = 0, times: dict[str, list[tuple[float, float]]] = times
+        ) -> float:
+            v = [t[i] for t in times.get(kind, [])]
+            return round(statistics.median(v), 3) if v else float("nan")
+
+        row: dict[str, object] = {
+            "nodes": n,
+            "runs": a.runs,
+            "hand_written_s": med("hand-written"),
+            "slurmfm_s": med("slurmfm"),
+            "extra_s": round(med("slurmfm") - med("hand-written"), 3),
+            "slurmfm_script_s": round(med("slurmfm") - med("slurmfm", 1), 3),
+            "slurmfm_batch_to_launch_s": med("slurmfm", 1),
+        }
+        if a.baseline:
+            row["baseline_s"] = med("baseline")
+            row["baseline_extra_s"] = round(med("baseline") - med("hand-written"), 3)
+            row["baseline_batch_to_launch_s"] = med("baseline", 1)
+        rows.append(row)
     shutil.rmtree(work, ignore_errors=True)
     if a.json:
         print(json.dumps(rows, indent=2))
-    else:
-        print(f"health gate {a.gate}, observability {a.observe}; medians over the runs")
-        print("| nodes | runs | hand-written s | slurmfm s | extra s |")
-        print("|---:|---:|---:|---:|---:|")
-        for r in rows:
-            print(
-                f"| {r['nodes']} | {r['runs']} | {r['hand_written_s']:.2f} | {r['slurmfm_s']:.2f} "
-                f"| {r['extra_s']:+.2f} |"
+        return 0
+    print(f"health gate {a.gate}, observability {a.observe}; medians over the runs")
+    base = " | baseline s | baseline extra s | baseline batch→launch s" if a.baseline else ""
+    print(
+        "| nodes | runs | hand-written s | slurmfm s | extra s | script→batch s "
+        f"| batch→launch s{base} |"
+    )
+    print("|---:" * (7 + (3 if a.baseline else 0)) + "|")
+    for r in rows:
+        line = (
+            f"| {r['nodes']} | {r['runs']} | {r['hand_written_s']:.2f} | {r['slurmfm_s']:.2f} "
+            f"| {r['extra_s']:+.2f} | {r['slurmfm_script_s']:.2f} "
+            f"| {r['slurmfm_batch_to_launch_s']:.2f}"
+        )
+        if a.baseline:
+            line += (
+                f" | {r['baseline_s']:.2f} | {r['baseline_extra_s']:+.2f} "
+                f"| {r['baseline_batch_to_launch_s']:.2f}"
             )
+        print(line + " |")
     return 0
 
 
