@@ -5,7 +5,8 @@
 002 (``sbatch --uid``; the lab runs as root). Before each job mallory plants, for the next job
 ids, what the issue's attack used: a runtime directory of her own (0777) with her code in it
 (the layout slurmfm used before), a symbolic link to one of alice's private files and a FIFO
-as state files. During the job she tries to replace alice's runtime copy on the node.
+as state files, and links into a directory of hers (or FIFOs) as the job's observe and
+evidence directories. During the job she tries to replace alice's runtime copy on the node.
 Torch is not the subject: the launcher is the torchrun stand-in (tests/standins/torchrun.py).
 """
 
@@ -110,7 +111,13 @@ def render(team: Path, name: str, **storage: str) -> str:
                 **storage,
             },
             "resilience": {"requeue": False, "health_gate": "off", "save_before_timeout_s": 0},
-            "observability": {"enabled": "off"},
+            # the agents write the job's observe directory (job.json, node files, progress)
+            "observability": {
+                "enabled": "on",
+                "textfile_dir": None,
+                "dcgm_job_mapping_dir": None,
+                "interval_s": 1,
+            },
         }
     )
     return fm.dry_run(recipe, slurm_version="22.05").script.decode()
@@ -222,9 +229,15 @@ def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
         f"rt = {str(rt)!r}\n"
         "os.makedirs(rt, exist_ok=True); os.chmod(rt, 0o777)\n"
         f"open(os.path.join(rt, 'evil.pyz'), 'w').write({EVIL!r})\n"
+        f"drop = {str(logs / 'mallory-drop')!r}\n"
+        "os.makedirs(drop, exist_ok=True); os.chmod(drop, 0o777)\n"
         "for i, job in enumerate(sys.argv[1:]):\n"
         "    p = os.path.join(logs, 'alice-run_%s.state' % job)\n"
         f"    os.symlink({str(secret)!r}, p) if i % 2 == 0 else os.mkfifo(p)\n"
+        # the job's observe and evidence directories: links into her drop, or FIFOs
+        "    for kind in ('observe', 'evidence'):\n"
+        "        d = os.path.join(logs, 'alice-run_%s.%s' % (job, kind))\n"
+        "        os.symlink(drop, d) if i % 2 == 0 else os.mkfifo(d)\n"
     )
     ids = next_ids(slurm_lab, team, 12)
     done = as_user(MALLORY, ["/usr/bin/python3", "-c", plant, *map(str, ids)])
@@ -238,6 +251,19 @@ def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
         if {"link", "fifo"} <= met:
             break
     assert {"link", "fifo"} <= met, met
+    # nothing of alice's went through mallory's links; her observe directory is her own,
+    # under a fresh name, with what the agents wrote
+    assert list((logs / "mallory-drop").iterdir()) == []
+    alice = pwd.getpwnam(ALICE).pw_uid
+    obs = [
+        p
+        for p in logs.glob(f"alice-run_{victim}.observe*")
+        if not p.is_symlink() and p.is_dir() and p.stat().st_uid == alice
+    ]
+    assert len(obs) == 1, sorted(logs.iterdir())
+    assert obs[0].name != f"alice-run_{victim}.observe"  # the planted name was not used
+    assert (obs[0] / "job.json").is_file()
+    assert sorted(p.name for p in obs[0].glob("node_*_r0.json")), sorted(obs[0].iterdir())
     # slurmfm status reads alice's record and says what it ignored
     status = slurm_lab.slurmfm("status", victim)
     assert status.returncode == 0, status.stderr
