@@ -381,6 +381,29 @@ def _problem(lab_dir: Path) -> str | None:
     return None
 
 
+# scripts/run-tests starts the real tier while the chroot labs and the Pyxis build may still
+# be coming up in the background; each writes $SLURMFM_LAB_ROOT/logs/up-<name>.rc when done.
+PENDING_ENV = "SLURMFM_LABS_PENDING"
+
+
+def await_background(name: str, timeout: float = 1200.0) -> None:
+    """Wait until run-tests' background ``up`` of ``name`` (a chroot suite, "pyxis") ended;
+    fail with its log's tail when it failed. Nothing to wait for outside run-tests."""
+    if name not in os.environ.get(PENDING_ENV, "").split(","):
+        return
+    logs = lab_root() / "logs"
+    rc_file = logs / f"up-{name}.rc"
+    deadline = time.monotonic() + timeout
+    while not rc_file.is_file():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the {name} lab was not up after {timeout:g} s ({logs})")
+        time.sleep(1.0)
+    rc = rc_file.read_text().strip()
+    if rc != "0":
+        tail = read_text(logs / f"up-{name}.log")[-3000:]
+        pytest.fail(f"the {name} lab did not come up (exit {rc}):\n{tail}")
+
+
 def find_lab(lab_dir: Path, *, required: bool) -> SlurmLab:
     """Return the lab at lab_dir, or skip (fail if required) when it is not up."""
     problem = _problem(lab_dir) if lab_requested() else NOT_REQUESTED
@@ -426,6 +449,7 @@ def suite_lab_factory() -> SuiteLabFactory:
         if suite not in requested_suites():
             pytest.skip(f"suite {suite} not in SLURMFM_LAB_SUITES")
         if suite not in cache:
+            await_background(suite)
             cache[suite] = find_lab(lab_root() / suite, required=slurm_required())
         return cache[suite]
 
@@ -519,6 +543,8 @@ class OwnLab:
             pytest.skip(f"suite {self.suite} not in SLURMFM_LAB_SUITES")
         if os.geteuid() != 0:
             _unavailable("the Slurm lab needs root")
+        # a chroot lab's first up builds the suite's chroot: never two builds at once
+        await_background(self.suite)
         conf = self.dir / "lab.conf"
         same_size = conf.is_file() and f"NODES={self.nodes}\n" in conf.read_text()
         if not (same_size and self.healthy()):

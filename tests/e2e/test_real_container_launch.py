@@ -108,6 +108,9 @@ class Pyxis:
 def pyxis() -> Iterator[Pyxis]:
     """The Pyxis lab; Pyxis and the image come from ``scripts/pyxis-lab build`` (run-tests
     runs it in the background beside the unit tier)."""
+    from lab import await_background
+
+    await_background("pyxis")
     built = subprocess.run([str(PYXIS_LAB), "status"], check=False, timeout=60).returncode == 0
     if not built:
         msg = "Pyxis and Enroot are not built: run scripts/pyxis-lab build"
