@@ -523,13 +523,13 @@ class InStep:
     def __init__(self, env: dict[str, str]) -> None:
         self.agent = Agent(env)
         self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="slurmfm-agent", daemon=True)
+        self.thread = threading.Thread(target=self._loop, name="slurmfm-agent", daemon=True)
 
     def start(self) -> InStep:
         self.thread.start()
         return self
 
-    def _run(self) -> None:
+    def _loop(self) -> None:
         a = self.agent
         try:
             a.start()
