@@ -3,13 +3,12 @@
 Why a separate agent, and why standard library only: node_exporter's textfile collector and
 DCGM-Exporter's HPC job mapping both read *local* directories of each node, so something must
 run on every node of the job; and that node may have no slurmfm installed (the training itself
-may run in a container). Where the launch runs the runtime's node entry on the host, the agent
-is a thread of that entry (:class:`InStep`, started by :mod:`.node` on each node's first task):
-no job step and no interpreter of its own. Otherwise (a launch in a container, a server, a
-heterogeneous job) the job runtime (:mod:`slurmfm.job`) runs it as ``python3 RUNTIME observe``
-with the node's ``python3`` (3.8 or later) in one ``srun --overlap --ntasks-per-node=1`` step
-beside the training step. The same source is imported and unit-tested as
-``slurmfm.job.agent``.
+may run in a container). The job runtime (:mod:`slurmfm.job`) runs it as ``python3 RUNTIME
+observe`` with the node's ``python3`` (3.8 or later) in one ``srun --overlap
+--ntasks-per-node=1`` step beside the training step, for the job's whole life (a thread of the
+launch step's entry was tried: it lives only as long as each launch, and on the lab scrapes
+and the DCGM mapping missed it around short attempts). The same source is imported and
+unit-tested as ``slurmfm.job.agent``.
 
 What it does on its node, configured by environment variables the job script exports:
 
@@ -49,7 +48,6 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 
 PREFIX = "slurmfm_"
@@ -508,44 +506,6 @@ class Agent:
                 next_write = time.time() + self.interval
         self.finish()
         return 0
-
-
-# Set by the batch step in the launch step's environment: the node entry runs the agent.
-IN_STEP = "SLURMFM_OBS_IN_STEP"
-
-
-class InStep:
-    """The agent on a daemon thread of the node entry, for the life of the launch.
-
-    Signals stay the entry's (a thread cannot take them): the entry stops the agent when its
-    launcher ends, and the stop file ends it early as it ends the separate agent."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.agent = Agent(env)
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="slurmfm-agent", daemon=True)
-
-    def start(self) -> InStep:
-        self.thread.start()
-        return self
-
-    def _loop(self) -> None:
-        a = self.agent
-        try:
-            a.start()
-            next_write = time.time() + a.interval
-            while not self.done.wait(0.5) and not a.should_stop():
-                if time.time() >= next_write:
-                    a.write_textfile()
-                    next_write = time.time() + a.interval
-            a.finish()
-        except Exception as exc:  # never fail the job because of metrics
-            warn("crash", f"agent stopped: {type(exc).__name__}: {exc}")
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """End the agent (its last snapshot, the GPU mapping removed) and wait for it."""
-        self.done.set()
-        self.thread.join(timeout)
 
 
 def main() -> int:

@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from . import agent, fsafe, gate, hetjob, install, nccl, serve
 from . import classify as cl
 from . import decide as dec
 from . import evidence as ev
+from . import fsafe, gate, hetjob, install, nccl, serve
 from . import slurm as sl
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
@@ -121,7 +121,7 @@ class Batch:
         self.hang: HangWatch | None = None
         self.hung = ""  # what the hang watch saw when it stopped the step
         self.relaunches = 0  # in-job restarts of this attempt (counted against max_restarts)
-        # The health gate and agents run in the launch step (see in_step), set by _main.
+        # The health gate runs in the launch step (see in_step), set by _main.
         self.health_on = False
         self.in_step = False
 
@@ -355,8 +355,6 @@ class Batch:
         except OSError:
             log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
             return
-        if self.in_step:
-            return  # each node's entry runs its agent (agent.InStep): no step of their own
         # One agent on every node of every component, each told its own GPU count.
         self.observers = [self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)]
         for comp in self.het:
@@ -877,8 +875,6 @@ class Batch:
             if gated:
                 # every task reads the batch step's word on stdin (srun --input=all)
                 env.update({gate.ENV: self.gate_spec(), "SLURM_STDINMODE": "all"})
-            if self.in_step and self.o.observe:
-                env[agent.IN_STEP] = "1"
             self.step = self.start_launch(launch_argv, env, gated)
             self.step_started = self.clock()
             if gated:
@@ -1049,8 +1045,8 @@ def in_container(argv: Sequence[str]) -> list[str]:
 def in_step(
     serve_argv: Sequence[str], launch_argv: Sequence[str], runtime: str, het: bool, hyperpod: bool
 ) -> bool:
-    """Whether the health gate and the agents run inside the launch step (:mod:`.gate`,
-    :class:`.agent.InStep`) rather than in steps of their own: where the launch runs this
+    """Whether the health gate runs inside the launch step (:mod:`.gate`) rather than in a
+    step of its own: where the launch runs this
     runtime's node entry on the host, alone (no server beside it, one component), and is not
     replayed by HyperPod's auto-resume (a replayed step would wait for a word that was
     already given)."""

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import agent, gate
+from . import gate
 from .evidence import LaunchWatch
 from .health import run_command
 from .hosts import insert_rank, node_rank, replayed_order, with_master
@@ -494,15 +494,10 @@ def main(
     sysfs = env.get("SLURMFM_SYSFS", "/sys")
     if value and first_task and gate.check_here(value, me, evidence, sysfs) is not None:
         return gate.NOT_STARTED  # srun ends the other tasks (--kill-on-bad-exit)
-    background = agent.InStep(env).start() if env.pop(agent.IN_STEP, "") and first_task else None
-    try:
-        if value and not gate.wait_go():
-            print("slurmfm: %s did not start the launch (the health gate did not pass)" % me)
-            return gate.NOT_STARTED
-        if rank == 0:
-            print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
-        watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
-        return run_launcher(final, forward, env, watch, stdin=subprocess.DEVNULL if value else None)
-    finally:
-        if background is not None:
-            background.stop()
+    if value and not gate.wait_go():
+        print("slurmfm: %s did not start the launch (the health gate did not pass)" % me)
+        return gate.NOT_STARTED
+    if rank == 0:
+        print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
+    watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
+    return run_launcher(final, forward, env, watch, stdin=subprocess.DEVNULL if value else None)

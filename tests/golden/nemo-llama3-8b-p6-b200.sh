@@ -81,7 +81,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=36ed70bc5121939fd8e698be17a33940b7d09777d6690ed229e48350150b5efe
+export SLURMFM_RUNTIME_SHA=14f4064899a5ebba25a8dde44fd8e57c7df1b95a522d3584c589814a13693cc7
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -159,4 +159,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=36ed70bc5121939fd8e698be17a33940b7d09777d6690ed229e48350150b5efe <base64 zipapp of slurmfm/job, 112208 chars>
+# slurmfm-runtime sha256=14f4064899a5ebba25a8dde44fd8e57c7df1b95a522d3584c589814a13693cc7 <base64 zipapp of slurmfm/job, 111452 chars>

@@ -1,5 +1,5 @@
-"""The health gate and agents inside the launch step (slurmfm.job.gate, agent.InStep): the
-batch step's side with a fake srun, each node's side with the real entry on this host."""
+"""The health gate inside the launch step (slurmfm.job.gate): the batch step's side with a
+fake srun, each node's side with the real entry on this host."""
 
 from __future__ import annotations
 
@@ -106,21 +106,17 @@ GPUS = ("--health", "1", "--gpus", "8", "--efa", "32")
 
 
 def test_healthy_nodes_get_the_word_and_no_step_of_their_own(tmp_path: Path) -> None:
-    """Gate and agents on: one step (the launch), told the gate's checks and to run the
-    agents; both nodes pass, the word "go" reaches the tasks, the job finishes."""
-    b, step, slurm, started = make(
-        tmp_path, {"n1": "OK", "n2": "OK"}, *GPUS, "--observe", "1", "--observe-job-json", "{}"
-    )
+    """Gate on: one step (the launch), told the gate's checks; both nodes pass, the word
+    "go" reaches the tasks, the job finishes."""
+    b, step, slurm, started = make(tmp_path, {"n1": "OK", "n2": "OK"}, *GPUS)
     assert b.main([], LAUNCH) == 0
-    (launch,) = started  # no health step, no agents step: only the launch
+    (launch,) = started  # no health step: only the launch
     assert launch["stdin"] == subprocess.PIPE
     want = json.loads(launch["env"][gate.ENV])
     assert (want["gpus"], want["efa"], want["dcgm"], want["imex"]) == (8, 32, 0, False)
     assert launch["env"]["SLURM_STDINMODE"] == "all"
-    assert launch["env"]["SLURMFM_OBS_IN_STEP"] == "1"
     assert step.stdin.getvalue() == gate.GO
     assert not [c for c in slurm.calls if c[0] == "srun"]
-    assert (tmp_path / "obs" / "job.json").read_text() == "{}\n"
 
 
 def test_a_failed_node_is_drained_and_no_task_gets_the_word(tmp_path: Path) -> None:
@@ -228,7 +224,6 @@ def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tup
         SLURMFM_EVIDENCE_DIR=str(evidence),
         SLURMFM_GATE=gate.spec(8, 2, 0, False, 1, 0.0),
         SLURMFM_SYSFS=str(tmp / "sys"),
-        SLURMFM_OBS_IN_STEP="1",
         SLURMFM_OBS_DIR=str(tmp / "obs"),
         SLURMFM_OBS_INTERVAL="1",
         PYTHONPATH=str(Path(node.__file__).resolve().parents[2]),
@@ -248,17 +243,13 @@ def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tup
     return proc.returncode, (ran.read_text() if ran.exists() else "") + "|" + out
 
 
-def test_the_entry_checks_waits_for_the_word_and_runs_the_agent(tmp_path: Path) -> None:
+def test_the_entry_checks_and_waits_for_the_word(tmp_path: Path) -> None:
     rc, out = run_entry(tmp_path, gate.GO + b"more input\n", 8)
     ran, _, printed = out.partition("|")
     assert rc == 0, out
     assert ran == "''"  # the launch's stdin is not the gate's channel
     assert "slurmfm-health n1 OK" in printed
     assert (tmp_path / "ev" / "n1.gate").read_text() == "OK\n"
-    # the agent ran in the entry, and ended with the launch (its end snapshot)
-    info = json.loads((tmp_path / "obs" / "node_n1_r0.json").read_text())
-    assert info["node"] == "n1"
-    assert "end" in info
 
 
 def test_the_entry_without_the_word_starts_nothing(tmp_path: Path) -> None:
@@ -273,12 +264,10 @@ def test_a_sick_node_reports_and_starts_nothing(tmp_path: Path) -> None:
     assert rc == gate.NOT_STARTED, out
     assert out.startswith("|"), out  # the launch never ran
     assert "slurmfm-health n1 FAIL 7 GPUs visible, expected 8" in out
-    assert not (tmp_path / "obs" / "node_n1_r0.json").exists()  # no agent on a sick node
 
 
 def test_other_tasks_of_a_node_only_wait(tmp_path: Path) -> None:
-    """A node's second task (SLURM_LOCALID 1) neither checks nor runs an agent."""
+    """A node's second task (SLURM_LOCALID 1) does not check the node again."""
     rc, out = run_entry(tmp_path, gate.GO, 7, localid="1")
     assert rc == 0, out
     assert not (tmp_path / "ev" / "n1.gate").exists()
-    assert not (tmp_path / "obs" / "node_n1_r0.json").exists()

@@ -10,8 +10,8 @@ tests. Checked from the jobs' own logs (append mode keeps every restart's output
 * preflight refuses impossible requests with Slurm's reason, exit 2, nothing queued;
 * issue 15's faults with the fast stand-ins (no torch): a save that outlasts the window, slurmctld
   away at a failed step, the restart cap;
-* the health gate and agents inside the launch step (p5 stand-ins: nvidia-smi and a sysfs tree):
-  one step for all, and a node failing the gate drained before any node starts the training.
+* the health gate inside the launch step (p5 stand-ins: nvidia-smi and a sysfs tree): no step
+  of its own, and a node failing the gate drained before any node starts the training.
 """
 
 from __future__ import annotations
@@ -506,12 +506,10 @@ def submit_with(lab: SlurmLab, tmp: Path, env: dict[str, str], *sets: str) -> st
     return proc.stdout.strip().splitlines()[-1]
 
 
-def test_the_gate_and_agents_run_inside_the_launch_step(
-    resil2_lab: SlurmLab, tmp_path: Path
-) -> None:
-    """Start-up in one job step: on 3 nodes the health gate's checks and the observability
-    agents run in the launch step itself (no step of their own), every node passes, and the
-    training runs on all three."""
+def test_the_gate_runs_inside_the_launch_step(resil2_lab: SlurmLab, tmp_path: Path) -> None:
+    """On 3 nodes the health gate's checks run in the launch step itself (no step of their
+    own), every node passes, the training runs on all three, and the agents (their own step)
+    ran on each node for the job."""
     env = gpu_standins(tmp_path, resil2_lab)
     job_id = submit_with(
         resil2_lab,
@@ -534,7 +532,7 @@ def test_the_gate_and_agents_run_inside_the_launch_step(
         nodes, "launch\n"
     )
     assert sorted(e["node"] for e in events(log) if e["event"] == "rank") == sorted(nodes)
-    # each node's agent ran in its entry and ended with the launch
+    # each node's agent ran and ended with the job
     obs = tmp_path / "logs" / f"quickstart_{job_id}.observe"
     for n in nodes:
         info = json.loads((obs / f"node_{n}_r0.json").read_text())
