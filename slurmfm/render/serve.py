@@ -52,7 +52,7 @@ class ServeLaunch:
     health_path: str
     ready_timeout_s: int
     ready_poll_s: int
-    model_json: str  # the model name as a JSON string, shell-quoted
+    model_json: str  # the model name as a JSON string (the runtime's --serve-model)
     model_cache: str | None  # shell-quoted HF_HOME, if any
     dist_port: int | None  # SGLang's --dist-init-addr port when fixed by the recipe
     ray: str | None = None  # vLLM multi-node: the node entry's --ray options (shell words)
@@ -133,7 +133,7 @@ def serve_launch(
         health_path=launcher.health_path,
         ready_timeout_s=launcher.ready_timeout_s,
         ready_poll_s=launcher.ready_poll_s,
-        model_json=sh_quote(json.dumps(launcher.model), what="launcher.model"),
+        model_json=json.dumps(launcher.model),
         model_cache=(
             sh_quote(launcher.model_cache, what="launcher.model_cache")
             if launcher.model_cache

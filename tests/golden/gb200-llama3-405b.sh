@@ -84,7 +84,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=777b91ee7b3c30bdfbca29f2fab79c24367a0affa8c62c650bee836d31d0d806
+export SLURMFM_RUNTIME_SHA=bfc852b2a0b500d8545a12a9cca3f933f0aec1b5b6b6f9d912de11aba976b578
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -197,4 +197,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=777b91ee7b3c30bdfbca29f2fab79c24367a0affa8c62c650bee836d31d0d806 <base64 zipapp of slurmfm/job, 107008 chars>
+# slurmfm-runtime sha256=bfc852b2a0b500d8545a12a9cca3f933f0aec1b5b6b6f9d912de11aba976b578 <base64 zipapp of slurmfm/job, 111252 chars>

@@ -14,7 +14,7 @@ from stub_bin import stub_bin
 
 from slurmfm.job import hetjob
 from slurmfm.job.batch import Batch
-from slurmfm.job.cli import parser
+from slurmfm.job.options import BatchOptions
 from slurmfm.recipe.loader import load_recipe, validate
 from slurmfm.render.script import Target, render_script
 
@@ -91,7 +91,7 @@ class Proc:
 
 
 def make(tmp: Path, run: Run, *opts: str, **env: str) -> tuple[Batch, list[Any]]:
-    a = parser().parse_args(["batch", "--runtime", "rt.pyz", "--drain", "1", *opts])
+    a = BatchOptions.from_argv(["--runtime", "rt.pyz", "--drain", "1", *opts])
     base = {
         "SLURM_JOB_ID": "77",
         "SLURM_JOB_NAME": "rt",
@@ -150,7 +150,7 @@ def test_every_component_is_health_checked_with_its_own_expectations(tmp_path: P
             "--efa-tries",
             "3",
             "--efa-delay-s",
-            "5.0",
+            "5",
         ],
         [
             "srun",
@@ -170,7 +170,7 @@ def test_every_component_is_health_checked_with_its_own_expectations(tmp_path: P
             "--efa-tries",
             "3",
             "--efa-delay-s",
-            "5.0",
+            "5",
             "--imex",
         ],
     ]
