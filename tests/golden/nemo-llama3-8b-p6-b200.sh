@@ -81,7 +81,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=bfc852b2a0b500d8545a12a9cca3f933f0aec1b5b6b6f9d912de11aba976b578
+export SLURMFM_RUNTIME_SHA=b58da8a26003e72593efc487b60c6e71c33b7d3ad1d42b9f88f3009da4887841
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -159,4 +159,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=bfc852b2a0b500d8545a12a9cca3f933f0aec1b5b6b6f9d912de11aba976b578 <base64 zipapp of slurmfm/job, 111252 chars>
+# slurmfm-runtime sha256=b58da8a26003e72593efc487b60c6e71c33b7d3ad1d42b9f88f3009da4887841 <base64 zipapp of slurmfm/job, 114016 chars>
