@@ -20,6 +20,7 @@ from slurmfm.errors import RenderError, UnsupportedError
 from slurmfm.job import install
 from slurmfm.job.batch import CONTAINER_ENTRY
 from slurmfm.job.options import BatchOptions, NodeOptions, PrepareOptions, flag
+from slurmfm.job.state import state_name
 from slurmfm.plan.types import Placement
 from slurmfm.render.payload import RuntimeFile, payload_line, runtime_file
 from slurmfm.render.quote import env_name, sbatch_value, sh_join, sh_quote
@@ -1377,6 +1378,8 @@ def render_script(
         "log_dir": sh_quote(s.log_dir, what="storage.log_dir"),
         "checkpoint_dir": sh_quote(checkpoint_dir, what="storage.checkpoint_root"),
         "run_id": sh_quote(run_id, what="storage.run_id"),
+        # the job runtime's name of it (slurmfm/job/state.py), with the job's own variables
+        "state_file_name": state_name("${SLURM_JOB_NAME}", "${SLURM_JOB_ID}"),
         "prepare_opts": _shell_words(prepare.to_argv()),
         "node_opts": _shell_words(
             NodeOptions(prefix=prefix, forward=forward).to_argv(always=("prefix", "forward"))
