@@ -44,7 +44,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=8202291bd97fa788ca645e07d596b0c54a78f7c02e4aa8bdb46758b87051cf96
+export SLURMFM_RUNTIME_SHA=4af35a251457234d082a9aeaa7631147a88a825d4f10a97270099489d100500d
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -83,4 +83,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   <checkout>/recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=8202291bd97fa788ca645e07d596b0c54a78f7c02e4aa8bdb46758b87051cf96 <base64 zipapp of slurmfm/job, 115608 chars>
+# slurmfm-runtime sha256=4af35a251457234d082a9aeaa7631147a88a825d4f10a97270099489d100500d <base64 zipapp of slurmfm/job, 115536 chars>
