@@ -980,6 +980,12 @@ _BATCH_LINES: tuple[tuple[tuple[str, ...], bool], ...] = (
 )
 
 
+def _serve_node_words(serve: ServeLaunch) -> str:
+    """The server's per-node entry options: its prefix always and, with Ray, every setting."""
+    ray = ("ray", "ray_python", "ray_port", "ray_nodes", "ray_timeout_s") if serve.node.ray else ()
+    return _shell_words(serve.node.to_argv(always=("prefix", *ray)))
+
+
 def _batch_lines(o: BatchOptions, components: tuple[Component, ...]) -> list[str]:
     """``o`` as the script's lines of shell words (:data:`_BATCH_LINES`).
 
@@ -1381,6 +1387,7 @@ def render_script(
         # the job runtime's name of it (slurmfm/job/state.py), with the job's own variables
         "state_file_name": state_name("${SLURM_JOB_NAME}", "${SLURM_JOB_ID}"),
         "prepare_opts": _shell_words(prepare.to_argv()),
+        "serve_node_opts": _serve_node_words(serve) if serve is not None else "",
         "node_opts": _shell_words(
             NodeOptions(prefix=prefix, forward=forward).to_argv(always=("prefix", "forward"))
         ),

@@ -122,3 +122,19 @@ def test_the_scripts_runtime_lines_parse_as_the_renderers_values(path: Path) -> 
     want = out.batch_options._replace(serve_words=o.serve_words, component_env=o.component_env)
     assert o == want
     assert a.argv[:1] == ["--"]
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_the_scripts_node_entries_parse_with_the_runtimes_parser(path: Path) -> None:
+    """The per-node entry of every step (launch, server) parses as ``runtime node`` options;
+    a server's entry reads its own host order."""
+    out = api.render(api.load(path)).rendered
+    assert out is not None
+    joined = out.text.replace("\\\n", " ")
+    # (none where the launch needs no entry: NeMo's tasks, a sweep's table)
+    entries = [ln.split(" node ", 1)[1] for ln in joined.splitlines() if '" node --' in ln]
+    for words in entries:
+        argv = _argv_by_bash(words.split(" -- ", 1)[0])
+        a = parser().parse_args(["node", *argv])
+        o = NodeOptions.from_namespace(a)
+        assert o.order_var in ("SLURMFM_HOST_ORDER", "SLURMFM_SERVE_ORDER")
