@@ -30,7 +30,7 @@ from . import fsafe, hetjob, install, nccl, serve
 from . import slurm as sl
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
-from .options import BatchOptions, ForwardOptions
+from .options import BatchOptions, ContainerRemoveOptions, ForwardOptions
 from .state import StateFile, state_path
 
 if TYPE_CHECKING:
@@ -523,7 +523,8 @@ class Batch:
             ]
             if not names:
                 continue
-            cmd = [*install.argv(), "container-remove", "--name", names[0]]
+            remove = ContainerRemoveOptions(name=names[0])
+            cmd = [*install.argv(), "container-remove", *remove.to_argv()]
             rc, out = self.run(self.component_srun(self.component(argv), cmd), 120)
             if rc != 0:
                 log("could not remove container %s: %s" % (names[0], out.strip()), err=True)

@@ -26,7 +26,15 @@ from . import hosts as hs
 from . import slurm as sl
 from .checkpoint import resume_from
 from .health import check_node, run_command
-from .options import BatchOptions, ForwardOptions, HealthOptions, NodeOptions, PrepareOptions
+from .options import (
+    BatchOptions,
+    ContainerRemoveOptions,
+    ForwardOptions,
+    HealthOptions,
+    NodeOptions,
+    PrepareOptions,
+    TaskOptions,
+)
 from .state import StateFile, state_path
 
 
@@ -310,13 +318,13 @@ def parser() -> argparse.ArgumentParser:
             help="signal the workers of this node's launch step, and each new one, until it ends",
         )
     )
-    cr = sub.add_parser("container-remove", help="remove this node's named container")
-    cr.add_argument("--name", required=True, help="the Pyxis --container-name")
+    ContainerRemoveOptions.add_to(
+        sub.add_parser("container-remove", help="remove this node's named container")
+    )
     HealthOptions.add_to(sub.add_parser("health"))
     sub.add_parser("observe")
     sub.add_parser("stacks", help="dump and abort this node's training workers (a hang)")
-    t = sub.add_parser("task")
-    t.add_argument("--script", required=True, help="the running batch script ($0)")
+    TaskOptions.add_to(sub.add_parser("task"))
     sub.add_parser("whoami")
     return p
 
@@ -397,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.cmd == "container-remove":
         from .node import container_remove
 
-        gone = container_remove(a.name)
+        gone = container_remove(ContainerRemoveOptions.from_namespace(a).name)
         if gone is None:
             return 1
         print(
@@ -438,7 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .sweep import main as sweep_main
 
         try:
-            print("\n".join(sweep_main(a.script, env.get("SLURM_ARRAY_TASK_ID"))))
+            script = TaskOptions.from_namespace(a).script
+            print("\n".join(sweep_main(script, env.get("SLURM_ARRAY_TASK_ID"))))
         except (SweepError, ValueError) as exc:
             print(f"slurmfm: {exc}", file=sys.stderr)
             return 2

@@ -24,11 +24,13 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 __all__ = [
     "BatchOptions",
+    "ContainerRemoveOptions",
     "ForwardOptions",
     "HealthOptions",
     "NodeOptions",
     "Options",
     "PrepareOptions",
+    "TaskOptions",
     "flag",
     "word",
 ]
@@ -70,6 +72,7 @@ class Options:
     HELP: ClassVar[dict[str, str]] = {}
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
     BARE: ClassVar[frozenset[str]] = frozenset()  # switches written as a bare ``--flag``
+    REQUIRED: ClassVar[frozenset[str]] = frozenset()  # always written, refused when missing
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
@@ -93,6 +96,8 @@ class Options:
                 kw.update(action="append", default=None)
             else:
                 kw.update(type=type(d), default=d)
+            if name in cls.REQUIRED:
+                kw["required"] = True
             p.add_argument(flag(name), **kw)
 
     @classmethod
@@ -133,7 +138,7 @@ class Options:
     def to_argv(self, always: Iterable[str] = ()) -> list[str]:
         """The words that :meth:`from_argv` turns back into this value: every field that is
         not its default, and those named in ``always`` (shown for the reader)."""
-        shown = set(always) | set(self.changed())
+        shown = set(always) | set(self.changed()) | self.REQUIRED
         out: list[str] = []
         for name in self.defaults():
             if name in shown:
@@ -350,3 +355,27 @@ class ForwardOptions(_Forward, Options):
     }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"signal": SIGNALS}
     BARE: ClassVar[frozenset[str]] = frozenset({"tasks"})
+
+
+class _ContainerRemove(NamedTuple):
+    name: str = ""
+
+
+class ContainerRemoveOptions(_ContainerRemove, Options):
+    """``container-remove``: remove this node's named container (:func:`.node.container_remove`)."""
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {"name": "the Pyxis --container-name"}
+    REQUIRED: ClassVar[frozenset[str]] = frozenset({"name"})
+
+
+class _Task(NamedTuple):
+    script: str = ""
+
+
+class TaskOptions(_Task, Options):
+    """``task``: this array task's values from the script's sweep table (:mod:`.sweep`)."""
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {"script": "the running batch script ($0)"}
+    REQUIRED: ClassVar[frozenset[str]] = frozenset({"script"})

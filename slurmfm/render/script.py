@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from slurmfm import __version__
 from slurmfm.errors import RenderError, UnsupportedError
-from slurmfm.job import install
+from slurmfm.job import hetjob, install
 from slurmfm.job.batch import CONTAINER_ENTRY
 from slurmfm.job.options import BatchOptions, NodeOptions, PrepareOptions, flag
 from slurmfm.job.state import state_name
@@ -1005,9 +1005,12 @@ def _batch_lines(o: BatchOptions, components: tuple[Component, ...]) -> list[str
             for comp, spec in zip(components[1:], o.component, strict=False):
                 lines.append(_shell_words([flag("component"), spec]))
                 env = flag("component_env")
-                own = [f"{env} {comp.group}:{e.name}={e.shell_value}" for e in comp.env]
+                own = [
+                    f"{env} " + hetjob.env_spec(comp.group, e.name, e.shell_value) for e in comp.env
+                ]
                 own += [
-                    _shell_words([flag("component_unset"), f"{comp.group}:{n}"]) for n in comp.unset
+                    _shell_words([flag("component_unset"), hetjob.unset_spec(comp.group, n)])
+                    for n in comp.unset
                 ]
                 lines.extend(_wrap(own))
             placed.update(("component_env", "component_unset"))
@@ -1103,10 +1106,15 @@ def _batch_opts(
             ready_timeout_s=serve.ready_timeout_s,
             ready_poll_s=serve.ready_poll_s,
         )
-    o["component_unset"] = tuple(f"{c.group}:{n}" for c in components[1:] for n in c.unset)
+    o["component_unset"] = tuple(
+        hetjob.unset_spec(c.group, n) for c in components[1:] for n in c.unset
+    )
     o["component"] = tuple(
-        f"{c.group} nodes={c.nodes} health={int(c.health.enabled)}"
-        f" gpus={c.health.gpus} efa={c.health.efa} imex={int(c.imex)}"
+        hetjob.component_spec(
+            hetjob.Component(
+                c.group, c.nodes, c.health.enabled, c.health.gpus, c.health.efa, c.imex
+            )
+        )
         for c in components[1:]
     )
     # masked in the launch command the job log prints

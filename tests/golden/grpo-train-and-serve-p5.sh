@@ -82,7 +82,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=4af35a251457234d082a9aeaa7631147a88a825d4f10a97270099489d100500d
+export SLURMFM_RUNTIME_SHA=8786f095da25679447b48dc657ec5a9f182087adb13c1757fb9f3f317f80f4e8
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -137,4 +137,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=4af35a251457234d082a9aeaa7631147a88a825d4f10a97270099489d100500d <base64 zipapp of slurmfm/job, 115536 chars>
+# slurmfm-runtime sha256=8786f095da25679447b48dc657ec5a9f182087adb13c1757fb9f3f317f80f4e8 <base64 zipapp of slurmfm/job, 116112 chars>

@@ -524,3 +524,18 @@ def test_gb200_container_without_the_channel_fails_the_gate(stubs: Path, tmp_pat
     assert "requeueing job" not in log
     assert "DRAIN" not in log
     assert rc == 2, log
+
+
+def test_a_components_spec_reads_back_as_written() -> None:
+    """The renderer writes ``--component`` with hetjob.component_spec, the reader beside it."""
+    for c in (
+        hetjob.Component(1, 2, True, 8, 32, False),
+        hetjob.Component(3, 1, False, 0, 0, True),
+    ):
+        assert hetjob.parse_component(hetjob.component_spec(c)) == c
+    (c,) = hetjob.components(
+        [hetjob.component_spec(hetjob.Component(1, 2, True, 8, 32, False))],
+        [hetjob.env_spec(1, "A", "x=y"), hetjob.env_spec(2, "B", "1")],
+        [hetjob.unset_spec(1, "D")],
+    )
+    assert (c.env, c.unset) == ((("A", "x=y"),), ("D",))
