@@ -27,6 +27,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from slurmfm.job import fsafe
+
 CALL = "call.pkl"
 META = "call.json"
 RESULT = "result.pkl"
@@ -110,15 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         value = fn(*fargs, **fkwargs)
     except BaseException as exc:  # the job's result is the traceback, for job.result()
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        tmp = call_dir / f".error-r{rank}.{os.getpid()}"
-        write_new(tmp, text.encode("utf-8", "replace"))
-        os.replace(tmp, call_dir / f"error-r{rank}.txt")  # a restart's replaces the last
+        # a restart's replaces the last (slurmfm's one atomic write)
+        fsafe.replace(str(call_dir / f"error-r{rank}.txt"), text.encode("utf-8", "replace"), 0o600)
         sys.stderr.write(text)
         return 1
     if rank == 0:
-        tmp = call_dir / f".{RESULT}.{os.getpid()}"
-        write_new(tmp, pickle.dumps(value))
-        os.replace(tmp, call_dir / RESULT)  # whole or not at all
+        fsafe.replace(str(call_dir / RESULT), pickle.dumps(value), 0o600)  # whole or not at all
     return 0
 
 

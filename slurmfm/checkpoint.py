@@ -29,13 +29,11 @@ from pathlib import Path
 from types import FrameType
 
 from slurmfm.job import fsafe
+from slurmfm.job.checkpoint import DONE as DONE  # noqa: PLC0414 - re-exported
+from slurmfm.job.checkpoint import POINTER as POINTER  # noqa: PLC0414 - re-exported
+from slurmfm.job.checkpoint import STEP as _STEP
 
-POINTER = "latest"
-DONE = "DONE"
 PROGRESS_ENV = "SLURMFM_PROGRESS_FILE"
-_STEP = re.compile(r"^step_(\d+)$")
-# A complete copy of step N moved aside while step N is saved again (see save()).
-_ASIDE = re.compile(r"^\.step_(\d+)\.\d+\.old$")
 # What interrupted saves and prunes leave behind (see clean()).
 _LEFTOVER = re.compile(r"^\.step_(?P<step>\d+)\.(?P<pid>\d+)\.(?P<kind>partial|old|deleting)$")
 
@@ -80,89 +78,23 @@ def publish(directory: Path, name: str) -> None:
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """What a (re)starting job resumes from, and the words to log about it.
-
-    ``path`` is None only when no complete checkpoint exists at all. ``message`` says what is
-    really resumed, including why it is not the one ``latest`` names when they differ, so a
-    log never says "resuming from X" while training restarts from step 0.
-    """
+    """What a (re)starting job resumes from (:class:`slurmfm.job.checkpoint.ResumePoint`, with
+    a ``Path``): ``path`` None only when no complete checkpoint exists at all; ``message``
+    says what is really resumed and why it is not the one ``latest`` names when they differ."""
 
     path: Path | None
     step: int | None
     message: str
 
 
-def _complete(directory: Path) -> dict[int, Path]:
-    """Complete checkpoints by step: every ``step_N`` directory, and an aside copy of a step.
-
-    A ``step_N`` directory only ever appears by a rename of a fully written and flushed
-    temporary directory, and leaves only by a rename to an aside name before it is deleted,
-    so its presence means it is complete. ``.step_N.PID.old`` is the complete previous copy
-    of a step being saved again; it counts only while ``step_N`` itself is missing (a kill
-    between the two renames of :func:`save`).
-    """
-    found: dict[int, Path] = {}
-    asides: dict[int, Path] = {}
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return found
-    for e in entries:
-        m = _STEP.match(e.name)
-        if m and e.is_dir(follow_symlinks=False):
-            found[int(m.group(1))] = Path(e.path)
-            continue
-        m = _ASIDE.match(e.name)
-        if m and e.is_dir(follow_symlinks=False):
-            asides[int(m.group(1))] = Path(e.path)
-    for step, path in asides.items():
-        found.setdefault(step, path)
-    return found
-
-
 def resume_point(directory: Path) -> ResumePoint:
-    """The checkpoint a job must resume from; pure (reads only) and standard library only.
+    """The checkpoint a job must resume from: the job runtime's rule, the only one
+    (:func:`slurmfm.job.checkpoint.resume_point`; why an aside copy of a step counts is
+    said there). Pure (reads only) and standard library only."""
+    from slurmfm.job.checkpoint import resume_point as rule
 
-    Normally the one ``latest`` names. When ``latest`` is missing, empty, garbage or names a
-    checkpoint that is gone (a kill during a save or a prune, a file system restored from a
-    snapshot), the newest complete checkpoint instead: restarting from step 0 would retrain
-    everything and then overwrite the older complete checkpoints.
-    """
-    complete = _complete(directory)
-    try:
-        raw = fsafe.read(str(directory / POINTER)).decode("utf-8", "replace")
-        name = raw.splitlines()[0].strip() if raw.strip() else ""
-        pointer: str | None = name
-    except FileNotFoundError:
-        pointer = None
-    except fsafe.Refused as exc:  # a link, a FIFO, another user's file: never followed
-        pointer = f"<ignored: {exc}>"
-    except OSError as exc:
-        pointer = f"<unreadable: {exc.strerror}>"
-    m = _STEP.match(pointer or "")
-    if m and int(m.group(1)) in complete:
-        step = int(m.group(1))
-        path = complete[step]
-        return ResumePoint(path, step, f"resuming from {path} (named by {POINTER})")
-    if pointer is None:
-        why = f"no {POINTER} pointer"
-    elif not pointer:
-        why = f"{POINTER} is empty"
-    elif m:
-        why = f"{POINTER} names {pointer}, which does not exist"
-    else:
-        why = f"{POINTER} holds {pointer[:80]!r}, not a step_N name"
-    if not complete:
-        if pointer is None:
-            return ResumePoint(None, None, f"no checkpoint in {directory}: starting from step 0")
-        return ResumePoint(
-            None, None, f"{why} and no complete checkpoint is in {directory}: starting from step 0"
-        )
-    step = max(complete)
-    path = complete[step]
-    return ResumePoint(
-        path, step, f"{why}; resuming from the newest complete checkpoint {path} (step {step})"
-    )
+    rp = rule(str(directory))
+    return ResumePoint(Path(rp.path) if rp.path else None, rp.step, rp.message)
 
 
 def latest(directory: Path | None = None) -> Path | None:
@@ -175,10 +107,13 @@ def latest(directory: Path | None = None) -> Path | None:
 
 
 def step_of(path: Path) -> int:
-    m = _STEP.match(path.name) or _ASIDE.match(path.name)
-    if not m:
+    """The step of a checkpoint directory (``step_N`` or its aside copy)."""
+    from slurmfm.job.checkpoint import step_of as step
+
+    n = step(path.name)
+    if n is None:
         raise ValueError(f"{path} is not a step_N checkpoint")
-    return int(m.group(1))
+    return n
 
 
 def _pid_alive(pid: int) -> bool:
@@ -347,25 +282,18 @@ def mark_done(
 
     A save signal can arrive while the last steps finish; the job script requeues after a
     signal unless this marker says there is nothing left to do. The run directory outlives a
-    run, so the marker says what was asked and who wrote it (JSON): ``ask``, the digest of the
-    launch command the job exports as ``SLURMFM_ASK``, the job id and restart, and the target
-    ``steps``/``samples`` the training was given. The job accepts it only when ``ask`` matches
-    its own: a finished 20-step run resubmitted with 240 steps trains on.
+    run, so the marker says what was asked and who wrote it
+    (:func:`slurmfm.job.checkpoint.done_record`); the job accepts it only when it is this
+    run's (:func:`slurmfm.job.checkpoint.marker_verdict`): a finished 20-step run resubmitted
+    with 240 steps trains on.
     """
     import json
     import time
 
-    e = os.environ if env is None else env
-    record: dict[str, object] = {
-        "ask": e.get("SLURMFM_ASK", ""),
-        "job_id": e.get("SLURM_JOB_ID", ""),
-        "restart": int(e.get("SLURM_RESTART_COUNT", "0") or 0),
-        "time": time.time(),
-    }
-    if steps is not None:
-        record["steps"] = steps
-    if samples is not None:
-        record["samples"] = samples
+    from slurmfm.job.checkpoint import done_record
+
+    e = dict(os.environ if env is None else env)
+    record = done_record(e, time.time(), steps, samples)
     d = directory or run_dir(env)
     d.mkdir(parents=True, exist_ok=True)
     fsafe.clean_temporaries(str(d / DONE))

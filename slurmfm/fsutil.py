@@ -1,8 +1,9 @@
-"""Whole-file-or-nothing writes, shared by the CLI and the topology store.
+"""Whole-file-or-nothing writes of a user's output paths, shared by the CLI and the topology store.
 
 Why one function: "nothing half-written is left behind" is a promise of every command that
-writes (rendered scripts, saved topologies, SVGs). A temporary file in the target's directory
-is written, flushed to disk and renamed over the target; on any error it is removed.
+writes (rendered scripts, saved topologies, SVGs). The write is the job runtime's atomic
+write (:func:`slurmfm.job.fsafe.replace`, the only one): a temporary file in the target's
+directory is written, flushed to disk and renamed over the target; on any error it is removed.
 
 Why the target is checked first: a rename replaces whatever directory entry has the name. Run
 as root, ``render -o /dev/null`` would replace the host's ``/dev/null`` with a script, and
@@ -13,13 +14,12 @@ private).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 from slurmfm.errors import SlurmfmError
+from slurmfm.job import fsafe
 from slurmfm.job.fsafe import kind
 
 
@@ -54,36 +54,28 @@ def check_target(path: str | Path) -> int | None:
 
 
 def write_atomic(path: str | Path, text: str | bytes, *, mode: int | None = None) -> None:
-    """Write ``text`` (UTF-8) or bytes to ``path`` atomically.
+    """Write ``text`` (UTF-8) or bytes to ``path`` atomically, flushed to disk.
 
-    An existing regular file keeps its mode; a new file gets ``mode`` (default 0666 less the
-    umask). Anything else at ``path`` is refused with :class:`OutputError`, as is a path
-    whose directory cannot be created or written.
+    The write itself is the job runtime's (:func:`slurmfm.job.fsafe.replace`: an exclusive,
+    randomly named temporary file beside the target, renamed over it, removed on any error),
+    so slurmfm has one atomic write. Here, for a user's output path: an existing regular file
+    keeps its mode; a new file gets ``mode`` (default 0666 less the umask). Anything else at
+    ``path`` is refused with :class:`OutputError`, as is a path whose directory cannot be
+    created or written.
     """
     target = Path(path)
     existing = check_target(target)
+    if existing is not None:
+        mode = existing
+    elif mode is None:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fsafe.replace(str(target), text, mode=mode, fsync=True)
     except OSError as exc:
         raise OutputError(f"{path}: (output): cannot write here: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if existing is not None:
-            mode = existing
-        elif mode is None:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # Recipes and pipeline files are a few KiB; the largest shipped recipe is under 4 KiB.

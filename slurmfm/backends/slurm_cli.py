@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from slurmfm.backends.base import JobStatus, SubmitResult
 from slurmfm.errors import BackendError
+from slurmfm.job.slurm import parse_record as parse_scontrol_record
 
 if TYPE_CHECKING:
     from slurmfm.request import SubmitRequest
@@ -34,20 +35,6 @@ def _check_job_id(job_id: str) -> str:
     if not is_job_id(job_id):
         raise BackendError(f"{job_id!r} is not a Slurm job id")
     return job_id
-
-
-def parse_scontrol_record(text: str) -> dict[str, str]:
-    """Parse one ``scontrol show -o`` record (``Key=Value`` pairs, values may hold spaces).
-
-    Keys are words followed by ``=``; a value runs until the next `` Key=``. This matters for
-    fields such as ``Reason=Node down (by admin)`` and ``Command=/path with space``.
-    """
-    out: dict[str, str] = {}
-    matches = list(re.finditer(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/]*)=", text))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        out[m.group(1)] = text[m.end() : end].strip()
-    return out
 
 
 def array_representative(records: list[dict[str, str]]) -> dict[str, str]:

@@ -1,12 +1,9 @@
 """Read the state file that slurmfm's job script writes next to the job's log.
 
-The script appends one line per event (``start``, ``checkpoint-dir``, ``signal``, ``requeue``,
-``restart``, ``stop``, ``give-up``, ``fail``, ``finished``) to
-``<log_dir>/<job name>_<job id>.state``. Slurm itself keeps only a restart count; this file
-carries the reasons, so ``slurmfm status`` can say why a job restarted and which checkpoint it
-would resume from. ``requeue`` is a requeue the runtime asked for; ``restart`` is one it did
-not (Slurm's or an operator's, recorded by the attempt that followed); ``stop`` is what Slurm
-said when a TERM reached the batch step (scancel, requeue, preemption, the time limit).
+The format, its events and its reader are the job runtime's (:mod:`slurmfm.job.state`); this
+module turns them into what ``slurmfm status`` shows. Slurm itself keeps only a restart
+count; this file carries the reasons, so ``slurmfm status`` can say why a job restarted and
+which checkpoint it would resume from.
 
 The log directory may be shared (docs/security.md): the file read is the one the job's own
 user owns, by the job runtime's rule (:func:`slurmfm.job.state.find`); a file planted under
@@ -15,15 +12,14 @@ the job's name by anyone else is ignored, and the status says so (``ignored``).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurmfm.job.state import events, state_name
+
 if TYPE_CHECKING:
     from slurmfm.backends.base import JobStatus
-
-_LINE = re.compile(r"^(?P<ts>\S+) restart=(?P<restart>\d+) event=(?P<event>\S+) ?(?P<rest>.*)$")
 
 
 @dataclass
@@ -39,18 +35,15 @@ class JobState:
 
 def parse_state(text: str) -> JobState:
     st = JobState()
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        st.events.append(line)
-        st.restarts = max(st.restarts, int(m.group("restart")))
-        if m.group("event") in ("requeue", "restart"):
-            st.last_requeue_reason = m.group("rest")
-        elif m.group("event") == "stop":
-            st.last_stop_reason = m.group("rest")
-        elif m.group("event") == "checkpoint-dir":
-            st.checkpoint_dir = m.group("rest")
+    for e in events(text):
+        st.events.append(e.line)
+        st.restarts = max(st.restarts, e.restart)
+        if e.event in ("requeue", "restart"):
+            st.last_requeue_reason = e.detail
+        elif e.event == "stop":
+            st.last_stop_reason = e.detail
+        elif e.event == "checkpoint-dir":
+            st.checkpoint_dir = e.detail
     return st
 
 
@@ -58,16 +51,14 @@ def state_path(status: JobStatus) -> Path | None:
     """``<dir of StdOut>/<JobName>_<JobId>.state``, from ``scontrol show job``."""
     if not status.stdout or not status.name:
         return None
-    return Path(status.stdout).parent / f"{status.name}_{status.job_id}.state"
-
-
-_UID = re.compile(r"\((\d+)\)$")
+    return Path(status.stdout).parent / state_name(status.name, status.job_id)
 
 
 def job_uid(status: JobStatus) -> int | None:
     """The job's user id from Slurm's ``UserId=name(uid)`` (None: not reported)."""
-    m = _UID.search(status.raw.get("UserId", ""))
-    return int(m.group(1)) if m else None
+    from slurmfm.job.slurm import user_id
+
+    return user_id(status.raw)
 
 
 def read_state(status: JobStatus) -> JobState | None:

@@ -117,12 +117,12 @@ def get(k: str) -> Entry | None:
 
 def put(k: str, text: str, warnings: tuple[str, ...]) -> None:
     """Store an entry atomically; a cache that cannot be written is silently skipped."""
+    from slurmfm.job import fsafe
+
     d = cache_dir()
     try:
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{k}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"text": text, "warnings": list(warnings)}), encoding="utf-8")
-        os.replace(tmp, d / f"{k}.json")
+        fsafe.replace(str(d / f"{k}.json"), json.dumps({"text": text, "warnings": list(warnings)}))
         _prune(d)
     except OSError:
         return

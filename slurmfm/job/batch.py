@@ -11,7 +11,6 @@ processes there (``forward``), or, for a launcher without a save protocol, reque
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -31,6 +30,7 @@ from . import fsafe, gate, hetjob, install, nccl, serve
 from . import slurm as sl
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
+from .options import BatchOptions, ContainerRemoveOptions, ForwardOptions
 from .state import StateFile, state_path
 
 if TYPE_CHECKING:
@@ -58,11 +58,11 @@ def masked(argv: Sequence[str], secrets: Sequence[str], env: dict[str, str]) -> 
 
 
 class Batch:
-    """One run of the batch step; ``opts`` are the parsed CLI options (see cli.py)."""
+    """One run of the batch step; ``opts`` are its options (:class:`.options.BatchOptions`)."""
 
     def __init__(
         self,
-        opts: argparse.Namespace,
+        opts: BatchOptions,
         env: dict[str, str] | None = None,
         run: Runner = run_command,
         popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
@@ -225,21 +225,8 @@ class Batch:
                 continue
             where = None if comp is first else comp
             checked.append((comp, where))
-            cmd = [
-                "health",
-                "--gpus",
-                str(comp.gpus),
-                "--efa",
-                str(comp.efa),
-                "--dcgm",
-                str(o.dcgm),
-                "--efa-tries",
-                str(o.efa_tries),
-                "--efa-delay-s",
-                str(o.efa_delay_s),
-            ]
-            if comp.imex:
-                cmd.append("--imex")
+            ho = o.health_options(comp.gpus, comp.efa, comp.imex)
+            cmd = ["health", *ho.to_argv(always=ho.defaults())]
             rc, out = self.run(
                 self.component_srun(where, ["python3", o.runtime, *cmd]), o.health_timeout_s
             )
@@ -501,9 +488,8 @@ class Batch:
         128-node job adds one job step, and the loop never waits on it. The launch ``srun``
         itself gets no signal: Slurm would pass it to every process of the step, Enroot's
         ``squashfuse`` too (render.script._container_forward)."""
-        words = ["forward", "--signal", self.o.container_forward]
-        if self.o.container_forward_tasks:
-            words.append("--tasks")
+        fo = ForwardOptions(signal=self.o.container_forward, tasks=self.o.container_forward_tasks)
+        words = ["forward", *fo.to_argv(always=("signal",))]
         try:
             self.forwarder = self.popen(self.all_nodes_srun(*words, overlap=True), env=self.env)
         except OSError as e:
@@ -583,7 +569,8 @@ class Batch:
             ]
             if not names:
                 continue
-            cmd = [*install.argv(), "container-remove", "--name", names[0]]
+            remove = ContainerRemoveOptions(name=names[0])
+            cmd = [*install.argv(), "container-remove", *remove.to_argv()]
             rc, out = self.run(self.component_srun(self.component(argv), cmd), 120)
             if rc != 0:
                 log("could not remove container %s: %s" % (names[0], out.strip()), err=True)

@@ -26,6 +26,15 @@ from . import hosts as hs
 from . import slurm as sl
 from .checkpoint import resume_from
 from .health import check_node, run_command
+from .options import (
+    BatchOptions,
+    ContainerRemoveOptions,
+    ForwardOptions,
+    HealthOptions,
+    NodeOptions,
+    PrepareOptions,
+    TaskOptions,
+)
 from .state import StateFile, state_path
 
 
@@ -33,7 +42,7 @@ def _kv(text: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in text.split() if "=" in kv)
 
 
-def storage_ok(a: argparse.Namespace, ckpt: str, st: StateFile) -> bool:
+def storage_ok(a: PrepareOptions, ckpt: str, st: StateFile) -> bool:
     """Lay out the checkpoint directory on Lustre; refuse to start without enough free space.
 
     ``--stripe-layout`` is the layout the renderer chose for the recipe's checkpoint format
@@ -123,7 +132,7 @@ def remove_everywhere(runtime: str, env: dict[str, str], timeout_s: float = 30.0
             )
 
 
-def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
+def prepare(a: PrepareOptions, env: dict[str, str], out: list[str]) -> int:
     restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
     st = StateFile(
         env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
@@ -132,7 +141,7 @@ def prepare(a: argparse.Namespace, env: dict[str, str], out: list[str]) -> int:
 
 
 def _prepare(
-    a: argparse.Namespace,
+    a: PrepareOptions,
     env: dict[str, str],
     out: list[str],
     st: StateFile,
@@ -284,30 +293,6 @@ def _prepare(
     return 0
 
 
-def _runtime_option(p: argparse.ArgumentParser) -> None:
-    """Where this runtime is, for the steps that run it again on every node (``srun python3
-    RUNTIME whoami|health|node``): ``prepare`` and ``batch``."""
-    p.add_argument("--runtime", default=sys.argv[0])
-
-
-def _health_options(p: argparse.ArgumentParser, *, imex_flag: bool) -> None:
-    """The node checks of the health gate (:func:`.health.check_node`).
-
-    ``batch`` takes them to pass on to its ``health`` step (``--imex 0|1``, as the script
-    writes every option with a value); ``health`` runs them (a bare ``--imex``, as
-    :meth:`.batch.Batch.health_gate` passes it).
-    """
-    p.add_argument("--gpus", type=int, default=0)
-    p.add_argument("--efa", type=int, default=0)
-    p.add_argument("--dcgm", type=int, default=0)
-    if imex_flag:
-        p.add_argument("--imex", action="store_true")
-    else:
-        p.add_argument("--imex", type=int, default=0)
-    p.add_argument("--efa-tries", type=int, default=3)
-    p.add_argument("--efa-delay-s", type=float, default=5.0)
-
-
 def _launch_argv(p: argparse.ArgumentParser) -> None:
     """The command to launch, everything after the options (a leading ``--`` is dropped by
     :func:`_rest`): ``batch`` and ``node``."""
@@ -315,132 +300,31 @@ def _launch_argv(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The runtime's command line; each subcommand's options come from its class in
+    :mod:`.options`, the one declaration the renderer writes them from."""
     p = argparse.ArgumentParser(prog="slurmfm-runtime", description=__doc__)
     sub = p.add_subparsers(dest="cmd")
     sub.required = True
-    pr = sub.add_parser("prepare")
-    _runtime_option(pr)
-    pr.add_argument("--planned", default="")
-    pr.add_argument("--rank-map", default="")
-    pr.add_argument("--topo-addr", type=int, default=0)
-    pr.add_argument("--serve", default="none", choices=["none", "all", "split", "hetjob"])
-    pr.add_argument("--serve-nodes", type=int, default=0)
-    pr.add_argument("--serve-port", type=int, default=0)
-    pr.add_argument("--dist-port", type=int, default=-1, help="SGLang: 0 picks one, -1 none")
-    pr.add_argument("--serve-dp", type=int, default=1, help="SGLang: data-parallel ranks")
-    pr.add_argument("--rdzv-port", type=int, default=0)
-    pr.add_argument("--tasks-per-node", type=int, default=0, help="NeMo: tasks in host order")
-    pr.add_argument("--port-base", type=int, default=20000)
-    pr.add_argument("--port-span", type=int, default=6000)
-    pr.add_argument("--stripe-layout", default="", help="lfs setstripe arguments for ckpts")
-    pr.add_argument("--min-free-kb", type=int, default=0)
-    pr.add_argument("--min-free-gb", default="0")
-
+    PrepareOptions.add_to(sub.add_parser("prepare"))
     b = sub.add_parser("batch")
-    _runtime_option(b)
-    b.add_argument("--max-restarts", type=int, default=3)
-    b.add_argument("--restart-in-job", type=int, default=0)
-    b.add_argument("--supervise", type=int, default=1, help="a parent that outlives a kill")
-    b.add_argument("--hang-timeout-s", type=float, default=0.0, help="0: no hang detection")
-    b.add_argument("--requeue", type=int, default=1)
-    b.add_argument(
-        "--expedite",
-        type=int,
-        default=0,
-        help="1: submitted with --requeue=expedite (a non-zero end sets Requeue=0 first)",
-    )
-    b.add_argument("--requeue-tries", type=int, default=3)
-    b.add_argument("--requeue-delay-s", type=float, default=10.0)
-    b.add_argument(
-        "--requeue-away-s", type=float, default=600.0, help="keep trying while slurmctld is away"
-    )
-    b.add_argument(
-        "--retry-exit",
-        default="any",
-        help="'any', 'none' or a comma list of exit codes (exits > 128 always retry)",
-    )
-    b.add_argument("--drain", type=int, default=0)
-    b.add_argument("--hyperpod", type=int, default=0)
-    b.add_argument("--hyperpod-marker", default="/opt/sagemaker_cluster")
-    b.add_argument("--health", type=int, default=0)
-    _health_options(b, imex_flag=False)
-    b.add_argument("--health-timeout-s", type=float, default=600.0)
-    b.add_argument("--nccl-check", default="off", choices=["off", "warn", "fail"])
-    b.add_argument("--nccl-timeout-s", type=float, default=600.0)
-    b.add_argument("--save-protocol", type=int, default=1)
-    b.add_argument("--resignal-s", type=float, default=10.0)
-    b.add_argument(
-        "--container-forward",
-        default="none",
-        choices=["none", "TERM", "USR2", "INT"],
-        help="a launch in a container: on the save signal, send this to the training "
-        "processes from a host step on every node (`forward`) instead of USR2 to the step",
-    )
-    b.add_argument(
-        "--container-forward-tasks",
-        type=int,
-        default=0,
-        help="1: the launch's tasks are the training processes (NeMo), not their children",
-    )
-    b.add_argument("--signal-grace-s", type=float, default=2.0)
-    b.add_argument("--probe-timeout-s", type=float, default=60.0)
-    b.add_argument(
-        "--stop-query-s",
-        type=float,
-        default=3.0,
-        help="how long to wait for slurmctld at a TERM (the stop reason), before KillWait",
-    )
-    b.add_argument("--poll-s", type=float, default=0.5)
-    b.add_argument("--done-check", default="none", help="none | marker | megatron:ITERS")
-    b.add_argument("--observe", type=int, default=0)
-    b.add_argument("--observe-job-json", default="{}")
-    b.add_argument("--observe-start-s", type=float, default=30.0)
-    b.add_argument("--serve-words", type=int, default=0)
-    b.add_argument("--serve-kind", default="")
-    b.add_argument("--serve-model", default="")
-    b.add_argument("--health-path", default="/health")
-    b.add_argument("--ready-timeout-s", type=float, default=1800.0)
-    b.add_argument("--ready-poll-s", type=float, default=5.0)
-    b.add_argument("--secret", action="append", default=[])
-    b.add_argument(
-        "--component",
-        action="append",
-        default=[],
-        help="a heterogeneous component beyond the first: 'G nodes=N health=0|1 gpus=N efa=N "
-        "imex=0|1'",
-    )
-    b.add_argument("--component-env", action="append", default=[], help="G:NAME=VALUE")
-    b.add_argument("--component-unset", action="append", default=[], help="G:NAME")
+    BatchOptions.add_to(b)
     _launch_argv(b)
-
     n = sub.add_parser("node")
-    n.add_argument("--prefix", type=int, default=0)
-    n.add_argument("--forward", default="none", choices=["none", "TERM", "USR2", "INT"])
-    n.add_argument("--order-var", default="SLURMFM_HOST_ORDER", help="where the host order is")
-    n.add_argument("--ray", default="", help="vLLM across nodes: the ray command")
-    n.add_argument("--ray-python", default="python3")
-    n.add_argument("--ray-port", default="6379")
-    n.add_argument("--ray-nodes", default="1")
-    n.add_argument("--ray-timeout-s", default="300")
+    NodeOptions.add_to(n)
     _launch_argv(n)
-
-    f = sub.add_parser(
-        "forward",
-        help="signal the workers of this node's launch step, and each new one, until it ends",
+    ForwardOptions.add_to(
+        sub.add_parser(
+            "forward",
+            help="signal the workers of this node's launch step, and each new one, until it ends",
+        )
     )
-    f.add_argument("--signal", default="TERM", choices=["TERM", "USR2", "INT"])
-    f.add_argument("--poll-s", type=float, default=2.0, help="how often to look for new workers")
-    f.add_argument("--tasks", action="store_true", help="signal the tasks, not their children")
-
-    cr = sub.add_parser("container-remove", help="remove this node's named container")
-    cr.add_argument("--name", required=True, help="the Pyxis --container-name")
-
-    _health_options(sub.add_parser("health"), imex_flag=True)
-
+    ContainerRemoveOptions.add_to(
+        sub.add_parser("container-remove", help="remove this node's named container")
+    )
+    HealthOptions.add_to(sub.add_parser("health"))
     sub.add_parser("observe")
     sub.add_parser("stacks", help="dump and abort this node's training workers (a hang)")
-    t = sub.add_parser("task")
-    t.add_argument("--script", required=True, help="the running batch script ($0)")
+    TaskOptions.add_to(sub.add_parser("task"))
     sub.add_parser("whoami")
     return p
 
@@ -455,23 +339,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = dict(os.environ)
     if a.cmd == "prepare":
         out: list[str] = []
-        rc = prepare(a, env, out)
+        rc = prepare(PrepareOptions.from_namespace(a), env, out)
         if rc == 0:
             print("\n".join(out))
         return rc
     if a.cmd == "batch":
         from .batch import Batch
 
+        o = BatchOptions.from_namespace(a)
+        if not o.runtime:
+            o = o._replace(runtime=sys.argv[0])
         words = _rest(a.argv)
-        k = a.serve_words
+        k = o.serve_words
         serve_argv, launch = words[:k], words[k:]
         if env.get("SLURMFM_SUPERVISED") == "1":  # the supervisor's child
-            return Batch(a, env).main(serve_argv, launch)
-        if not a.supervise:
+            return Batch(o, env).main(serve_argv, launch)
+        if not o.supervise:
             try:
-                return Batch(a, env).main(serve_argv, launch)
+                return Batch(o, env).main(serve_argv, launch)
             finally:
-                remove_everywhere(a.runtime, env)
+                remove_everywhere(o.runtime, env)
         from .state import StateFile, state_path
         from .supervise import supervise
 
@@ -481,51 +368,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             return supervise(
-                lambda: Batch(a, dict(env, SLURMFM_SUPERVISED="1")).main(serve_argv, launch),
+                lambda: Batch(o, dict(env, SLURMFM_SUPERVISED="1")).main(serve_argv, launch),
                 state,
                 env,
-                a.max_restarts,
-                bool(a.requeue),
+                o.max_restarts,
+                o.requeue,
             )
         finally:
-            remove_everywhere(a.runtime, env)
+            remove_everywhere(o.runtime, env)
     if a.cmd == "node":
         from .node import main as node_main
 
-        ray = None
-        if a.ray:
-            ray = {
-                "ray": a.ray,
-                "python": a.ray_python,
-                "port": a.ray_port,
-                "nodes": a.ray_nodes,
-                "timeout": a.ray_timeout_s,
-            }
-        env["SLURMFM_HOST_ORDER"] = env.get(a.order_var, "")
-        return node_main(_rest(a.argv), a.prefix, a.forward, ray, env)
+        no = NodeOptions.from_namespace(a)
+        env["SLURMFM_HOST_ORDER"] = env.get(no.order_var, "")
+        return node_main(_rest(a.argv), no.prefix, no.forward, no.ray_settings(), env)
     if a.cmd == "forward":
         import signal
 
         from .node import forward_until_done
 
+        fo = ForwardOptions.from_namespace(a)
         node = env.get("SLURMD_NODENAME", "")
         sent = forward_until_done(
             env.get("SLURM_JOB_ID", ""),
-            getattr(signal, "SIG" + a.signal),
+            getattr(signal, "SIG" + fo.signal),
             node,
-            poll_s=a.poll_s,
-            tasks=a.tasks,
+            poll_s=fo.poll_s,
+            tasks=fo.tasks,
         )
         print(
             "slurmfm: %s: SIG%s to %d training process(es); the launch ended"
-            % (node or "?", a.signal, sent),
+            % (node or "?", fo.signal, sent),
             flush=True,
         )
         return 0
     if a.cmd == "container-remove":
         from .node import container_remove
 
-        gone = container_remove(a.name)
+        gone = container_remove(ContainerRemoveOptions.from_namespace(a).name)
         if gone is None:
             return 1
         print(
@@ -542,14 +422,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")
+        ho = HealthOptions.from_namespace(a)
         bad = check_node(
-            a.gpus,
-            a.efa,
-            a.dcgm,
-            a.imex,
+            ho.gpus,
+            ho.efa,
+            ho.dcgm,
+            ho.imex,
             sysfs=env.get("SLURMFM_SYSFS", "/sys"),
-            efa_tries=a.efa_tries,
-            efa_delay_s=a.efa_delay_s,
+            efa_tries=ho.efa_tries,
+            efa_delay_s=ho.efa_delay_s,
         )
         if bad:
             print(f"slurmfm-health {node} FAIL {bad}", flush=True)
@@ -565,7 +446,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .sweep import main as sweep_main
 
         try:
-            print("\n".join(sweep_main(a.script, env.get("SLURM_ARRAY_TASK_ID"))))
+            script = TaskOptions.from_namespace(a).script
+            print("\n".join(sweep_main(script, env.get("SLURM_ARRAY_TASK_ID"))))
         except (SweepError, ValueError) as exc:
             print(f"slurmfm: {exc}", file=sys.stderr)
             return 2

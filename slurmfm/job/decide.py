@@ -26,6 +26,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+# The completion marker's rules live with the run directory's others (.checkpoint); the
+# batch step asks them here.
+from .checkpoint import marker_stamp as marker_stamp  # noqa: PLC0414 - re-exported
+from .checkpoint import marker_verdict as marker_verdict  # noqa: PLC0414 - re-exported
+
 if TYPE_CHECKING:
     from .classify import Verdict
 
@@ -141,68 +146,3 @@ def megatron_finished(checkpoint_dir: str, train_iters: int) -> bool | None:
         return int(text) >= train_iters
     except ValueError:
         return False
-
-
-MARKER = "DONE"
-
-
-def marker_stamp(checkpoint_dir: str) -> tuple[int, int, int] | None:
-    """Identity of the ``DONE`` marker now (inode, mtime, size), or None when there is none.
-
-    Taken when the step starts, so a marker the step writes (``mark_done`` replaces the file,
-    a new inode) can be told from one left by an earlier run without comparing clocks of
-    nodes and file servers.
-    """
-    import os
-
-    try:
-        st = os.stat(os.path.join(checkpoint_dir, MARKER))
-    except OSError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def marker_verdict(
-    checkpoint_dir: str, ask: str, job_id: str, before: tuple[int, int, int] | None
-) -> tuple[str, str]:
-    """Whether the ``DONE`` marker ends *this* run: ("done" | "stale" | "absent", why).
-
-    A marker says a run finished, but the run directory outlives runs: a finished 20-step run
-    resubmitted with 240 steps finds its old marker. So a marker counts only for
-    the ask and the job that wrote it. ``slurmfm.checkpoint.mark_done`` writes JSON with
-    ``ask``, the digest of the launch command the runtime exports as ``SLURMFM_ASK``, and
-    ``job_id``: it counts when both are this run's. The job id matters too because what was
-    asked is not all in the command line (an environment variable, a data file); a requeue
-    keeps the job id, and a training that finds nothing left to do writes its marker again.
-    A marker without an ask (a plain ``DONE``, or a script that writes its own) counts only
-    when this attempt wrote it: it was absent or different when the step started
-    (``before``, from :func:`marker_stamp`).
-    """
-    import json
-    import os
-
-    path = os.path.join(checkpoint_dir, MARKER)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read(65536)
-    except OSError:
-        return "absent", ""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and data.get("ask"):
-        wrote = str(data.get("job_id") or "")
-        who = "job %s" % wrote if wrote else "another run"
-        if str(data["ask"]) != ask:
-            asked = ", steps %s" % data["steps"] if data.get("steps") is not None else ""
-            return "stale", "stale DONE marker (written by %s for another launch%s)" % (
-                who,
-                asked,
-            )
-        if wrote != job_id:
-            return "stale", "stale DONE marker (written by %s, not this job)" % who
-        return "done", "DONE marker written by this job for this launch"
-    if before is None or marker_stamp(checkpoint_dir) != before:
-        return "done", "plain DONE marker written during this attempt"
-    return "stale", "stale DONE marker (plain, older than this attempt)"

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import IO
 
 from . import classify as cl
+from . import fsafe
 from .checkpoint import resume_from
 
 TAIL_LINES = 200
@@ -58,17 +59,10 @@ def private_dir(path: str) -> bool:
 
 
 def write_private(path: str, text: str) -> None:
-    """Write a new file (never through a link, never someone else's); errors are ignored."""
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(tmp, flags, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    """Replace ``path`` with an owner-only file (:func:`.fsafe.replace`: never through a
+    link, never into someone else's file); errors are ignored."""
+    with contextlib.suppress(OSError):
+        fsafe.replace(path, text, mode=0o600)
 
 
 def read_small(path: str, limit: int = 1 << 20) -> str:

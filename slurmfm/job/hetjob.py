@@ -50,6 +50,29 @@ class ComponentError(ValueError):
     pass
 
 
+def component_spec(c: Component) -> str:
+    """The script's ``--component`` value of ``c`` (its environment goes in
+    :func:`env_spec`/:func:`unset_spec` words); :func:`parse_component` reads it back."""
+    return "%d nodes=%d health=%d gpus=%d efa=%d imex=%d" % (
+        c.group,
+        c.nodes,
+        c.health,
+        c.gpus,
+        c.efa,
+        c.imex,
+    )
+
+
+def env_spec(group: int, name: str, value: str) -> str:
+    """A ``--component-env`` value, ``G:NAME=VALUE`` (VALUE may be the script's shell text)."""
+    return "%d:%s=%s" % (group, name, value)
+
+
+def unset_spec(group: int, name: str) -> str:
+    """A ``--component-unset`` value, ``G:NAME``."""
+    return "%d:%s" % (group, name)
+
+
 def parse_component(spec: str) -> Component:
     """``"1 nodes=2 health=1 gpus=8 efa=32 imex=0"`` (the script's ``--component``)."""
     words = spec.split()

@@ -106,12 +106,12 @@ def with_master(argv: Sequence[str], old: str, new: str) -> list[str]:
 
 def parse_node_addrs(scontrol_show_node: str) -> dict[str, str]:
     """``NodeName -> NodeAddr`` from ``scontrol -o show node`` output."""
+    from .slurm import node_records
+
     out: dict[str, str] = {}
-    for line in scontrol_show_node.splitlines():
-        name = re.search(r"(?:^|\s)NodeName=(\S+)", line)
-        addr = re.search(r"(?:^|\s)NodeAddr=(\S+)", line)
-        if name:
-            out[name.group(1)] = addr.group(1) if addr else name.group(1)
+    for rec in node_records(scontrol_show_node):
+        name = rec["NodeName"]
+        out[name] = rec.get("NodeAddr") or name
     return out
 
 

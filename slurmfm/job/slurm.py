@@ -5,6 +5,7 @@ Every call goes through an injected runner so the unit tests can stand in for Sl
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -94,17 +95,50 @@ def requeue(job: str, run: Runner = run_command, retry: Retry = DEFAULT_RETRY) -
     return (True, "") if ok else (False, _last(out, "scontrol requeue"))
 
 
+_KEY = re.compile(r"(?:(?<=\s)|^)([A-Za-z][A-Za-z0-9_:/]*)=")
+
+
+def parse_record(text: str) -> dict[str, str]:
+    """One ``scontrol show -o`` record (``Key=Value`` pairs) as ``{Key: value}``; the one
+    parser of scontrol records, the submitting side's too.
+
+    A key is a word followed by ``=``; its value runs to the next `` Key=``, so a value may
+    hold spaces: ``Reason=launch failed requeued held``, ``Reason=Node down (by admin)``,
+    ``Command=/path with space`` (split on spaces, the runtime once read the first as
+    ``launch``). The first of a repeated key wins: Slurm prints its own fields before the
+    free text a user sets (``Comment``, ``Command``, paths), so a ``JobState=`` inside those
+    cannot replace the real one.
+    """
+    out: dict[str, str] = {}
+    matches = list(_KEY.finditer(text))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        out.setdefault(m.group(1), text[m.end() : end].strip())
+    return out
+
+
+_NODE_SPLIT = re.compile(r"(?:^|\s)(?=NodeName=)")
+
+
+def node_records(text: str) -> list[dict[str, str]]:
+    """The records of ``scontrol show node`` output, one line per node (``-o``) or the
+    default multi-line form: split at each ``NodeName=``, then :func:`parse_record`."""
+    return [parse_record(r) for r in _NODE_SPLIT.split(text) if r.startswith("NodeName=")]
+
+
 def job_record(job: str, run: Runner = run_command, timeout_s: float = 30.0) -> dict[str, str]:
-    """``scontrol show job -o JOB`` as ``{Key: value}`` (empty when scontrol fails)."""
+    """``scontrol show job -o JOB`` as ``{Key: value}`` (empty when scontrol fails); a
+    heterogeneous job's first line, component 0 (where the batch step runs)."""
     rc, out = run(["scontrol", "show", "job", "-o", job], timeout_s)
-    if rc != 0:
+    if rc != 0 or not out.strip():
         return {}
-    rec: dict[str, str] = {}
-    for word in out.split():
-        key, eq, value = word.partition("=")
-        if eq and key not in rec:
-            rec[key] = value
-    return rec
+    return parse_record(out.strip().splitlines()[0])
+
+
+def user_id(rec: dict[str, str]) -> int | None:
+    """The job's user id from a record's ``UserId=name(uid)`` (None: not reported)."""
+    m = re.search(r"\((\d+)\)$", rec.get("UserId", ""))
+    return int(m.group(1)) if m else None
 
 
 def _last(out: str, what: str) -> str:

@@ -1,9 +1,17 @@
 """The job's state file: one line per event, read by ``slurmfm status``.
 
 Format (unchanged from the bash runtime, so old records still read):
-``<UTC time> restart=<n> event=<word> <detail>``. A line is written after the event happened
-(a requeue is recorded once ``scontrol requeue`` succeeded), and a record that cannot be
-written never stops the job.
+``<UTC time> restart=<n> event=<word> <detail>`` (:func:`format_line`, read back by
+:func:`parse_line` and :func:`events`, the one reader: ``slurmfm status``, ``report``,
+``logs`` and ``plan --avoid-failed-since`` use it too). A line is written after the event
+happened (a requeue is recorded once ``scontrol requeue`` succeeded), and a record that cannot
+be written never stops the job. The file is ``<log dir>/<job name>_<job id>.state``
+(:func:`state_name`).
+
+The events: ``start``, ``checkpoint-dir``, ``hosts``, ``signal``, ``requeue`` (one the
+runtime asked for), ``restart`` (one it did not: Slurm's or an operator's, recorded by the
+attempt that followed), ``stop`` (what Slurm said when a TERM reached the batch step),
+``give-up``, ``fail``, ``finished`` and a few more (``save-failed``...).
 
 The log directory is shared (docs/security.md), and the name ``<job>_<id>.state`` is easy to
 guess before the job exists. So the record is the first of ``<job>_<id>.state`` and
@@ -18,14 +26,51 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from . import fsafe
 
 SUFFIX = ".state"
+_LINE = re.compile(r"^(?P<ts>\S+) restart=(?P<restart>\d+) event=(?P<event>\S+) ?(?P<rest>.*)$")
+
+
+class Event(NamedTuple):
+    """One line of a state file."""
+
+    time: str  # ISO 8601 UTC, ``...Z``
+    restart: int  # the attempt that wrote it (SLURM_RESTART_COUNT)
+    event: str
+    detail: str
+    line: str  # as written
+
+
+def format_line(clock_s: float, restart: int, event: str, detail: str) -> str:
+    """The line that records ``event``; a newline in a detail cannot forge a second record."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock_s))
+    return "%s restart=%d event=%s %s\n" % (stamp, restart, event, " ".join(detail.split()))
+
+
+def parse_line(line: str) -> Event | None:
+    """The event of one line, None for anything else."""
+    m = _LINE.match(line)
+    if not m:
+        return None
+    return Event(m.group("ts"), int(m.group("restart")), m.group("event"), m.group("rest"), line)
+
+
+def events(text: str) -> list[Event]:
+    """Every event of a state file's text, oldest first."""
+    return [e for e in map(parse_line, text.splitlines()) if e is not None]
+
+
+def state_name(job_name: str, job_id: str) -> str:
+    """The state file's name for a job: ``<job name>_<job id>.state``."""
+    return "%s_%s%s" % (job_name, job_id, SUFFIX)
 
 
 def candidates(path: str) -> list[str]:
@@ -79,10 +124,7 @@ class StateFile:
         self.clock = clock
 
     def record(self, event: str, detail: str = "") -> None:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        # one line per event: a newline in a detail must not forge a second record
-        detail = " ".join(detail.split())
-        line = "%s restart=%d event=%s %s\n" % (stamp, self.restart, event, detail)
+        line = format_line(self.clock(), self.restart, event, detail)
         with contextlib.suppress(OSError):
             fsafe.append(self.path, line)
 
@@ -98,20 +140,15 @@ class StateFile:
         written by the attempt it ends, so the next attempt can tell it from one it did not
         ask for (:meth:`slurmfm.job.batch.Batch.note_unasked_restart`).
         """
-        marker = f" event={event} "
         found = None
-        for line in (fsafe.read_text(self.path, limit=16 << 20) or "").splitlines():
-            if marker in line:
-                head, _, detail = line.partition(marker)
-                restart = head.rpartition(" restart=")[2]
-                if restart.isdigit():
-                    found = (int(restart), detail)
+        for e in events(fsafe.read_text(self.path, limit=16 << 20) or ""):
+            if e.event == event:
+                found = (e.restart, e.detail)
         return found
 
 
 def state_path(log_dir: str, env: dict[str, str]) -> str:
     """``$LOG_DIR/<job name>_<job id>.state``, the path ``slurmfm status`` reads."""
     return os.path.join(
-        log_dir,
-        "{}_{}.state".format(env.get("SLURM_JOB_NAME", "job"), env.get("SLURM_JOB_ID", "0")),
+        log_dir, state_name(env.get("SLURM_JOB_NAME", "job"), env.get("SLURM_JOB_ID", "0"))
     )

@@ -131,7 +131,7 @@ def rank_task(job_id: str, rank: int, directory: Path, job_name: str, nodes: lis
 
     from slurmfm.errors import SlurmfmError
     from slurmfm.job import fsafe
-    from slurmfm.job.state import find
+    from slurmfm.job.state import find, state_name
     from slurmfm.observe.report import parse_runs
 
     base = directory / f"{job_name}_{job_id}"
@@ -144,7 +144,7 @@ def rank_task(job_id: str, rank: int, directory: Path, job_name: str, nodes: lis
             "observability on (observability.enabled: on; its launch step labels each line "
             "with its task)"
         ) from None
-    state, _ignored = find(f"{base}.state")
+    state, _ignored = find(str(directory / state_name(job_name, job_id)))
     runs = parse_runs((fsafe.read_text(state) if state else None) or "")
     hosts = next((r.hosts for r in reversed(runs) if r.hosts), [])
     try:

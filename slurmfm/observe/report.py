@@ -18,10 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from slurmfm.backends.state import _LINE
 from slurmfm.job import fsafe
 from slurmfm.job.nccl import EFA as _NCCL_EFA
 from slurmfm.job.nccl import SOCKET as _NCCL_SOCKET
+from slurmfm.job.slurm import user_id
+from slurmfm.job.state import events, state_name
 from slurmfm.job.state import find as find_state
 
 # Counters summed per node in the text report; the JSON report has every counter per device.
@@ -108,13 +109,10 @@ def parse_runs(state_text: str, now: datetime | None = None) -> list[Run]:
     duration so far is counted.
     """
     runs: dict[int, Run] = {}
-    for line in state_text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        n = int(m.group("restart"))
+    for e in events(state_text):
+        n = e.restart
         run = runs.setdefault(n, Run(n))
-        event, rest, ts = m.group("event"), m.group("rest"), m.group("ts")
+        event, rest, ts = e.event, e.detail, e.time
         if event == "start":
             run.start = run.start or ts
         elif event == "hosts":
@@ -244,9 +242,8 @@ def build_report(
     rep.restarts = int(record.get("Restarts", "0") or 0)
     rep.slurm_run_time = record.get("RunTime", record.get("Elapsed", ""))
     base = f"{name}_{job_id}"
-    state_file = log_dir / f"{base}.state"
-    uid_m = re.search(r"\((\d+)\)$", record.get("UserId", ""))
-    uid = int(uid_m.group(1)) if uid_m else None
+    state_file = log_dir / state_name(name, job_id)
+    uid = user_id(record)
     found, ignored = find_state(str(state_file), uid)
     state_text = (fsafe.read_text(found, uid, 16 << 20) if found else None) or ""
     rep.notes.extend(f"ignored state file {why} (not the job's user's)" for why in ignored)
@@ -255,10 +252,9 @@ def build_report(
     still = not rep.state or rep.state in {"RUNNING", "COMPLETING", "CONFIGURING", "PENDING"}
     rep.runs = parse_runs(state_text, datetime.now(timezone.utc) if still else None)
     rep.restarts = max(rep.restarts, max((r.restart for r in rep.runs), default=0))
-    for line in state_text.splitlines():
-        m = _LINE.match(line)
-        if m and m.group("event") == "checkpoint-dir":
-            rep.checkpoint_dir = m.group("rest")
+    for e in events(state_text):
+        if e.event == "checkpoint-dir":
+            rep.checkpoint_dir = e.detail
     if rep.runs:
         rep.nodes = next((r.hosts for r in reversed(rep.runs) if r.hosts), [])
         rep.start = rep.runs[0].start

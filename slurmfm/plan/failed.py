@@ -23,10 +23,10 @@ from pathlib import Path
 
 from slurmfm.errors import SlurmfmError
 from slurmfm.job import fsafe
+from slurmfm.job.state import SUFFIX
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT_S = {"": 3600.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_STATE = re.compile(r"^(?P<ts>\S+) restart=\d+ event=(?P<event>\S+) ?(?P<rest>.*)$")
 _GATE = re.compile(r"health gate failed on (?P<nodes>.*)$")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -57,20 +57,17 @@ def _epoch(ts: str) -> float | None:
 
 def from_state_text(text: str, since: float, source: str = "") -> dict[str, str]:
     """Nodes a job's state file says failed the health gate at or after ``since`` (epoch)."""
+    from slurmfm.job.state import events
+
     out: dict[str, str] = {}
-    for line in text.splitlines():
-        m = _STATE.match(line)
-        if not m:
-            continue
-        g = _GATE.search(m.group("rest"))
-        ts = _epoch(m.group("ts"))
+    for e in events(text):
+        g = _GATE.search(e.detail)
+        ts = _epoch(e.time)
         if g is None or ts is None or ts < since:
             continue
         for node in g.group("nodes").replace(",", " ").split():
             if _HOST.match(node) and node not in {"some", "node"}:
-                out[node] = f"health gate failed {m.group('ts')}" + (
-                    f" ({source})" if source else ""
-                )
+                out[node] = f"health gate failed {e.time}" + (f" ({source})" if source else "")
     return out
 
 
@@ -81,7 +78,7 @@ def from_state_dirs(dirs: Iterable[str | Path], since: float) -> dict[str, str]:
         base = Path(d)
         if not base.is_dir():
             raise FailedNodesError(f"--failed-records {d}: not a directory")
-        for f in sorted(base.rglob("*.state")):
+        for f in sorted(base.rglob("*" + SUFFIX)):
             try:  # this user's own records only: a planted one could name any node
                 text = fsafe.read(str(f), limit=16 << 20).decode("utf-8", "replace")
             except fsafe.Refused:

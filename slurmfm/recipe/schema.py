@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from slurmfm.job.options import BatchOptions
 from slurmfm.recipe.sweep import Sweep
 
 if TYPE_CHECKING:
@@ -709,16 +710,23 @@ class Storage(_Strict):
         return v
 
 
+# What the job runtime does when the script does not say otherwise: the recipe's defaults.
+_RUNTIME = BatchOptions()
+
+
 class Resilience(_Strict):
     """Requeue, pre-timeout save, restart cap, health gate and NCCL transport check.
+
+    The defaults of what the job runtime does are the runtime's own
+    (:class:`slurmfm.job.options.BatchOptions`): one set of defaults for both sides.
 
     The pre-timeout signal is SIGUSR2: NCCL catches SIGUSR1 for itself, which is why submitit
     moved to USR2 (https://github.com/facebookincubator/submitit/pull/1697).
     """
 
-    requeue: bool = True
+    requeue: bool = _RUNTIME.requeue
     expedited_requeue: bool = Field(
-        default=False,
+        default=_RUNTIME.expedite,
         description=(
             "sbatch --requeue=expedite (Slurm >= 25.11): a requeued job may start again at "
             "once instead of after the credential lifetime (AuthInfo=cred_expire, 120 s by "
@@ -726,9 +734,9 @@ class Resilience(_Strict):
             " otherwise sbatch refuses the job). https://slurm.schedmd.com/news.html (25.11)"
         ),
     )
-    max_restarts: int = Field(default=3, ge=0, le=1000)
+    max_restarts: int = Field(default=_RUNTIME.max_restarts, ge=0, le=1000)
     hang_timeout: str = Field(
-        default="30m",
+        default=f"{int(_RUNTIME.hang_timeout_s) // 60}m",
         description=(
             "a launch with no progress (report_progress, a new checkpoint, a Megatron or NeMo "
             "iteration line) for this long is a hang: stacks dumped, stopped, retried. "
@@ -737,7 +745,7 @@ class Resilience(_Strict):
         ),
     )
     restart_in_job: bool = Field(
-        default=True,
+        default=_RUNTIME.restart_in_job,
         description=(
             "a retryable failure on nodes that all answer relaunches the step inside the "
             "allocation (no requeue, no credential wait, no queueing), counted against "
@@ -756,11 +764,11 @@ class Resilience(_Strict):
         default="auto", description="auto: on for GPU instance types, off for the CPU lab"
     )
     dcgm_level: Literal[0, 1] = 0
-    drain_unhealthy: bool = True
+    drain_unhealthy: bool = _RUNTIME.drain
     nccl_transport_check: Literal["auto", "fail", "warn", "off"] = Field(
         default="auto", description="auto: fail on EFA instance types, off elsewhere"
     )
-    nccl_check_timeout_s: int = Field(default=900, ge=10)
+    nccl_check_timeout_s: int = Field(default=int(_RUNTIME.nccl_timeout_s), ge=10)
     save_on_signal: bool | None = Field(
         default=None,
         description=(

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 
 from slurmfm import __version__
 from slurmfm.errors import RenderError, UnsupportedError
-from slurmfm.job import install
+from slurmfm.job import hetjob, install
 from slurmfm.job.batch import CONTAINER_ENTRY
+from slurmfm.job.options import BatchOptions, NodeOptions, PrepareOptions, flag
+from slurmfm.job.state import state_name
 from slurmfm.plan.types import Placement
 from slurmfm.render.payload import RuntimeFile, payload_line, runtime_file
 from slurmfm.render.quote import env_name, sbatch_value, sh_join, sh_quote
@@ -87,6 +89,10 @@ class RenderedScript:
     # What the job needs beside its text: the runtime zipapp (also embedded in the text's last
     # line, so a plain `sbatch` of the text works on its own).
     files: tuple[RuntimeFile, ...] = ()
+    # The runtime's options the script passes (the words of its ``prepare`` and ``batch``
+    # lines, tests/job/test_options.py), as the typed values of slurmfm.job.options.
+    prepare_options: PrepareOptions | None = None
+    batch_options: BatchOptions | None = None
 
 
 # Compiled templates kept on disk, as Python keeps ``__pycache__``, when a caller provides a
@@ -729,8 +735,9 @@ def container_name(role: str) -> str:
     return "slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-" + role
 
 
-def _container_forward(kind: str, forward: str, in_container: bool) -> list[str]:
-    """The batch options that deliver the save signal to a training launch in a container.
+def _container_forward(kind: str, forward: str, in_container: bool) -> dict[str, object]:
+    """The batch options (:class:`BatchOptions` fields) that deliver the save signal to a
+    training launch in a container.
 
     Only a host step on every node delivers it (``runtime forward``), to the training
     processes it finds there, and the launch ``srun`` gets no signal: Slurm passes a signal
@@ -742,11 +749,11 @@ def _container_forward(kind: str, forward: str, in_container: bool) -> list[str]
     (no launcher), so they get it themselves.
     """
     if not in_container or kind not in ("torchrun", "megatron", "nemo"):
-        return []
-    opts = [f"--container-forward {forward if forward != 'none' else 'USR2'}"]
-    if kind == "nemo":
-        opts.append("--container-forward-tasks 1")
-    return opts
+        return {}
+    return {
+        "container_forward": forward if forward != "none" else "USR2",
+        "container_forward_tasks": kind == "nemo",
+    }
 
 
 def _container_opts(
@@ -858,7 +865,7 @@ class Observe:
     interval: int = 15
     gpus: int = 0
     recipe: str = "''"
-    job_json: str = "''"
+    job_json: str = "{}"  # the job's description for the agent (literal JSON)
 
 
 def _observe(recipe: Recipe, inst: InstanceType) -> Observe:
@@ -887,7 +894,7 @@ def _observe(recipe: Recipe, inst: InstanceType) -> Observe:
         interval=o.interval_s,
         gpus=inst.gpus,
         recipe=sh_quote(recipe.name, what="name"),
-        job_json=sh_quote(json.dumps(job, sort_keys=True)),
+        job_json=json.dumps(job, sort_keys=True),
     )
 
 
@@ -900,41 +907,126 @@ def _nccl_check(recipe: Recipe, inst: InstanceType) -> str:
 
 def _prepare_opts(
     recipe: Recipe, placement: Placement, serve: ServeLaunch | None
-) -> tuple[list[str], str]:
+) -> tuple[PrepareOptions, str]:
     """Options of ``runtime prepare``: where the host order comes from, ports, storage."""
-    opts: list[str] = []
+    o: dict[str, object] = {}
     if placement.nodes:
-        opts.append("--planned " + sh_quote(" ".join(placement.nodes)))
+        o["planned"] = " ".join(placement.nodes)
         how = "planned by `slurmfm plan`, pin mode"
     elif placement.rank_key:
-        rank_map = " ".join(f"{h}={k}" for h, k in sorted(placement.rank_key.items()))
-        opts.append("--rank-map " + sh_quote(rank_map))
+        o["rank_map"] = " ".join(f"{h}={k}" for h, k in sorted(placement.rank_key.items()))
         how = "the planner's rank map sorts the allocation"
     elif placement.mode == "constrain":
-        opts.append("--topo-addr 1")
+        o["topo_addr"] = True
         how = "sorted by each node's SLURM_TOPOLOGY_ADDR"
     else:
         how = "the allocation's own order"
     port = getattr(recipe.launcher, "rdzv_port", None)
     if port:
-        opts.append(f"--rdzv-port {port}")
+        o["rdzv_port"] = port
     if recipe.launcher.kind == "nemo":  # one task per GPU, laid out in host order
-        opts.append(f"--tasks-per-node {recipe.procs_per_node}")
+        o["tasks_per_node"] = recipe.procs_per_node
     if serve is not None:
-        opts.append(f"--serve {serve.group} --serve-nodes {serve.nodes} --serve-port {serve.port}")
+        o.update(serve=serve.group, serve_nodes=serve.nodes, serve_port=serve.port)
         if serve.dist_port is not None:
-            opts.append(f"--dist-port {serve.dist_port}")
-            if serve.dp > 1:
-                opts.append(f"--serve-dp {serve.dp}")
+            o["dist_port"] = serve.dist_port
+            o["serve_dp"] = serve.dp
     s = recipe.storage
     if s.stripe == "auto":
         layout = _checkpoint_layout(recipe)
         if layout.args:
-            opts.append("--stripe-layout=" + sh_quote(" ".join(layout.args)))
+            o["stripe_layout"] = " ".join(layout.args)
     if s.min_free_gb:
         gb = str(int(s.min_free_gb)) if s.min_free_gb == int(s.min_free_gb) else str(s.min_free_gb)
-        opts.append(f"--min-free-kb {int(s.min_free_gb * 1024 * 1024)} --min-free-gb {gb}")
-    return opts, how
+        o.update(min_free_kb=int(s.min_free_gb * 1024 * 1024), min_free_gb=gb)
+    return PrepareOptions(**o), how  # type: ignore[arg-type]
+
+
+def _shell_words(words: list[str]) -> str:
+    """Runtime option words as shell text: ``--flag=VALUE`` keeps its flag bare."""
+    out = []
+    for w in words:
+        name, eq, value = w.partition("=")
+        bare_flag = eq and name.startswith("--") and name[2:].replace("-", "").isalnum()
+        out.append(name + "=" + sh_quote(value) if bare_flag else sh_quote(w))
+    return " ".join(out)
+
+
+# ``runtime batch``'s options, one readable line per group: a line marked True always shows
+# (for the reader), the others when one of their values is not the runtime's default.
+_BATCH_LINES: tuple[tuple[tuple[str, ...], bool], ...] = (
+    (("max_restarts", "restart_in_job", "requeue", "drain", "hyperpod"), True),
+    (("retry_exit", "hang_timeout_s"), True),
+    (("expedite",), False),
+    (("health", "gpus", "efa", "dcgm", "imex", "efa_tries", "efa_delay_s"), False),
+    (("nccl_check", "nccl_timeout_s"), False),
+    (("save_protocol", "resignal_s", "probe_timeout_s", "done_check"), True),
+    (("observe", "observe_job_json"), False),
+    (
+        (
+            "serve_words",
+            "serve_kind",
+            "serve_model",
+            "health_path",
+            "ready_timeout_s",
+            "ready_poll_s",
+        ),
+        False,
+    ),
+    (("component",), False),  # one line per component, with its own env lines (_batch_lines)
+    (("secret",), False),
+    (("container_forward",), False),
+    (("container_forward_tasks",), False),
+)
+
+
+def _serve_node_words(serve: ServeLaunch) -> str:
+    """The server's per-node entry options: its prefix always and, with Ray, every setting."""
+    ray = ("ray", "ray_python", "ray_port", "ray_nodes", "ray_timeout_s") if serve.node.ray else ()
+    return _shell_words(serve.node.to_argv(always=("prefix", *ray)))
+
+
+def _batch_lines(o: BatchOptions, components: tuple[Component, ...]) -> list[str]:
+    """``o`` as the script's lines of shell words (:data:`_BATCH_LINES`).
+
+    Two values only the job's bash knows are shell text here, not fields of ``o``: the
+    number of words of the server's command (``${#slurmfm_serve[@]}``) and each component's
+    environment values (the profile's shell words, as in the ``export`` lines).
+    """
+    changed = set(o.changed())
+    lines: list[str] = []
+    placed: set[str] = set()
+    for names, always in _BATCH_LINES:
+        placed.update(names)
+        if names == ("component",):
+            # Heterogeneous component N: its own health gate and observability agent on its
+            # own nodes, and the profile lines of its instance type that differ from the
+            # exports above, applied to its steps (`srun --het-group=N`).
+            for comp, spec in zip(components[1:], o.component, strict=False):
+                lines.append(_shell_words([flag("component"), spec]))
+                env = flag("component_env")
+                own = [
+                    f"{env} " + hetjob.env_spec(comp.group, e.name, e.shell_value) for e in comp.env
+                ]
+                own += [
+                    _shell_words([flag("component_unset"), hetjob.unset_spec(comp.group, n)])
+                    for n in comp.unset
+                ]
+                lines.extend(_wrap(own))
+            placed.update(("component_env", "component_unset"))
+            continue
+        if not always and not changed & set(names):
+            continue
+        words = []
+        for name in names:
+            if name == "serve_words":
+                words.append(flag(name) + ' "${#slurmfm_serve[@]}"')
+            else:
+                words.append(_shell_words(o.words(name)))
+        lines.append(" ".join(w for w in words if w))
+    if changed - placed:  # pragma: no cover - a field added to BatchOptions but not here
+        raise RenderError(f"internal: batch options {sorted(changed - placed)} have no line")
+    return lines
 
 
 def _checkpoint_layout(recipe: Recipe) -> CheckpointLayout:
@@ -956,34 +1048,39 @@ def _batch_opts(
     observe: Observe,
     serve: ServeLaunch | None,
     components: tuple[Component, ...] = (),
-) -> list[str]:
-    """Options of ``runtime batch``, one readable group per line."""
+    container: Mapping[str, object] = {},
+) -> BatchOptions:
+    """Options of ``runtime batch`` (the words: :func:`_batch_lines`)."""
     res = recipe.resilience
     kind = recipe.launcher.kind
-    hyperpod = int(recipe.cluster.flavor == "hyperpod")
-    # Exits > 128 (killed by a signal) retry in the runtime whatever this list says.
-    retry = ",".join(str(c) for c in sorted(set(res.retry_exit_codes))) or "none"
-    opts = [
-        f"--max-restarts {res.max_restarts} --restart-in-job {int(res.restart_in_job)}"
-        f" --requeue {int(res.requeue)} --drain {int(res.drain_unhealthy)} --hyperpod {hyperpod}",
-        f"--retry-exit {retry} --hang-timeout-s {res.hang_timeout_s}",
-    ]
-    if res.requeue and res.expedited_requeue:
-        opts.append("--expedite 1")  # an end it chooses must not be requeued held
+    o: dict[str, object] = {
+        "max_restarts": res.max_restarts,
+        "restart_in_job": res.restart_in_job,
+        "requeue": res.requeue,
+        "drain": res.drain_unhealthy,
+        "hyperpod": recipe.cluster.flavor == "hyperpod",
+        # Exits > 128 (killed by a signal) retry in the runtime whatever this list says.
+        "retry_exit": ",".join(str(c) for c in sorted(set(res.retry_exit_codes))) or "none",
+        "hang_timeout_s": res.hang_timeout_s,
+        # an end it chooses must not be requeued held
+        "expedite": res.requeue and res.expedited_requeue,
+    }
     if health.enabled:
         # A multi-node NVLink domain (GB200) needs the IMEX channel: NCCL's MNNVL fails
         # without /dev/nvidia-caps-imex-channels (NVIDIA/nccl src/mnnvl.cc).
-        imex = int(max(inst.nvlink.instances) > 1)
-        opts.append(
-            f"--health 1 --gpus {health.gpus} --efa {health.efa} --dcgm {res.dcgm_level}"
-            f" --imex {imex} --efa-tries 3 --efa-delay-s 5"
+        o.update(
+            health=True,
+            gpus=health.gpus,
+            efa=health.efa,
+            dcgm=res.dcgm_level,
+            imex=max(inst.nvlink.instances) > 1,
         )
     if nccl_check != "off":
-        opts.append(f"--nccl-check {nccl_check} --nccl-timeout-s {res.nccl_check_timeout_s}")
+        o.update(nccl_check=nccl_check, nccl_timeout_s=res.nccl_check_timeout_s)
     # resilience.save_on_signal (default by launcher: servers have no state to save, NeMo and
     # scripts without a USR2 handler have no save protocol): false requeues at once at the
     # signal, resuming from the last periodic checkpoint; true lets the training save first.
-    save = recipe.save_on_signal
+    o["save_protocol"] = bool(recipe.save_on_signal)
     done = "marker"
     from slurmfm.recipe.schema import MegatronLauncher
 
@@ -998,34 +1095,32 @@ def _batch_opts(
             done = f"megatron:{iters}"
     elif kind in ("vllm", "sglang"):
         done = "none"
-    opts.append(
-        f"--save-protocol {int(save)} --resignal-s 10 --probe-timeout-s 60 --done-check {done}"
-    )
+    o["done_check"] = done
     if observe.enabled:
-        opts.append(f"--observe 1 --observe-job-json {observe.job_json}")
+        o.update(observe=True, observe_job_json=observe.job_json)
     if serve is not None:
-        words = '"${#slurmfm_serve[@]}"'
-        opts.append(
-            f"--serve-words {words} --serve-kind {serve.kind} --serve-model {serve.model_json}"
-            f" --health-path {sh_quote(serve.health_path)}"
-            f" --ready-timeout-s {serve.ready_timeout_s} --ready-poll-s {serve.ready_poll_s}"
+        o.update(
+            serve_kind=serve.kind,
+            serve_model=serve.model_json,
+            health_path=serve.health_path,
+            ready_timeout_s=serve.ready_timeout_s,
+            ready_poll_s=serve.ready_poll_s,
         )
-    for comp in components[1:]:
-        # Heterogeneous component N: its own health gate and observability agent on its own
-        # nodes, and the profile lines of its instance type that differ from the exports
-        # above, applied to its steps (`srun --het-group=N`) by the runtime.
-        h = comp.health
-        opts.append(
-            f"--component '{comp.group} nodes={comp.nodes} health={int(h.enabled)}"
-            f" gpus={h.gpus} efa={h.efa} imex={int(comp.imex)}'"
+    o["component_unset"] = tuple(
+        hetjob.unset_spec(c.group, n) for c in components[1:] for n in c.unset
+    )
+    o["component"] = tuple(
+        hetjob.component_spec(
+            hetjob.Component(
+                c.group, c.nodes, c.health.enabled, c.health.gpus, c.health.efa, c.imex
+            )
         )
-        own = [f"--component-env {comp.group}:{e.name}={e.shell_value}" for e in comp.env]
-        own += [f"--component-unset {comp.group}:{name}" for name in comp.unset]
-        opts.extend(_wrap(own))
-    if recipe.secrets:
-        # masked in the launch command the job log prints
-        opts.append(" ".join(f"--secret {name}" for name in recipe.secrets))
-    return opts
+        for c in components[1:]
+    )
+    # masked in the launch command the job log prints
+    o["secret"] = tuple(recipe.secrets)
+    o.update(container)
+    return BatchOptions(**o)  # type: ignore[arg-type]
 
 
 def megatron_train_iters(args: Mapping[str, object], dp: int) -> int | None:
@@ -1273,6 +1368,16 @@ def render_script(
     # already reaches every process of the step (a second, late USR2 could hit a worker that
     # is already exiting): Megatron-LM saves on SIGTERM (--exit-signal-handler).
     forward = {"megatron": "TERM"}.get(recipe.launcher.kind, "none")
+    batch = _batch_opts(
+        recipe,
+        inst,
+        health,
+        nccl_check,
+        observe,
+        serve,
+        components,
+        _container_forward(recipe.launcher.kind, forward, in_container),
+    )
     ctx = {
         "version": __version__,
         "recipe": recipe,
@@ -1287,10 +1392,15 @@ def render_script(
         "log_dir": sh_quote(s.log_dir, what="storage.log_dir"),
         "checkpoint_dir": sh_quote(checkpoint_dir, what="storage.checkpoint_root"),
         "run_id": sh_quote(run_id, what="storage.run_id"),
-        "prepare_opts": prepare,
+        # the job runtime's name of it (slurmfm/job/state.py), with the job's own variables
+        "state_file_name": state_name("${SLURM_JOB_NAME}", "${SLURM_JOB_ID}"),
+        "prepare_opts": _shell_words(prepare.to_argv()),
+        "serve_node_opts": _serve_node_words(serve) if serve is not None else "",
+        "node_opts": _shell_words(
+            NodeOptions(prefix=prefix, forward=forward).to_argv(always=("prefix", "forward"))
+        ),
         "order_how": order_how,
-        "batch_opts": _batch_opts(recipe, inst, health, nccl_check, observe, serve, components)
-        + _container_forward(recipe.launcher.kind, forward, in_container),
+        "batch_opts": _batch_lines(batch, components),
         "srun_opts": _wrap(srun),
         "argv": argv,
         "prefix": prefix,
@@ -1335,4 +1445,6 @@ def render_script(
         components=components,
         container_env=tuple(container_env),
         files=(rf,),
+        prepare_options=prepare,
+        batch_options=batch,
     )

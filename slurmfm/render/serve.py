@@ -26,9 +26,10 @@ Sources for the launch shapes:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from slurmfm.job.options import NodeOptions
 from slurmfm.render.quote import sh_quote
 
 if TYPE_CHECKING:
@@ -52,10 +53,12 @@ class ServeLaunch:
     health_path: str
     ready_timeout_s: int
     ready_poll_s: int
-    model_json: str  # the model name as a JSON string, shell-quoted
+    model_json: str  # the model name as a JSON string (the runtime's --serve-model)
     model_cache: str | None  # shell-quoted HF_HOME, if any
     dist_port: int | None  # SGLang's --dist-init-addr port when fixed by the recipe
-    ray: str | None = None  # vLLM multi-node: the node entry's --ray options (shell words)
+    # the options of the group's per-node entry (``runtime node``): the prefix, where the
+    # group's host order is, and for vLLM across nodes the Ray settings
+    node: NodeOptions = field(default_factory=NodeOptions)
     dp: int = 1  # SGLang: data-parallel ranks (each takes one more port after the dist port)
 
     @property
@@ -84,7 +87,7 @@ def serve_launch(
     lines: list[str]
     prefix = 0
     dist_port = None
-    ray = None
+    ray: dict[str, str] = {}
     if launcher.kind == "vllm":
         serve = [sh_quote(launcher.command, what="launcher.command"), "serve", model]
         opts = [
@@ -96,14 +99,15 @@ def serve_launch(
         if nodes > 1:
             # Each node's runtime entry starts the Ray head (node 0, then `vllm serve` once
             # every node joined) or a Ray worker (slurmfm/job/node.py run_ray_node).
-            ray = " ".join(
-                [
-                    sh_quote(launcher.ray, what="launcher.ray"),
-                    f"--ray-python {sh_quote(launcher.python, what='launcher.python')}",
-                    f"--ray-port {launcher.ray_port} --ray-nodes {nodes}",
-                    f"--ray-timeout-s {launcher.ray_timeout_s}",
-                ]
-            )
+            sh_quote(launcher.ray, what="launcher.ray")  # refused here when bash cannot carry it
+            sh_quote(launcher.python, what="launcher.python")
+            ray = {
+                "ray": launcher.ray,
+                "ray_python": launcher.python,
+                "ray_port": str(launcher.ray_port),
+                "ray_nodes": str(nodes),
+                "ray_timeout_s": str(launcher.ray_timeout_s),
+            }
             lines = [" ".join(serve), " ".join([*opts, "--distributed-executor-backend ray"])]
         else:
             lines = [" ".join(serve), " ".join(opts)]
@@ -133,13 +137,17 @@ def serve_launch(
         health_path=launcher.health_path,
         ready_timeout_s=launcher.ready_timeout_s,
         ready_poll_s=launcher.ready_poll_s,
-        model_json=sh_quote(json.dumps(launcher.model), what="launcher.model"),
+        model_json=json.dumps(launcher.model),
         model_cache=(
             sh_quote(launcher.model_cache, what="launcher.model_cache")
             if launcher.model_cache
             else None
         ),
         dist_port=dist_port,
-        ray=ray,
+        node=NodeOptions(
+            prefix=prefix,
+            order_var="SLURMFM_HOST_ORDER" if group == "all" else "SLURMFM_SERVE_ORDER",
+            **ray,
+        ),
         dp=launcher.dp_size() if launcher.kind == "sglang" else 1,
     )

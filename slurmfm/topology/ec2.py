@@ -251,17 +251,13 @@ def map_by_private_ip(client: EC2Client, instance_ids: Iterable[str]) -> dict[st
 
 
 # --------------------------------------------------------------------------- Slurm side
-_NODENAME_SPLIT = re.compile(r"(?:^|\s)(?=NodeName=)")
-_NODENAME = re.compile(r"^NodeName=(\S+)")
-_NODEADDR = re.compile(r"(?:^|\s)NodeAddr=(\S+)")
 
 
 def parse_scontrol_nodes(text: str) -> dict[str, str]:
     """``NodeAddr`` -> ``NodeName`` from ``scontrol show nodes`` (``-o``, multi-line or ``--json``).
 
-    The text form is split at each ``NodeName=`` token, so both the one-line-per-node ``-o``
-    output and the default multi-line records work; values such as ``OS=`` or ``Reason=``
-    contain spaces, so only the two fields needed are matched. The JSON form reads
+    The text form is read by the one scontrol record parser (:func:`slurmfm.job.slurm.node_records`:
+    ``-o`` or the default multi-line records, values with spaces). The JSON form reads
     ``nodes[].name`` and ``nodes[].address`` (checked against ``scontrol show nodes --json``
     of Slurm 24.11 in the local lab). An address shared by several nodes (e.g. every node of a
     one-host lab is 127.0.0.1) cannot identify an instance, so such addresses are left out:
@@ -286,17 +282,12 @@ def parse_scontrol_nodes(text: str) -> dict[str, str]:
             if isinstance(name, str) and isinstance(addr, str) and name and addr:
                 pairs.append((addr, name))
     else:
-        found = False
-        for rec in _NODENAME_SPLIT.split(text):
-            m = _NODENAME.match(rec)
-            if not m:
-                continue
-            found = True
-            a = _NODEADDR.search(rec)
-            if a:
-                pairs.append((a.group(1), m.group(1)))
-        if not found:
+        from slurmfm.job.slurm import node_records
+
+        records = node_records(text)
+        if not records:
             raise TopologyError("no 'NodeName=' records in scontrol output")
+        pairs.extend((r["NodeAddr"], r["NodeName"]) for r in records if r.get("NodeAddr"))
     counts: dict[str, int] = {}
     for addr, _ in pairs:
         counts[addr] = counts.get(addr, 0) + 1

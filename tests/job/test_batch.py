@@ -16,6 +16,7 @@ from slurmfm.job import install
 from slurmfm.job import slurm as sl
 from slurmfm.job.batch import Batch, ask_digest
 from slurmfm.job.cli import parser
+from slurmfm.job.options import BatchOptions
 
 
 class Step:
@@ -114,6 +115,11 @@ def make(tmp: Path, step: Step, slurm: Slurm, *opts: str, restart: int = 0) -> B
             "rt.pyz",
             "--drain",
             "1",
+            # the tests below were written for a requeue at every end (not the defaults)
+            "--restart-in-job",
+            "0",
+            "--retry-exit",
+            "any",
             *opts,
             "--",
             "srun",
@@ -134,7 +140,8 @@ def make(tmp: Path, step: Step, slurm: Slurm, *opts: str, restart: int = 0) -> B
     }
     (tmp / "ckpt").mkdir(exist_ok=True)
     popen: Any = lambda argv, env=None, **kw: step  # noqa: E731
-    b = Batch(a, env, run=slurm, popen=popen, clock=lambda: 0.0, sleep=lambda s: None)
+    o = BatchOptions.from_namespace(a)
+    b = Batch(o, env, run=slurm, popen=popen, clock=lambda: 0.0, sleep=lambda s: None)
     b.launch = a.argv[1:]  # type: ignore[attr-defined]
     return b
 
@@ -694,7 +701,7 @@ def test_nemo_in_a_container_gets_the_forward_to_its_tasks(tmp_path: Path) -> No
     started: list[list[str]] = []
     step = Step(0)
     b = make(tmp_path, step, Slurm(), "--signal-grace-s", "0", "--container-forward", "USR2")
-    b.o.container_forward_tasks = 1
+    b.o = b.o._replace(container_forward_tasks=True)
     b.popen = lambda argv, env=None: started.append(list(argv)) or Step(0)  # type: ignore[assignment]
     b.step, b.step_started = step, 0.0  # type: ignore[assignment]
     b.on_usr2(signal.SIGUSR2, None)

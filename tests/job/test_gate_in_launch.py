@@ -68,9 +68,13 @@ class Slurm:
 def make(
     tmp: Path, verdicts: dict[str, str], *opts: str, launch: list[str] = LAUNCH
 ) -> tuple[Batch, Launch, Slurm, list[dict[str, Any]]]:
-    a = parser().parse_args(
-        ["batch", "--runtime", "rt.pyz", "--drain", "1", "--restart-in-job", "0", *opts]
-        + ["--", *launch]
+    from slurmfm.job.options import BatchOptions
+
+    a = BatchOptions.from_namespace(
+        parser().parse_args(
+            ["batch", "--runtime", "rt.pyz", "--drain", "1", "--restart-in-job", "0", *opts]
+            + ["--", *launch]
+        )
     )
     env = {
         "SLURM_JOB_ID": "77",

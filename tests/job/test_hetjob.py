@@ -14,7 +14,7 @@ from stub_bin import stub_bin
 
 from slurmfm.job import hetjob
 from slurmfm.job.batch import Batch
-from slurmfm.job.cli import parser
+from slurmfm.job.options import BatchOptions
 from slurmfm.recipe.loader import load_recipe, validate
 from slurmfm.render.script import Target, render_script
 
@@ -91,7 +91,7 @@ class Proc:
 
 
 def make(tmp: Path, run: Run, *opts: str, **env: str) -> tuple[Batch, list[Any]]:
-    a = parser().parse_args(["batch", "--runtime", "rt.pyz", "--drain", "1", *opts])
+    a = BatchOptions.from_argv(["--runtime", "rt.pyz", "--drain", "1", *opts])
     base = {
         "SLURM_JOB_ID": "77",
         "SLURM_JOB_NAME": "rt",
@@ -150,7 +150,7 @@ def test_every_component_is_health_checked_with_its_own_expectations(tmp_path: P
             "--efa-tries",
             "3",
             "--efa-delay-s",
-            "5.0",
+            "5",
         ],
         [
             "srun",
@@ -170,7 +170,7 @@ def test_every_component_is_health_checked_with_its_own_expectations(tmp_path: P
             "--efa-tries",
             "3",
             "--efa-delay-s",
-            "5.0",
+            "5",
             "--imex",
         ],
     ]
@@ -524,3 +524,18 @@ def test_gb200_container_without_the_channel_fails_the_gate(stubs: Path, tmp_pat
     assert "requeueing job" not in log
     assert "DRAIN" not in log
     assert rc == 2, log
+
+
+def test_a_components_spec_reads_back_as_written() -> None:
+    """The renderer writes ``--component`` with hetjob.component_spec, the reader beside it."""
+    for c in (
+        hetjob.Component(1, 2, True, 8, 32, False),
+        hetjob.Component(3, 1, False, 0, 0, True),
+    ):
+        assert hetjob.parse_component(hetjob.component_spec(c)) == c
+    (c,) = hetjob.components(
+        [hetjob.component_spec(hetjob.Component(1, 2, True, 8, 32, False))],
+        [hetjob.env_spec(1, "A", "x=y"), hetjob.env_spec(2, "B", "1")],
+        [hetjob.unset_spec(1, "D")],
+    )
+    assert (c.env, c.unset) == ((("A", "x=y"),), ("D",))

@@ -320,3 +320,21 @@ def test_a_directory_planted_under_the_jobs_name_is_left_alone_for_a_fresh_one(
     mine.chmod(0o2775)
     assert fsafe.claim_dir(str(mine)) == str(mine)
     assert stat.S_IMODE(mine.stat().st_mode) & 0o022 == 0
+
+
+def test_the_submitting_sides_atomic_write_is_the_runtimes(tmp_path: Path) -> None:
+    """slurmfm.fsutil.write_atomic writes through fsafe.replace (one atomic write): an
+    existing file keeps its mode, a refused target is one line, nothing is left beside it."""
+    from slurmfm import fsutil
+
+    out = tmp_path / "job.sh"
+    out.write_text("old")
+    out.chmod(0o600)
+    fsutil.write_atomic(out, "new")
+    assert (out.read_text(), out.stat().st_mode & 0o777) == ("new", 0o600)
+    os.symlink(out, tmp_path / "link")
+    with pytest.raises(fsutil.OutputError, match="is a symbolic link"):
+        fsutil.write_atomic(tmp_path / "link", "x")
+    fsutil.write_atomic(tmp_path / "sub" / "new.sh", b"x", mode=0o755)
+    assert (tmp_path / "sub" / "new.sh").stat().st_mode & 0o777 == 0o755
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh", "link", "sub"]

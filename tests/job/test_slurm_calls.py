@@ -136,3 +136,24 @@ def test_last_step_state_from_accounting() -> None:
     assert run.calls == [["sacct", "-j", "77", "-n", "-P", "-o", "JobID,State"]]
     assert sl.last_step_state("77", Fake((1, "accounting storage is disabled"))) == ""
     assert sl.last_step_state("77", Fake((0, "77.0|CANCELLED by 0\n"))) == "CANCELLED"
+
+
+def test_one_scontrol_parser_keeps_a_reason_with_spaces_whole() -> None:
+    """The runtime read ``Reason=launch failed requeued held`` as ``launch``; the backend kept
+    the whole text. Both now use slurmfm.job.slurm.parse_record."""
+    from slurmfm.backends.slurm_cli import parse_scontrol_record
+    from slurmfm.job import slurm as sl
+
+    line = (
+        "JobId=7 JobName=t UserId=me(1000) JobState=REQUEUE_HOLD "
+        "Reason=launch failed requeued held Dependency=(null) Restarts=2 "
+        "Comment=see JobState=COMPLETED"
+    )
+    assert parse_scontrol_record is sl.parse_record
+    rec = sl.job_record("7", lambda argv, timeout: (0, line + "\n"))
+    assert rec["Reason"] == "launch failed requeued held"
+    assert rec["JobState"] == "REQUEUE_HOLD"  # a later free-text field cannot replace it
+    assert rec["Restarts"] == "2"
+    assert sl.user_id(rec) == 1000
+    multi = "NodeName=n1 Arch=x86_64\n   NodeAddr=10.0.0.1 NodeHostName=n1\n\nNodeName=n2 Arch=x\n"
+    assert [r.get("NodeAddr") for r in sl.node_records(multi)] == ["10.0.0.1", None]

@@ -44,7 +44,7 @@ def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Pa
     """The batch step starts one agent per node (an --overlap step), waits for their start
     snapshots (no longer than its timeout), and asks them to stop through the stop file."""
     from slurmfm.job.batch import Batch
-    from slurmfm.job.cli import parser
+    from slurmfm.job.options import BatchOptions
 
     obs = tmp_path / "rt_77.observe"
     started: list[list[str]] = []
@@ -67,8 +67,8 @@ def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Pa
         def terminate(self) -> None:
             self.rc = -15
 
-    a = parser().parse_args(
-        ["batch", "--runtime", "rt.pyz", "--observe", "1", "--observe-job-json", '{"recipe": "rt"}']
+    a = BatchOptions.from_argv(
+        ["--runtime", "rt.pyz", "--observe", "1", "--observe-job-json", '{"recipe": "rt"}']
     )
     env = {
         "SLURM_JOB_NUM_NODES": "2",

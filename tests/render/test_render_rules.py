@@ -294,21 +294,20 @@ def het(trainer: str, server: str, **over: Any) -> Any:
 def test_hetjob_script_hands_each_component_to_the_runtime() -> None:
     """What the renderer computed per component reaches the runtime's options exactly."""
     from slurmfm.job import hetjob
-    from slurmfm.job.cli import parser
 
     out = rendered(het("p6-b200.48xlarge", "p5.48xlarge"))
-    a = parser().parse_args(batch_words(out.text))
+    a = parser_args(out.text)
     (c1,) = hetjob.components(a.component, a.component_env, a.component_unset)
     assert c1 == hetjob.Component(1, 2, True, 8, 32, False, (("FI_EFA_USE_DEVICE_RDMA", "1"),))
     assert (a.gpus, a.efa, a.imex) == (8, 8, 0)  # component 0: the trainer's own
     # the reverse: a profile line of the trainer that the server's type lacks is unset there
-    a = parser().parse_args(batch_words(rendered(het("p5.48xlarge", "p6-b200.48xlarge")).text))
+    a = parser_args(rendered(het("p5.48xlarge", "p6-b200.48xlarge")).text)
     (c1,) = hetjob.components(a.component, a.component_env, a.component_unset)
     assert c1.unset == ("FI_EFA_USE_DEVICE_RDMA",)
     assert (c1.efa, a.efa) == (8, 32)
     # one component: nothing of the kind
-    a = parser().parse_args(batch_words(rendered(recipe()).text))
-    assert (a.component, a.component_env, a.component_unset) == ([], [], [])
+    a = parser_args(rendered(recipe()).text)
+    assert (a.component, a.component_env, a.component_unset) == ((), (), ())
 
 
 def test_hetjob_gb200_server_in_a_container_gets_the_channel_and_its_check() -> None:
@@ -330,9 +329,11 @@ def test_hetjob_gb200_server_in_a_container_gets_the_channel_and_its_check() -> 
 
 
 def parser_args(text: str) -> Any:
+    """The runtime's options from the script's batch line, parsed as the runtime does."""
     from slurmfm.job.cli import parser
+    from slurmfm.job.options import BatchOptions
 
-    return parser().parse_args(batch_words(text))
+    return BatchOptions.from_namespace(parser().parse_args(batch_words(text)))
 
 
 def test_gb200_container_recipe_gives_the_runtime_its_imex_checks() -> None:

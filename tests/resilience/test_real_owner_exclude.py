@@ -31,11 +31,11 @@ if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
   cd "$EXP" && BAD=$BAD /usr/bin/python3 - <<'PY'
 import os, sys
 sys.path.insert(0, os.environ["EXP"])
-from sfjob.cli import parser
+from sfjob.options import BatchOptions
 from sfjob.batch import Batch
 from sfjob import decide as dec
 bad = os.environ["BAD"]
-b = Batch(parser().parse_args(["batch", "--drain", "1", "--requeue-delay-s", "1", "--", "true"]))
+b = Batch(BatchOptions.from_argv(["--drain", "1", "--requeue-delay-s", "1"]))
 ok = b.drain(bad, "health gate: test")
 print("drained:", ok, flush=True)
 b.act(dec.Decision("requeue", "health gate failed on " + bad, 3), exclude=[] if ok else [bad])

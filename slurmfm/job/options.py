@@ -1,0 +1,381 @@
+"""The runtime's options: one typed value per subcommand, the renderer's and the runtime's alike.
+
+Why here: the batch script passes these options from the renderer (slurmfm/render/script.py)
+to the runtime (:mod:`.cli`). Declared on both sides, their defaults drifted (the recipe's
+``drain_unhealthy`` defaults to true, the runtime's ``--drain`` was 0). Now each subcommand's
+options are one frozen dataclass: the renderer builds the value and writes
+:meth:`Options.to_argv`, the runtime parses it back with :meth:`Options.from_argv` (the same
+argparse options, built from the fields), and the recipe schema takes its defaults from these
+fields. ``from_argv(x.to_argv()) == x`` for every value (tests/job/test_options.py).
+
+The words: ``--flag VALUE`` for each field (``--name-with-dashes`` from ``name_with_dashes``),
+``--flag=VALUE`` when the value starts with ``-`` (argparse would take it for an option), a
+switch as ``1``/``0``, a float without a trailing ``.0``, a tuple field as one ``--flag VALUE``
+per item. Where :attr:`Opt.bare` is set the switch is a bare ``--flag`` (``health --imex``).
+
+Standard library only, Python 3.8: this module travels in the job runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, NamedTuple, TypeVar
+
+__all__ = [
+    "BatchOptions",
+    "ContainerRemoveOptions",
+    "ForwardOptions",
+    "HealthOptions",
+    "NodeOptions",
+    "Options",
+    "PrepareOptions",
+    "TaskOptions",
+    "flag",
+    "word",
+]
+
+_T = TypeVar("_T", bound="Options")
+SIGNALS = ("TERM", "USR2", "INT")
+
+
+def word(value: object) -> str:
+    """One option value as the runtime reads it back: a switch as 1/0, 600.0 as 600."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _switch(text: str) -> bool:
+    """``--drain 1``: any integer, non-zero is on (what the int options accepted before)."""
+    return int(text) != 0
+
+
+def flag(name: str) -> str:
+    """The option of field ``name``: ``max_restarts`` -> ``--max-restarts``."""
+    return "--" + name.replace("_", "-")
+
+
+class Options:
+    """What every subcommand's options do. Each subclass also derives from a ``NamedTuple`` of
+    its fields (typed, immutable, compared by value).
+
+    Why ``NamedTuple`` and not a dataclass: ``dataclasses`` imports ``inspect``, tens of
+    milliseconds at every start of the runtime on every node; ``typing`` is loaded anyway.
+    """
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
+    BARE: ClassVar[frozenset[str]] = frozenset()  # switches written as a bare ``--flag``
+    REQUIRED: ClassVar[frozenset[str]] = frozenset()  # always written, refused when missing
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each field's default, in declaration order."""
+        # the NamedTuple's (this mixin itself has none)
+        d: dict[str, Any] = getattr(cls, "_field_defaults")  # noqa: B009
+        return {name: d[name] for name in getattr(cls, "_fields")}  # noqa: B009
+
+    @classmethod
+    def add_to(cls, p: argparse.ArgumentParser) -> None:
+        """Declare the fields as ``p``'s options (the runtime's parser and :meth:`from_argv`)."""
+        for name, d in cls.defaults().items():
+            kw: dict[str, Any] = {"dest": name, "help": cls.HELP.get(name)}
+            if name in cls.CHOICES:
+                kw["choices"] = list(cls.CHOICES[name])
+            if isinstance(d, bool) and name in cls.BARE:
+                kw.update(action="store_true", default=d)
+            elif isinstance(d, bool):
+                kw.update(type=_switch, default=d, metavar="0|1")
+            elif isinstance(d, tuple):
+                kw.update(action="append", default=None)
+            else:
+                kw.update(type=type(d), default=d)
+            if name in cls.REQUIRED:
+                kw["required"] = True
+            p.add_argument(flag(name), **kw)
+
+    @classmethod
+    def from_namespace(cls: type[_T], ns: argparse.Namespace) -> _T:
+        """The value of a namespace that :meth:`add_to`'s options filled."""
+        values: dict[str, Any] = {}
+        for name, d in cls.defaults().items():
+            v = getattr(ns, name)
+            values[name] = tuple(v or ()) if isinstance(d, tuple) else v
+        return cls(**values)
+
+    @classmethod
+    def parser(cls) -> argparse.ArgumentParser:
+        p = argparse.ArgumentParser(prog="slurmfm-runtime", allow_abbrev=False)
+        cls.add_to(p)
+        return p
+
+    @classmethod
+    def from_argv(cls: type[_T], argv: Sequence[str]) -> _T:
+        """The value that ``argv`` (options only, no subcommand) gives; exits 2 when wrong."""
+        return cls.from_namespace(cls.parser().parse_args(list(argv)))
+
+    def changed(self) -> list[str]:
+        """The fields whose value is not the default, in declaration order."""
+        return [n for n, d in self.defaults().items() if getattr(self, n) != d]
+
+    def words(self, name: str) -> list[str]:
+        """The argv words of field ``name`` (nothing for an empty tuple or a bare switch off)."""
+        value = getattr(self, name)
+        if isinstance(value, bool) and name in self.BARE:
+            return [flag(name)] if value else []
+        out: list[str] = []
+        for item in value if isinstance(value, tuple) else (value,):
+            text = word(item)
+            out.extend([flag(name) + "=" + text] if text.startswith("-") else [flag(name), text])
+        return out
+
+    def to_argv(self, always: Iterable[str] = ()) -> list[str]:
+        """The words that :meth:`from_argv` turns back into this value: every field that is
+        not its default, and those named in ``always`` (shown for the reader)."""
+        shown = set(always) | set(self.changed()) | self.REQUIRED
+        out: list[str] = []
+        for name in self.defaults():
+            if name in shown:
+                out.extend(self.words(name))
+        return out
+
+
+class _Prepare(NamedTuple):
+    # in the order the batch script shows them
+    planned: str = ""
+    rank_map: str = ""
+    topo_addr: bool = False
+    rdzv_port: int = 0
+    tasks_per_node: int = 0
+    serve: str = "none"
+    serve_nodes: int = 0
+    serve_port: int = 0
+    dist_port: int = -1
+    serve_dp: int = 1
+    port_base: int = 20000
+    port_span: int = 6000
+    stripe_layout: str = ""
+    min_free_kb: int = 0
+    min_free_gb: str = "0"
+    runtime: str = ""
+
+
+class PrepareOptions(_Prepare, Options):
+    """``prepare``: host order, ports, storage checks (:func:`.cli.prepare`)."""
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {
+        "runtime": "this runtime's path (default: the running one)",
+        "planned": "the planned host order (slurmfm plan, pin mode)",
+        "rank_map": "HOST=KEY words: the planner's rank map",
+        "topo_addr": "sort the hosts by each node's SLURM_TOPOLOGY_ADDR",
+        "dist_port": "SGLang: 0 picks one, -1 none",
+        "serve_dp": "SGLang: data-parallel ranks",
+        "tasks_per_node": "NeMo: tasks in host order",
+        "stripe_layout": "lfs setstripe arguments for the checkpoint directory",
+        "min_free_gb": "min_free_kb as the recipe wrote it (for the message)",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"serve": ("none", "all", "split", "hetjob")}
+
+
+class _Health(NamedTuple):
+    gpus: int = 0
+    efa: int = 0
+    dcgm: int = 0
+    efa_tries: int = 3
+    efa_delay_s: float = 5.0
+    imex: bool = False
+
+
+class HealthOptions(_Health, Options):
+    """``health``: the node checks of the health gate (:func:`.health.check_node`)."""
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {
+        "dcgm": "DCGM diagnostic level (0: none)",
+        "imex": "the IMEX channel is needed",
+    }
+    BARE: ClassVar[frozenset[str]] = frozenset({"imex"})
+
+
+class _Batch(NamedTuple):
+    runtime: str = ""
+    max_restarts: int = 3
+    restart_in_job: bool = True
+    supervise: bool = True
+    hang_timeout_s: float = 1800.0
+    requeue: bool = True
+    expedite: bool = False
+    requeue_tries: int = 3
+    requeue_delay_s: float = 10.0
+    requeue_away_s: float = 600.0
+    retry_exit: str = "none"
+    drain: bool = True
+    hyperpod: bool = False
+    hyperpod_marker: str = "/opt/sagemaker_cluster"
+    health: bool = False
+    gpus: int = 0
+    efa: int = 0
+    dcgm: int = 0
+    imex: bool = False
+    efa_tries: int = 3
+    efa_delay_s: float = 5.0
+    health_timeout_s: float = 600.0
+    nccl_check: str = "off"
+    nccl_timeout_s: float = 900.0
+    save_protocol: bool = True
+    resignal_s: float = 10.0
+    container_forward: str = "none"
+    container_forward_tasks: bool = False
+    signal_grace_s: float = 2.0
+    probe_timeout_s: float = 60.0
+    stop_query_s: float = 3.0
+    poll_s: float = 0.5
+    done_check: str = "none"
+    observe: bool = False
+    observe_job_json: str = "{}"
+    observe_start_s: float = 30.0
+    serve_words: int = 0
+    serve_kind: str = ""
+    serve_model: str = ""
+    health_path: str = "/health"
+    ready_timeout_s: float = 1800.0
+    ready_poll_s: float = 5.0
+    secret: tuple[str, ...] = ()
+    component: tuple[str, ...] = ()
+    component_env: tuple[str, ...] = ()
+    component_unset: tuple[str, ...] = ()
+
+
+class BatchOptions(_Batch, Options):
+    """``batch``: the batch step (:class:`.batch.Batch`); the launch command follows ``--``.
+
+    The defaults are a default recipe's: slurmfm/recipe/schema.py ``Resilience`` takes its
+    defaults from these fields, so a runtime started without an option does what a default
+    recipe asks (``drain_unhealthy: true`` is ``--drain 1``).
+    """
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {
+        "runtime": "this runtime's path (default: the running one)",
+        "restart_in_job": "relaunch inside the allocation when every node answers",
+        "supervise": "a parent that outlives a kill",
+        "hang_timeout_s": "0: no hang detection",
+        "expedite": "submitted with --requeue=expedite (a non-zero end sets Requeue=0 first)",
+        "requeue_away_s": "keep trying while slurmctld is away",
+        "retry_exit": "'any', 'none' or a comma list of exit codes (exits > 128 always retry)",
+        "drain": "drain a node that fails its checks",
+        "health": "run the health gate",
+        "container_forward": "a launch in a container: on the save signal, send this to the "
+        "training processes from a host step on every node (`forward`) instead of USR2 to "
+        "the step",
+        "container_forward_tasks": "the launch's tasks are the training processes (NeMo), "
+        "not their children",
+        "stop_query_s": "how long to wait for slurmctld at a TERM (the stop reason), before "
+        "KillWait",
+        "done_check": "none | marker | megatron:ITERS",
+        "serve_words": "the first N words of the command start the server",
+        "secret": "a variable whose value the log masks",
+        "component": "a heterogeneous component beyond the first: 'G nodes=N health=0|1 "
+        "gpus=N efa=N imex=0|1'",
+        "component_env": "G:NAME=VALUE",
+        "component_unset": "G:NAME",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "nccl_check": ("off", "warn", "fail"),
+        "container_forward": ("none",) + SIGNALS,
+    }
+
+    def health_options(self, gpus: int, efa: int, imex: bool) -> HealthOptions:
+        """The ``health`` step's options for a component with these devices."""
+        return HealthOptions(
+            gpus=gpus,
+            efa=efa,
+            dcgm=self.dcgm,
+            imex=imex,
+            efa_tries=self.efa_tries,
+            efa_delay_s=self.efa_delay_s,
+        )
+
+
+class _Node(NamedTuple):
+    prefix: int = 0
+    forward: str = "none"
+    order_var: str = "SLURMFM_HOST_ORDER"
+    ray: str = ""
+    ray_python: str = "python3"
+    ray_port: str = "6379"
+    ray_nodes: str = "1"
+    ray_timeout_s: str = "300"
+
+
+class NodeOptions(_Node, Options):
+    """``node``: the per-node entry of a launch step (:func:`.node.main`)."""
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {
+        "prefix": "words of the command after which --node-rank goes (0: none)",
+        "order_var": "where the host order is",
+        "ray": "vLLM across nodes: the ray command",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"forward": ("none",) + SIGNALS}
+
+    def ray_settings(self) -> dict[str, str] | None:
+        """What :func:`.node.main` needs to start Ray first (None: no Ray)."""
+        if not self.ray:
+            return None
+        return {
+            "ray": self.ray,
+            "python": self.ray_python,
+            "port": self.ray_port,
+            "nodes": self.ray_nodes,
+            "timeout": self.ray_timeout_s,
+        }
+
+
+class _Forward(NamedTuple):
+    signal: str = "TERM"
+    poll_s: float = 2.0
+    tasks: bool = False
+
+
+class ForwardOptions(_Forward, Options):
+    """``forward``: signal the workers of this node's launch step until it ends."""
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {
+        "poll_s": "how often to look for new workers",
+        "tasks": "signal the tasks, not their children",
+    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"signal": SIGNALS}
+    BARE: ClassVar[frozenset[str]] = frozenset({"tasks"})
+
+
+class _ContainerRemove(NamedTuple):
+    name: str = ""
+
+
+class ContainerRemoveOptions(_ContainerRemove, Options):
+    """``container-remove``: remove this node's named container (:func:`.node.container_remove`)."""
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {"name": "the Pyxis --container-name"}
+    REQUIRED: ClassVar[frozenset[str]] = frozenset({"name"})
+
+
+class _Task(NamedTuple):
+    script: str = ""
+
+
+class TaskOptions(_Task, Options):
+    """``task``: this array task's values from the script's sweep table (:mod:`.sweep`)."""
+
+    __slots__ = ()
+    HELP: ClassVar[dict[str, str]] = {"script": "the running batch script ($0)"}
+    REQUIRED: ClassVar[frozenset[str]] = frozenset({"script"})
