@@ -296,7 +296,7 @@ def plan(
     lines of the cluster's ``topology.conf`` in file order, which drive Slurm's own choice
     (simulated by the guard, step 3a); default: the order recorded when ``topology`` was parsed
     from topology.conf or ``scontrol show topology``
-    (:func:`slurmfm.topology.slurm_formats.switch_order`), else
+    (:func:`slurmfm.topology.slurm_model.switch_order`), else
     :func:`slurmfm.plan.slurm_sim.config_switch_order`. ``avoid``: node -> reason for nodes to
     leave out because they failed recently (:func:`slurmfm.plan.failed.recent_failures`);
     like ``unavailable``, but each is named in the explanation.
@@ -563,9 +563,9 @@ def plan(
     segment: int | None = None
     options: list[str] = []
     if mode == "pin":
-        from slurmfm.topology.slurm_formats import collect_hostlist
+        from slurmfm.topology.hostlist import nodelist
 
-        options.append(f"--nodelist={collect_hostlist(order)}")
+        options.append(f"--nodelist={nodelist(order)}")
         why.append("mode pin: --nodelist requests exactly these nodes; the job keeps this order")
     else:
         if topology.kind == "block":
@@ -762,7 +762,7 @@ def _switch_order(topology: Topology, given: Sequence[str] | None) -> tuple[list
         return order, "given topology.conf switch order"
     if topology.kind != "tree":
         return None, "default switch order"
-    from slurmfm.topology.slurm_formats import switch_order as recorded
+    from slurmfm.topology.slurm_model import switch_order as recorded
 
     rec = recorded(topology)
     if rec is not None:

@@ -69,7 +69,7 @@ def config_switch_order(topology: Topology) -> list[str]:
 
     Slurm indexes switches in ``topology.conf`` line order, and the leaf scan (section 1.3
     step 6) and the top-switch tie-break (step 3) depend on it. Without the actual file we
-    assume the order ``slurm_formats.export_tree`` writes: leaves first, then level by level,
+    assume the order ``topology_conf.export_tree`` writes: leaves first, then level by level,
     natural name order within a level. Pass ``switch_order`` explicitly to simulate a
     specific file.
     """
@@ -551,13 +551,13 @@ def block_choices(
     HyperPod configure ``topology/block`` this way for p6e-gb200), in ``block_order`` (the
     ``BlockName`` line order; default natural order of the domain names, which is fabric
     order when names follow it) and ``BlockSizes`` doubling from the domain size
-    (``slurm_formats.block_sizes_for``). Two jobs: ``-N nodes`` alone and with
+    (``slurm_model.block_sizes_for``). Two jobs: ``-N nodes`` alone and with
     ``--segment`` (:func:`segment_for`), under ``rules`` (:func:`select_block`). Each entry
     is (label, nodes in node-table order); a job Slurm would leave pending has none. Empty
     when no domain spans nodes.
     """
     from slurmfm.plan.cost import nvlink_domain
-    from slurmfm.topology.slurm_formats import block_sizes_for
+    from slurmfm.topology.slurm_model import block_sizes_for
 
     members: dict[str, list[str]] = {}
     for n in _node_table(topology, node_order):
