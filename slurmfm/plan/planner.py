@@ -269,6 +269,48 @@ def _fmt_switch(st: _Static, sw: str) -> str:
     return f"{sw} (level {st.level[sw]})"
 
 
+Risk = Literal["none", "model"]
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything one plan depends on, typed (:func:`plan` takes the same as keywords).
+
+    ``unavailable``: nodes not to use (busy, drained) besides the topology's non-free ones.
+    ``mode``: ``pin`` (``--nodelist`` in the planned order) or ``constrain`` (Slurm picks within
+    ``--switches``/``--segment``; the job sorts by the rank key). ``slurm_version``: the
+    cluster's, for the rule set of Slurm's own choice and version gates (None: unknown).
+    ``params``: the cost model's calibration. ``switch_wait``: the ``@T`` of ``--switches`` in
+    constrain mode (Slurm caps it at ``max_switch_wait``, 300 s by default:
+    https://slurm.schedmd.com/sbatch.html#OPT_switches). ``switch_order``: the switch lines of
+    the cluster's ``topology.conf`` in file order, which drive Slurm's own choice; default: the
+    order recorded when ``topology`` was parsed from topology.conf or ``scontrol show topology``
+    (:func:`slurmfm.topology.slurm_model.switch_order`), else
+    :func:`slurmfm.plan.slurm_sim.config_switch_order`. ``simulate``: in pin mode on tree
+    fabrics, also check the plan against Slurm's own choice in simulated time (SimGrid,
+    :mod:`slurmfm.plan.simulate`). ``avoid``: node -> reason for nodes that failed recently
+    (:func:`slurmfm.plan.failed.recent_failures`); like ``unavailable``, but each is named in
+    the explanation. ``risk``: in pin mode on tree fabrics, when the plan may leave Slurm's own
+    choice (nodes and topology order): ``none`` only when it is predicted at least
+    :data:`_MIN_GAIN` faster in every scenario the planner cannot rule out; ``model`` when it
+    is never predicted slower in any and at least that much faster in one
+    (:func:`_keep_slurm_unless_robust`; docs/placement-plans.md, "Referee", has what each
+    costs and gains).
+    """
+
+    topology: Topology
+    job: JobShape
+    unavailable: frozenset[str] = frozenset()
+    mode: Mode = "pin"
+    slurm_version: SlurmVersion | None = None
+    params: CostParams | None = None
+    switch_wait: str = DEFAULT_SWITCH_WAIT
+    switch_order: tuple[str, ...] | None = None
+    simulate: bool = False
+    avoid: Mapping[str, str] = field(default_factory=dict)
+    risk: Risk = "none"
+
+
 def plan(
     topology: Topology,
     job: JobShape,
@@ -281,44 +323,72 @@ def plan(
     switch_order: Sequence[str] | None = None,
     simulate: bool = False,
     avoid: Mapping[str, str] | None = None,
+    risk: Risk = "none",
 ) -> Plan:
-    """Plan ``job`` on the free nodes of ``topology`` minus ``unavailable``.
+    """Plan ``job`` on the free nodes of ``topology``: :func:`make_plan` of a
+    :class:`PlanRequest` with these fields (see it for each).
 
-    ``simulate``: in pin mode on tree fabrics, also check the plan against Slurm's own choice
-    in Slurm's topology (leaf) and name rank orders in simulated time (SimGrid,
-    :mod:`slurmfm.plan.simulate`, at the oversubscription of ``params``) and keep the fastest
-    (the cost model cannot tell near-ties apart). Raises :class:`PlanError` when SimGrid is
-    missing.
-
-    Raises :class:`PlanError` when no placement satisfies the NVLink rule and the node count.
-    ``switch_wait`` is the ``@T`` of ``--switches`` in constrain mode (Slurm caps it at
-    ``max_switch_wait``, 300 s by default; section 1.3 step 9). ``switch_order``: the switch
-    lines of the cluster's ``topology.conf`` in file order, which drive Slurm's own choice
-    (simulated by the guard, step 3a); default: the order recorded when ``topology`` was parsed
-    from topology.conf or ``scontrol show topology``
-    (:func:`slurmfm.topology.slurm_model.switch_order`), else
-    :func:`slurmfm.plan.slurm_sim.config_switch_order`. ``avoid``: node -> reason for nodes to
-    leave out because they failed recently (:func:`slurmfm.plan.failed.recent_failures`);
-    like ``unavailable``, but each is named in the explanation.
+    Raises :class:`PlanError` when no placement satisfies the NVLink rule and the node count,
+    or when ``simulate`` is asked for and SimGrid is missing.
     """
+    return make_plan(
+        PlanRequest(
+            topology,
+            job,
+            unavailable=frozenset(unavailable),
+            mode=mode,
+            slurm_version=slurm_version,
+            params=params,
+            switch_wait=switch_wait,
+            switch_order=tuple(switch_order) if switch_order is not None else None,
+            simulate=simulate,
+            avoid=dict(avoid or {}),
+            risk=risk,
+        )
+    )
+
+
+def make_plan(req: PlanRequest) -> Plan:
+    """The plan for ``req``: the steps of the module docstring, one function each."""
+    st = _static(req.topology)
+    why: list[str] = []
+    free_nodes = _admit(req, st, why)
+    sel = _own_selection(req, st, free_nodes, why)
+    order, report = _first_order(req, st, sel.nodes, why)
+    fabric_order = order
+    order, report = _guard_step(req, st, free_nodes, sel, order, report, why)
+    if order is fabric_order:
+        why.append(
+            "rank order: nodes grouped by "
+            + ("leaf" if req.job.nvlink_unit() == 1 else "NVLink domain")
+            + " in fabric DFS order; PP stages are contiguous node blocks"
+        )
+    _explain_cost(report, why)
+    return _finish(req, st, order, report, why)
+
+
+def _admit(req: PlanRequest, st: _Static, why: list[str]) -> list[str]:
+    """Check the request and the NVLink rule; the free nodes in fabric order (``why`` told)."""
+    topology, job = req.topology, req.job
     problems = job.problems()
     if problems:
         raise PlanError("job shape: " + "; ".join(problems))
-    if mode not in ("pin", "constrain"):
-        raise PlanError(f"mode must be pin or constrain, not {mode!r}")
-    st = _static(topology)
-    bad = set(unavailable)
-    avoid = avoid or {}
+    if req.mode not in ("pin", "constrain"):
+        raise PlanError(f"mode must be pin or constrain, not {req.mode!r}")
+    if req.risk not in ("none", "model"):
+        raise PlanError(f"risk must be none or model, not {req.risk!r}")
+    bad = set(req.unavailable)
+    avoid = req.avoid
     avoided = sorted(set(avoid) & set(topology.nodes), key=natural_key)
     bad.update(avoided)
     unknown = sorted(bad - set(topology.nodes), key=natural_key)
     n_need = job.nodes
     u = job.nvlink_unit()
-    why: list[str] = [
+    why.append(
         f"job: {n_need} nodes x {job.gpus_per_node} GPUs, tp={job.tp} cp={job.cp} ep={job.ep} "
         f"pp={job.pp} dp={job.dp}; rank order tp-cp-ep-dp-pp "
-        "(NVIDIA/Megatron-LM:megatron/core/parallel_state.py)",
-    ]
+        "(NVIDIA/Megatron-LM:megatron/core/parallel_state.py)"
+    )
     max_dom = max(st.domain_size.values(), default=1)
     if u > 1:
         why.append(
@@ -347,7 +417,29 @@ def plan(
         + (f" ({len(bad) - len(unknown)} marked unavailable)" if bad else "")
         + (f"; ignored unknown hosts {', '.join(unknown[:5])}" if unknown else "")
     )
+    return free_nodes
 
+
+@dataclass
+class _Selection:
+    """The planner's own selection (steps 1-3) and what the guard needs of it."""
+
+    bins: list[_Bin]
+    cap: Counter[str]
+    feasible: list[str]
+    k_of: dict[str, int]
+    k_best: int
+    top: str
+    nodes: list[str]
+
+
+def _own_selection(
+    req: PlanRequest, st: _Static, free_nodes: Sequence[str], why: list[str]
+) -> _Selection:
+    """Steps 1-3: bins of whole NVLink units, the fewest bins under the lowest tightest switch."""
+    job = req.job
+    n_need = job.nodes
+    u = job.nvlink_unit()
     # Bins: leaves, or NVLink domains when a unit spans nodes.
     bins_by_key: dict[str, _Bin] = {}
     for n in free_nodes:
@@ -399,7 +491,6 @@ def plan(
             else f" (the lowest with room, {_fmt_switch(st, lowest)}, needs {k_of[lowest]})"
         )
     )
-
     chosen = _select(st, bins, cap, top, n_need)
     nodes_set: list[str] = []
     partial: list[str] = []
@@ -412,131 +503,184 @@ def plan(
         + _names([b.name for b, _ in sorted(chosen, key=lambda bt: bt[0].pos)])
         + ("; partly used: " + _names(partial) if partial else "; all used whole")
     )
+    return _Selection(bins, cap, feasible, k_of, k_best, top, nodes_set)
 
-    fabric_order = order_nodes(topology, nodes_set, job)
-    order = fabric_order
+
+def _first_order(
+    req: PlanRequest, st: _Static, nodes_set: Sequence[str], why: list[str]
+) -> tuple[list[str], CostReport]:
+    """Step 4: fabric DFS order, or fuller subtrees first when that is predicted cheaper."""
+    topology, job, params = req.topology, req.job, req.params
+    order = order_nodes(topology, nodes_set, job)
     report = evaluate(topology, order, job, params)
-    if mode == "pin" and u == 1 and job.pp > 1 and n_need <= _ALT_ORDER_MAX_NODES:
+    if (
+        req.mode == "pin"
+        and job.nvlink_unit() == 1
+        and job.pp > 1
+        and job.nodes <= _ALT_ORDER_MAX_NODES
+    ):
         alt = _fuller_first(st, nodes_set)
         if alt != order:
             alt_report = evaluate(topology, alt, job, params)
             if alt_report.predicted_s < report.predicted_s:
                 order, report = alt, alt_report
                 why.append("rank order: fuller subtrees first, so PP stage blocks align to leaves")
-    sw_order, sw_source = _switch_order(topology, switch_order)
-    if (
+    return order, report
+
+
+def _alternatives(
+    st: _Static, sel: _Selection, free_nodes: Sequence[str], job: JobShape
+) -> list[list[str]]:
+    """Step 3a's other candidates: selections under lower switches, balanced fills, stages."""
+    n_need = job.nodes
+    bins, cap, feasible, k_of = sel.bins, sel.cap, sel.feasible, sel.k_of
+    # Lower switches than ``top`` that need more leaves: each one's own selection.
+    alts: list[list[str]] = []
+    best_k = sel.k_best
+    for s_alt in sorted(feasible, key=lambda s: (-st.level[s], k_of[s], cap[s])):
+        if st.level[s_alt] < st.level[sel.top] and k_of[s_alt] > best_k:
+            best_k = k_of[s_alt]
+            alts.append(
+                [n for b, t in _select(st, bins, cap, s_alt, n_need) for n in b.members[:t]]
+            )
+    # Balanced fills: the fewest largest leaves under each switch with room, every one
+    # given at least need/k nodes, so no leaf uplink carries a ring for a sliver of nodes.
+    for s_bal in sorted(feasible, key=lambda s: (st.level[s], st.switch_pos[s]))[:_BALANCED_MAX]:
+        balanced = _balanced(bins, st, s_bal, n_need)
+        if balanced is not None:
+            alts.append(balanced)
+    if job.pp > 1:
+        staged = _stagewise(st, free_nodes, n_need, job.pp)
+        if staged is not None:
+            alts.append(staged)
+    return alts
+
+
+def _guard_step(
+    req: PlanRequest,
+    st: _Static,
+    free_nodes: Sequence[str],
+    sel: _Selection,
+    order: list[str],
+    report: CostReport,
+    why: list[str],
+) -> tuple[list[str], CostReport]:
+    """Step 3a on tree fabrics: Slurm's own choice simulated, candidates compared, then the
+    citizenship and robustness rules (:func:`_slurm_guard`); the simulation check if asked."""
+    topology, job, mode = req.topology, req.job, req.mode
+    n_need = job.nodes
+    u = job.nvlink_unit()
+    if not (
         u == 1
         and topology.kind == "tree"
         and (len(st.order) <= _GUARD_MAX_FABRIC or n_need <= _GUARD_MAX_JOB)
     ):
-        # Lower switches than ``top`` that need more leaves: each one's own selection.
-        alts: list[list[str]] = []
-        best_k = k_best
-        for s_alt in sorted(feasible, key=lambda s: (-st.level[s], k_of[s], cap[s])):
-            if st.level[s_alt] < st.level[top] and k_of[s_alt] > best_k:
-                best_k = k_of[s_alt]
-                alts.append(
-                    [n for b, t in _select(st, bins, cap, s_alt, n_need) for n in b.members[:t]]
-                )
-        # Balanced fills: the fewest largest leaves under each switch with room, every one
-        # given at least need/k nodes, so no leaf uplink carries a ring for a sliver of nodes.
-        for s_bal in sorted(feasible, key=lambda s: (st.level[s], st.switch_pos[s]))[
-            :_BALANCED_MAX
-        ]:
-            balanced = _balanced(bins, st, s_bal, n_need)
-            if balanced is not None:
-                alts.append(balanced)
-        if job.pp > 1:
-            staged = _stagewise(st, free_nodes, n_need, job.pp)
-            if staged is not None:
-                alts.append(staged)
-        rule_sets = guard_rule_sets(slurm_version)
-        slurm_sets: list[tuple[str, list[str]]] = []
-        notes: list[str] = []
-        better, counts, refused = _slurm_guard(
-            topology,
-            st,
-            free_nodes,
-            job,
-            mode,
-            order,
-            report,
-            params,
-            alts,
-            sw_order,
-            rule_sets,
-            slurm_sets,
-            notes,
-        )
-        label = {"21.08": "21.08-24.05.2 rules", "24.05.3": "24.05.3+ rules"}
-        why.append(
-            f"guard: Slurm's own choice ({sw_source}) would use "
-            + " / ".join(f"{c} leaves ({label[r]})" for r, c in zip(rule_sets, counts, strict=True))
-            + (
-                f"; Slurm {slurm_version} runs only these rules"
-                if slurm_version is not None
-                else "; Slurm version unknown: both rule sets"
-            )
-        )
-        limit = max(counts)
-        if limit < 1 << 30:
+        if req.simulate:
             why.append(
-                f"citizenship: at most {limit} leaf switches, as many as Slurm's own choice "
-                "(the larger count when the version is unknown); placements on more leaves "
-                "are never used, whatever the cost model predicts, because they fragment the "
-                "cluster and their gain depends on other jobs' traffic, which the planner "
-                "cannot see"
+                "simulation check: skipped (tree fabrics with single-node NVLink units, fabrics "
+                f"<= {_GUARD_MAX_FABRIC} nodes or jobs <= {_GUARD_MAX_JOB})"
             )
-        why.extend(notes)
-        if better is not None:
-            before = report
-            order, report, origin = better
-            nodes_set = list(order)
-            scope = (
-                f"Slurm {slurm_version}'s own choice"
-                if slurm_version is not None
-                else "Slurm's own choice under either rule set"
-            )
-            if refused is not None:
-                reason = (
-                    "used instead: the planner's own choice would leave less free room than "
-                    "Slurm's (largest free run under one spine / one leaf below "
-                    f"{refused[0]} / {refused[1]} nodes); predicted "
-                    f"{report.predicted_s * 1e3:.3f} ms/step (the planner's own choice: "
-                    f"{before.predicted_s * 1e3:.3f}); using it"
-                )
-            elif report.predicted_s < before.predicted_s * (1 - 1e-9):
-                reason = (
-                    f"predicted cheaper ({report.predicted_s * 1e3:.3f} ms/step vs "
-                    f"{before.predicted_s * 1e3:.3f}); using it"
-                )
-            else:
-                reason = (
-                    f"predicted as fast ({report.predicted_s * 1e3:.3f} ms/step) with "
-                    f"fewer DP ring edges crossing a leaf ({report.dp_edges_cross_leaf} vs "
-                    f"{before.dp_edges_cross_leaf}) or leaves; using it"
-                )
-            why.append(f"guard: {origin}, {report.leaves_used} leaves (vs {scope}), is " + reason)
-        if simulate and mode == "pin":
-            order, report = _simulation_check(
-                topology, st, job, order, report, params, slurm_sets, sw_order, why
-            )
-        elif simulate:
-            why.append(
-                "simulation check: pin mode only (constrain mode ranks whatever Slurm gives)"
-            )
-    elif simulate:
-        why.append(
-            "simulation check: skipped (tree fabrics with single-node NVLink units, fabrics "
-            f"<= {_GUARD_MAX_FABRIC} nodes or jobs <= {_GUARD_MAX_JOB})"
+        return order, report
+    sw_order, sw_source = _switch_order(topology, req.switch_order)
+    alts = _alternatives(st, sel, free_nodes, job)
+    rule_sets = guard_rule_sets(req.slurm_version)
+    slurm_sets: list[tuple[str, list[str]]] = []
+    notes: list[str] = []
+    better, counts, refused, kept = _slurm_guard(
+        topology,
+        st,
+        free_nodes,
+        job,
+        mode,
+        order,
+        report,
+        req.params,
+        alts,
+        sw_order,
+        rule_sets,
+        slurm_sets,
+        notes,
+        req.risk,
+    )
+    label = {"21.08": "21.08-24.05.2 rules", "24.05.3": "24.05.3+ rules"}
+    why.append(
+        f"guard: Slurm's own choice ({sw_source}) would use "
+        + " / ".join(f"{c} leaves ({label[r]})" for r, c in zip(rule_sets, counts, strict=True))
+        + (
+            f"; Slurm {req.slurm_version} runs only these rules"
+            if req.slurm_version is not None
+            else "; Slurm version unknown: both rule sets"
         )
-    if order is fabric_order:
+    )
+    limit = max(counts)
+    if limit < 1 << 30:
         why.append(
-            "rank order: nodes grouped by "
-            + ("leaf" if u == 1 else "NVLink domain")
-            + " in fabric DFS order; PP stages are contiguous node blocks"
+            f"citizenship: at most {limit} leaf switches, as many as Slurm's own choice "
+            "(the larger count when the version is unknown); placements on more leaves "
+            "are never used, whatever the cost model predicts, because they fragment the "
+            "cluster and their gain depends on other jobs' traffic, which the planner "
+            "cannot see"
         )
-    leaves = tuple(dict.fromkeys(st.leaf_of[n] for n in order))
+    why.extend(notes)
+    if better is not None:
+        before = report
+        order, report, origin = better
+        why.extend(_guard_reason(req, origin, report, before, refused, kept))
+    if req.simulate and mode == "pin":
+        order, report = _simulation_check(
+            topology, st, job, order, report, req.params, slurm_sets, sw_order, why
+        )
+    elif req.simulate:
+        why.append("simulation check: pin mode only (constrain mode ranks whatever Slurm gives)")
+    return order, report
+
+
+def _guard_reason(
+    req: PlanRequest,
+    origin: str,
+    report: CostReport,
+    before: CostReport,
+    refused: tuple[int, int] | None,
+    kept: bool,
+) -> list[str]:
+    """The explanation line for the guard's choice (none when Slurm's choice was kept: the
+    guard's note says so)."""
+    if kept:
+        return []
+    scope = (
+        f"Slurm {req.slurm_version}'s own choice"
+        if req.slurm_version is not None
+        else "Slurm's own choice under either rule set"
+    )
+    if req.mode == "pin":
+        reason = (
+            "used: never predicted slower than Slurm's own choice in topology order "
+            "and faster in some scenario (the robust gain line)"
+        )
+    elif refused is not None:
+        reason = (
+            "used instead: the planner's own choice would leave less free room than "
+            "Slurm's (largest free run under one spine / one leaf below "
+            f"{refused[0]} / {refused[1]} nodes); predicted "
+            f"{report.predicted_s * 1e3:.3f} ms/step (the planner's own choice: "
+            f"{before.predicted_s * 1e3:.3f}); using it"
+        )
+    elif report.predicted_s < before.predicted_s * (1 - 1e-9):
+        reason = (
+            f"predicted cheaper ({report.predicted_s * 1e3:.3f} ms/step vs "
+            f"{before.predicted_s * 1e3:.3f}); using it"
+        )
+    else:
+        reason = (
+            f"predicted as fast ({report.predicted_s * 1e3:.3f} ms/step) with "
+            f"fewer DP ring edges crossing a leaf ({report.dp_edges_cross_leaf} vs "
+            f"{before.dp_edges_cross_leaf}) or leaves; using it"
+        )
+    return [f"guard: {origin}, {report.leaves_used} leaves (vs {scope}), is " + reason]
+
+
+def _explain_cost(report: CostReport, why: list[str]) -> None:
+    """The predicted cost and its interpretable counts, then the slowest group of each kind."""
     why.append(
         f"cost: predicted {report.predicted_s * 1e3:.3f} ms/step vs ideal "
         f"{report.ideal_s * 1e3:.3f} ms (slowdown {report.slowdown:.3f}); "
@@ -559,6 +703,13 @@ def plan(
         )
     )
 
+
+def _finish(
+    req: PlanRequest, st: _Static, order: list[str], report: CostReport, why: list[str]
+) -> Plan:
+    """What to ask Slurm: ``--nodelist`` (pin) or ``--switches``/``--segment`` (constrain)."""
+    topology, job, mode = req.topology, req.job, req.mode
+    leaves = tuple(dict.fromkeys(st.leaf_of[n] for n in order))
     switches: str | None = None
     segment: int | None = None
     options: list[str] = []
@@ -569,15 +720,15 @@ def plan(
         why.append("mode pin: --nodelist requests exactly these nodes; the job keeps this order")
     else:
         if topology.kind == "block":
-            segment = _segment(st, topology, job, order, slurm_version, why)
+            segment = _segment(st, topology, job, order, req.slurm_version, why)
         else:
-            switches = f"{len(leaves)}@{switch_wait}"
+            switches = f"{len(leaves)}@{req.switch_wait}"
             why.append(
-                f"mode constrain: --switches={switches}: Slurm waits up to {switch_wait} "
+                f"mode constrain: --switches={switches}: Slurm waits up to {req.switch_wait} "
                 "(capped by max_switch_wait, default 300 s) for at most "
                 f"{len(leaves)} leaf switches (https://slurm.schedmd.com/sbatch.html#OPT_switches)"
             )
-            if u > 1:
+            if job.nvlink_unit() > 1:
                 why.append(
                     "warning: topology/tree cannot see NVLink domains; Slurm may split "
                     "TP*CP/EP units across UltraServers: use pin mode or a block topology"
@@ -797,9 +948,12 @@ def _slurm_guard(
     rule_sets: Sequence[Rules],
     slurm_sets: list[tuple[str, list[str]]],
     notes: list[str],
-) -> tuple[tuple[list[str], CostReport, str] | None, list[int], tuple[int, int] | None]:
-    """A better placement by :func:`_better` (or None), each Slurm choice's leaves, and the
-    free-room floor when the planner's own choice fell below it (else None).
+    risk: Risk = "none",
+) -> tuple[tuple[list[str], CostReport, str] | None, list[int], tuple[int, int] | None, bool]:
+    """A better placement by :func:`_better` (or None), each Slurm choice's leaves, the
+    free-room floor when the planner's own choice fell below it (else None), and whether
+    Slurm's own choice was kept because nothing beat it robustly (pin mode,
+    :func:`_keep_slurm_unless_robust`, with ``risk``).
 
     Slurm's selection is simulated under each of ``rule_sets`` (:func:`guard_rule_sets`: the
     one the cluster's Slurm version runs, or both when it is unknown) with ``switch_order``
@@ -880,6 +1034,8 @@ def _slurm_guard(
         return got[0] >= floor[0] and got[1] >= floor[1]
 
     own_ok = roomy(order)
+    # Every placement that passes citizenship, for the robustness check after the loop.
+    pool: list[tuple[list[str], str]] = [(order, "the planner's own choice")] if own_ok else []
     best: CostReport | None = report if own_ok else None
     found: tuple[list[str], CostReport, str] | None = None
     seen: set[tuple[str, ...]] = {tuple(order)}
@@ -919,6 +1075,7 @@ def _slurm_guard(
             if tuple(cand) in seen:
                 continue
             seen.add(tuple(cand))
+            pool.append((cand, f"{origin} {how or 'in its own rank order'}"))
             rep = evaluate(topology, cand, job, params)
             if (
                 best is None
@@ -935,7 +1092,125 @@ def _slurm_guard(
             f"citizenship: a placement predicted {t * 1e3:.3f} ms/step (vs "
             f"{final * 1e3:.3f}) was not used: {reason} than Slurm's choice"
         )
-    return found, counts, (None if own_ok else floor)
+    baseline = next(((o, nodes) for nodes, o, slurms in sets if slurms), None)
+    if mode == "pin" and baseline is not None:
+        pinned, kept = _keep_slurm_unless_robust(
+            topology, st, job, params, baseline, pool, table, switch_order, notes, risk
+        )
+        return pinned, counts, None, kept
+    return found, counts, (None if own_ok else floor), False
+
+
+def _keep_slurm_unless_robust(
+    topology: Topology,
+    st: _Static,
+    job: JobShape,
+    params: CostParams | None,
+    baseline: tuple[str, Sequence[str]],
+    pool: Sequence[tuple[list[str], str]],
+    table: Sequence[str],
+    switch_order: Sequence[str] | None,
+    notes: list[str],
+    risk: Risk = "none",
+) -> tuple[tuple[list[str], CostReport, str], bool]:
+    """Pin mode's choice: Slurm's own choice in topology order, unless a placement of ``pool``
+    robustly beats it over the scenarios of :func:`_robust_gains`. ``risk="none"``: predicted
+    at least :data:`_MIN_GAIN` faster in every scenario; ``risk="model"``: never predicted
+    slower in any and at least that much faster in one. Of those, the one with the largest
+    worst-case gain (then best case). Returns (order, its report, origin) and whether Slurm's
+    choice was kept.
+
+    Why: the planner sees neither the fabric's taper nor the other jobs' traffic nor NCCL's
+    exact algorithm choice. Judged by the referee, placements the ring model preferred lost up
+    to 37.8 %, and even ``risk="model"`` lost 2.5 % in one case of a fresh seed set
+    (docs/placement-plans.md, "Referee"). Slurm's own choice kept is never slower than
+    Slurm's own choice, which is why ``none`` is the default.
+    """
+    from slurmfm.plan.slurm_sim import rank_order
+
+    base_origin, base_nodes = baseline
+    base = rank_order(
+        base_nodes, topology, policy="leaf", node_order=table, switch_order=switch_order
+    )
+    scenarios = "ring and tree all-reduce, oversubscription " + " and ".join(
+        f"{o:g}" for o in _scenario_oversubscriptions(params)
+    )
+    scenarios += ", the job's share of each uplink or the whole switch"
+    pick: tuple[float, float, list[str], str] | None = None
+    for cand, origin in pool:
+        if cand == base:
+            continue
+        worst, top = _robust_gains(topology, cand, base, job, params)
+        ok = worst >= _MIN_GAIN if risk == "none" else worst >= -1e-9 and top >= _MIN_GAIN
+        if ok and (pick is None or (worst, top) > pick[:2]):
+            pick = (worst, top, cand, origin)
+    base_leaves = len({st.leaf_of[n] for n in base})
+    if pick is None:
+        rule = (
+            f"at least {_MIN_GAIN * 100:g}% faster in every scenario"
+            if risk == "none"
+            else f"at least {_MIN_GAIN * 100:g}% faster in some scenario and never slower"
+        )
+        notes.append(
+            f"guard: kept {base_origin} in Slurm's topology order ({base_leaves} leaves): no "
+            f"other placement is predicted {rule} ({scenarios}; risk={risk})"
+        )
+        rep = evaluate(topology, base, job, params)
+        return (base, rep, f"{base_origin} in Slurm's topology order"), True
+    worst, top, cand, origin = pick
+    notes.append(
+        f"robust gain over Slurm's own choice in topology order: {worst * 100:+.1f}% to "
+        f"{top * 100:+.1f}% over the scenarios ({scenarios}; risk={risk})"
+    )
+    return (cand, evaluate(topology, cand, job, params), origin), False
+
+
+# A pin-mode plan leaves Slurm's own choice (nodes and topology order) only for a predicted
+# gain of at least this much (in every scenario of _robust_gains, or with risk="model" in one
+# and no loss in any): the referee's rule is "no case more than 2 % slower than Slurm's
+# choice", and a smaller predicted gain is within what the model leaves out.
+_MIN_GAIN = 0.02
+
+
+def _scenario_oversubscriptions(params: CostParams | None) -> tuple[float, ...]:
+    """The fabric tapers a plan is checked under: the given one, or 1 and 4 when unknown.
+
+    AWS does not publish EFA's oversubscription, and the default parameters say 1 (unknown);
+    then a plan must not lose on a non-blocking fabric nor on a 4:1 taper, where crossings it
+    thought free become the bottleneck.
+    """
+    p = params or CostParams.default()
+    given = {p.tiers[t].oversubscription for t in ("leaf", "spine", "core")}
+    return (1.0, 4.0) if given == {1.0} else tuple(sorted(given))
+
+
+def _robust_gains(
+    topology: Topology,
+    order: Sequence[str],
+    base: Sequence[str],
+    job: JobShape,
+    params: CostParams | None,
+) -> tuple[float, float]:
+    """The smallest and largest predicted gain ``1 - t(order)/t(base)`` over the scenarios the
+    planner cannot tell apart: ring or tree DP all-reduce (NCCL's crossover constants vary
+    between releases; a forced ``dp_algorithm`` is kept), each plausible oversubscription
+    (:func:`_scenario_oversubscriptions`), and the job's share of each uplink (its own nodes'
+    share of a busy fabric, or the whole switch's capacity on an idle one: the planner does not
+    see other jobs' traffic).
+    """
+    p = params or CostParams.default()
+    algos = (p.dp_algorithm,) if p.dp_algorithm != "auto" else ("ring", "tree")
+    unknown = {p.tiers[t].oversubscription for t in ("leaf", "spine", "core")} == {1.0}
+    gains: list[float] = []
+    for o in _scenario_oversubscriptions(p):
+        scen = p.with_oversubscription(o) if unknown else p
+        for algo in algos:
+            for share in ("job", "switch"):
+                q = dataclasses.replace(scen, dp_algorithm=algo, uplink_share=share)
+                t_new = evaluate(topology, order, job, q).predicted_s
+                t_base = evaluate(topology, base, job, q).predicted_s
+                gains.append(1 - t_new / t_base if t_base > 0 else 0.0)
+    return min(gains), max(gains)
 
 
 def _free_runs(
@@ -1286,11 +1561,12 @@ def plan_for_recipe(
     switch_order: Sequence[str] | None = None,
     simulate: bool = False,
     avoid: Mapping[str, str] | None = None,
+    risk: Risk = "none",
 ) -> Plan:
     """Plan a recipe; the Slurm version defaults to the recipe's (or its flavor's assumed one).
 
-    ``switch_order``: the cluster's topology.conf switch order; ``simulate``, ``avoid``: see
-    :func:`plan`.
+    ``switch_order``: the cluster's topology.conf switch order; ``simulate``, ``avoid``,
+    ``risk``: see :class:`PlanRequest`.
 
     Feed ``plan.placement()`` to ``api.submit(recipe, placement=...)`` or ``api.render``.
     """
@@ -1317,6 +1593,7 @@ def plan_for_recipe(
             switch_order=switch_order,
             simulate=simulate,
             avoid=avoid,
+            risk=risk,
         )
 
     serve = recipe.serve
