@@ -2,7 +2,7 @@
 """Placement judged by a referee the planner cannot see: busy clusters and other jobs' traffic.
 
 Why: ``bench_placement.py`` scores the planner with the planner's own cost model and the
-simulator it consults; agreement with oneself is not quality (issue 22). Here every placement is
+simulator it consults; agreement with oneself is not quality. Here every placement is
 judged by :mod:`slurmfm.referee`: physical uplinks shared by all jobs at an oversubscription the
 planner is not told (1, 2 or 4), NCCL-like collectives (ring or tree as NCCL's tuner picks,
 pipeline point-to-point), and other jobs running rings on the busy nodes (the Philly trace's
@@ -57,7 +57,9 @@ from slurmfm.referee import PHILLY_NODE_MIX, FabricParams, StepTraffic, fill, ju
 from slurmfm.referee import cluster as cl  # noqa: E402
 from slurmfm.topology.model import Topology  # noqa: E402
 
-# Fixed before the first run (issue 22: "held-out seeds chosen before running"); never tuned.
+# Fixed before the first run (held-out seeds chosen before running); never tuned. The planner's
+# robustness rule was designed after seeing them, so --seeds 2231 ... 2238 (chosen before that
+# set was run) is the confirmation set docs/placement-plans.md reports too.
 HELD_OUT_SEEDS = (2201, 2202, 2203, 2204, 2205, 2206, 2207, 2208)
 OVERSUB = (1.0, 2.0, 4.0)
 MIN_CASES_FOR_VERDICT = 30

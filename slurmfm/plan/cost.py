@@ -4,28 +4,31 @@ Why a model at all: Slurm's ``topology/tree`` minimises leaf switches only as a 
 orders ranks by node name (https://slurm.schedmd.com/topology.html), so "how good is
 this placement" needs a number that sees rank order. The model:
 
-* Ranks follow Megatron's default order ``tp-cp-ep-dp-pp`` (section 3.1): TP groups are
+* Ranks follow Megatron's default order ``tp-cp-ep-dp-pp``
+(NVIDIA/Megatron-LM:megatron/core/parallel_state.py): TP groups are
   consecutive ranks, CP strides by TP, DP by TP*CP inside one pipeline stage, PP by world/PP.
-  Expert groups come from the expert generator ``tp-ep-dp-pp`` with expert-TP = TP (section 3.1,
-  "Expert groups come from a second generator").
+  Expert groups come from the expert generator ``tp-ep-dp-pp`` with expert-TP = TP (the second
+  ``RankGenerator`` of NVIDIA/Megatron-LM:megatron/core/parallel_state.py).
 * Node ``i`` of ``order`` holds global ranks ``i*G .. i*G+G-1`` (plan/types.py ``Placement``).
-* Each group is charged at the slowest tier it crosses (section 3.3): ``nvlink`` when all its
+* Each group is charged at the slowest tier it crosses: ``nvlink`` when all its
   members share one NVLink domain (the node, or a GB200 UltraServer), otherwise ``leaf``,
   ``spine`` or ``core`` by the level of the members' lowest common switch (0, 1, >= 2).
-* Formulas (section 3.3, after Thakur/Rabenseifner/Gropp): ring all-reduce for TP, CP and DP
+* Formulas (after Thakur, Rabenseifner and Gropp, "Optimization of Collective Communication
+Operations in MPICH", IJHPCA 19(1), 2005): ring all-reduce for TP, CP and DP
   ``2(p-1)a + 2(p-1)/p * n*b``; all-to-all for EP ``(p-1)a + (p-1)/p * n*b``; point-to-point for
   PP ``a + n*b`` per neighbouring stage pair along a pipeline.
-* Congestion (section 3.3, "Oversubscription / spine crossing"): every DP ring edge between two
+* Congestion: every DP ring edge between two
   nodes crosses the uplinks of the switches below their common ancestor. All DP groups run at
   once, so per uplink and direction the edges are counted; the uplink carries ``nodes * G / o``
   flows at full rate (``o`` = the oversubscription of that switch's tier, and ``nodes`` = this
   job's nodes under the switch: a fair share of a fabric that other jobs also use). A DP group's
   ``b`` is scaled by ``max(1, load/capacity)`` on the worst uplink it crosses. This reproduces the
-  sheet's qualitative facts: a topology-ordered ring is nearly free at any ``o``, a scrambled
+  flow-level simulation's qualitative facts (:mod:`slurmfm.plan.simulate`): a topology-ordered ring
+  is nearly free at any ``o``, a scrambled
   one slows down by up to about ``o(1-1/L)``.
 * ``ideal`` charges every group at the best tier its node span allows (a group over ``k`` nodes
   fits one domain, one leaf or one spine only if the fabric has one that large) with no
-  congestion: a lower bound, so ``slowdown = predicted/ideal >= 1`` (section 6(b)).
+  congestion: a lower bound, so ``slowdown = predicted/ideal >= 1`` (docs/placement-plans.md).
 
 Counts are of distinct node-level rings/pairs (groups that map to the same node sequence, such
 as the G/TP DP groups of one node set, are one ring for the counts but all load the uplinks).
@@ -61,7 +64,7 @@ class Tier:
     """Latency and inverse bandwidth of one fabric tier, per GPU (rank) stream.
 
     ``oversubscription`` is the downlink:uplink ratio of the switches *at* this tier: a leaf
-    switch's uplinks carry ``1/o`` of what its nodes can send (section 3.3).
+    switch's uplinks carry ``1/o`` of what its nodes can send (a fat tree's taper).
     """
 
     name: str
@@ -320,7 +323,8 @@ class JobShape:
         """Consecutive nodes that must share one NVLink domain.
 
         TP*CP groups are blocks of ``tp*cp`` consecutive ranks and EP groups blocks of
-        ``tp*ep`` (section 3.1); both fit whole into aligned blocks of ``lcm`` ranks, and such a
+        ``tp*ep`` (NVIDIA/Megatron-LM:megatron/core/parallel_state.py); both fit whole into aligned
+        blocks of ``lcm`` ranks, and such a
         block covers ``lcm(block, G)/G`` whole nodes.
         """
         block = math.lcm(self.tp * self.cp, self.tp * self.ep)
@@ -329,7 +333,8 @@ class JobShape:
 
 @dataclass(frozen=True)
 class CostReport:
-    """Predicted and ideal per-step communication time plus interpretable counts (6(b))."""
+    """Predicted and ideal per-step communication time plus interpretable counts
+    (docs/placement-plans.md)."""
 
     predicted_s: float
     ideal_s: float

@@ -7,21 +7,27 @@ rank order is node-name order, not topology order, before 26.05
 and then fixes the rank order:
 
 1. **NVLink rule (hard).** TP*CP and EP groups are blocks of consecutive ranks (Megatron order
-   ``tp-cp-ep-dp-pp``, section 3.1); they must not leave their NVLink domain, the node itself
-   or a GB200 UltraServer (section 2: leaving NVL72 is a ~36x per-GPU bandwidth cliff; "Planner
-   rule" in 2). So the job is cut into units of :meth:`JobShape.nvlink_unit` consecutive nodes
+   ``tp-cp-ep-dp-pp``, NVIDIA/Megatron-LM:megatron/core/parallel_state.py); they must not
+   leave their NVLink domain, the node itself or a GB200 UltraServer (1.8 TB/s of NVLink per
+   GPU inside NVL72 against 50 GB/s of EFA per GPU outside, a ~36x cliff:
+   https://www.nvidia.com/en-us/data-center/gb200-nvl72/). So the job is cut into units of
+   :meth:`JobShape.nvlink_unit` consecutive nodes
    and every unit is placed inside one domain's free nodes.
 2. **Fewest leaves, then lowest switch.** The fewest bins (leaves) that can hold the job
    anywhere in the fabric, under the lowest-level switch that achieves that minimum, the
-   tightest such one on ties (the documented tree rule, 1.3; best-fit against fragmentation,
-   Kueue BestFit / Slurm block "smallest sufficient", sections 1.4 and 4). Slurm's top switch
+   tightest such one on ties (the documented tree rule, https://slurm.schedmd.com/topology.html;
+   best-fit against fragmentation, as Kueue's topology-aware scheduling,
+   https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/, and Slurm's block
+   plugin's smallest sufficient block,
+   SchedMD/slurm:src/plugins/topology/block/eval_nodes_block.c). Slurm's top switch
    is the highest with room, so no Slurm choice can use fewer leaves than this. (The lowest
    switch with room may need more leaves than Slurm's greedy scan across it.)
 3. **Few subtrees, tight fit.** Inside it, level by level, keep the fewest child subtrees that
    still hold the job in that many bins (the last one swapped for the smallest that also
    completes it); then take bins largest-first and finish with the closest, tightest bin that
-   fits the remainder (the shape of Slurm's and Kueue's best-fit, 1.3 step 6, without its
-   config-order quirks). Whole leaves/UltraServers stay free.
+   fits the remainder (the shape of Slurm's and Kueue's best-fit, ``_eval_nodes_topo`` in
+   SchedMD/slurm:src/plugins/topology/tree/eval_nodes_tree.c, without its config-order
+   quirks). Whole leaves/UltraServers stay free.
 3a. **Objective: predicted time (tree).** Fewest leaves is a starting point, not the goal:
    it can cost more (two leaves across a core switch vs three under one spine, or a 512-node
    PP=4 job whose stages each fit under one spine). So Slurm's own choice is simulated
@@ -33,9 +39,14 @@ and then fixes the rank order:
    stage placed as its own job, so a stage can take one spine), and Slurm's node sets, each
    in the planner's rank order (in pin mode also in Slurm's name and leaf orders). On fabrics
    whose NVLink domains span nodes (GB200) Slurm's ``topology/block`` choices
-   (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``) are candidates too. Slurm's
-   choices are candidates, so the plan is never predicted slower than them, and on a
-   predicted tie never crosses more leaves on DP rings. With ``slurm_version`` known, only
+   (``slurm_sim.block_choices``: ``-N`` alone and with ``--segment``) are candidates too.
+   In constrain mode the best wins, so the plan is never predicted slower than Slurm's
+   choices, and on a predicted tie never crosses more leaves on DP rings. In pin mode Slurm's
+   own choice in Slurm's topology order is kept unless a candidate wins robustly
+   (:func:`_keep_slurm_unless_robust`: in every scenario the planner cannot rule out, or with
+   ``risk="model"`` never slower in any and faster in one), because the referee found the
+   model's preferred placements up to 37.8 % slower (docs/placement-plans.md, "Referee"). With
+   ``slurm_version`` known, only
    the rule set that version runs is simulated (feature ``tree_selection_rules_2405_3``:
    "24.05.3" rules from 24.05.3, "21.08" rules before); without it, both. Run when the fabric
    has <= 4,096 nodes or the job <= 1,024 nodes (the simulation is linear in leaves per leaf
@@ -43,13 +54,15 @@ and then fixes the rank order:
    ranking against a flow-level simulation (scripts/bench_placement.py).
 4. **Rank order.** Nodes grouped by leaf (by UltraServer when units span nodes), leaves in fabric
    DFS order, so consecutive DP ring members share a leaf and each ring crosses each uplink the
-   minimum number of times (3.1 (ii), 3.2); PP stages are contiguous node blocks (3.1 (iii)). A
+   minimum number of times (NCCL builds its rings and trees in rank order:
+   NVIDIA/nccl:src/graph/rings.cc, trees.cc); PP stages are contiguous node blocks. A
    second order that puts fuller subtrees first (stage blocks aligned to leaves) is scored with
    the cost model and kept only if it is cheaper.
 
 Modes: ``pin`` requests the exact nodes (``--nodelist``) in the planned order. ``constrain``
-lets Slurm choose with ``--switches=K@T`` (tree, 1.3 step 9) or ``--segment=S`` (block, 24.05+,
-1.4) and carries a rank key for every node of the fabric so that the job sorts whatever it got
+lets Slurm choose with ``--switches=K@T`` (tree, https://slurm.schedmd.com/sbatch.html#OPT_switches)
+or ``--segment=S`` (block, 24.05+, https://slurm.schedmd.com/sbatch.html#OPT_segment) and carries a
+rank key for every node of the fabric so that the job sorts whatever it got
 by the same DFS order.
 
 Everything is deterministic: names are compared in natural order and every tie has a final
@@ -820,7 +833,7 @@ def _stagewise(st: _Static, free_nodes: Sequence[str], need: int, pp: int) -> li
 
     Fewest leaves for the whole job can scatter every stage's DP rings over many spines; a
     stage is what a DP ring spans, so placing each stage alone (its own lowest switch) keeps
-    rings under one spine when a spine holds a stage (issue 14: a 512-node PP=4 job, one
+    rings under one spine when a spine holds a stage (a 512-node PP=4 job, one
     128-node stage per spine). Returned in stage order, each stage in fabric order.
     """
     if need % pp:
@@ -1023,7 +1036,8 @@ def _slurm_guard(
     limit = max(counts, default=1 << 30)
     # Nor may it leave less free room behind than Slurm's choice: the largest free run of
     # nodes in one leaf and under one spine (level-1 switch) after the job starts, which is
-    # what the next large job needs (issue 22: the fewest-leaves choice takes the largest free
+    # what the next large job needs (the referee's held-out set: the fewest-leaves choice takes the
+    # largest free
     # leaves and left a smaller free spine run than Slurm in 25 of 40 held-out cases). With
     # the version unknown, the smaller of the rule sets' runs (either may be the cluster's).
     runs = [_free_runs(topology, st, free, nodes) for nodes, _, slurms in sets if slurms]
@@ -1247,8 +1261,8 @@ def _simulation_check(
 
     The cost model decides among many candidates; on near-ties (fractions of a percent, e.g.
     PP pairs sharing uplinks with DP rings) it cannot see what the flow-level simulation
-    sees, so the few placements the plan must never lose to are simulated (issue 14: "evaluate
-    both and keep the better"). Equal times (within 1e-6) go to fewer DP ring edges crossing a
+    sees, so the few placements the plan must never lose to are simulated ("evaluate both and
+    keep the better"). Equal times (within 1e-6) go to fewer DP ring edges crossing a
     leaf, then fewer leaves, then the plan.
     """
     from slurmfm.plan import simulate as sim
@@ -1426,7 +1440,8 @@ def _segment(
     """``--segment`` for a block topology, or None (with the reason in ``why``).
 
     S divides both the UltraServer (block) size and the node count (``--segment`` requires a
-    multiple, section 1.4), is a multiple of the NVLink unit so no TP*CP/EP block straddles
+    multiple: https://slurm.schedmd.com/sbatch.html#OPT_segment), is a multiple of the NVLink unit
+    so no TP*CP/EP block straddles
     two segments, and divides the plan's own per-block counts so that the plan itself is a
     valid segmentation. Among those, the largest (fewest blocks touched).
     """

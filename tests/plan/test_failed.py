@@ -105,7 +105,7 @@ def test_cli_oversubscription_changes_the_prediction(tmp_path: Path) -> None:
     # (4 + 2) stays; at 4 the 2-node leaf's uplink slows the ring by 4/2, and the plan says
     # which tier bounds the ring and by how much. Balancing 3 + 3 would be predicted faster
     # (4/3) but leaves no leaf with 2 free nodes, less free room than Slurm's own 4 + 2:
-    # cluster citizenship keeps 4 + 2 and says what it gave up (issue 22).
+    # cluster citizenship keeps 4 + 2 and says what it gave up.
     assert one["nodes"] == ["n00", "n01", "n02", "n03", "n04", "n05"]
     assert one["bound_by"]["dp"] == "spine"
     assert four["nodes"] == one["nodes"]

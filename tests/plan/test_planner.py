@@ -487,10 +487,10 @@ def test_fewest_leaves_beat_the_lowest_switch_unless_they_leave_less_room() -> N
 
 
 def test_more_leaves_than_slurm_are_never_used_even_when_predicted_faster() -> None:
-    """Cluster citizenship (issue 22): four single-node leaves under one spine are predicted a
+    """Cluster citizenship: four single-node leaves under one spine are predicted a
     little faster than three leaves whose DP ring crosses the core, but Slurm's own choice uses
     three, and a fourth leaf fragments the cluster for a gain the planner cannot check (other
-    jobs' traffic). Issue 14 had the planner take the four; now it keeps Slurm's leaf count.
+    jobs' traffic). The planner once took the four; now it keeps Slurm's leaf count.
     """
     conf = "\n".join(
         [

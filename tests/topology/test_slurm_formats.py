@@ -302,7 +302,7 @@ def test_yaml_gate() -> None:
 
 
 def test_yaml_shape_matches_newer_slurm_3_4() -> None:
-    """The exact layout real 26.05.5 loaded (newer-slurm.md 3.4), for that very topology."""
+    """The exact layout real 26.05.5 loaded (on this repo's 26.05 lab, scripts/slurm-lab), for that very topology."""
     p5 = parse_topology_conf(
         "SwitchName=core Switches=spine[1-2]\nSwitchName=spine1 Switches=leaf[1-2]\n"
         "SwitchName=spine2 Switches=leaf[3-4]\nSwitchName=leaf1 Nodes=p5-[001-004]\n"
