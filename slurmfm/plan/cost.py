@@ -862,7 +862,15 @@ def evaluate(
     worst = best = 0.0
     top_congestion = 1.0
 
+    congested = any(r > 1 + 1e-12 for r in pp_ratio.values())
+    send_memo: dict[int, float] = {}  # level -> an uncongested send's time
+
     def send(a: int, b: int, level: int) -> tuple[float, float]:
+        if not congested:  # no uplink beyond its share: a send costs its tier alone
+            t = send_memo.get(level)
+            if t is None:
+                t = send_memo[level] = _p2p(nbytes["pp"], _tier_at(tiers, level))
+            return t, 1.0
         tier = _tier_at(tiers, level)
         slow = 1.0
         if level >= 0:
@@ -873,6 +881,7 @@ def evaluate(
         return tier.alpha_s + nbytes["pp"] * tier.beta_s_per_byte * slow, slow
 
     ideal_pair, ideal_self = spans.ideal_level(2), spans.ideal_level(1)
+    ideal_send = {lvl: _p2p(nbytes["pp"], _tier_at(tiers, lvl)) for lvl in {ideal_pair, ideal_self}}
     for nodes in pp_groups:
         t = tb = 0.0
         top = -1
@@ -883,7 +892,7 @@ def evaluate(
             dt, slow = send(a, b, lvl)
             t += dt
             slowest = max(slowest, slow)
-            tb += _p2p(nbytes["pp"], _tier_at(tiers, ideal_pair if a != b else ideal_self))
+            tb += ideal_send[ideal_pair if a != b else ideal_self]
         if t > worst or "pp" not in bound_by:
             bound_by["pp"] = _tier_name(top)
             top_congestion = slowest

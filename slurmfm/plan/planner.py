@@ -1151,11 +1151,15 @@ def _keep_slurm_unless_robust(
     )
     scenarios += ", the job's share of each uplink or the whole switch"
     pick: tuple[float, float, list[str], str] | None = None
+    base_times = [evaluate(topology, base, job, q).predicted_s for q in _scenarios(params)]
+    floor = _MIN_GAIN if risk == "none" else -1e-9
     for cand, origin in pool:
         if cand == base:
             continue
-        worst, top = _robust_gains(topology, cand, base, job, params)
-        ok = worst >= _MIN_GAIN if risk == "none" else worst >= -1e-9 and top >= _MIN_GAIN
+        worst, top = _robust_gains(
+            topology, cand, base, job, params, base_times=base_times, floor=floor
+        )
+        ok = worst >= floor and top >= _MIN_GAIN
         if ok and (pick is None or (worst, top) > pick[:2]):
             pick = (worst, top, cand, origin)
     base_leaves = len({st.leaf_of[n] for n in base})
@@ -1198,32 +1202,54 @@ def _scenario_oversubscriptions(params: CostParams | None) -> tuple[float, ...]:
     return (1.0, 4.0) if given == {1.0} else tuple(sorted(given))
 
 
+def _scenarios(params: CostParams | None) -> list[CostParams]:
+    """The cost parameters of every scenario the planner cannot tell apart: ring or tree DP
+    all-reduce (NCCL's crossover constants vary between releases; a forced ``dp_algorithm`` is
+    kept), each plausible oversubscription (:func:`_scenario_oversubscriptions`, the lowest
+    first), and the job's share of each uplink (its own nodes' share of a busy fabric, or the
+    whole switch's capacity on an idle one: the planner does not see other jobs' traffic).
+    """
+    p = params or CostParams.default()
+    algos = (p.dp_algorithm,) if p.dp_algorithm != "auto" else ("ring", "tree")
+    unknown = {p.tiers[t].oversubscription for t in ("leaf", "spine", "core")} == {1.0}
+    out: list[CostParams] = []
+    for o in _scenario_oversubscriptions(p):
+        scen = p.with_oversubscription(o) if unknown else p
+        for algo in algos:
+            for share in ("job", "switch"):
+                out.append(dataclasses.replace(scen, dp_algorithm=algo, uplink_share=share))
+    return out
+
+
 def _robust_gains(
     topology: Topology,
     order: Sequence[str],
     base: Sequence[str],
     job: JobShape,
     params: CostParams | None,
+    *,
+    base_times: Sequence[float] | None = None,
+    floor: float | None = None,
 ) -> tuple[float, float]:
-    """The smallest and largest predicted gain ``1 - t(order)/t(base)`` over the scenarios the
-    planner cannot tell apart: ring or tree DP all-reduce (NCCL's crossover constants vary
-    between releases; a forced ``dp_algorithm`` is kept), each plausible oversubscription
-    (:func:`_scenario_oversubscriptions`), and the job's share of each uplink (its own nodes'
-    share of a busy fabric, or the whole switch's capacity on an idle one: the planner does not
-    see other jobs' traffic).
+    """The smallest and largest predicted gain ``1 - t(order)/t(base)`` over
+    :func:`_scenarios`.
+
+    ``base_times``: ``base``'s predicted time per scenario, when the caller has them (one
+    baseline, many candidates). ``floor``: stop at the first gain below it (the candidate is
+    out whatever the rest say) and return that gain as both values; the scenarios go from the
+    lowest oversubscription up, where gains are smallest, so a strict rule rejects most
+    candidates after one evaluation.
     """
-    p = params or CostParams.default()
-    algos = (p.dp_algorithm,) if p.dp_algorithm != "auto" else ("ring", "tree")
-    unknown = {p.tiers[t].oversubscription for t in ("leaf", "spine", "core")} == {1.0}
+    scenarios = _scenarios(params)
+    if base_times is None:
+        base_times = [evaluate(topology, base, job, q).predicted_s for q in scenarios]
     gains: list[float] = []
-    for o in _scenario_oversubscriptions(p):
-        scen = p.with_oversubscription(o) if unknown else p
-        for algo in algos:
-            for share in ("job", "switch"):
-                q = dataclasses.replace(scen, dp_algorithm=algo, uplink_share=share)
-                t_new = evaluate(topology, order, job, q).predicted_s
-                t_base = evaluate(topology, base, job, q).predicted_s
-                gains.append(1 - t_new / t_base if t_base > 0 else 0.0)
+    for q, t_base in zip(scenarios, base_times, strict=True):
+        t_new = evaluate(topology, order, job, q).predicted_s
+        gain = 1 - t_new / t_base if t_base > 0 else 0.0
+        if floor is not None and gain < floor:
+            return gain, gain
+        gains.append(gain)
     return min(gains), max(gains)
 
 
