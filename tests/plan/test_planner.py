@@ -294,7 +294,7 @@ def test_never_predicted_slower_than_slurm_and_no_more_crossings_on_ties(
     bench does. Pin mode: the plan is Slurm's own choice (the version's rule set; the first,
     "21.08", when the version is unknown) in Slurm's topology order, or a placement predicted
     never slower than it in any scenario the planner cannot rule out (ring and tree
-    all-reduce, oversubscription 1 and 4) and at least ``_MIN_GAIN`` faster in one: the referee found placements the model
+    all-reduce, oversubscription 1 and 4) and at least ``MIN_GAIN`` faster in one: the referee found placements the model
     alone preferred up to 37.8 % slower (docs/placement-plans.md, "Referee"). Constrain mode
     (Slurm picks, the job sorts by the rank key): never predicted slower than Slurm's choice in
     the rank key's order, and on a tie no more DP crossings, then leaves.
@@ -302,7 +302,7 @@ def test_never_predicted_slower_than_slurm_and_no_more_crossings_on_ties(
     With a Slurm version (22.05.8: "21.08" rules; 24.11.5: "24.05.3" rules) that version's rule
     set is simulated, without one both.
     """
-    from slurmfm.plan.planner import _MIN_GAIN, _robust_gains
+    from slurmfm.plan.guard import MIN_GAIN, robust_gains
 
     topo, busy, switch_order, job = case
     free = set(topo.nodes) - set(busy)
@@ -355,9 +355,9 @@ def test_never_predicted_slower_than_slurm_and_no_more_crossings_on_ties(
         if mode == "pin":
             base = slurm[rule_sets[0]][3]
             if list(p.nodes) != base:
-                worst, top = _robust_gains(topo, p.nodes, base, job, None)
+                worst, top = robust_gains(topo, p.nodes, base, job, None)
                 assert worst >= -1e-9, version
-                assert top >= _MIN_GAIN, version
+                assert top >= MIN_GAIN, version
             continue
         for rules in rule_sets:
             (c,) = slurm[rules][2]
@@ -371,7 +371,7 @@ def test_never_predicted_slower_than_slurm_and_no_more_crossings_on_ties(
 
 def test_guard_simulates_the_rule_set_of_the_slurm_version() -> None:
     """24.05.3 is the boundary (feature tree_selection_rules_2405_3); no version: both."""
-    from slurmfm.plan.planner import guard_rule_sets
+    from slurmfm.plan.guard import guard_rule_sets
 
     assert guard_rule_sets(None) == ("21.08", "24.05.3")
     for text, rules in (
@@ -591,8 +591,8 @@ def test_risk_model_may_leave_slurms_choice_only_for_a_predicted_gain(
     case: tuple[Topology, list[str], list[str], JobShape],
 ) -> None:
     """``risk="model"``: a plan other than Slurm's choice in topology order is never predicted
-    slower in any scenario and at least _MIN_GAIN faster in one; ``none`` is stricter."""
-    from slurmfm.plan.planner import _MIN_GAIN, _robust_gains
+    slower in any scenario and at least MIN_GAIN faster in one; ``none`` is stricter."""
+    from slurmfm.plan.guard import MIN_GAIN, robust_gains
 
     topo, busy, switch_order, job = case
     free = set(topo.nodes) - set(busy)
@@ -605,6 +605,6 @@ def test_risk_model_may_leave_slurms_choice_only_for_a_predicted_gain(
         p = plan(topo, job, unavailable=busy, switch_order=switch_order, slurm_version=V2211,
                  risk=risk)  # type: ignore[arg-type]  # fmt: skip
         if list(p.nodes) != base:
-            worst, top = _robust_gains(topo, p.nodes, base, job, None)
-            assert worst >= (_MIN_GAIN if risk == "none" else -1e-9)
-            assert top >= _MIN_GAIN
+            worst, top = robust_gains(topo, p.nodes, base, job, None)
+            assert worst >= (MIN_GAIN if risk == "none" else -1e-9)
+            assert top >= MIN_GAIN
