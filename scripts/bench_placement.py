@@ -15,9 +15,11 @@ Methods, all scored with ``slurmfm.plan.cost.evaluate`` on the same topology and
   version of that rule set (22.05: 21.08-24.05.2 rules; 24.11: 24.05.3+ rules), and each
   Slurm baseline is compared with the plan made for its own version.
 * ``slurm21-name`` / ``slurm21-leaf`` / ``slurm2405-name`` / ``slurm2405-leaf``: Slurm's tree
-  selection reproduced by ``slurmfm.plan.slurm_sim.select_tree`` (slurm-topology-and-placement.md
-  sections 1.3, 6(a) and 8; rules 21.08-24.05.2 and 24.05.3+), with name-order ranks (Slurm up
-  to 25.11) and leaf-order ranks (26.05's default; section 1.6).
+  selection reproduced by ``slurmfm.plan.slurm_sim.select_tree`` (``_eval_nodes_topo`` in
+  SchedMD/slurm:src/plugins/topology/tree/eval_nodes_tree.c; rules 21.08-24.05.2 and 24.05.3+,
+  checked against real
+  Slurm 22.05.8 in tests/plan/test_slurm_sim.py), with name-order ranks (Slurm up to 25.11)
+  and leaf-order ranks (26.05's default: https://slurm.schedmd.com/topology.html).
 * ``real-slurm``: the local lab's ``sbatch --test-only -N k --exclusive`` choice for the same
   busy pattern, with name-order ranks (``--real-lab DIR``; small fabrics of the lab's size).
 * ``optimum``: the exact minimum of the predicted step time over node subsets and rank orders,
@@ -147,8 +149,9 @@ def make_fabric(
     """An EC2-like fabric: NN0 (top) / NN1 (spine) / NN2 (leaf) plus a common root.
 
     Leaves hold an uneven number of instances and host names are a random permutation
-    relative to the fabric (EC2 names follow launch order, aws-launch-facts.md 3;
-    slurm-topology-and-placement.md 5). Switch lines are written leaves first in a shuffled
+    relative to the fabric (EC2 host names follow the private IP, not the network position:
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-naming.html). Switch lines are
+    written leaves first in a shuffled
     order, so Slurm's config-order tie-breaks are exercised too.
     """
     hosts = (
@@ -626,7 +629,7 @@ def targets(
                 if not ok(r):
                     continue
                 assert r is not None
-                # Leaf count is a tie-break (issue 14): more leaves only where the plan is
+                # Leaf count is a tie-break: more leaves only where the plan is
                 # predicted faster.
                 if f["leaves_used"] > r["leaves_used"] and f["slowdown"] >= r["slowdown"] * (
                     1 - 1e-9
@@ -1272,8 +1275,8 @@ def print_sim(summary: dict[str, Any], seconds: float, n_cases: int, prefix: str
         )
         if o == "2":
             n_big = r.get("ge64_cases", 0)
-            # A median of a handful of ratios supports no verdict (issue 22: --quick printed
-            # PASS on 4 ratios while the full run said the target was not met).
+            # A median of a handful of ratios supports no verdict (--quick once printed PASS
+            # on 4 ratios while the full run said the target was not met).
             verdict = (
                 ("PASS" if target <= 0.9 else "FAIL")
                 if n_big >= SIM_MIN_CASES_FOR_VERDICT

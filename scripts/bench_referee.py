@@ -2,7 +2,7 @@
 """Placement judged by a referee the planner cannot see: busy clusters and other jobs' traffic.
 
 Why: ``bench_placement.py`` scores the planner with the planner's own cost model and the
-simulator it consults; agreement with oneself is not quality (issue 22). Here every placement is
+simulator it consults; agreement with oneself is not quality. Here every placement is
 judged by :mod:`slurmfm.referee`: physical uplinks shared by all jobs at an oversubscription the
 planner is not told (1, 2 or 4), NCCL-like collectives (ring or tree as NCCL's tuner picks,
 pipeline point-to-point), and other jobs running rings on the busy nodes (the Philly trace's
@@ -57,7 +57,9 @@ from slurmfm.referee import PHILLY_NODE_MIX, FabricParams, StepTraffic, fill, ju
 from slurmfm.referee import cluster as cl  # noqa: E402
 from slurmfm.topology.model import Topology  # noqa: E402
 
-# Fixed before the first run (issue 22: "held-out seeds chosen before running"); never tuned.
+# Fixed before the first run (held-out seeds chosen before running); never tuned. The planner's
+# robustness rule was designed after seeing them, so --seeds 2231 ... 2238 (chosen before that
+# set was run) is the confirmation set docs/placement-plans.md reports too.
 HELD_OUT_SEEDS = (2201, 2202, 2203, 2204, 2205, 2206, 2207, 2208)
 OVERSUB = (1.0, 2.0, 4.0)
 MIN_CASES_FOR_VERDICT = 30
@@ -82,6 +84,7 @@ class Case:
     free_leaf: dict[str, int] = field(default_factory=dict)
     free_spine: dict[str, int] = field(default_factory=dict)
     note: str = ""
+    differs: bool = False  # the plan's nodes or order differ from Slurm's in topology order
 
 
 def build_cases(seeds: Sequence[int]) -> list[Case]:
@@ -145,6 +148,7 @@ def run_case(
         "slurm-topo": rank_order(chosen, topo, policy="leaf", switch_order=fab.switch_order),
         "slurm-name": rank_order(chosen, topo, policy="name"),
     }
+    case.differs = orders["plan"] != orders["slurm-topo"]
     for m, order in orders.items():
         case.leaves[m] = len({topo.leaf_of[n] for n in order})
         case.free_leaf[m], case.free_spine[m] = _free_runs(topo, free - set(order))
@@ -188,8 +192,10 @@ def summarize(cases: Sequence[Case]) -> dict[str, Any]:
         for base in ("slurm-topo", "slurm-name"):
             g = [_gain(c, o, base) for c in done]
             st = [_gain(c, o, base, "step_s") for c in done]
+            gd = [_gain(c, o, base) for c in done if c.differs]
             s[base] = {
                 "median_comm_gain": statistics.median(g) if g else None,
+                "median_comm_gain_where_differs": statistics.median(gd) if gd else None,
                 "worst_comm_gain": min(g, default=None),
                 "median_step_gain": statistics.median(st) if st else None,
                 "losses": [
@@ -206,6 +212,12 @@ def summarize(cases: Sequence[Case]) -> dict[str, Any]:
             if done
             else None
         )
+        s["others_slowed_cases"] = {
+            m: [c.name for c in done if c.rows[o][m]["others_max"] > 1.01] for m in METHODS
+        }
+        s["others_slowdown_name_worst"] = max(
+            (c.rows[o]["slurm-name"]["others_max"] for c in done), default=None
+        )
         s["others_slowdown_plan_worst"] = max(
             (c.rows[o]["plan"]["others_max"] for c in done), default=None
         )
@@ -213,6 +225,7 @@ def summarize(cases: Sequence[Case]) -> dict[str, Any]:
             (c.rows[o]["slurm-topo"]["others_max"] for c in done), default=None
         )
         out[f"o={o:g}"] = s
+    out["plan_differs_from_slurm"] = [c.name for c in done if c.differs]
     out["more_leaves_than_slurm"] = [
         c.name for c in done if c.leaves["plan"] > c.leaves["slurm-topo"]
     ]
@@ -280,10 +293,12 @@ def print_report(
     seconds: float,
     seeds: Sequence[int],
     algorithm: str = "auto",
+    risk: str = "none",
 ) -> None:
     print(
         f"referee bench: {summary['cases']} cases in {seconds:.1f} s (seeds {tuple(seeds)}; "
-        f"DP all-reduce: {'NCCL tuner pick' if algorithm == 'auto' else algorithm})"
+        f"DP all-reduce: {'NCCL tuner pick' if algorithm == 'auto' else algorithm}; "
+        f"planner risk={risk})"
     )
     if summary["skipped"]:
         print(f"  not started by Slurm (skipped): {', '.join(summary['skipped'])}")
@@ -330,6 +345,27 @@ def print_report(
                 f"{_pct(b['worst_comm_gain']):>11} {_pct(b['median_step_gain']):>12} "
                 f"{len(b['losses']):>7}  {others:>40}"
             )
+    print()
+    differ = summary["plan_differs_from_slurm"]
+    print(
+        f"the plan differs from Slurm's choice in topology order in {len(differ)} of "
+        f"{summary['cases']} cases" + (f": {', '.join(differ)}" if differ else "")
+    )
+    for o in OVERSUB:
+        b = summary[f"o={o:g}"]["slurm-topo"]
+        print(
+            f"  o={o:g}: median gain over Slurm's topology order where the plan differs: "
+            f"{_pct(b['median_comm_gain_where_differs'])}"
+        )
+    for o in OVERSUB:
+        s = summary[f"o={o:g}"]
+        slowed = s["others_slowed_cases"]
+        print(
+            f"  o={o:g}: cases where a running job is slowed > 1 %: "
+            + ", ".join(f"{m} {len(slowed[m])}" for m in METHODS)
+            + f"; worst slowdown plan/slurm-topo/slurm-name {s['others_slowdown_plan_worst']:.3f}/"
+            f"{s['others_slowdown_slurm_worst']:.3f}/{s['others_slowdown_name_worst']:.3f}"
+        )
     print()
     print("every loss (plan slower than Slurm in topology order, % slower):")
     any_loss = False
@@ -514,6 +550,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="two seeds, numbers only, no verdict")
     ap.add_argument("--json", type=Path, help="write the cases and summary as JSON here")
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        help="case seeds instead of the held-out ones (a fresh confirmation set)",
+    )
+    ap.add_argument(
+        "--risk",
+        choices=("none", "model"),
+        default="none",
+        help="the planner's risk setting (slurmfm.plan.planner.PlanRequest.risk)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--no-cluster", action="store_true", help="skip the cluster streams")
     ap.add_argument(
@@ -524,16 +572,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     log = (lambda s: print(s, flush=True)) if args.verbose else (lambda s: None)
-    from slurmfm.plan.planner import plan
+    from functools import partial
 
-    seeds = HELD_OUT_SEEDS[:2] if args.quick else HELD_OUT_SEEDS
+    from slurmfm.plan.planner import plan as plan_any
+
+    plan = partial(plan_any, risk=args.risk)
+    seeds = (
+        tuple(args.seeds) if args.seeds else HELD_OUT_SEEDS[:2] if args.quick else HELD_OUT_SEEDS
+    )
     cases = build_cases(seeds)
     t0 = time.perf_counter()
     for c in cases:
         run_case(c, plan, log, args.nccl_algo)
     seconds = time.perf_counter() - t0
     summary = summarize(cases)
-    print_report(cases, summary, seconds, seeds, args.nccl_algo)
+    print_report(cases, summary, seconds, seeds, args.nccl_algo, args.risk)
     clusters: dict[str, list[dict[str, Any]]] = {}
     if not args.no_cluster:
         t1 = time.perf_counter()
@@ -560,6 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "free_leaf": c.free_leaf,
                             "free_spine": c.free_spine,
                             "note": c.note,
+                            "differs": c.differs,
                         }
                         for c in cases
                     ],

@@ -401,8 +401,6 @@ class Job:
     ) -> Iterator[str]:
         import time
 
-        import hostlist
-
         from slurmfm.observe.logs import (
             check_restart,
             filter_task,
@@ -412,12 +410,13 @@ class Job:
             restarts_in,
             select,
         )
+        from slurmfm.topology.hostlist import expand_hostlist
 
         st = self.backend.status(self.job_id)
         directory, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
         task = None
         if rank is not None:
-            allocation = hostlist.expand_hostlist(st.nodes) if st.nodes else []
+            allocation = expand_hostlist(st.nodes) if st.nodes else []
             task = rank_task(st.job_id, rank, directory, job_name, allocation)
         printed: dict[int, int] = {}
         while True:

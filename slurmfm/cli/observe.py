@@ -66,11 +66,10 @@ def report_command(job_id: str, as_json: bool, log_dir: str | None, name: str | 
 
 
 def _rank_task(job_id: str, rank: int, directory: Path, job_name: str, st: JobStatus) -> int:
-    import hostlist
-
     from slurmfm.observe.logs import rank_task
+    from slurmfm.topology.hostlist import expand_hostlist
 
-    allocation = hostlist.expand_hostlist(st.nodes) if st.nodes else []
+    allocation = expand_hostlist(st.nodes) if st.nodes else []
     return rank_task(job_id, rank, directory, job_name, allocation)
 
 

@@ -23,7 +23,7 @@ def _unavailable(value: str | None) -> list[str]:
     if not value:
         return []
     from slurmfm.errors import SlurmfmError
-    from slurmfm.topology.slurm_formats import expand_hostlist
+    from slurmfm.topology.hostlist import expand_hostlist
 
     text = value
     if value.startswith("@"):

@@ -4,28 +4,31 @@ Why a model at all: Slurm's ``topology/tree`` minimises leaf switches only as a 
 orders ranks by node name (https://slurm.schedmd.com/topology.html), so "how good is
 this placement" needs a number that sees rank order. The model:
 
-* Ranks follow Megatron's default order ``tp-cp-ep-dp-pp`` (section 3.1): TP groups are
+* Ranks follow Megatron's default order ``tp-cp-ep-dp-pp``
+(NVIDIA/Megatron-LM:megatron/core/parallel_state.py): TP groups are
   consecutive ranks, CP strides by TP, DP by TP*CP inside one pipeline stage, PP by world/PP.
-  Expert groups come from the expert generator ``tp-ep-dp-pp`` with expert-TP = TP (section 3.1,
-  "Expert groups come from a second generator").
+  Expert groups come from the expert generator ``tp-ep-dp-pp`` with expert-TP = TP (the second
+  ``RankGenerator`` of NVIDIA/Megatron-LM:megatron/core/parallel_state.py).
 * Node ``i`` of ``order`` holds global ranks ``i*G .. i*G+G-1`` (plan/types.py ``Placement``).
-* Each group is charged at the slowest tier it crosses (section 3.3): ``nvlink`` when all its
+* Each group is charged at the slowest tier it crosses: ``nvlink`` when all its
   members share one NVLink domain (the node, or a GB200 UltraServer), otherwise ``leaf``,
   ``spine`` or ``core`` by the level of the members' lowest common switch (0, 1, >= 2).
-* Formulas (section 3.3, after Thakur/Rabenseifner/Gropp): ring all-reduce for TP, CP and DP
+* Formulas (after Thakur, Rabenseifner and Gropp, "Optimization of Collective Communication
+Operations in MPICH", IJHPCA 19(1), 2005): ring all-reduce for TP, CP and DP
   ``2(p-1)a + 2(p-1)/p * n*b``; all-to-all for EP ``(p-1)a + (p-1)/p * n*b``; point-to-point for
   PP ``a + n*b`` per neighbouring stage pair along a pipeline.
-* Congestion (section 3.3, "Oversubscription / spine crossing"): every DP ring edge between two
+* Congestion: every DP ring edge between two
   nodes crosses the uplinks of the switches below their common ancestor. All DP groups run at
   once, so per uplink and direction the edges are counted; the uplink carries ``nodes * G / o``
   flows at full rate (``o`` = the oversubscription of that switch's tier, and ``nodes`` = this
   job's nodes under the switch: a fair share of a fabric that other jobs also use). A DP group's
   ``b`` is scaled by ``max(1, load/capacity)`` on the worst uplink it crosses. This reproduces the
-  sheet's qualitative facts: a topology-ordered ring is nearly free at any ``o``, a scrambled
+  flow-level simulation's qualitative facts (:mod:`slurmfm.plan.simulate`): a topology-ordered ring
+  is nearly free at any ``o``, a scrambled
   one slows down by up to about ``o(1-1/L)``.
 * ``ideal`` charges every group at the best tier its node span allows (a group over ``k`` nodes
   fits one domain, one leaf or one spine only if the fabric has one that large) with no
-  congestion: a lower bound, so ``slowdown = predicted/ideal >= 1`` (section 6(b)).
+  congestion: a lower bound, so ``slowdown = predicted/ideal >= 1`` (docs/placement-plans.md).
 
 Counts are of distinct node-level rings/pairs (groups that map to the same node sequence, such
 as the G/TP DP groups of one node set, are one ring for the counts but all load the uplinks).
@@ -33,6 +36,7 @@ as the G/TP DP groups of one node set, are one ring for the counts but all load 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -60,7 +64,7 @@ class Tier:
     """Latency and inverse bandwidth of one fabric tier, per GPU (rank) stream.
 
     ``oversubscription`` is the downlink:uplink ratio of the switches *at* this tier: a leaf
-    switch's uplinks carry ``1/o`` of what its nodes can send (section 3.3).
+    switch's uplinks carry ``1/o`` of what its nodes can send (a fat tree's taper).
     """
 
     name: str
@@ -113,6 +117,8 @@ class CostParams:
           spine:  {alpha_s: 1.2e-5, bandwidth_GBps: 50, oversubscription: 2}
           core:   {alpha_s: 1.4e-5, bandwidth_GBps: 42.7, oversubscription: 4}
         message_bytes: {tp: 2.56e8, cp: 1.28e8, ep: 5.12e8, dp: 1.0e9, pp: 6.4e7}
+        dp_bucket_bytes: 8.0e7   # one DP all-reduce call (NCCL's tuner picks per call)
+        dp_algorithm: auto       # or ring / tree (NCCL_ALGO)
 
     ``bandwidth_GBps`` is per-GPU one-way bandwidth (nccl-tests busbw per rank) and is an
     alternative to ``beta_s_per_byte`` (= 1 / (GBps * 1e9)).
@@ -120,6 +126,19 @@ class CostParams:
 
     tiers: Mapping[str, Tier]
     message_bytes: Mapping[str, float]
+    # One DP all-reduce call (a gradient bucket): what NCCL's tuner sees when it picks ring or
+    # tree. Megatron's distributed optimizer buckets max(40M, 1M * dp) parameters
+    # (NVIDIA/Megatron-LM:megatron/core/distributed/distributed_data_parallel_config.py,
+    # ``bucket_size``), 80 MB of bf16 gradients for dp <= 40.
+    dp_bucket_bytes: float = 80e6
+    # "auto": the algorithm NCCL's tuner would pick (:func:`nccl_allreduce_algorithm`); "ring"
+    # or "tree": forced, as with NCCL_ALGO.
+    dp_algorithm: str = "auto"
+    # Whose share of a switch's uplinks the job gets: "job" (the default), the job's own nodes
+    # under the switch times the NIC over the oversubscription, a fair share of a fabric other
+    # jobs also use; "switch": all the nodes under it, as on an otherwise idle fabric. The
+    # planner cannot see other jobs' traffic, so it checks a placement under both.
+    uplink_share: str = "job"
 
     @classmethod
     def default(cls) -> CostParams:
@@ -127,7 +146,7 @@ class CostParams:
 
     def with_message_bytes(self, sizes: Mapping[str, float]) -> CostParams:
         """The same tiers with some per-step message sizes replaced."""
-        return CostParams(dict(self.tiers), {**self.message_bytes, **sizes})
+        return dataclasses.replace(self, message_bytes={**self.message_bytes, **sizes})
 
     def with_oversubscription(self, oversubscription: float) -> CostParams:
         """The same parameters with every EFA tier (leaf, spine, core) at ``oversubscription``."""
@@ -135,7 +154,7 @@ class CostParams:
         for name in ("leaf", "spine", "core"):
             t = tiers[name]
             tiers[name] = Tier(t.name, t.alpha_s, t.beta_s_per_byte, float(oversubscription))
-        return CostParams(tiers, dict(self.message_bytes))
+        return dataclasses.replace(self, tiers=tiers)
 
     @classmethod
     def from_file(cls, path: str | Path) -> CostParams:
@@ -161,7 +180,7 @@ class CostParams:
         """Defaults overlaid with ``data`` (the :meth:`from_file` structure)."""
         if not isinstance(data, Mapping):
             raise CostParamsError(f"{source}: expected a mapping with 'tiers'/'message_bytes'")
-        unknown = set(data) - {"tiers", "message_bytes"}
+        unknown = set(data) - {"tiers", "message_bytes", "dp_bucket_bytes", "dp_algorithm"}
         if unknown:
             raise CostParamsError(f"{source}: unknown keys {sorted(unknown)}")
         tiers = dict(_DEFAULT_TIERS)
@@ -202,7 +221,16 @@ class CostParams:
                 raise CostParamsError(f"{source}: message_bytes.{dim}: {exc}") from exc
             if sizes[dim] < 0:
                 raise CostParamsError(f"{source}: message_bytes.{dim}: must be >= 0")
-        return cls(tiers, sizes)
+        algo = str(data.get("dp_algorithm", "auto"))
+        if algo not in ("auto", "ring", "tree"):
+            raise CostParamsError(f"{source}: dp_algorithm: use auto, ring or tree, not {algo!r}")
+        try:
+            bucket = float(data.get("dp_bucket_bytes", 80e6))
+        except (TypeError, ValueError) as exc:
+            raise CostParamsError(f"{source}: dp_bucket_bytes: {exc}") from exc
+        if bucket <= 0:
+            raise CostParamsError(f"{source}: dp_bucket_bytes: must be > 0")
+        return cls(tiers, sizes, dp_bucket_bytes=bucket, dp_algorithm=algo)
 
 
 def message_bytes_for_megatron(
@@ -295,7 +323,8 @@ class JobShape:
         """Consecutive nodes that must share one NVLink domain.
 
         TP*CP groups are blocks of ``tp*cp`` consecutive ranks and EP groups blocks of
-        ``tp*ep`` (section 3.1); both fit whole into aligned blocks of ``lcm`` ranks, and such a
+        ``tp*ep`` (NVIDIA/Megatron-LM:megatron/core/parallel_state.py); both fit whole into aligned
+        blocks of ``lcm`` ranks, and such a
         block covers ``lcm(block, G)/G`` whole nodes.
         """
         block = math.lcm(self.tp * self.cp, self.tp * self.ep)
@@ -304,7 +333,8 @@ class JobShape:
 
 @dataclass(frozen=True)
 class CostReport:
-    """Predicted and ideal per-step communication time plus interpretable counts (6(b))."""
+    """Predicted and ideal per-step communication time plus interpretable counts
+    (docs/placement-plans.md)."""
 
     predicted_s: float
     ideal_s: float
@@ -441,6 +471,88 @@ def _ring(p: int, n: float, t: Tier, congestion: float = 1.0) -> float:
     return 2 * (p - 1) * t.alpha_s + 2 * (p - 1) / p * n * t.beta_s_per_byte * congestion
 
 
+def _tree(k: int, n: float, buckets: int, t: Tier, congestion: float = 1.0) -> float:
+    """NCCL's double binary tree all-reduce of ``n`` bytes over ``k`` nodes in ``buckets`` calls.
+
+    Each call climbs and descends ``ceil(log2 k)`` levels (latency); each tree carries half the
+    data up (reduce) and down (broadcast), so an inner node's NIC moves about ``2n`` (three tree
+    edges in one tree, one in the other, ``n/2`` each way): the bandwidth term of a ring,
+    without the ring's ``(p-1)/p`` (NVIDIA/nccl:src/graph/trees.cc, ``ncclGetDtree``).
+    """
+    if k <= 1:
+        return 0.0
+    steps = 2 * math.ceil(math.log2(k))
+    return buckets * steps * t.alpha_s + 2 * n * t.beta_s_per_byte * congestion
+
+
+# NVIDIA/nccl:src/graph/tuning.cc, treeCorrectionFactor[NCCL_PROTO_SIMPLE]: powers of two from
+# 64 B; larger sizes use 1.0.
+_TREE_CORRECTION_SIMPLE = (
+    0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5,
+    0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9,
+)  # fmt: skip
+
+
+def nccl_allreduce_algorithm(nodes: int, call_bytes: float, tier: Tier) -> str:
+    """ "ring" or "tree": what NCCL's tuner would pick for one all-reduce call over ``nodes``.
+
+    NVIDIA/nccl:src/graph/tuning.cc (``ncclTopoTuneModel``, then ``ncclTopoGetAlgoTime``) takes
+    the smaller ``latency + bytes / algorithm bandwidth``: the ring's latency grows with its
+    ``2(n-1)`` steps (each also paying the intra-node hops, charged here as 1.4x a network
+    step), the tree's with ``2 log2 n``; the ring's algorithm bandwidth is
+    ``busBw * n / (2(n-1))``, the tree's ``busBw / 2`` derated by 0.92 and by
+    ``treeCorrectionFactor`` for mid-size calls. It depends on the node count and the call's
+    size, not on where the nodes sit (the tuner sees the nominal network), so two placements of
+    one job use the same algorithm. The crossover is an estimate: NCCL's constants change
+    between releases, which is why the planner asks a placement to win under both algorithms
+    before it leaves Slurm's own choice (:mod:`slurmfm.plan.planner`).
+    """
+    if nodes <= 2:
+        return "ring"
+    bw = 1.0 / tier.beta_s_per_byte
+    lat = tier.alpha_s
+    k = int(math.log2(max(call_bytes, 64) / 64))
+    factor = _TREE_CORRECTION_SIMPLE[k] if k < len(_TREE_CORRECTION_SIMPLE) else 1.0
+    ring = 2 * (nodes - 1) * lat * 1.4 + call_bytes / (bw * nodes / (2 * (nodes - 1)))
+    tree = 2 * math.log2(nodes) * lat + call_bytes / (bw * 0.92 * factor / 2)
+    return "tree" if tree < ring else "ring"
+
+
+def double_binary_tree(n: int) -> list[list[tuple[int, int]]]:
+    """NCCL's two binary trees over positions ``0..n-1`` of the ring order, as (child, parent).
+
+    NVIDIA/nccl:src/graph/trees.cc: in ``ncclGetBtree`` a rank's parent clears its lowest set
+    bit and sets the next one (or only clears it near the end); ``ncclGetDtree`` mirrors the
+    tree for an even count and shifts it by one for an odd count, so a leaf of one tree is an
+    inner node of the other.
+    """
+
+    def parent(r: int) -> int:
+        bit = 1
+        while not bit & r:
+            bit <<= 1
+        up = (r ^ bit) | (bit << 1)
+        return r ^ bit if up >= n else up
+
+    t1 = [(r, parent(r)) for r in range(1, n)]
+    if n % 2:
+        t2 = [((c + 1) % n, (q + 1) % n) for c, q in t1]
+    else:
+        t2 = [(n - 1 - c, n - 1 - q) for c, q in t1]
+    return [t1, t2]
+
+
+def _distinct_ring(nodes: tuple[int, ...]) -> tuple[int, ...]:
+    """A group's node sequence with consecutive repeats (ranks of one node) folded."""
+    seq: list[int] = []
+    for x in nodes:
+        if not seq or seq[-1] != x:
+            seq.append(x)
+    if len(seq) > 1 and seq[-1] == seq[0]:
+        seq.pop()
+    return tuple(seq)
+
+
 def _alltoall(p: int, n: float, t: Tier) -> float:
     if p <= 1:
         return 0.0
@@ -470,6 +582,24 @@ class _Spans:
 
 
 _SPANS_CACHE: dict[int, tuple[Any, _Spans]] = {}
+_UNDER_CACHE: dict[int, tuple[Any, Counter[str]]] = {}
+
+
+def _all_under(topology: Topology) -> Counter[str]:
+    """Nodes under each switch of the fabric (cached per topology)."""
+    import weakref
+
+    hit = _UNDER_CACHE.get(id(topology))
+    if hit is not None and hit[0]() is topology:
+        return hit[1]
+    under: Counter[str] = Counter()
+    for n in topology.nodes:
+        for sw in topology.path(n):
+            under[sw] += 1
+    if len(_UNDER_CACHE) > 64:
+        _UNDER_CACHE.clear()
+    _UNDER_CACHE[id(topology)] = (weakref.ref(topology), under)
+    return under
 
 
 def _spans(topology: Topology) -> _Spans:
@@ -611,45 +741,69 @@ def evaluate(
             best = max(best, ti)
         per_group[dim], ideal_group[dim] = worst, best
 
-    # DP: ring all-reduce with uplink congestion from all DP rings at once.
+    # DP: all-reduce (ring or NCCL's double binary tree, as NCCL's tuner would pick) with
+    # uplink congestion from all DP groups at once.
     dp_nodes = _node_groups(groups["dp"], g)
-    load: Counter[tuple[str, bool]] = Counter()
+    load: dict[tuple[str, bool], float] = {}
     edge_info: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
+    algo_of: dict[tuple[int, ...], str] = {}
     ring_edges = cross_leaf = cross_spine = 0
     paths, doms, level_of = fab.paths, fab.domains, fab._level
     for nodes, count in dp_nodes.items():
+        seq = _distinct_ring(nodes)
+        algo = params.dp_algorithm
+        if algo == "auto":
+            algo = nccl_allreduce_algorithm(len(seq), params.dp_bucket_bytes, tiers["leaf"])
+        algo_of[nodes] = algo
+        # (a, b, weight): each directed edge and how many ring-edge loads it carries. A tree
+        # edge moves n/2 each way (each of the two trees carries half), a ring edge about 2n,
+        # so a tree edge loads an uplink a quarter as much.
+        # (a, b, weight, counted): each directed edge, how many ring-edge loads it carries,
+        # and whether it counts in the edge counts (a tree edge counts once, not per way).
+        directed: list[tuple[int, int, float, bool]]
+        if algo == "tree":
+            directed = [
+                (seq[x], seq[y], 0.25, x == c)
+                for tree in double_binary_tree(len(seq))
+                for c, par in tree
+                for x, y in ((c, par), (par, c))
+            ]
+        else:
+            directed = [(a, b, 1.0, True) for a, b in _ring_edges(nodes)]
         info = []
-        for a, b in _ring_edges(nodes):
+        for a, b, w, counted in directed:
             # fab.pair_level(a, b) inlined, keeping the shared prefix length for the uplinks
             # below and the congestion pass (16k ring edges on a 64k-node plan).
             if doms[a] == doms[b]:
                 info.append((a, b, -1, 0))
-                ring_edges += 1
+                ring_edges += counted
                 continue
             pa, pb = paths[a], paths[b]
             c = len(pa) if pa is pb else _common(pa, pb)
             lvl = level_of(pa[c - 1]) if c else 1 << 20
             info.append((a, b, lvl, c))
-            ring_edges += 1
-            if lvl >= 1:
-                cross_leaf += 1
-            if lvl >= 2:
-                cross_spine += 1
+            if counted:
+                ring_edges += 1
+                cross_leaf += lvl >= 1
+                cross_spine += lvl >= 2
             for sw in pa[c:]:
-                load[(sw, True)] += count
+                load[(sw, True)] = load.get((sw, True), 0.0) + count * w
             for sw in pb[c:]:
-                load[(sw, False)] += count
+                load[(sw, False)] = load.get((sw, False), 0.0) + count * w
         edge_info[nodes] = info
     job_under: Counter[str] = Counter()
     for path in fab.paths:
         for sw in path:
             job_under[sw] += 1
+    if params.uplink_share == "switch":
+        job_under = _all_under(topology)
     ratio: dict[str, float] = {}
     for (sw, _up), flows in load.items():
         o = tiers[_tier_of_level(topology.level(sw))].oversubscription
         cap = job_under[sw] * g / o
         ratio[sw] = max(ratio.get(sw, 0.0), flows / cap)
     worst = best = 0.0
+    buckets = max(1, math.ceil(nbytes["dp"] / params.dp_bucket_bytes))
     for nodes, info in edge_info.items():
         p = len(nodes)
         level = fab.lca_level(nodes)
@@ -660,39 +814,91 @@ def evaluate(
             pa, pb = paths[a], paths[b]
             for sw in (*pa[c:], *pb[c:]):
                 congestion = max(congestion, ratio.get(sw, 0.0))
-        t = _ring(p, nbytes["dp"], _tier_at(tiers, level), congestion)
+        ilevel = spans.ideal_level(len(set(nodes)))
+        if algo_of[nodes] == "tree":
+            k = len(_distinct_ring(nodes))
+            t = _tree(k, nbytes["dp"], buckets, _tier_at(tiers, level), congestion)
+            ti = _tree(k, nbytes["dp"], buckets, _tier_at(tiers, ilevel))
+        else:
+            t = _ring(p, nbytes["dp"], _tier_at(tiers, level), congestion)
+            ti = _ring(p, nbytes["dp"], _tier_at(tiers, ilevel))
         if t > worst or "dp" not in bound_by:
             worst = max(worst, t)
-            bound_by["dp"] = _tier_name(level) + (
-                f" x{congestion:.2f}" if congestion > 1 + 1e-9 else ""
+            bound_by["dp"] = (
+                _tier_name(level)
+                + (" tree" if algo_of[nodes] == "tree" else "")
+                + (f" x{congestion:.2f}" if congestion > 1 + 1e-9 else "")
             )
-        ilevel = spans.ideal_level(len(set(nodes)))
-        best = max(best, _ring(p, nbytes["dp"], _tier_at(tiers, ilevel)))
+        best = max(best, ti)
     per_group["dp"], ideal_group["dp"] = worst, best
 
-    # PP: point-to-point between neighbouring stages along each pipeline.
+    # PP: point-to-point between neighbouring stages along each pipeline. Every pipeline
+    # sends at once (activations forward, gradients back), so the pairs that cross an uplink
+    # share it like DP edges do: a pair's send is slowed by the worst uplink on its path.
     pairs: dict[tuple[int, int], int] = {}  # distinct PP pair -> its level
-    worst = best = 0.0
-    hop: dict[int, float] = {}  # level -> one send's time (computed once per level)
-
-    def send(level: int) -> float:
-        t = hop.get(level)
-        if t is None:
-            t = hop[level] = _p2p(nbytes["pp"], _tier_at(tiers, level))
-        return t
-
-    ideal_pair, ideal_self = spans.ideal_level(2), spans.ideal_level(1)
-    for nodes in _node_groups(groups["pp"], g):
-        t = tb = 0.0
-        top = -1
+    pp_groups = _node_groups(groups["pp"], g)
+    pp_load: Counter[tuple[str, bool]] = Counter()
+    for nodes, count in pp_groups.items():
         for a, b in itertools.pairwise(nodes):
             lvl = pairs[(a, b)] = fab.pair_level(a, b)
+            if lvl < 0:
+                continue
+            pa, pb = paths[a], paths[b]
+            c = len(pa) if pa is pb else _common(pa, pb)
+            for sw in pa[c:]:  # forward on a's uplinks, back on them downwards
+                pp_load[(sw, True)] += count
+                pp_load[(sw, False)] += count
+            for sw in pb[c:]:
+                pp_load[(sw, False)] += count
+                pp_load[(sw, True)] += count
+    # A middle stage's node sends both ways, so its own NIC already carries two pairs per GPU:
+    # an uplink is a bottleneck only beyond what the busiest NIC carries anyway.
+    nic_load = 2.0 if job.pp > 2 else 1.0
+    pp_ratio: dict[str, float] = {}
+    for (sw, _up), flows in pp_load.items():
+        o = tiers[_tier_of_level(topology.level(sw))].oversubscription
+        share = flows / (job_under[sw] * g / o) / nic_load
+        pp_ratio[sw] = max(pp_ratio.get(sw, 0.0), share)
+    worst = best = 0.0
+    top_congestion = 1.0
+
+    congested = any(r > 1 + 1e-12 for r in pp_ratio.values())
+    send_memo: dict[int, float] = {}  # level -> an uncongested send's time
+
+    def send(a: int, b: int, level: int) -> tuple[float, float]:
+        if not congested:  # no uplink beyond its share: a send costs its tier alone
+            t = send_memo.get(level)
+            if t is None:
+                t = send_memo[level] = _p2p(nbytes["pp"], _tier_at(tiers, level))
+            return t, 1.0
+        tier = _tier_at(tiers, level)
+        slow = 1.0
+        if level >= 0:
+            pa, pb = paths[a], paths[b]
+            c = len(pa) if pa is pb else _common(pa, pb)
+            for sw in (*pa[c:], *pb[c:]):
+                slow = max(slow, pp_ratio.get(sw, 0.0))
+        return tier.alpha_s + nbytes["pp"] * tier.beta_s_per_byte * slow, slow
+
+    ideal_pair, ideal_self = spans.ideal_level(2), spans.ideal_level(1)
+    ideal_send = {lvl: _p2p(nbytes["pp"], _tier_at(tiers, lvl)) for lvl in {ideal_pair, ideal_self}}
+    for nodes in pp_groups:
+        t = tb = 0.0
+        top = -1
+        slowest = 1.0
+        for a, b in itertools.pairwise(nodes):
+            lvl = pairs[(a, b)]
             top = max(top, lvl)
-            t += send(lvl)
-            tb += send(ideal_pair if a != b else ideal_self)
+            dt, slow = send(a, b, lvl)
+            t += dt
+            slowest = max(slowest, slow)
+            tb += ideal_send[ideal_pair if a != b else ideal_self]
         if t > worst or "pp" not in bound_by:
             bound_by["pp"] = _tier_name(top)
+            top_congestion = slowest
         worst, best = max(worst, t), max(best, tb)
+    if top_congestion > 1 + 1e-9 and "pp" in bound_by:
+        bound_by["pp"] += f" x{top_congestion:.2f}"
     per_group["pp"], ideal_group["pp"] = worst, best
     pp_cross = sum(1 for lvl in pairs.values() if lvl >= 1)
 

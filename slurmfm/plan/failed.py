@@ -91,7 +91,7 @@ def from_state_dirs(dirs: Iterable[str | Path], since: float) -> dict[str, str]:
 
 def from_sinfo_reasons(text: str, since: float) -> dict[str, str]:
     """``sinfo -R -h -o '%H|%N|%E'`` output: slurmfm's drain reasons at or after ``since``."""
-    import hostlist
+    from slurmfm.topology.hostlist import BadHostlist, expand_hostlist
 
     out: dict[str, str] = {}
     for line in text.splitlines():
@@ -102,8 +102,8 @@ def from_sinfo_reasons(text: str, since: float) -> dict[str, str]:
         if ts is None or ts < since:
             continue
         try:
-            nodes = hostlist.expand_hostlist(parts[1].strip())
-        except hostlist.BadHostlist:
+            nodes = expand_hostlist(parts[1].strip())
+        except BadHostlist:
             continue
         for node in nodes:
             out[node] = f"Slurm reason {parts[2].strip()!r} since {parts[0].strip()}"

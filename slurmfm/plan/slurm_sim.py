@@ -14,19 +14,21 @@ leaf switches guided by hop distance), with the tree-selection fix of SchedMD/sl
   closer leaf replaces the best only if it "fits", judged at the level where ``compare`` stopped
   climbing; a used leaf's free nodes are subtracted from every ancestor.
 
-Everything else is shared (section 8, "Everything else was identical on 22.05.8"): the top
+Everything else is shared (checked on real 22.05.8: tests/plan/test_slurm_sim.py): the top
 switch is the highest-level switch with enough free nodes (ties go to the last one in config
 order); leaves are scanned in ``topology.conf`` order; hop distances between switches are
 unit-edge shortest paths (sibling leaves 2, cousins 4, ...) summed over the leaves already
-chosen; inside a leaf, nodes are taken in node-table order (natural name order; section 1.6 and
-section 8's last bullet).
+chosen; inside a leaf, nodes are taken in node-table order (natural name order:
+SchedMD/slurm:src/slurmctld/read_config.c, ``_sort_node_record_table_ptr``).
 
-Scope (section 6(a), "Input"): whole-node exclusive jobs of a fixed size, uniform node weights,
+Scope: whole-node exclusive jobs of a fixed size, uniform node weights,
 no ``-w`` required nodes, no ``--contiguous``/arbitrary distribution (which would bypass the
-tree routine, section 1.3 step 0). CPU and GRES demand are implied by the node count for such
+tree routine: ``_eval_nodes_topo`` in SchedMD/slurm:src/plugins/topology/tree/eval_nodes_tree.c).
+CPU and GRES demand are implied by the node count for such
 jobs and are not modelled.
 
-``topology/block`` (section 1.4) is :func:`select_block`, transcribed from SchedMD/slurm
+``topology/block`` (https://slurm.schedmd.com/topology.html#block) is :func:`select_block`,
+transcribed from SchedMD/slurm
 ``src/plugins/topology/block/eval_nodes_block.c`` (the ``<=`` tie on block size, the cap on
 llblocks and the "same llblock" preference come from the code, not from the outline in the
 documentation), with two rule sets (``rules="24.11"``/``"26.05"``: they differ on one-node
@@ -67,9 +69,11 @@ __all__ = [
 def config_switch_order(topology: Topology) -> list[str]:
     """The switch-line order assumed when the caller does not give one.
 
-    Slurm indexes switches in ``topology.conf`` line order, and the leaf scan (section 1.3
-    step 6) and the top-switch tie-break (step 3) depend on it. Without the actual file we
-    assume the order ``slurm_formats.export_tree`` writes: leaves first, then level by level,
+    Slurm indexes switches in ``topology.conf`` line order, and the leaf scan and the
+    top-switch tie-break (``_eval_nodes_topo``,
+    SchedMD/slurm:src/plugins/topology/tree/eval_nodes_tree.c) depend on it. Without the actual
+    file we
+    assume the order ``topology_conf.export_tree`` writes: leaves first, then level by level,
     natural name order within a level. Pass ``switch_order`` explicitly to simulate a
     specific file.
     """
@@ -137,7 +141,8 @@ def _build_table(
 
 
 def _hops_from(t: _Table, a: int) -> list[int]:
-    """Unit-edge distances from switch ``a`` to every switch of a's tree (section 1.3 step 5).
+    """Unit-edge distances from switch ``a`` to every switch of a's tree (``_eval_nodes_topo``'s
+    switch distances).
 
     The tree path is the only path, so the Floyd-Warshall row Slurm computes equals
     ``depth(a) + depth(s) - 2 * depth(lca)``; switches in another tree get a large value.
@@ -168,7 +173,8 @@ def _compare(t: _Table, i: int, j: int, rem: int, cnt: list[int]) -> tuple[int, 
     """``_topo_compare_switches``: >0 if leaf i is the better fit; also i's last "fit".
 
     Both fit: fewer free nodes wins. One fits: it wins. Neither: climb to the parents while
-    they differ, then more free nodes wins, then the lower level (section 1.3 step 6).
+    they differ, then more free nodes wins, then the lower level (``_eval_nodes_topo``'s best-fit
+    comparison).
     """
     while True:
         i_fit = cnt[i] >= rem
@@ -212,10 +218,13 @@ def select_tree(
     """The nodes Slurm's ``topology/tree`` would give an exclusive ``-N nodes`` job now.
 
     ``free``: nodes available to the job (idle, in the partition). ``rules``: ``"21.08"`` for
-    Slurm 21.08-24.05.2, ``"24.05.3"`` for 24.05.3 and later (section 8). ``switches``: the
+    Slurm 21.08-24.05.2, ``"24.05.3"`` for 24.05.3 and later (SchedMD commits 2ec1d02624,
+    64263118c3). ``switches``: the
     job's ``--switches=K``; an allocation over more than K leaves is not started now (it waits
-    up to ``max_switch_wait``, section 1.3 step 9), so the result is None. ``node_order``:
-    Slurm's node table (default: natural name order, as slurmctld sorts it; section 1.6).
+    up to ``max_switch_wait``: https://slurm.schedmd.com/sbatch.html#OPT_switches), so the result
+    is None. ``node_order``:
+    Slurm's node table (default: natural name order, as slurmctld sorts it:
+    SchedMD/slurm:src/slurmctld/read_config.c).
     ``switch_order``: the switch lines of ``topology.conf`` in file order (default:
     :func:`config_switch_order`); leaf scans and tie-breaks follow it.
 
@@ -313,10 +322,10 @@ def rank_order(
     """The node order in which Slurm lays out ``SLURM_PROCID`` for an allocation.
 
     ``policy="name"``: node-table order (natural name order), which is every release up to
-    25.11 and 26.05 with ``CR_NO_DIST_TOPO_BLOCK`` (section 1.6, "Before 26.05, rank order =
-    name order"; section 6(a) step 4). ``policy="leaf"``: 26.05's default topology order for
+    25.11 and 26.05 with ``CR_NO_DIST_TOPO_BLOCK`` (https://slurm.schedmd.com/topology.html; checked
+    on the lab's 22.05.8). ``policy="leaf"``: 26.05's default topology order for
     tree, leaves in ``topology.conf`` order and node-table order inside a leaf
-    (``topology_p_get_rank``; section 1.6).
+    (``topology_p_get_rank`` in SchedMD/slurm:src/plugins/topology/tree/topology_tree.c).
     """
     table = _node_table(topology, node_order)
     pos = {n: k for k, n in enumerate(table)}
@@ -551,13 +560,13 @@ def block_choices(
     HyperPod configure ``topology/block`` this way for p6e-gb200), in ``block_order`` (the
     ``BlockName`` line order; default natural order of the domain names, which is fabric
     order when names follow it) and ``BlockSizes`` doubling from the domain size
-    (``slurm_formats.block_sizes_for``). Two jobs: ``-N nodes`` alone and with
+    (``slurm_model.block_sizes_for``). Two jobs: ``-N nodes`` alone and with
     ``--segment`` (:func:`segment_for`), under ``rules`` (:func:`select_block`). Each entry
     is (label, nodes in node-table order); a job Slurm would leave pending has none. Empty
     when no domain spans nodes.
     """
     from slurmfm.plan.cost import nvlink_domain
-    from slurmfm.topology.slurm_formats import block_sizes_for
+    from slurmfm.topology.slurm_model import block_sizes_for
 
     members: dict[str, list[str]] = {}
     for n in _node_table(topology, node_order):

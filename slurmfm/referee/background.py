@@ -9,6 +9,17 @@ remaining multi-node job runs an NCCL ring over its nodes in Slurm's rank order 
 that is natural name, order before 26.05: SchedMD/slurm ``src/slurmctld/read_config.c``, and
 ``slurm_sim.rank_order``) for a fraction ``duty`` of its time.
 
+Traffic model: a training job alternates compute and communication phases, and in its
+communication phase its collectives take whatever the links give them; jobs whose
+communication phases overlap on a link slow each other down, and ones whose phases interleave
+do not (Rajasekaran, Ghobadi, Akella, "CASSINI: Network-Aware Job Scheduling in Machine
+Learning Clusters", NSDI'24, arXiv 2308.00852). So while the judged step runs, each other job is
+either communicating, with a ring that is not rate-limited (NCCL drives the NICs at line rate),
+or silent. Which one is fixed per job by a stable hash of its name against ``duty``
+(:meth:`BackgroundJob.communicating`): about ``duty`` of the jobs talk, and every placement
+compared on one cluster meets the same ones. ``duty`` = 0.3 (30 % of a step spent in exposed
+communication) is an assumption, not a measured figure; it is a parameter.
+
 Job-size mix: the Microsoft Philly trace (Jeon et al., "Analysis of Large-Scale Multi-Tenant GPU
 Clusters for DNN Training Workloads", USENIX ATC'19; data at msr-fiddle/philly-traces), whose
 analysis buckets jobs by GPUs as 1, 2-4, 5-8 and >8 (msr-fiddle/philly-traces:analysis/Philly
@@ -22,6 +33,7 @@ trace here; :data:`PHILLY_NODE_MIX` is a parameter so a user can put their own c
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,6 +60,16 @@ class BackgroundJob:
     name: str
     order: tuple[str, ...]
     duty: float = 0.3
+
+    @property
+    def communicating(self) -> bool:
+        """Whether this job is in its communication phase while the judged step runs.
+
+        A stable hash of the name (CRC-32, not Python's salted ``hash``) against ``duty``:
+        reproducible across runs, the same for every placement compared, about ``duty`` of the
+        jobs in all.
+        """
+        return zlib.crc32(self.name.encode()) / 2**32 < self.duty
 
 
 def _draw(rng: random.Random, mix: Sequence[tuple[int, float]]) -> int:

@@ -41,10 +41,15 @@ class Verdict:
 def background_coflows(
     fabric: PhysicalFabric, jobs: Sequence[BackgroundJob], gpus_per_node: int
 ) -> list[Coflow]:
-    """One persistent ring per multi-node background job, capped at ``duty`` of a NIC."""
+    """One persistent ring per multi-node background job in its communication phase.
+
+    The ring is not rate-limited: a job that communicates takes what max-min sharing gives it
+    (:mod:`slurmfm.referee.background`, traffic model), so a new job on the links it uses
+    slows it down, and that slowdown is what ``others_slowdown_*`` reports.
+    """
     out: list[Coflow] = []
     for j in jobs:
-        if len(j.order) < 2:
+        if len(j.order) < 2 or not j.communicating:
             continue
         uses: dict[str, int] = {}
         seq = list(j.order)
@@ -52,8 +57,7 @@ def background_coflows(
             links, _ = fabric.route(a, b)
             for lk in links:
                 uses[lk] = uses.get(lk, 0) + 1
-        cap = j.duty * fabric.params.nic_bytes_per_s
-        out.append(Coflow(f"bg:{j.name}", uses, math.inf, cap=cap, tags={"dim": "bg"}))
+        out.append(Coflow(f"bg:{j.name}", uses, math.inf, tags={"dim": "bg"}))
     del gpus_per_node
     return out
 

@@ -291,12 +291,12 @@ def _directives(
             )
         )
     if placement.mode == "pin" and placement.nodes:
-        import hostlist
+        from slurmfm.topology.hostlist import nodelist
 
         d.append(
             Directive(
                 "nodelist",
-                sbatch_value(hostlist.collect_hostlist(list(placement.nodes)), what="nodelist"),
+                sbatch_value(nodelist(placement.nodes), what="nodelist"),
                 "pinned by the planner",
             )
         )

@@ -7,7 +7,7 @@ empty ``topology.yaml`` (``[]``) while partitions still carry ``Topology=`` tags
 switch or block to plan by, but the nodes and their states are real: ``--topology live``
 plans on one flat fabric of every node ``sinfo`` lists and says what it found, instead of
 failing. A ring or torus3d topology (26.05) is refused with its name: slurmfm plans on tree
-and block fabrics only (slurmfm/topology/slurm_formats.py, :class:`TopologyYaml`).
+and block fabrics only (:class:`slurmfm.topology.topology_yaml.TopologyYaml`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def no_topology_note(partitions: Mapping[str, str | None], nodes: int) -> str:
 
 def read_live(cluster: _Cluster) -> tuple[Topology, list[str]]:
     """(topology with node states, notes about what was found) for the live cluster."""
-    from slurmfm.topology.slurm_formats import parse_scontrol_topology, slurm_node_states
+    from slurmfm.topology.scontrol import parse_scontrol_topology, slurm_node_states
 
     states = slurm_node_states(cluster.node_states())
     try:

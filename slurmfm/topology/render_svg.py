@@ -28,7 +28,7 @@ STATE_COLORS: dict[str, str] = {
     "down": "#9aa0a6",
     "unknown": "#ffffff",
 }
-"""Fill per normalised node state (slurm_formats.normalize_state); pastel so black text reads."""
+"""Fill per normalised node state (scontrol.normalize_state); pastel so black text reads."""
 
 ROWS_PER_COLUMN = 16
 NODE_W, NODE_H, NODE_GAP = 84, 18, 4
@@ -54,7 +54,7 @@ def render_svg(t: Topology, *, title: str = "") -> str:
     for v in children.values():
         v.sort(key=natural_key)
     if t.kind == "block":  # blocks in Slurm's index order, not name order
-        from slurmfm.topology.slurm_formats import block_order
+        from slurmfm.topology.slurm_model import block_order
 
         rank = {b: i for i, b in enumerate(block_order(t))}
         for v in children.values():

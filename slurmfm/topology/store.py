@@ -236,22 +236,20 @@ def detect_format(text: str, path: str | Path | None = None) -> str:
     )
 
 
-def _slurm_parser(name: str, src: str) -> Callable[..., Any]:
-    """A parser from ``slurmfm.topology.slurm_formats``, imported only when needed.
+_PARSERS = {
+    "parse_topology_conf": "slurmfm.topology.topology_conf",
+    "parse_scontrol_topology": "slurmfm.topology.scontrol",
+    "read_topology_yaml": "slurmfm.topology.topology_yaml",
+}
 
-    Lazy and by name because that module is written separately and may not exist yet; a
-    missing module or function is a clear error about this file, not an ImportError.
+
+def _slurm_parser(name: str, src: str) -> Callable[..., Any]:
+    """The parser of one Slurm format (:data:`_PARSERS`), imported only when a file needs it.
+
+    Lazy so that importing the store (every CLI command does) does not import the parsers.
     """
-    try:
-        mod = importlib.import_module("slurmfm.topology.slurm_formats")
-    except ModuleNotFoundError as e:
-        raise TopologyError(
-            f"{src}: reading this format needs slurmfm.topology.slurm_formats, not installed"
-        ) from e
-    fn = getattr(mod, name, None)
-    if not callable(fn):
-        raise TopologyError(f"{src}: slurmfm.topology.slurm_formats has no {name}()")
-    return cast(Callable[..., Any], fn)
+    del src
+    return cast(Callable[..., Any], getattr(importlib.import_module(_PARSERS[name]), name))
 
 
 def _call_parser(fn: Callable[..., Any], text: str, src: str) -> Any:

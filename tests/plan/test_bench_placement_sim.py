@@ -39,7 +39,7 @@ def test_sim_section_compares_plan_slurm_and_optimum(simgrid: None) -> None:
 
 
 def test_full_sim_cases_span_8_to_4096_nodes_on_every_fabric_kind() -> None:
-    """Issue 14's table: 8-4,096 nodes on 3- and 4-level fabrics and GB200 blocks, 30-70 %
+    """The placement table of docs/placement-plans.md: 8-4,096 nodes on 3- and 4-level fabrics and GB200 blocks, 30-70 %
     busy, each fabric big enough for the job at its busy fraction."""
     cases = bp.build_sim_cases(quick=False, seed=1)
     sizes = {c.job.nodes for c in cases}

@@ -140,3 +140,61 @@ def test_message_bytes_from_a_megatron_recipe() -> None:
     # GBS 512 = dp 4 x mbs 1 x 128 micro-batches of 8192 x 8192 bf16 activations.
     assert sizes["pp"] == 128 * 8192 * 8192 * 2
     assert message_bytes_for_megatron({"num-layers": 2}, tp=1, pp=1, dp=1) is None
+
+
+def test_nccl_picks_the_tree_for_many_nodes_and_the_ring_for_few() -> None:
+    """NCCL's tuner (NVIDIA/nccl:src/graph/tuning.cc): ring latency grows with 2(n-1) steps,
+    the tree's with log2 n, so an 80 MB bucket goes by ring on a few nodes, by tree on many."""
+    from slurmfm.plan.cost import nccl_allreduce_algorithm
+
+    leaf = CostParams.default().tiers["leaf"]
+    assert nccl_allreduce_algorithm(2, 80e6, leaf) == "ring"
+    assert nccl_allreduce_algorithm(8, 80e6, leaf) == "ring"
+    assert nccl_allreduce_algorithm(256, 80e6, leaf) == "tree"
+    # Larger calls favour the ring's bandwidth: the crossover moves to more nodes.
+    assert nccl_allreduce_algorithm(64, 80e6, leaf) == "tree"
+    assert nccl_allreduce_algorithm(64, 8e9, leaf) == "ring"
+
+
+def test_double_binary_tree_edges_are_ncclS() -> None:
+    """ncclGetBtree/ncclGetDtree over 8 ranks: tree 1 rooted at 0, tree 2 its mirror."""
+    from slurmfm.plan.cost import double_binary_tree
+
+    t1, t2 = double_binary_tree(8)
+    assert dict(t1) == {1: 2, 2: 4, 3: 2, 4: 0, 5: 6, 6: 4, 7: 6}
+    assert dict(t2) == {7 - c: 7 - p for c, p in t1}
+    t1, t2 = double_binary_tree(5)  # odd: the second tree is the first shifted by one
+    assert dict(t2) == {(c + 1) % 5: (p + 1) % 5 for c, p in t1}
+
+
+def test_tree_all_reduce_is_charged_on_tree_edges() -> None:
+    """A forced tree: its latency is log-depth, and its congestion comes from tree edges.
+
+    In topology order the tree's long edges (rank r to r +- 4, 8) leave leaves, so a scrambled
+    order still costs more, and "tree" names the algorithm in ``bound_by``.
+    """
+    tree_params = CostParams.from_mapping({"dp_algorithm": "tree"})
+    ring_params = CostParams.from_mapping({"dp_algorithm": "ring"})
+    job = JobShape(16, 8, tp=8)
+    t = evaluate(tree(), NAMES, job, tree_params)
+    r = evaluate(tree(), NAMES, job, ring_params)
+    assert t.bound_by["dp"].endswith("tree")
+    assert "tree" not in r.bound_by["dp"]
+    assert t.per_group["dp"] != r.per_group["dp"]
+    four = tree_params.with_oversubscription(4)
+    assert (
+        evaluate(tree(), SCRAMBLED, job, four).predicted_s
+        > evaluate(tree(), NAMES, job, four).predicted_s
+    )
+    with pytest.raises(CostParamsError, match="dp_algorithm"):
+        CostParams.from_mapping({"dp_algorithm": "butterfly"})
+
+
+def test_pipeline_sends_share_uplinks_at_oversubscription() -> None:
+    """PP pairs that cross an uplink together slow down once it is tapered; at 1 they do not."""
+    job = JobShape(16, 8, tp=8, pp=2)
+    one = evaluate(tree(), NAMES, job)
+    four = evaluate(tree(), NAMES, job, CostParams.default().with_oversubscription(4))
+    assert one.bound_by["pp"] == "core"
+    assert four.bound_by["pp"].startswith("core x")
+    assert four.per_group["pp"] > one.per_group["pp"]

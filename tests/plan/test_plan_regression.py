@@ -1,9 +1,9 @@
 """Plans are unchanged by speed work: ``slurmfm plan`` output recorded before it, compared byte
 for byte.
 
-Why: issue 14 item 6 made the 64k-node plan fast (one-pass topology.conf parsing, a natural sort
-key built per name shape, fewer per-node objects); any of those could silently change a
-selection, a tie-break or the rank order. The fabrics are ``scripts/bench_placement.make_fabric``
+Why: the speed work on the 64k-node plan (docs/placement-plans.md, "Speed at 64k nodes":
+one-pass topology.conf parsing, a natural sort key built per name shape, fewer per-node
+objects) could silently change a selection, a tie-break or the rank order. The fabrics are ``scripts/bench_placement.make_fabric``
 ones (uneven leaves, host names unrelated to the fabric, shuffled switch lines) stored as files,
 so the test does not depend on the generator: a 512-node fabric (Slurm-guard path, both modes)
 and an 8,192-node one with unpadded names (``node1``...; large-job path and guard path).

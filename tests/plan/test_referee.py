@@ -229,3 +229,30 @@ def test_flow_solver_agrees_with_simgrid_on_physical_links(simgrid: None) -> Non
     ours = [mine.finish_s[f"f{i}"] for i in range(len(pairs))]
     assert ours == pytest.approx(theirs, rel=1e-3)
     assert len({round(t, 6) for t in ours}) > 2  # the case exercises re-sharing
+
+
+def test_other_jobs_talk_only_in_their_communication_phase_and_then_at_line_rate() -> None:
+    """A background job communicates while the step runs with a probability of its duty
+    (a stable hash of its name), and then its ring is not rate-limited: on a shared uplink
+    the job and it split the capacity, so its slowdown is measured, not capped away."""
+    topo = tree()
+    params = FabricParams.uniform(4, nic_latency_s=0.0, hop_latency_s=0.0)
+    traffic = StepTraffic(dp_bytes=1e9, bucket_bytes=1e9, algorithm="ring", compute_s=0.0)
+    job = ["n00", "n01", "n04", "n05"]
+    silent = BackgroundJob("bg0", ("n02", "n08"), duty=0.0)
+    talking = BackgroundJob("bg0", ("n02", "n08"), duty=1.0)
+    assert not silent.communicating
+    assert talking.communicating
+    alone = judge(topo, job, gpus_per_node=8, tp=8, traffic=traffic, params=params)
+    quiet = judge(topo, job, gpus_per_node=8, tp=8, traffic=traffic, params=params,
+                  background=[silent])  # fmt: skip
+    assert quiet.comm_s == pytest.approx(alone.comm_s)
+    assert quiet.others_slowdown_max == 1.0
+    loud = judge(topo, job, gpus_per_node=8, tp=8, traffic=traffic, params=params,
+                 background=[talking])  # fmt: skip
+    assert loud.others_slowdown_max == pytest.approx(2.0)
+    # About ``duty`` of many jobs are in their communication phase, the same ones every time.
+    many = [BackgroundJob(f"bg{i}", ("n02", "n08"), duty=0.3) for i in range(2000)]
+    share = sum(j.communicating for j in many) / len(many)
+    assert 0.25 < share < 0.35
+    assert [j.communicating for j in many] == [j.communicating for j in many]

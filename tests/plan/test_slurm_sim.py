@@ -1,10 +1,12 @@
 """Tests for slurmfm.plan.slurm_sim: Slurm's topology/tree selection, reproduced.
 
-The worked examples follow slurm-topology-and-placement.md sections 1.3, 6(a) and 8. The
+The worked examples follow ``_eval_nodes_topo`` in SchedMD/slurm:src/plugins/topology/tree/eval_nodes_tree.c (its
+steps are named as in that function) and the 24.05.3 change of SchedMD commits 2ec1d02624 and
+64263118c3. The
 agreement test (``-m slurm``) is the one that matters: it loads generated uneven 3-level
 trees into a real Slurm 22.05.8 lab, makes nodes busy with pinned exclusive ``sleep`` jobs,
 asks ``sbatch --test-only`` where a job would go, and compares with ``select_tree(...,
-rules="21.08")`` (22.05 is in the 21.08-24.05.2 rule set, section 8).
+rules="21.08")`` (22.05 is in the 21.08-24.05.2 rule set).
 
 The lab is this test's own (not the shared host lab): ``$SLURMFM_SIM.dir`` (default
 ``/var/tmp/slurmfm-lab/sim-host``), 32 nodes, ports 16967/17701 (``scripts/README-lab.md``,
@@ -64,7 +66,8 @@ def leaves_of(topo: Topology, chosen: Sequence[str]) -> list[str]:
 
 # ------------------------------------------------------------------ worked examples
 def test_single_leaf_tightest_fit() -> None:
-    """Section 1.3 step 6: when several leaves fit, the one with the fewest free nodes wins."""
+    """``_eval_nodes_topo``'s best fit: when several leaves fit, the one with the fewest free
+    nodes wins."""
     topo, order = tree(
         {
             "s1": {
@@ -80,7 +83,7 @@ def test_single_leaf_tightest_fit() -> None:
 
 
 def test_largest_first_then_tight_fit_within_one_parent() -> None:
-    """Section 1.3 "Net effect within one parent": largest leaves first, then a tight fit."""
+    """``_eval_nodes_topo`` within one parent: largest leaves first, then a tight fit."""
     topo, order = tree(
         {
             "s1": {
@@ -97,7 +100,8 @@ def test_largest_first_then_tight_fit_within_one_parent() -> None:
 
 
 def test_nodes_inside_a_leaf_follow_name_order_not_config_order() -> None:
-    """Section 1.3 step 7 / section 8: nodes are taken in node-table (natural name) order."""
+    """Nodes are taken in node-table (natural name) order
+    (SchedMD/slurm:src/slurmctld/read_config.c, ``_sort_node_record_table_ptr``)."""
     topo, order = tree({"s1": {"l1": ["node10", "node9", "node100", "node2"]}})
     got = select_tree(topo, set(topo.nodes), 2, rules="21.08", switch_order=order)
     assert got == ["node2", "node9"]
@@ -105,7 +109,8 @@ def test_nodes_inside_a_leaf_follow_name_order_not_config_order() -> None:
 
 
 def test_top_switch_tie_goes_to_last_in_config_order_and_disjoint_trees_pend() -> None:
-    """Section 1.3 step 3: highest level with enough free nodes, ties to the last switch."""
+    """``_eval_nodes_topo``'s top switch: highest level with enough free nodes, ties to the
+    last switch."""
     paths = {"x1": ["A", "a1"], "x2": ["A", "a1"], "y1": ["B", "b1"], "y2": ["B", "b1"]}
     topo = Topology.from_paths(paths)
     no_root = ["a1", "b1", "A", "B"]  # a topology.conf without a common top switch
@@ -121,7 +126,8 @@ def test_top_switch_tie_goes_to_last_in_config_order_and_disjoint_trees_pend() -
 
 
 def test_not_enough_free_nodes_and_switches_limit() -> None:
-    """Section 1.3 steps 8-9: too few free nodes pend; more leaves than --switches=K wait."""
+    """Too few free nodes pend; more leaves than --switches=K wait
+    (https://slurm.schedmd.com/sbatch.html#OPT_switches)."""
     topo, order = tree({"s1": {"l1": names("n", 1, 2), "l2": names("n", 3, 4)}})
     assert select_tree(topo, {"n01", "n02", "n03"}, 4, rules="21.08", switch_order=order) is None
     assert (
@@ -133,7 +139,7 @@ def test_not_enough_free_nodes_and_switches_limit() -> None:
 
 
 def test_rule_sets_differ_on_stale_ancestor_counts() -> None:
-    """Sections 1.3 and 8 on one fabric: spine A = a1, a2 (5 free each), spine B = b1, b2, b3
+    """The two rule sets (21.08-24.05.2 and 24.05.3+) on one fabric: spine A = a1, a2 (5 free each), spine B = b1, b2, b3
     (4 free each), job of 12 nodes.
 
     First pick, both rule sets: no leaf fits, so compare climbs to the spines; B (12) fits the
@@ -166,7 +172,8 @@ def test_rule_sets_differ_on_stale_ancestor_counts() -> None:
 
 
 def test_rank_order_name_and_leaf() -> None:
-    """Section 1.6: name order before 26.05; leaf-config order then name order in 26.05."""
+    """Name order before 26.05; leaf-config order then name order in 26.05
+    (https://slurm.schedmd.com/topology.html)."""
     topo, _ = tree({"s1": {"l1": ["n9", "n1"], "l2": ["n5", "n3"]}})
     order = ["l2", "l1", "s1", "core"]
     alloc = ["n1", "n3", "n5", "n9"]
@@ -306,7 +313,7 @@ def test_agrees_with_real_slurm_2205(sim_lab: SlurmLab, seed: int) -> None:
 
 
 # ------------------------------------------------------------------ >= 64-node jobs, 72 nodes
-# Issue 22: the agreement above checks jobs up to the 32-node lab's size; the referee bench and
+# The agreement above checks jobs up to the 32-node lab's size; the referee bench and
 # the planner's guard rely on select_tree for >= 64-node jobs too. This lab is the largest
 # slurm-lab makes (72 nodes), on ports of no other lab.
 SIM72 = OwnLab("sim72-host", ctld_port=16847, slurmd_port=18601, nodes=72)

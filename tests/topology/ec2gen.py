@@ -1,7 +1,10 @@
 """Realistic synthetic EC2 ``DescribeInstanceTopology`` responses, for tests and benchmarks.
 
 Stdlib only (benchmark scripts import it through ``sys.path``). What "realistic" means here,
-from aws-launch-facts.md section 3 and the EC2 API model:
+from the EC2 documentation
+(https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/how-ec2-instance-topology-works.html,
+https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeInstanceTopology.html) and
+the EC2 API model:
 
 * ``NetworkNodes`` is top-down; 3 entries for p4d/p4de/p5/p5e/p5en/p6e-gb200, 4 for
   p6-b200/p6-b300 (how-ec2-instance-topology-works.html). Kept here as a small table, not
@@ -30,7 +33,8 @@ __all__ = [
     "split_pages",
 ]
 
-ULTRASERVER_SIZE = 18  # instances per u-p6e-gb200x72 UltraServer (aws-launch-facts.md 3.5)
+ULTRASERVER_SIZE = 18  # instances per u-p6e-gb200x72 UltraServer
+# (docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-topology.html)
 _FOUR_LEVEL = ("p6-b200.", "p6-b300.")
 
 

@@ -1,4 +1,5 @@
-"""Fast paths of the topology model (issue 14 item 6) agree with the plain definitions."""
+"""Fast paths of the topology model (the 64k-node plan's speed work) agree with the plain
+definitions."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmfm.plan import planner, slurm_sim
-from slurmfm.topology import render_svg, slurm_formats
+from slurmfm.topology import render_svg, slurm_model, topology_conf
 from slurmfm.topology.model import Topology, natural_key
 
 
@@ -89,7 +89,8 @@ def test_same_order_as_strnatcmp(a: str, b: str) -> None:
 def test_one_key_everywhere() -> None:
     assert planner.natural_key is natural_key
     assert slurm_sim.natural_key is natural_key
-    assert slurm_formats.natural_key is natural_key
+    assert slurm_model.natural_key is natural_key
+    assert topology_conf.natural_key is natural_key
     assert render_svg.natural_key is natural_key
 
 

@@ -20,8 +20,8 @@ from lab import OwnLab, SlurmLab, own_lab_fixture
 from slurmfm import api
 from slurmfm.catalog.slurm_features import UnsupportedBySlurm
 from slurmfm.topology.model import TopologyError
-from slurmfm.topology.slurm_formats import export_yaml_doc, read_topology_yaml
 from slurmfm.topology.store import load_any
+from slurmfm.topology.topology_yaml import export_yaml_doc, read_topology_yaml
 
 YAML_SID = OwnLab("yaml-sid", 16877, 18501, nodes=8, suite="sid")
 

@@ -19,15 +19,10 @@ from lab import OwnLab, SlurmLab, own_lab_fixture
 
 from slurmfm.catalog.slurm_features import SlurmVersion, UnsupportedBySlurm
 from slurmfm.topology.model import Topology
-from slurmfm.topology.slurm_formats import (
-    block_order,
-    export_block,
-    export_tree,
-    export_yaml,
-    parse_scontrol_topology,
-    parse_topology_conf,
-    slurm_node_states,
-)
+from slurmfm.topology.scontrol import parse_scontrol_topology, slurm_node_states
+from slurmfm.topology.slurm_model import block_order
+from slurmfm.topology.topology_conf import export_block, export_tree, parse_topology_conf
+from slurmfm.topology.topology_yaml import export_yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ec2gen

@@ -1,4 +1,4 @@
-"""slurm_formats: topology.conf / topology.yaml / scontrol / sinfo parsing, exports, gates.
+"""Slurm's formats: topology.conf / topology.yaml / scontrol / sinfo parsing, exports, gates.
 
 Round trips are property tests over generated trees and block layouts; version gates are
 checked here against the feature table and in test_real_slurm_topology.py against real Slurm.
@@ -17,21 +17,10 @@ from hypothesis import strategies as st
 from slurmfm.catalog.slurm_features import SlurmVersion, UnsupportedBySlurm
 from slurmfm.errors import SlurmfmError
 from slurmfm.topology.model import ROOT, Node, Topology, TopologyError
-from slurmfm.topology.slurm_formats import (
-    block_order,
-    block_sizes_for,
-    block_topology,
-    compress_hostlist,
-    expand_hostlist,
-    export_block,
-    export_tree,
-    export_yaml,
-    normalize_state,
-    parse_scontrol_topology,
-    parse_topology_conf,
-    parse_topology_yaml,
-    slurm_node_states,
-)
+from slurmfm.topology.scontrol import normalize_state, parse_scontrol_topology, slurm_node_states
+from slurmfm.topology.slurm_model import block_order, block_sizes_for, block_topology
+from slurmfm.topology.topology_conf import export_block, export_tree, parse_topology_conf
+from slurmfm.topology.topology_yaml import export_yaml, parse_topology_yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ec2gen
@@ -81,20 +70,6 @@ def block_layouts(draw: st.DrawFn) -> Topology:
 
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-# ------------------------------------------------------------------------ hostlists
-def test_compress_hostlist_only_trailing_ranges() -> None:
-    assert compress_hostlist(["node001", "node002", "node010"]) == "node[001-002,010]"
-    assert compress_hostlist(["n9", "n10"]) == "n9,n10"  # different widths stay apart
-    # python-hostlist would write nn-1a[2-3]b, which real Slurm 22.05.8 rejects
-    assert compress_hostlist(["nn-1a2b", "nn-1a3b"]) == "nn-1a2b,nn-1a3b"
-    assert compress_hostlist(["leaf2", "leaf10", "leaf1"]) == "leaf[1-2],leaf10"
-
-
-@given(st.lists(st.from_regex(r"[a-z]{1,3}-?[0-9]{1,3}", fullmatch=True), min_size=1, max_size=40))
-def test_compress_expand_roundtrip(names: list[str]) -> None:
-    assert sorted(expand_hostlist(compress_hostlist(names))) == sorted(set(names))
 
 
 # ------------------------------------------------------------------------ topology.conf parsing
@@ -327,7 +302,7 @@ def test_yaml_gate() -> None:
 
 
 def test_yaml_shape_matches_newer_slurm_3_4() -> None:
-    """The exact layout real 26.05.5 loaded (newer-slurm.md 3.4), for that very topology."""
+    """The exact layout real 26.05.5 loaded (on this repo's 26.05 lab, scripts/slurm-lab), for that very topology."""
     p5 = parse_topology_conf(
         "SwitchName=core Switches=spine[1-2]\nSwitchName=spine1 Switches=leaf[1-2]\n"
         "SwitchName=spine2 Switches=leaf[3-4]\nSwitchName=leaf1 Nodes=p5-[001-004]\n"
@@ -478,28 +453,3 @@ def test_cli_import_export_show(tmp_path: Path) -> None:
     res = runner.invoke(topology, ["import", str(bad), "-o", str(saved)])
     assert res.exit_code == 2
     assert "already defined on line 1" in res.stderr
-
-
-def test_collect_hostlist_is_python_hostlists_text() -> None:
-    """The one-width fast path writes exactly what python-hostlist writes (and others go to it)."""
-    import random
-
-    import hostlist
-
-    from slurmfm.topology.slurm_formats import collect_hostlist
-
-    rng = random.Random(9)
-    for _ in range(3000):
-        stem = rng.choice(["p5-", "node", "", "a1b2-", "x[", "gpu-0"])
-        width = rng.randint(1, 3)
-        names = [
-            stem + "".join(rng.choice("0123456789") for _ in range(width))
-            for _ in range(rng.randint(1, 12))
-        ]
-        names += rng.sample(names, min(len(names), rng.randint(0, 2)))  # duplicates
-        if rng.random() < 0.2:
-            names.append(rng.choice(["n1", "n01", "p5-7", "b", "p5-1234"]))
-        rng.shuffle(names)
-        if "[" in stem:
-            continue  # python-hostlist refuses it; so does the fallback
-        assert collect_hostlist(names) == hostlist.collect_hostlist(names), names

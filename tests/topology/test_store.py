@@ -286,20 +286,17 @@ def _shape() -> Topology:
     )
 
 
-def test_slurm_formats_missing_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "slurmfm.topology.slurm_formats", None)
-    p = tmp_path / "topology.conf"
-    p.write_text(CONF)
-    with pytest.raises(TopologyError, match=r"needs slurmfm\.topology\.slurm_formats"):
-        load_any(p)
-
-
 def test_slurm_parsers_are_dispatched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Dispatch, ``source=`` passing and yaml selection, with stand-in parsers."""
     calls: list[tuple[str, dict[str, Any]]] = []
-    fake = types.ModuleType("slurmfm.topology.slurm_formats")
+    fakes = {
+        m: types.ModuleType(m)
+        for m in (
+            "slurmfm.topology.topology_conf",
+            "slurmfm.topology.scontrol",
+            "slurmfm.topology.topology_yaml",
+        )
+    }
 
     def conf(text: str, *, source: str = "?") -> Topology:
         calls.append(("conf", {"source": source}))
@@ -309,17 +306,18 @@ def test_slurm_parsers_are_dispatched(tmp_path: Path, monkeypatch: pytest.Monkey
         calls.append(("scontrol", {}))
         return _shape()
 
-    from slurmfm.topology.slurm_formats import TopologyYaml
+    from slurmfm.topology.topology_yaml import TopologyYaml
 
     def yaml(text: str, *, source: str = "?") -> TopologyYaml:
         calls.append(("yaml", {"source": source}))
         topos = {"gpu": _shape(), "cpu": Topology.from_paths({"c": ("s",)})}
         return TopologyYaml(topos, {}, {}, dict.fromkeys(topos, "tree"), tuple(topos))
 
-    fake.parse_topology_conf = conf  # type: ignore[attr-defined]
-    fake.parse_scontrol_topology = scontrol  # type: ignore[attr-defined]
-    fake.read_topology_yaml = yaml  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "slurmfm.topology.slurm_formats", fake)
+    fakes["slurmfm.topology.topology_conf"].parse_topology_conf = conf  # type: ignore[attr-defined]
+    fakes["slurmfm.topology.scontrol"].parse_scontrol_topology = scontrol  # type: ignore[attr-defined]
+    fakes["slurmfm.topology.topology_yaml"].read_topology_yaml = yaml  # type: ignore[attr-defined]
+    for name, mod in fakes.items():
+        monkeypatch.setitem(sys.modules, name, mod)
     for name, text in (("t.conf", CONF), ("s.txt", SCONTROL), ("t.yaml", YAML)):
         (tmp_path / name).write_text(text)
     assert load_any(tmp_path / "t.conf") == _shape()
@@ -334,8 +332,8 @@ def test_slurm_parsers_are_dispatched(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_slurm_formats_real(tmp_path: Path) -> None:
-    """Against the real slurmfm.topology.slurm_formats (written separately)."""
-    from slurmfm.topology import slurm_formats as sf
+    """Against the real parsers and exporters."""
+    from slurmfm.topology import topology_conf as sf
 
     for name, text in (("t.conf", CONF), ("s.txt", SCONTROL)):
         (tmp_path / name).write_text(text)

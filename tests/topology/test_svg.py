@@ -11,7 +11,7 @@ import pytest
 
 from slurmfm.topology.model import Node, Topology
 from slurmfm.topology.render_svg import STATE_COLORS, render_svg
-from slurmfm.topology.slurm_formats import block_topology
+from slurmfm.topology.slurm_model import block_topology
 
 SVG = "{http://www.w3.org/2000/svg}"
 STATES = ("idle", "allocated", "mixed", "down", "drain")
