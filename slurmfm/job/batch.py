@@ -29,6 +29,7 @@ from . import classify as cl
 from . import decide as dec
 from . import evidence as ev
 from . import slurm as sl
+from . import spares as sp
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
 from .state import StateFile, state_path
@@ -124,6 +125,7 @@ class Batch:
         # The health gate and agents run in the launch step (see in_step), set by _main.
         self.health_on = False
         self.in_step = False
+        self.pool = sp.from_env(self.env)  # spare nodes (resources.spare_nodes), or None
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
@@ -188,6 +190,9 @@ class Batch:
         if comp is None:
             n = self.env.get("SLURM_JOB_NUM_NODES", str(len(self.order) or 1))
             argv = sl.srun_per_node(n, 0 if self.het else None)
+            if self.pool is not None and self.pool.gone:  # nodes swapped out (spares.py)
+                argv = sl.srun_per_node(len(self.pool.live))
+                argv.append("--exclude=" + ",".join(self.pool.gone))
         else:
             argv = sl.srun_per_node(comp.nodes, comp.group)
         if overlap:
@@ -246,8 +251,8 @@ class Batch:
             out_all += out
             worst = worst or rc
         sys.stdout.write(out_all)
-        _, bad = parse_report(out_all)
-        if worst == 0 and not bad:
+        ok, bad = parse_report(out_all)
+        if (worst == 0 and not bad) or self.take_spares(ok, bad):
             return self.container_gate([w for c, w in checked if c.imex], steps)
         return self.gate_failed(bad, worst)
 
@@ -647,7 +652,8 @@ class Batch:
         ends early to leave the time limit to the next allocation), a node lost (the allocation
         cannot continue), the pre-timeout signal (the time limit is the allocation's), a
         server beside the trainer, HyperPod (its auto-resume replays the step itself).
-        The health gate runs again first (:meth:`_main`); a node it fails requeues off it.
+        The health gate runs again first (:meth:`_main`); a node it fails requeues off it,
+        or, with spare nodes, is swapped for a spare (:meth:`take_spares`).
         """
         o = self.o
         if not (
@@ -678,6 +684,63 @@ class Batch:
         self.done_note = ""
         self.next_signal = None
         return True
+
+    def take_spares(self, ok: Sequence[str], bad: Sequence[tuple[str, str]]) -> bool:
+        """A health gate that failed nodes the spares can stand in for: drain them, swap
+        them out (:func:`spares.replace`), and go on in this allocation; True when it did.
+
+        Only when every node of the job reported (a node that said nothing may be anywhere
+        in the allocation) and the healthy spares cover the failed training nodes.
+        """
+        if self.pool is None or not bad:
+            return False
+        failed = [n for n, _ in bad]
+        if set(self.pool.live) - set(ok) - set(failed):
+            return False
+        swap = sp.replace(self.pool, failed)
+        if swap is None:
+            log("health gate: not enough healthy spares for %s" % " ".join(failed), err=True)
+            return False
+        for node, why in bad:
+            self.drain(node, "health gate: " + why)
+        self.use_swap(swap, "health gate failed on " + " ".join(failed))
+        return True
+
+    def spare_for_dead(self, dead: Sequence[str]) -> bool:
+        """Nodes the probe found dead, swapped for spares: True when the step can run again
+        in this allocation. Each is set DOWN; the job was submitted with ``--no-kill``, so
+        Slurm takes the node out of the allocation instead of ending the job
+        (https://slurm.schedmd.com/sbatch.html#OPT_no-kill)."""
+        o = self.o
+        if self.pool is None or not o.restart_in_job or self.restarts_used() >= o.max_restarts:
+            return False  # the requeue path downs them and applies the cap
+        swap = sp.replace(self.pool, dead)
+        if swap is None:
+            return False
+        why = "did not answer after a failed step (job {})".format(self.env.get("SLURM_JOB_ID", ""))
+        for h in dead:
+            self.drain(h, why, "DOWN")
+        self.use_swap(swap, "unresponsive: " + " ".join(dead))
+        self.node_failed = False  # the lost node is out of the next launch
+        return True
+
+    def use_swap(self, swap: sp.Swap, why: str) -> None:
+        self.pool = swap.pool
+        self.order = list(swap.pool.order)
+        self.state.record("spare", "%s: %s" % (why, swap.describe()))
+        log("spare nodes: %s: %s" % (why, swap.describe()), err=True)
+
+    def on_spares(self, argv: Sequence[str]) -> list[str]:
+        """The launch for the nodes the job trains on now: the original command with each
+        swapped node's spare in its place (:func:`spares.rewrite`), and the exports the
+        per-node entry ranks itself by."""
+        if self.pool is None or not argv:
+            return list(argv)
+        words, master = sp.rewrite(
+            argv, self.pool, sp.parse_addrs(self.env.get("SLURMFM_NODE_ADDRS", ""))
+        )
+        self.env.update(sp.env_for(self.pool, master))
+        return words
 
     def evidence_env(self) -> dict[str, str]:
         """The launch's evidence directory (mode 0700) and progress file, and the progress
@@ -855,6 +918,7 @@ class Batch:
         the step is to run again in this allocation (:meth:`relaunch`)."""
         o = self.o
         self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
+        launch_argv = self.on_spares(launch_argv)
         if launch_argv:
             log("launch: " + masked(launch_argv, o.secret, self.env))
             inside = in_container(launch_argv)
@@ -907,7 +971,8 @@ class Batch:
         dead: list[str] = []
         if rc != 0 and not self.signalled and not o.hyperpod:
             if sl.controller_up(self.run):
-                dead = sl.probe(self.order, self.run, o.probe_timeout_s)
+                spare = list(self.pool.spares) if self.pool is not None else []
+                dead = sl.probe(self.order + spare, self.run, o.probe_timeout_s)
             else:
                 self.ctld_away = True
                 log("slurmctld does not answer; not judging the nodes", err=True)
@@ -944,6 +1009,8 @@ class Batch:
             log("completion check: " + self.done_note)
             if d.action == "requeue" and self.done_note.startswith("stale"):
                 d = d._replace(reason=f"{d.reason}; {self.done_note}")
+        if dead and self.pool is not None and self.spare_for_dead(dead):
+            dead = []
         if self.relaunch(d, dead, serve_argv, launch_argv):
             return None
         capped = dec.apply_cap(d, self.restarts_used(), o.max_restarts, o.requeue)

@@ -186,6 +186,7 @@ _LEAF_FIELDS = (
     "segments",
     "served_model_name",
     "singleton",
+    "spare_nodes",
     "slurm_version",
     "stripe",
     "task",
@@ -298,6 +299,16 @@ class Resources(_Strict):
         ),
     )
     mem: str | None = Field(default=None, pattern=r"^\d+[KMGT]?$")
+    spare_nodes: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description=(
+            "extra nodes allocated beside `nodes` (--nodes is nodes + spare_nodes) that stand "
+            "by: a node that fails the health gate or dies is swapped for one inside the job "
+            "and the step relaunched, without a requeue (docs/resilience.md)"
+        ),
+    )
     exclude: str | None = Field(default=None, description="hostlist of nodes to avoid")
     singleton: bool = Field(
         default=False,
@@ -946,6 +957,7 @@ class Recipe(_Strict):
                 f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
                 f"{inst.gpus} GPUs of {inst.name}"
             )
+        _check_spares(self)
         if self.resilience.save_on_signal and self.launcher.kind not in SAVE_ON_SIGNAL_LAUNCHERS:
             raise ValueError(
                 f"resilience.save_on_signal: launcher {self.launcher.kind} has no save-on-signal "
@@ -1107,6 +1119,35 @@ class Recipe(_Strict):
         ``/``."""
         root = self.storage.checkpoint_root.rstrip("/")
         return f"{root}/{self.name}/{self.run_id}"
+
+
+def _check_spares(recipe: Recipe) -> None:
+    """``resources.spare_nodes``: what the in-job swap (slurmfm/job/spares.py) can serve.
+
+    At most one spare per training node: more would idle more of the allocation than it
+    trains on. A server beside the trainer keeps its own node list (its failure is not a
+    training node's), and HyperPod replaces a failed node itself (its auto-resume,
+    https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-resiliency-slurm-auto-resume.html).
+    """
+    k = recipe.resources.spare_nodes
+    if not k:
+        return
+    n = recipe.resources.nodes
+    if k > n:
+        raise ValueError(
+            f"resources.spare_nodes: {k} spares for {n} training node(s): at most one spare "
+            "per training node"
+        )
+    if recipe.serve is not None or recipe.launcher.kind in SERVE_KINDS:
+        raise ValueError(
+            "resources.spare_nodes: spares are for training launches; a job with a server "
+            "(serve:, or a serving launcher) cannot have them"
+        )
+    if recipe.cluster.flavor == "hyperpod":
+        raise ValueError(
+            "resources.spare_nodes: HyperPod replaces a failed node itself (auto-resume); "
+            "use 0 there"
+        )
 
 
 def _check_serving(

@@ -139,9 +139,11 @@ def _directives(
         Directive("job-name", sbatch_value(recipe.name, what="name")),
         Directive(
             "nodes",
-            str(r.nodes),
+            str(r.nodes + r.spare_nodes),
             f"{recipe.serve.nodes} of them serve (the last in the host order), the rest train"
             if recipe.serve is not None and recipe.serve.placement == "split"
+            else f"{r.nodes} train, {r.spare_nodes} stand by (the last in the host order)"
+            if r.spare_nodes
             else None,
         ),
         Directive("ntasks-per-node", str(tasks_per_node), why_tasks),
@@ -167,6 +169,10 @@ def _directives(
             "cluster.partition: HyperPod's default partition 'dev' also holds login nodes; "
             "name a partition (docs/login-nodes.md)"
         )
+    if r.spare_nodes:
+        # A node set DOWN is taken out of the allocation instead of ending the job, so the
+        # runtime can swap it for a spare (https://slurm.schedmd.com/sbatch.html#OPT_no-kill).
+        d.append(Directive("no-kill", None, "a failed node is swapped for a spare in the job"))
     if r.exclusive:
         d.append(Directive("exclusive", None, "whole nodes: NCCL/EFA tuning assumes it"))
     if inst.gpus:
@@ -920,6 +926,8 @@ def _prepare_opts(
         opts.append(f"--rdzv-port {port}")
     if recipe.launcher.kind == "nemo":  # one task per GPU, laid out in host order
         opts.append(f"--tasks-per-node {recipe.procs_per_node}")
+    if recipe.resources.spare_nodes:
+        opts.append(f"--spare-nodes {recipe.resources.spare_nodes}")
     if serve is not None:
         opts.append(f"--serve {serve.group} --serve-nodes {serve.nodes} --serve-port {serve.port}")
         if serve.dist_port is not None:
@@ -1156,7 +1164,8 @@ def render_script(
     split = serve is not None and serve.group == "split"
     # A split trainer runs on the first hosts of the order only; elsewhere the step spans the
     # (first component of the) allocation.
-    nodes_expr = '"$SLURMFM_NNODES"' if split else '"$SLURM_JOB_NUM_NODES"'
+    spare = recipe.resources.spare_nodes > 0  # the trainer runs on the order, spares aside
+    nodes_expr = '"$SLURMFM_NNODES"' if split or spare else '"$SLURM_JOB_NUM_NODES"'
     nemo = recipe.launcher.kind == "nemo"
     # --nodes is left out with --distribution=arbitrary: Slurm >= 24.11 refuses the two together.
     srun = [] if nemo or in_container else [f"--nodes={nodes_expr}"]
@@ -1189,7 +1198,7 @@ def render_script(
         )
     else:
         srun.extend([f"--ntasks={nodes_expr}", "--ntasks-per-node=1"])
-    if split and not nemo and not in_container:  # those node lists name the trainer's hosts
+    if (split or spare) and not nemo and not in_container:  # those name the trainer's hosts
         srun.append('--nodelist="$SLURMFM_NODELIST"')
     srun.append("--kill-on-bad-exit=1")
     observe = _observe(recipe, inst)

@@ -81,7 +81,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=12cca6bc06110eb472b28bc6ff292900b5181f8aa5627d1fd6e8676ed771b859
+export SLURMFM_RUNTIME_SHA=74d286adff56073cbf29add60e9295f95c3d273be6c5aebfc979db4071b7b5cf
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -159,4 +159,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=12cca6bc06110eb472b28bc6ff292900b5181f8aa5627d1fd6e8676ed771b859 <base64 zipapp of slurmfm/job, 112088 chars>
+# slurmfm-runtime sha256=74d286adff56073cbf29add60e9295f95c3d273be6c5aebfc979db4071b7b5cf <base64 zipapp of slurmfm/job, 117836 chars>
