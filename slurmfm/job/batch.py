@@ -404,8 +404,8 @@ class Batch:
         self.mark_at_signal = self.progress_now()
         self.state.record("signal", "USR2 before the time limit")
         if not self.o.save_protocol:
-            # No save protocol (a server, NeMo): requeue now; the run resumes from its last
-            # periodic checkpoint. When it may not requeue, it keeps running to the limit.
+            # No save protocol (a server, save_on_signal false): requeue now; the run resumes
+            # from its last periodic checkpoint. When it may not requeue, it runs to the limit.
             d = dec.apply_cap(
                 dec.Decision("requeue", "time limit near (launcher saves periodically)", 0),
                 self.restarts_used(),

@@ -440,6 +440,9 @@ def parser() -> argparse.ArgumentParser:
     n = sub.add_parser("node")
     n.add_argument("--prefix", type=int, default=0)
     n.add_argument("--forward", default="none", choices=["none", "TERM", "USR2", "INT"])
+    n.add_argument(
+        "--forward-tasks", type=int, default=0, help="1: signal the launched process (NeMo)"
+    )
     n.add_argument("--order-var", default="SLURMFM_HOST_ORDER", help="where the host order is")
     n.add_argument("--ray", default="", help="vLLM across nodes: the ray command")
     n.add_argument("--ray-python", default="python3")
@@ -526,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "timeout": a.ray_timeout_s,
             }
         env["SLURMFM_HOST_ORDER"] = env.get(a.order_var, "")
-        return node_main(_rest(a.argv), a.prefix, a.forward, ray, env)
+        return node_main(_rest(a.argv), a.prefix, a.forward, ray, env, bool(a.forward_tasks))
     if a.cmd == "forward":
         import signal
 

@@ -531,7 +531,7 @@ Launcher = Annotated[
 SERVE_KINDS = ("vllm", "sglang")
 # Launchers whose training saves when signalled: torchrun scripts through
 # slurmfm.checkpoint.SaveRequest (USR2), Megatron-LM through --exit-signal-handler (TERM).
-SAVE_ON_SIGNAL_LAUNCHERS = ("torchrun", "megatron")
+SAVE_ON_SIGNAL_LAUNCHERS = ("torchrun", "megatron", "nemo")
 
 
 class Serve(_Strict):
@@ -776,10 +776,10 @@ class Resilience(_Strict):
         default=None,
         description=(
             "true: the training saves and exits when told (USR2 for torchrun scripts, TERM for "
-            "Megatron-LM's --exit-signal-handler), then the job requeues; false: the training "
-            "has no such handler, so the job requeues at once at the signal and resumes from "
-            "its last periodic checkpoint. Default by launcher: true for torchrun and megatron, "
-            "false for nemo, vllm and sglang"
+            "Megatron-LM's --exit-signal-handler and NeMo 2.0's PreemptionCallback), then the "
+            "job requeues; false: the training has no such handler, so the job requeues at once "
+            "at the signal and resumes from its last periodic checkpoint. Default by launcher: "
+            "true for torchrun, megatron and nemo, false for vllm and sglang"
         ),
     )
     retry_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
@@ -1051,7 +1051,10 @@ class Recipe(_Strict):
             return "save mode: none (resilience.save_before_timeout_s is 0: no pre-timeout signal)"
         how = "explicit" if self.resilience.save_on_signal is not None else "launcher default"
         if self.save_on_signal:
-            sig = "TERM (--exit-signal-handler)" if self.launcher.kind == "megatron" else "USR2"
+            sig = {
+                "megatron": "TERM (--exit-signal-handler)",
+                "nemo": "TERM (NeMo's PreemptionCallback)",
+            }.get(self.launcher.kind, "USR2")
             return (
                 f"save mode: save-on-signal ({how}): {s} s before the time limit the training "
                 f"gets {sig}, saves and exits; the job requeues and resumes"

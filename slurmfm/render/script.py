@@ -690,7 +690,16 @@ def _nemo_driver(recipe: Recipe, checkpoint_dir_expr: str) -> str | None:
         "    for part in parents:\n"
         "        obj = getattr(obj, part)\n"
         "    setattr(obj, leaf, value)\n"
-        "# resume from the newest checkpoint in the run directory when one exists\n"
+        + (
+            "# pre-timeout save: on TERM PreemptionCallback stops, ModelCheckpoint saves last\n"
+            "from nemo.lightning.pytorch.callbacks import PreemptionCallback\n"
+            "cbs = list(recipe.trainer.callbacks or [])\n"
+            "if not any(getattr(c, '__fn_or_cls__', None) is PreemptionCallback for c in cbs):\n"
+            "    recipe.trainer.callbacks = cbs + [run.Config(PreemptionCallback)]\n"
+            if recipe.save_on_signal
+            else ""
+        )
+        + "# resume from the newest checkpoint in the run directory when one exists\n"
         "recipe.resume = run.Config(llm.AutoResume, resume_if_exists=True,\n"
         "                           resume_ignore_no_checkpoint=True)\n"
         "run.run(recipe, direct=True)\n"
@@ -988,8 +997,8 @@ def _batch_opts(
         )
     if nccl_check != "off":
         opts.append(f"--nccl-check {nccl_check} --nccl-timeout-s {res.nccl_check_timeout_s}")
-    # resilience.save_on_signal (default by launcher: servers have no state to save, NeMo and
-    # scripts without a USR2 handler have no save protocol): false requeues at once at the
+    # resilience.save_on_signal (default by launcher: servers have no state to save, scripts
+    # without a USR2 handler have no save protocol): false requeues at once at the
     # signal, resuming from the last periodic checkpoint; true lets the training save first.
     save = recipe.save_on_signal
     done = "marker"
@@ -1280,8 +1289,11 @@ def render_script(
     prepare, order_how = _prepare_opts(recipe, placement, serve)
     # What the training processes get on the save signal besides Slurm's own USR2, which
     # already reaches every process of the step (a second, late USR2 could hit a worker that
-    # is already exiting): Megatron-LM saves on SIGTERM (--exit-signal-handler).
+    # is already exiting): Megatron-LM saves on SIGTERM (--exit-signal-handler), NeMo 2.0 too
+    # (its PreemptionCallback, which _nemo_driver adds), where the task itself gets it.
     forward = {"megatron": "TERM"}.get(recipe.launcher.kind, "none")
+    if nemo and recipe.save_on_signal:
+        forward = "TERM"
     ctx = {
         "version": __version__,
         "recipe": recipe,
@@ -1311,6 +1323,7 @@ def render_script(
         "nccl_log": nccl_check != "off",
         "observe": observe,
         "forward": forward,
+        "forward_tasks": nemo and forward != "none",
         # $0 of that program: what the runtime looks for to print node 0's command
         "container_entry_name": CONTAINER_ENTRY,
         "container_entry": (
