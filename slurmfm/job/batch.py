@@ -701,6 +701,7 @@ class Batch:
         if swap is None:
             log("health gate: not enough healthy spares for %s" % " ".join(failed), err=True)
             return False
+        sys.stdout.flush()  # the gate's report before what is done about it
         for node, why in bad:
             self.drain(node, "health gate: " + why)
         self.use_swap(swap, "health gate failed on " + " ".join(failed))

@@ -82,7 +82,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=502ca4027766f4eb2d67af031ed62a2d89adaee089def824ba3b78ee078bbba0
+export SLURMFM_RUNTIME_SHA=3398a2f725391c30bdf238e268357e6c4f74c3707a564d8a752b2d9793ed2cdf
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -137,4 +137,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=502ca4027766f4eb2d67af031ed62a2d89adaee089def824ba3b78ee078bbba0 <base64 zipapp of slurmfm/job, 118124 chars>
+# slurmfm-runtime sha256=3398a2f725391c30bdf238e268357e6c4f74c3707a564d8a752b2d9793ed2cdf <base64 zipapp of slurmfm/job, 118160 chars>
