@@ -276,9 +276,15 @@ def run_launcher(
     if watch is not None:
         watch.follow(child.stderr)
 
+    sent: list[int] = []
+
     def on_usr2(signum: int, frame: object) -> None:
-        if forward == "none":
+        if forward == "none" or (forward_tasks and sent):
+            # The batch step repeats the save signal for workers still starting up; a task
+            # that is the training process has had its TERM (NeMo's preemption handler
+            # raises on each one, so a second could land in the middle of the save).
             return
+        sent.append(signum)
         sig = getattr(signal, "SIG" + forward)
         for kid in [child.pid] if forward_tasks else children(child.pid):
             with contextlib.suppress(OSError):
