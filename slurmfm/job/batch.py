@@ -708,10 +708,17 @@ class Batch:
         return True
 
     def spare_for_dead(self, dead: Sequence[str]) -> bool:
-        """Nodes the probe found dead, swapped for spares: True when the step can run again
-        in this allocation. Each is set DOWN; the job was submitted with ``--no-kill``, so
-        Slurm takes the node out of the allocation instead of ending the job
-        (https://slurm.schedmd.com/sbatch.html#OPT_no-kill)."""
+        """Nodes that did not answer the probe, swapped for spares: True when the step can
+        run again in this allocation.
+
+        Each is drained, not set DOWN: a DOWN node of the allocation makes Slurm end (and
+        requeue) the whole job. Should Slurm find the node dead itself (``SlurmdTimeout``),
+        it requeues the job as it would without spares. The job is not submitted with
+        ``--no-kill``, which would keep it through a lost node: with it, the loss of the
+        batch host ends the job FAILED instead of requeued (seen on the lab, 22.05:
+        "Killing JobId=N StepId=batch due to failed node"; without it "requeue job JobId=N
+        due to failure of node"), and the batch host is one of the training nodes.
+        """
         o = self.o
         if self.pool is None or not o.restart_in_job or self.restarts_used() >= o.max_restarts:
             return False  # the requeue path downs them and applies the cap
@@ -720,7 +727,7 @@ class Batch:
             return False
         why = "did not answer after a failed step (job {})".format(self.env.get("SLURM_JOB_ID", ""))
         for h in dead:
-            self.drain(h, why, "DOWN")
+            self.drain(h, why)
         self.use_swap(swap, "unresponsive: " + " ".join(dead))
         self.node_failed = False  # the lost node is out of the next launch
         return True

@@ -4,8 +4,9 @@ The job is allocated N+K nodes; the prepare step puts the first N of its host or
 training order (``SLURMFM_HOST_ORDER``) and the last K aside (``SLURMFM_SPARES``), so the
 launch ``srun`` runs on N nodes (``--nodes``/``--nodelist`` of the order) and torchrun's
 ``--nnodes`` stays N. When the health gate, run again after a failure, names a node, or the
-liveness probe finds one dead, the batch step takes a spare in its place and relaunches the
-step in the same allocation, instead of requeueing: no credential wait, no queue.
+liveness probe finds one that does not answer, the batch step drains it, takes a spare in
+its place and relaunches the step in the same allocation, instead of requeueing: no
+credential wait, no queue.
 
 Why the spare takes the failed node's *place* in the order (its node rank): every healthy node
 keeps its ranks, so a data loader or checkpoint keyed by rank resumes unchanged, and only the

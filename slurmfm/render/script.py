@@ -169,10 +169,6 @@ def _directives(
             "cluster.partition: HyperPod's default partition 'dev' also holds login nodes; "
             "name a partition (docs/login-nodes.md)"
         )
-    if r.spare_nodes:
-        # A node set DOWN is taken out of the allocation instead of ending the job, so the
-        # runtime can swap it for a spare (https://slurm.schedmd.com/sbatch.html#OPT_no-kill).
-        d.append(Directive("no-kill", None, "a failed node is swapped for a spare in the job"))
     if r.exclusive:
         d.append(Directive("exclusive", None, "whole nodes: NCCL/EFA tuning assumes it"))
     if inst.gpus:

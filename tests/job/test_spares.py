@@ -273,7 +273,7 @@ def test_a_spare_failing_the_first_gate_is_set_aside_and_the_job_starts(tmp_path
     assert state(tmp_path)[0].startswith("event=spare health gate failed on n3: spare n3 failed")
 
 
-def test_a_node_found_dead_is_downed_and_swapped_without_a_requeue(tmp_path: Path) -> None:
+def test_a_node_not_answering_is_drained_and_swapped_without_a_requeue(tmp_path: Path) -> None:
     lab = Lab(dead=["n2"])
     b, launched = batch(tmp_path, lab, [Step(1), Step(0)])
     assert b.main([], launch_argv(b)) == 0
@@ -284,9 +284,10 @@ def test_a_node_found_dead_is_downed_and_swapped_without_a_requeue(tmp_path: Pat
         "scontrol",
         "update",
         "NodeName=n2",
-        "State=DOWN",
+        "State=DRAIN",  # a DOWN node would end the whole job (no --no-kill)
         "Reason=slurmfm: did not answer after a failed step (job 77)",
     ] in lab.calls
+    assert not any("State=DOWN" in " ".join(c) for c in lab.calls)
     assert "--nodelist=n1,n3" in launched[1][0]
     assert "--master-addr=10.0.0.1" in launched[1][0]  # node 0 stayed
     assert [x.split()[0] for x in state(tmp_path)] == [

@@ -66,7 +66,8 @@ def test_n_plus_k_allocated_the_launch_on_the_n_of_the_order(tmp_path: Path) -> 
     text = render(r)
     shellcheck(text, tmp_path)
     assert "# 2 train, 1 stand by (the last in the host order)\n#SBATCH --nodes=3\n" in text
-    assert "#SBATCH --no-kill\n" in text
+    # not --no-kill: with it a lost batch host would end the job FAILED, not requeued
+    assert "--no-kill" not in text
     assert " --spare-nodes 1" in text  # the prepare step sets the last one aside
     words = shlex.split(launch_line(text).replace('"', ""))
     assert "--nodes=$SLURMFM_NNODES" in words
