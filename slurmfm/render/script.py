@@ -253,11 +253,13 @@ def _directives(
             warnings.append(split)
         d.extend(_segment_options(recipe, placement.segment, v))
     elif placement.mode == "none":
-        seg, seg_warning = default_segment(inst, r.nodes, v, _nvlink_unit_nodes(recipe, inst))
+        # the spares too: they are best in the same NVLink domain as the nodes they replace
+        alloc = r.nodes + r.spare_nodes
+        seg, seg_warning = default_segment(inst, alloc, v, _nvlink_unit_nodes(recipe, inst))
         if seg is not None:
             sizes = "/".join(str(n) for n in inst.nvlink.instances)
             small = min(inst.nvlink.instances)
-            if seg == r.nodes:
+            if seg == alloc:
                 fit = min(n for n in inst.nvlink.instances if n >= seg)
                 why = (
                     "no topology plan: the whole job in one NVLink domain, one UltraServer of "
@@ -271,12 +273,21 @@ def _directives(
                     f"({sizes} instances)"
                 )
             d.append(Directive("segment", str(seg), f"{why}; topology/block, Slurm >= 24.05"))
-            split = segment_split_warning(inst, r.nodes, seg)
+            split = segment_split_warning(inst, alloc, seg)
             if split:
                 warnings.append(split)
             d.extend(_segment_options(recipe, seg, v))
         if seg_warning:
             warnings.append(seg_warning)
+    seg_d = next((x for x in d if x.option == "segment" and x.value), None)
+    if r.spare_nodes and seg_d is not None and (r.nodes + r.spare_nodes) % int(str(seg_d.value)):
+        # "The requested node count must always be evenly divisible by the requested segment
+        # size" (https://slurm.schedmd.com/sbatch.html#OPT_segment)
+        raise RenderError(
+            f"resources.spare_nodes: --segment={seg_d.value} must divide the "
+            f"{r.nodes + r.spare_nodes} nodes allocated (nodes + spare_nodes); use a multiple "
+            f"of {seg_d.value} spares, or plan the job with a segment that divides it"
+        )
     if r.singleton:
         d.append(
             Directive(

@@ -10,7 +10,7 @@ import pytest
 from render_helpers import recipe, render, shellcheck
 from test_render_rules import launch_line
 
-from slurmfm.errors import SlurmfmError
+from slurmfm.errors import RenderError, SlurmfmError
 from slurmfm.plan.types import Placement
 from slurmfm.recipe.loader import RecipeError, load_recipe
 
@@ -76,6 +76,20 @@ def test_n_plus_k_allocated_the_launch_on_the_n_of_the_order(tmp_path: Path) -> 
     assert "--nnodes=2" in words  # torchrun's world is the N training nodes
 
 
+def test_on_gb200_the_spares_share_the_nvlink_domain_and_divide_by_the_segment() -> None:
+    gb200 = {"cluster__instance_type": "p6e-gb200.36xlarge", "parallelism": {"tp": 4}}
+    # 16 + 2: one UltraServer of 18 holds the trainers and their spares
+    text = render(recipe(resources__nodes=16, resources__spare_nodes=2, **gb200))
+    assert "#SBATCH --nodes=18\n" in text
+    assert "#SBATCH --segment=18\n" in text
+    # a planned segment that does not divide N+K: Slurm would refuse it
+    with pytest.raises(RenderError, match=r"--segment=18 must divide the 19 nodes allocated"):
+        render(
+            recipe(resources__nodes=18, resources__spare_nodes=1, **gb200),
+            placement=Placement(segment=18),
+        )
+
+
 def test_without_spares_the_script_is_as_before() -> None:
     text = render(recipe())
     assert "#SBATCH --nodes=2\n" in text
@@ -97,3 +111,15 @@ def test_nemo_and_pinned_plans_take_spares_too() -> None:
     )
     assert "#SBATCH --nodelist=p5-[1-2]" in pinned
     assert "#SBATCH --nodes=3" in pinned  # Slurm adds the spare to the planned nodes
+
+
+def test_validate_names_the_spares(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from slurmfm.cli import main
+
+    f = tmp_path / "recipe.yaml"
+    f.write_text(GOOD.format(k=2))
+    res = CliRunner().invoke(main, ["validate", str(f)])
+    assert res.exit_code == 0, res.output
+    assert "ok: demo, 4 x p5.48xlarge + 2 spare(s), world size 32 " in res.stdout
