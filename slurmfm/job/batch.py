@@ -252,7 +252,7 @@ class Batch:
             worst = worst or rc
         sys.stdout.write(out_all)
         ok, bad = parse_report(out_all)
-        if (worst == 0 and not bad) or self.take_spares(ok, bad):
+        if (worst == 0 and not bad) or self.take_spares(ok, bad, self.pool_live()):
             return self.container_gate([w for c, w in checked if c.imex], steps)
         return self.gate_failed(bad, worst)
 
@@ -290,6 +290,9 @@ class Batch:
         except subprocess.TimeoutExpired:
             step.terminate()
             step.wait()
+        ok = [node for node, why in seen.items() if why is None]
+        if self.take_spares(ok, bad, self.order):
+            return SWAPPED  # nothing started: the launch runs again with the spare in
         return self.gate_failed(bad, gate.NOT_STARTED)
 
     def gate_failed(self, bad: Sequence[tuple[str, str]], worst: int) -> int:
@@ -685,17 +688,24 @@ class Batch:
         self.next_signal = None
         return True
 
-    def take_spares(self, ok: Sequence[str], bad: Sequence[tuple[str, str]]) -> bool:
+    def pool_live(self) -> list[str]:
+        return list(self.pool.live) if self.pool is not None else []
+
+    def take_spares(
+        self, ok: Sequence[str], bad: Sequence[tuple[str, str]], checked: Sequence[str]
+    ) -> bool:
         """A health gate that failed nodes the spares can stand in for: drain them, swap
         them out (:func:`spares.replace`), and go on in this allocation; True when it did.
 
-        Only when every node of the job reported (a node that said nothing may be anywhere
-        in the allocation) and the healthy spares cover the failed training nodes.
+        Only when every node the gate ``checked`` reported (a node that said nothing may be
+        any node) and the spares cover the failed training nodes. The separate gate checks
+        the spares too; the gate inside the launch step (:meth:`gate_open`) checks the
+        training nodes only, so a spare it brings in is checked by the next launch's gate.
         """
         if self.pool is None or not bad:
             return False
         failed = [n for n, _ in bad]
-        if set(self.pool.live) - set(ok) - set(failed):
+        if set(checked) - set(ok) - set(failed):
             return False
         swap = sp.replace(self.pool, failed)
         if swap is None:
@@ -955,6 +965,8 @@ class Batch:
             self.step_started = self.clock()
             if gated:
                 code = self.gate_open(self.step)
+                if code == SWAPPED:
+                    return None  # run the step again, on the spare (not a restart)
                 if code is not None:
                     return code
                 self.step_started = self.clock()
@@ -1102,6 +1114,9 @@ class Batch:
 
 
 CONTAINER_ENTRY = "slurmfm-node"
+# gate_open's answer when the gate failed nodes and spares took their places: the launch
+# did not start, and runs again (no exit code of the job's).
+SWAPPED = -1
 
 
 def in_container(argv: Sequence[str]) -> list[str]:

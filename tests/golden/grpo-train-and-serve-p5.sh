@@ -82,7 +82,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=fd484c4e1805221eb2090bfbe320221127af31a07e21c0815db83e3a5f17636a
+export SLURMFM_RUNTIME_SHA=63e77465ba44d116828b77e6f5001c5dfb95a9ec426c56c354014041445ae97b
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -137,4 +137,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=fd484c4e1805221eb2090bfbe320221127af31a07e21c0815db83e3a5f17636a <base64 zipapp of slurmfm/job, 118540 chars>
+# slurmfm-runtime sha256=63e77465ba44d116828b77e6f5001c5dfb95a9ec426c56c354014041445ae97b <base64 zipapp of slurmfm/job, 118860 chars>

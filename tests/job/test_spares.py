@@ -3,12 +3,14 @@ step swapping in the job (no requeue) where it can and requeueing where it canno
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from test_batch import Step, state
 
+from slurmfm.job import gate
 from slurmfm.job import spares as sp
 from slurmfm.job.batch import Batch
 from slurmfm.job.cli import parser
@@ -146,7 +148,12 @@ def healthy(*nodes: str) -> str:
     return "".join(f"slurmfm-health {n} OK\n" for n in nodes)
 
 
-def batch(tmp: Path, lab: Lab, steps: Sequence[Step], *opts: str) -> tuple[Batch, list[Any]]:
+def batch(
+    tmp: Path, lab: Lab, steps: Sequence[Any], *opts: str, entry: bool = False
+) -> tuple[Batch, list[Any]]:
+    """The batch step of the 2 + 1 job; ``entry``: the launch runs the node entry, so the
+    health gate runs inside the launch step (slurmfm.job.gate), else in a step of its own."""
+    node = ["python3", "rt.pyz", "node", "--"] if entry else []
     a = parser().parse_args(
         [
             "batch",
@@ -163,10 +170,7 @@ def batch(tmp: Path, lab: Lab, steps: Sequence[Step], *opts: str) -> tuple[Batch
             "srun",
             "--nodes=2",
             "--nodelist=n1,n2",
-            "python3",
-            "rt.pyz",
-            "node",
-            "--",
+            *node,
             "torchrun",
             "--nnodes=2",
             "--master-addr=10.0.0.1",
@@ -188,13 +192,40 @@ def batch(tmp: Path, lab: Lab, steps: Sequence[Step], *opts: str) -> tuple[Batch
     (tmp / "ckpt").mkdir(exist_ok=True)
     launched: list[Any] = []
     it = iter(steps)
+    box: list[Batch] = []
 
-    def popen(argv: list[str], env: dict[str, str] | None = None, **kw: object) -> Step:
+    def popen(argv: list[str], env: dict[str, str] | None = None, **kw: object) -> Any:
         launched.append((list(argv), dict(env or {})))
-        return next(it)
+        step = next(it)
+        if isinstance(step, Gated):
+            step.start(box[0].evidence_dir)
+        return step
 
-    b = Batch(a, env, run=lab, popen=popen, clock=lambda: 0.0, sleep=lambda s: None)
+    ticks = iter(range(10**6))
+    b = Batch(a, env, run=lab, popen=popen, clock=lambda: float(next(ticks)), sleep=lambda s: None)
+    box.append(b)
     return b, launched
+
+
+class Gated(Step):
+    """A launch whose node entries check themselves (the gate inside the launch step): each
+    node's verdict lands in the evidence directory; after the word "go" it ends ``rc``,
+    without it (a node failed) 3, the gate's own code."""
+
+    def __init__(self, rc: int, verdicts: dict[str, str]) -> None:
+        super().__init__(rc)
+        self.verdicts = verdicts
+        self.stdin = io.BytesIO()
+        self.stdin.close = lambda: None  # type: ignore[method-assign]
+
+    def start(self, directory: str) -> None:
+        for name, verdict in self.verdicts.items():
+            Path(directory, name + gate.SUFFIX).write_text(verdict + "\n")
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.stdin.getvalue() != gate.GO:
+            self.rc = gate.NOT_STARTED
+        return super().wait(timeout)
 
 
 def launch_argv(b: Batch) -> list[str]:
@@ -338,3 +369,45 @@ def test_prepare_sets_the_last_of_the_order_aside(monkeypatch: Any, tmp_path: Pa
     # a pinned plan names the training nodes; the node Slurm added stands by
     e = prepared(monkeypatch, tmp_path, "--spare-nodes", "1", "--planned", "n3 n1")
     assert (e["SLURMFM_HOST_ORDER"], e["SLURMFM_SPARES"]) == ("n3 n1", "n2")
+
+
+def test_a_node_failing_the_gate_inside_the_launch_step_is_swapped_and_the_launch_reruns(
+    tmp_path: Path,
+) -> None:
+    """The gate inside the launch checks the training nodes only: at the restart it fails
+    n1; the launch did not start, the spare takes n1's place (no restart counted for that),
+    and the next launch's gate checks the spare."""
+    runs = [
+        Gated(1, {"n1": "OK", "n2": "OK"}),
+        Gated(0, {"n1": "FAIL dcgmi diag -r 1 failed", "n2": "OK"}),
+        Gated(0, {"n3": "OK", "n2": "OK"}),
+    ]
+    lab = Lab()
+    b, launched = batch(tmp_path, lab, runs, "--health", "1", "--dcgm", "1", entry=True)
+    assert b.main([], launch_argv(b)) == 0
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in lab.calls)
+    assert not any("health" in c for c in lab.calls if c[0] == "srun")  # no gate step
+    assert [x.split()[0] for x in state(tmp_path)] == [
+        "event=relaunch",
+        "event=spare",
+        "event=finished",
+    ]
+    assert "(in-job restart 1, restart 1 of 3)" in state(tmp_path)[0]
+    assert "--nodelist=n3,n2" in launched[2][0]
+    assert launched[2][1]["SLURMFM_HOST_ORDER"] == "n3 n2"
+    assert runs[2].stdin.getvalue() == gate.GO
+
+
+def test_a_spare_failing_the_gate_inside_the_launch_leaves_no_spare_and_requeues(
+    tmp_path: Path,
+) -> None:
+    runs = [
+        Gated(0, {"n1": "FAIL x", "n2": "OK"}),
+        Gated(0, {"n3": "FAIL y", "n2": "OK"}),
+    ]
+    lab = Lab()
+    b, launched = batch(tmp_path, lab, runs, "--health", "1", "--dcgm", "1", entry=True)
+    assert b.main([], launch_argv(b)) == 3
+    assert ["scontrol", "requeue", "77"] in lab.calls
+    assert len(launched) == 2
+    assert state(tmp_path)[-1] == "event=requeue health gate failed on n3"

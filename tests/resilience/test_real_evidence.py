@@ -301,11 +301,18 @@ def test_a_node_failing_the_gate_at_the_restart_is_swapped_for_the_spare_without
     bindir.mkdir()
     mark = tmp_path / "fault-once"
     dcgmi = bindir / "dcgmi"
+    victim_file = tmp_path / "victim"
     dcgmi.write_text(
         "#!/bin/sh\n"
-        "# the node that held rank 0 (the job's first host order) is broken once the fault ran\n"
-        f'if [ -e {mark} ] && [ "$SLURMD_NODENAME" = "${{SLURMFM_HOST_ORDER%% *}}" ]; then\n'
-        '  echo "dcgmi: GPU 0 failed the diagnostic"; exit 1\n'
+        "# once the fault ran, the node that held rank 0 then (first in the host order) is\n"
+        "# broken for good; the order changes with the swap, so that node is written down\n"
+        f"if [ -e {mark} ]; then\n"
+        f'  if [ ! -e {victim_file} ] && [ "$SLURMD_NODENAME" = "${{SLURMFM_HOST_ORDER%% *}}" ]; then\n'
+        f'    echo "$SLURMD_NODENAME" > {victim_file}\n'
+        "  fi\n"
+        f'  if [ "$SLURMD_NODENAME" = "$(cat {victim_file} 2>/dev/null)" ]; then\n'
+        '    echo "dcgmi: GPU 0 failed the diagnostic"; exit 1\n'
+        "  fi\n"
         "fi\n"
     )
     dcgmi.chmod(0o755)
