@@ -190,12 +190,14 @@ def preflight(
             report.checks.append(Check("partition", state == "UP", f"{part} is {state}"))
     if rec:
         total = int(rec.get("TotalNodes", "0") or 0)
-        n = recipe.resources.nodes
+        k = recipe.resources.spare_nodes
+        n = recipe.resources.nodes + k  # what #SBATCH --nodes asks for
         report.checks.append(
             Check(
                 "nodes",
                 n <= total,
-                f"{n} requested, partition {part} has {total}",
+                f"{n} requested{f' ({n - k} + {k} spare)' if k else ''}, partition {part} "
+                f"has {total}",
             )
         )
         max_time = rec.get("MaxTime", "UNLIMITED")

@@ -159,7 +159,9 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
         click.echo(r.model_dump_json(indent=2))
         return
     click.echo(
-        f"{recipe}: ok: {r.name}, {r.resources.nodes} x {r.cluster.instance_type}, "
+        f"{recipe}: ok: {r.name}, {r.resources.nodes} x {r.cluster.instance_type}"
+        + (f" + {r.resources.spare_nodes} spare(s)" if r.resources.spare_nodes else "")
+        + ", "
         f"world size {r.world_size} (tp={r.parallelism.tp} pp={r.parallelism.pp} "
         f"cp={r.parallelism.cp} ep={r.parallelism.ep} dp={r.dp}), launcher {r.launcher.kind}"
         + (

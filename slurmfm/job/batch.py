@@ -28,6 +28,7 @@ from . import decide as dec
 from . import evidence as ev
 from . import fsafe, gate, hetjob, install, nccl, serve
 from . import slurm as sl
+from . import spares as sp
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
 from .options import BatchOptions, ContainerRemoveOptions, ForwardOptions
@@ -124,6 +125,7 @@ class Batch:
         # The health gate runs in the launch step (see in_step), set by _main.
         self.health_on = False
         self.in_step = False
+        self.pool = sp.from_env(self.env)  # spare nodes (resources.spare_nodes), or None
 
     # --- decisions -------------------------------------------------------------------------
     def act(self, d: dec.Decision, recorded: bool = False, exclude: Sequence[str] = ()) -> int:
@@ -188,6 +190,9 @@ class Batch:
         if comp is None:
             n = self.env.get("SLURM_JOB_NUM_NODES", str(len(self.order) or 1))
             argv = sl.srun_per_node(n, 0 if self.het else None)
+            if self.pool is not None and self.pool.gone:  # nodes swapped out (spares.py)
+                argv = sl.srun_per_node(len(self.pool.live))
+                argv.append("--exclude=" + ",".join(self.pool.gone))
         else:
             argv = sl.srun_per_node(comp.nodes, comp.group)
         if overlap:
@@ -233,8 +238,8 @@ class Batch:
             out_all += out
             worst = worst or rc
         sys.stdout.write(out_all)
-        _, bad = parse_report(out_all)
-        if worst == 0 and not bad:
+        ok, bad = parse_report(out_all)
+        if (worst == 0 and not bad) or self.take_spares(ok, bad, self.pool_live()):
             return self.container_gate([w for c, w in checked if c.imex], steps)
         return self.gate_failed(bad, worst)
 
@@ -272,6 +277,9 @@ class Batch:
         except subprocess.TimeoutExpired:
             step.terminate()
             step.wait()
+        ok = [node for node, why in seen.items() if why is None]
+        if self.take_spares(ok, bad, self.order):
+            return SWAPPED  # nothing started: the launch runs again with the spare in
         return self.gate_failed(bad, gate.NOT_STARTED)
 
     def gate_failed(self, bad: Sequence[tuple[str, str]], worst: int) -> int:
@@ -384,8 +392,8 @@ class Batch:
         self.mark_at_signal = self.progress_now()
         self.state.record("signal", "USR2 before the time limit")
         if not self.o.save_protocol:
-            # No save protocol (a server, NeMo): requeue now; the run resumes from its last
-            # periodic checkpoint. When it may not requeue, it keeps running to the limit.
+            # No save protocol (a server, save_on_signal false): requeue now; the run resumes
+            # from its last periodic checkpoint. When it may not requeue, it runs to the limit.
             d = dec.apply_cap(
                 dec.Decision("requeue", "time limit near (launcher saves periodically)", 0),
                 self.restarts_used(),
@@ -632,7 +640,8 @@ class Batch:
         ends early to leave the time limit to the next allocation), a node lost (the allocation
         cannot continue), the pre-timeout signal (the time limit is the allocation's), a
         server beside the trainer, HyperPod (its auto-resume replays the step itself).
-        The health gate runs again first (:meth:`_main`); a node it fails requeues off it.
+        The health gate runs again first (:meth:`_main`); a node it fails requeues off it,
+        or, with spare nodes, is swapped for a spare (:meth:`take_spares`).
         """
         o = self.o
         if not (
@@ -663,6 +672,78 @@ class Batch:
         self.done_note = ""
         self.next_signal = None
         return True
+
+    def pool_live(self) -> list[str]:
+        return list(self.pool.live) if self.pool is not None else []
+
+    def take_spares(
+        self, ok: Sequence[str], bad: Sequence[tuple[str, str]], checked: Sequence[str]
+    ) -> bool:
+        """A health gate that failed nodes the spares can stand in for: drain them, swap
+        them out (:func:`spares.replace`), and go on in this allocation; True when it did.
+
+        Only when every node the gate ``checked`` reported (a node that said nothing may be
+        any node) and the spares cover the failed training nodes. The separate gate checks
+        the spares too; the gate inside the launch step (:meth:`gate_open`) checks the
+        training nodes only, so a spare it brings in is checked by the next launch's gate.
+        """
+        if self.pool is None or not bad:
+            return False
+        failed = [n for n, _ in bad]
+        if set(checked) - set(ok) - set(failed):
+            return False
+        swap = sp.replace(self.pool, failed)
+        if swap is None:
+            log("health gate: not enough healthy spares for %s" % " ".join(failed), err=True)
+            return False
+        sys.stdout.flush()  # the gate's report before what is done about it
+        for node, why in bad:
+            self.drain(node, "health gate: " + why)
+        self.use_swap(swap, "health gate failed on " + " ".join(failed))
+        return True
+
+    def spare_for_dead(self, dead: Sequence[str]) -> bool:
+        """Nodes that did not answer the probe, swapped for spares: True when the step can
+        run again in this allocation.
+
+        Each is drained, not set DOWN: a DOWN node of the allocation makes Slurm end (and
+        requeue) the whole job. Should Slurm find the node dead itself (``SlurmdTimeout``),
+        it requeues the job as it would without spares. The job is not submitted with
+        ``--no-kill``, which would keep it through a lost node: with it, the loss of the
+        batch host ends the job FAILED instead of requeued (seen on the lab, 22.05:
+        "Killing JobId=N StepId=batch due to failed node"; without it "requeue job JobId=N
+        due to failure of node"), and the batch host is one of the training nodes.
+        """
+        o = self.o
+        if self.pool is None or not o.restart_in_job or self.restarts_used() >= o.max_restarts:
+            return False  # the requeue path downs them and applies the cap
+        swap = sp.replace(self.pool, dead)
+        if swap is None:
+            return False
+        why = "did not answer after a failed step (job {})".format(self.env.get("SLURM_JOB_ID", ""))
+        for h in dead:
+            self.drain(h, why)
+        self.use_swap(swap, "unresponsive: " + " ".join(dead))
+        self.node_failed = False  # the lost node is out of the next launch
+        return True
+
+    def use_swap(self, swap: sp.Swap, why: str) -> None:
+        self.pool = swap.pool
+        self.order = list(swap.pool.order)
+        self.state.record("spare", "%s: %s" % (why, swap.describe()))
+        log("spare nodes: %s: %s" % (why, swap.describe()), err=True)
+
+    def on_spares(self, argv: Sequence[str]) -> list[str]:
+        """The launch for the nodes the job trains on now: the original command with each
+        swapped node's spare in its place (:func:`spares.rewrite`), and the exports the
+        per-node entry ranks itself by."""
+        if self.pool is None or not argv:
+            return list(argv)
+        words, master = sp.rewrite(
+            argv, self.pool, sp.parse_addrs(self.env.get("SLURMFM_NODE_ADDRS", ""))
+        )
+        self.env.update(sp.env_for(self.pool, master))
+        return words
 
     def evidence_env(self) -> dict[str, str]:
         """The launch's evidence directory (mode 0700) and progress file, and the progress
@@ -840,6 +921,7 @@ class Batch:
         the step is to run again in this allocation (:meth:`relaunch`)."""
         o = self.o
         self.marker_before = dec.marker_stamp(self.env.get("SLURMFM_CHECKPOINT_DIR", ""))
+        launch_argv = self.on_spares(launch_argv)
         if launch_argv:
             log("launch: " + masked(launch_argv, o.secret, self.env))
             inside = in_container(launch_argv)
@@ -866,6 +948,8 @@ class Batch:
             self.step_started = self.clock()
             if gated:
                 code = self.gate_open(self.step)
+                if code == SWAPPED:
+                    return None  # run the step again, on the spare (not a restart)
                 if code is not None:
                     return code
                 self.step_started = self.clock()
@@ -890,7 +974,8 @@ class Batch:
         dead: list[str] = []
         if rc != 0 and not self.signalled and not o.hyperpod:
             if sl.controller_up(self.run):
-                dead = sl.probe(self.order, self.run, o.probe_timeout_s)
+                spare = list(self.pool.spares) if self.pool is not None else []
+                dead = sl.probe(self.order + spare, self.run, o.probe_timeout_s)
             else:
                 self.ctld_away = True
                 log("slurmctld does not answer; not judging the nodes", err=True)
@@ -927,6 +1012,8 @@ class Batch:
             log("completion check: " + self.done_note)
             if d.action == "requeue" and self.done_note.startswith("stale"):
                 d = d._replace(reason=f"{d.reason}; {self.done_note}")
+        if dead and self.pool is not None and self.spare_for_dead(dead):
+            dead = []
         if self.relaunch(d, dead, serve_argv, launch_argv):
             return None
         capped = dec.apply_cap(d, self.restarts_used(), o.max_restarts, o.requeue)
@@ -1010,6 +1097,9 @@ class Batch:
 
 
 CONTAINER_ENTRY = "slurmfm-node"
+# gate_open's answer when the gate failed nodes and spares took their places: the launch
+# did not start, and runs again (no exit code of the job's).
+SWAPPED = -1
 
 
 def in_container(argv: Sequence[str]) -> list[str]:

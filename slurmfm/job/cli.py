@@ -156,12 +156,33 @@ def _prepare(
             parts = line.split(None, 1)
             if len(parts) >= 1 and parts[0] in alloc:
                 topo[parts[0]] = parts[1] if len(parts) > 1 else ""
+    planned = a.planned.split()
+    if planned and a.spare_nodes:
+        # the plan names the N training nodes; Slurm added the spares to them (--nodelist
+        # with a larger --nodes): they follow, in natural order
+        planned += sorted((h for h in alloc if h not in planned), key=hs.natural_key)
     try:
-        order = hs.host_order(alloc, a.planned.split(), _kv(a.rank_map), topo)
+        order = hs.host_order(alloc, planned, _kv(a.rank_map), topo)
     except hs.OrderError as exc:
         print(f"slurmfm: {exc}", file=sys.stderr)
         return 2
     exports: dict[str, str] = {}
+    spare_order: list[str] = []
+    if a.spare_nodes:
+        # resources.spare_nodes: the last K of the order stand by (slurmfm/job/spares.py)
+        if len(order) <= a.spare_nodes:
+            print(
+                "slurmfm: %d hosts cannot hold %d spare node(s) and a trainer"
+                % (len(order), a.spare_nodes),
+                file=sys.stderr,
+            )
+            return 2
+        order, spare_order = order[: -a.spare_nodes], order[-a.spare_nodes :]
+        exports["SLURMFM_SPARES"] = " ".join(spare_order)
+        if topo:
+            exports["SLURMFM_TOPO_ADDRS"] = " ".join(
+                "%s=%s" % (h, topo[h]) for h in order + spare_order if topo.get(h)
+            )
     serve_order: list[str] = []
     if a.serve == "split":
         if len(order) <= a.serve_nodes:
@@ -176,7 +197,7 @@ def _prepare(
         serve_order = sl.hostnames(env["SLURM_JOB_NODELIST_HET_GROUP_1"])
     elif a.serve == "all":
         serve_order = list(order)
-    every = sorted(set(order) | set(serve_order))
+    every = sorted(set(order) | set(serve_order) | set(spare_order))
     _, text = run_command(["scontrol", "-o", "show", "node", ",".join(every)], 60)
     addrs = hs.parse_node_addrs(text)
     job_id = int(env.get("SLURM_JOB_ID", "0") or 0)
@@ -281,6 +302,8 @@ def _prepare(
         ),
         file=sys.stderr,
     )
+    if spare_order:
+        print("slurmfm: spare hosts: " + " ".join(spare_order), file=sys.stderr)
     if serve_order:
         print(
             "slurmfm: serving hosts: {}; endpoint will be {}".format(
@@ -381,7 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         no = NodeOptions.from_namespace(a)
         env["SLURMFM_HOST_ORDER"] = env.get(no.order_var, "")
-        return node_main(_rest(a.argv), no.prefix, no.forward, no.ray_settings(), env)
+        return node_main(
+            _rest(a.argv), no.prefix, no.forward, no.ray_settings(), env, no.forward_tasks
+        )
     if a.cmd == "forward":
         import signal
 

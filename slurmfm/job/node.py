@@ -5,7 +5,11 @@ runs it with USR2 ignored. Why ignored: Slurm delivers a signal sent to ``srun``
 of the step (proctrack), so torchrun itself would die of the pre-timeout USR2; the training
 processes install their own USR2 handler (slurmfm.checkpoint.SaveRequest), which replaces the
 inherited "ignore". For Megatron-LM (``--forward TERM``) the entry sends TERM to the launcher's
-children on USR2: Megatron's ``--exit-signal-handler`` saves on SIGTERM.
+children on USR2: Megatron's ``--exit-signal-handler`` saves on SIGTERM. For NeMo 2.0
+(``--forward TERM --forward-tasks``) the launched process is itself the training process (one
+task per GPU, no launcher), so it gets the TERM: NeMo's ``PreemptionCallback`` stops the
+trainer on it and its ``ModelCheckpoint`` saves the last checkpoint at the end of training
+(NVIDIA/NeMo:nemo/lightning/pytorch/callbacks/preemption.py, model_checkpoint.py).
 """
 
 from __future__ import annotations
@@ -253,8 +257,10 @@ def run_launcher(
     env: dict[str, str],
     watch: LaunchWatch | None = None,
     stdin: int | None = None,
+    forward_tasks: bool = False,
 ) -> int:
-    """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children.
+    """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children (with
+    ``forward_tasks``: to the launched process itself, NeMo's training process).
 
     With ``watch`` its stderr passes through a pipe (copied to ours line by line) so that the
     node's report names the exception and rank (:mod:`.evidence`), and a TERM from srun
@@ -270,11 +276,17 @@ def run_launcher(
     if watch is not None:
         watch.follow(child.stderr)
 
+    sent: list[int] = []
+
     def on_usr2(signum: int, frame: object) -> None:
-        if forward == "none":
+        if forward == "none" or (forward_tasks and sent):
+            # The batch step repeats the save signal for workers still starting up; a task
+            # that is the training process has had its TERM (NeMo's preemption handler
+            # raises on each one, so a second could land in the middle of the save).
             return
+        sent.append(signum)
         sig = getattr(signal, "SIG" + forward)
-        for kid in children(child.pid):
+        for kid in [child.pid] if forward_tasks else children(child.pid):
             with contextlib.suppress(OSError):
                 os.kill(kid, sig)
 
@@ -459,6 +471,7 @@ def main(
     forward: str,
     ray: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
+    forward_tasks: bool = False,
 ) -> int:
     env = dict(os.environ if env is None else env)
     me = env.get("SLURMD_NODENAME", "")
@@ -500,4 +513,5 @@ def main(
     if rank == 0:
         print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
     watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
-    return run_launcher(final, forward, env, watch, stdin=subprocess.DEVNULL if value else None)
+    stdin = subprocess.DEVNULL if value else None
+    return run_launcher(final, forward, env, watch, stdin=stdin, forward_tasks=forward_tasks)

@@ -153,6 +153,7 @@ class _Prepare(NamedTuple):
     topo_addr: bool = False
     rdzv_port: int = 0
     tasks_per_node: int = 0
+    spare_nodes: int = 0
     serve: str = "none"
     serve_nodes: int = 0
     serve_port: int = 0
@@ -178,6 +179,7 @@ class PrepareOptions(_Prepare, Options):
         "dist_port": "SGLang: 0 picks one, -1 none",
         "serve_dp": "SGLang: data-parallel ranks",
         "tasks_per_node": "NeMo: tasks in host order",
+        "spare_nodes": "the last K hosts stand by",
         "stripe_layout": "lfs setstripe arguments for the checkpoint directory",
         "min_free_gb": "min_free_kb as the recipe wrote it (for the message)",
     }
@@ -307,6 +309,7 @@ class BatchOptions(_Batch, Options):
 class _Node(NamedTuple):
     prefix: int = 0
     forward: str = "none"
+    forward_tasks: bool = False
     order_var: str = "SLURMFM_HOST_ORDER"
     ray: str = ""
     ray_python: str = "python3"
@@ -321,6 +324,7 @@ class NodeOptions(_Node, Options):
     __slots__ = ()
     HELP: ClassVar[dict[str, str]] = {
         "prefix": "words of the command after which --node-rank goes (0: none)",
+        "forward_tasks": "signal the launched process itself (NeMo)",
         "order_var": "where the host order is",
         "ray": "vLLM across nodes: the ray command",
     }

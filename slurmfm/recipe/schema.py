@@ -187,6 +187,7 @@ _LEAF_FIELDS = (
     "segments",
     "served_model_name",
     "singleton",
+    "spare_nodes",
     "slurm_version",
     "stripe",
     "task",
@@ -299,6 +300,16 @@ class Resources(_Strict):
         ),
     )
     mem: str | None = Field(default=None, pattern=r"^\d+[KMGT]?$")
+    spare_nodes: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description=(
+            "extra nodes allocated beside `nodes` (--nodes is nodes + spare_nodes) that stand "
+            "by: a node that fails the health gate or dies is swapped for one inside the job "
+            "and the step relaunched, without a requeue (docs/resilience.md)"
+        ),
+    )
     exclude: str | None = Field(default=None, description="hostlist of nodes to avoid")
     singleton: bool = Field(
         default=False,
@@ -521,7 +532,7 @@ Launcher = Annotated[
 SERVE_KINDS = ("vllm", "sglang")
 # Launchers whose training saves when signalled: torchrun scripts through
 # slurmfm.checkpoint.SaveRequest (USR2), Megatron-LM through --exit-signal-handler (TERM).
-SAVE_ON_SIGNAL_LAUNCHERS = ("torchrun", "megatron")
+SAVE_ON_SIGNAL_LAUNCHERS = ("torchrun", "megatron", "nemo")
 
 
 class Serve(_Strict):
@@ -773,10 +784,10 @@ class Resilience(_Strict):
         default=None,
         description=(
             "true: the training saves and exits when told (USR2 for torchrun scripts, TERM for "
-            "Megatron-LM's --exit-signal-handler), then the job requeues; false: the training "
-            "has no such handler, so the job requeues at once at the signal and resumes from "
-            "its last periodic checkpoint. Default by launcher: true for torchrun and megatron, "
-            "false for nemo, vllm and sglang"
+            "Megatron-LM's --exit-signal-handler and NeMo 2.0's PreemptionCallback), then the "
+            "job requeues; false: the training has no such handler, so the job requeues at once "
+            "at the signal and resumes from its last periodic checkpoint. Default by launcher: "
+            "true for torchrun, megatron and nemo, false for vllm and sglang"
         ),
     )
     retry_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
@@ -954,6 +965,7 @@ class Recipe(_Strict):
                 f"resources.procs_per_node: {self.resources.procs_per_node} exceeds the "
                 f"{inst.gpus} GPUs of {inst.name}"
             )
+        _check_spares(self)
         if self.resilience.save_on_signal and self.launcher.kind not in SAVE_ON_SIGNAL_LAUNCHERS:
             raise ValueError(
                 f"resilience.save_on_signal: launcher {self.launcher.kind} has no save-on-signal "
@@ -1047,7 +1059,10 @@ class Recipe(_Strict):
             return "save mode: none (resilience.save_before_timeout_s is 0: no pre-timeout signal)"
         how = "explicit" if self.resilience.save_on_signal is not None else "launcher default"
         if self.save_on_signal:
-            sig = "TERM (--exit-signal-handler)" if self.launcher.kind == "megatron" else "USR2"
+            sig = {
+                "megatron": "TERM (--exit-signal-handler)",
+                "nemo": "TERM (NeMo's PreemptionCallback)",
+            }.get(self.launcher.kind, "USR2")
             return (
                 f"save mode: save-on-signal ({how}): {s} s before the time limit the training "
                 f"gets {sig}, saves and exits; the job requeues and resumes"
@@ -1115,6 +1130,35 @@ class Recipe(_Strict):
         ``/``."""
         root = self.storage.checkpoint_root.rstrip("/")
         return f"{root}/{self.name}/{self.run_id}"
+
+
+def _check_spares(recipe: Recipe) -> None:
+    """``resources.spare_nodes``: what the in-job swap (slurmfm/job/spares.py) can serve.
+
+    At most one spare per training node: more would idle more of the allocation than it
+    trains on. A server beside the trainer keeps its own node list (its failure is not a
+    training node's), and HyperPod replaces a failed node itself (its auto-resume,
+    https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-resiliency-slurm-auto-resume.html).
+    """
+    k = recipe.resources.spare_nodes
+    if not k:
+        return
+    n = recipe.resources.nodes
+    if k > n:
+        raise ValueError(
+            f"resources.spare_nodes: {k} spares for {n} training node(s): at most one spare "
+            "per training node"
+        )
+    if recipe.serve is not None or recipe.launcher.kind in SERVE_KINDS:
+        raise ValueError(
+            "resources.spare_nodes: spares are for training launches; a job with a server "
+            "(serve:, or a serving launcher) cannot have them"
+        )
+    if recipe.cluster.flavor == "hyperpod":
+        raise ValueError(
+            "resources.spare_nodes: HyperPod replaces a failed node itself (auto-resume); "
+            "use 0 there"
+        )
 
 
 def _check_serving(

@@ -145,9 +145,11 @@ def _directives(
         Directive("job-name", sbatch_value(recipe.name, what="name")),
         Directive(
             "nodes",
-            str(r.nodes),
+            str(r.nodes + r.spare_nodes),
             f"{recipe.serve.nodes} of them serve (the last in the host order), the rest train"
             if recipe.serve is not None and recipe.serve.placement == "split"
+            else f"{r.nodes} train, {r.spare_nodes} stand by (the last in the host order)"
+            if r.spare_nodes
             else None,
         ),
         Directive("ntasks-per-node", str(tasks_per_node), why_tasks),
@@ -257,11 +259,13 @@ def _directives(
             warnings.append(split)
         d.extend(_segment_options(recipe, placement.segment, v))
     elif placement.mode == "none":
-        seg, seg_warning = default_segment(inst, r.nodes, v, _nvlink_unit_nodes(recipe, inst))
+        # the spares too: they are best in the same NVLink domain as the nodes they replace
+        alloc = r.nodes + r.spare_nodes
+        seg, seg_warning = default_segment(inst, alloc, v, _nvlink_unit_nodes(recipe, inst))
         if seg is not None:
             sizes = "/".join(str(n) for n in inst.nvlink.instances)
             small = min(inst.nvlink.instances)
-            if seg == r.nodes:
+            if seg == alloc:
                 fit = min(n for n in inst.nvlink.instances if n >= seg)
                 why = (
                     "no topology plan: the whole job in one NVLink domain, one UltraServer of "
@@ -275,12 +279,21 @@ def _directives(
                     f"({sizes} instances)"
                 )
             d.append(Directive("segment", str(seg), f"{why}; topology/block, Slurm >= 24.05"))
-            split = segment_split_warning(inst, r.nodes, seg)
+            split = segment_split_warning(inst, alloc, seg)
             if split:
                 warnings.append(split)
             d.extend(_segment_options(recipe, seg, v))
         if seg_warning:
             warnings.append(seg_warning)
+    seg_d = next((x for x in d if x.option == "segment" and x.value), None)
+    if r.spare_nodes and seg_d is not None and (r.nodes + r.spare_nodes) % int(str(seg_d.value)):
+        # "The requested node count must always be evenly divisible by the requested segment
+        # size" (https://slurm.schedmd.com/sbatch.html#OPT_segment)
+        raise RenderError(
+            f"resources.spare_nodes: --segment={seg_d.value} must divide the "
+            f"{r.nodes + r.spare_nodes} nodes allocated (nodes + spare_nodes); use a multiple "
+            f"of {seg_d.value} spares, or plan the job with a segment that divides it"
+        )
     if r.singleton:
         d.append(
             Directive(
@@ -690,7 +703,16 @@ def _nemo_driver(recipe: Recipe, checkpoint_dir_expr: str) -> str | None:
         "    for part in parents:\n"
         "        obj = getattr(obj, part)\n"
         "    setattr(obj, leaf, value)\n"
-        "# resume from the newest checkpoint in the run directory when one exists\n"
+        + (
+            "# pre-timeout save: on TERM PreemptionCallback stops, ModelCheckpoint saves last\n"
+            "from nemo.lightning.pytorch.callbacks import PreemptionCallback\n"
+            "cbs = list(recipe.trainer.callbacks or [])\n"
+            "if not any(getattr(c, '__fn_or_cls__', None) is PreemptionCallback for c in cbs):\n"
+            "    recipe.trainer.callbacks = cbs + [run.Config(PreemptionCallback)]\n"
+            if recipe.save_on_signal
+            else ""
+        )
+        + "# resume from the newest checkpoint in the run directory when one exists\n"
         "recipe.resume = run.Config(llm.AutoResume, resume_if_exists=True,\n"
         "                           resume_ignore_no_checkpoint=True)\n"
         "run.run(recipe, direct=True)\n"
@@ -926,6 +948,8 @@ def _prepare_opts(
         o["rdzv_port"] = port
     if recipe.launcher.kind == "nemo":  # one task per GPU, laid out in host order
         o["tasks_per_node"] = recipe.procs_per_node
+    if recipe.resources.spare_nodes:
+        o["spare_nodes"] = recipe.resources.spare_nodes
     if serve is not None:
         o.update(serve=serve.group, serve_nodes=serve.nodes, serve_port=serve.port)
         if serve.dist_port is not None:
@@ -1077,8 +1101,8 @@ def _batch_opts(
         )
     if nccl_check != "off":
         o.update(nccl_check=nccl_check, nccl_timeout_s=res.nccl_check_timeout_s)
-    # resilience.save_on_signal (default by launcher: servers have no state to save, NeMo and
-    # scripts without a USR2 handler have no save protocol): false requeues at once at the
+    # resilience.save_on_signal (default by launcher: servers have no state to save, scripts
+    # without a USR2 handler have no save protocol): false requeues at once at the
     # signal, resuming from the last periodic checkpoint; true lets the training save first.
     o["save_protocol"] = bool(recipe.save_on_signal)
     done = "marker"
@@ -1251,7 +1275,8 @@ def render_script(
     split = serve is not None and serve.group == "split"
     # A split trainer runs on the first hosts of the order only; elsewhere the step spans the
     # (first component of the) allocation.
-    nodes_expr = '"$SLURMFM_NNODES"' if split else '"$SLURM_JOB_NUM_NODES"'
+    spare = recipe.resources.spare_nodes > 0  # the trainer runs on the order, spares aside
+    nodes_expr = '"$SLURMFM_NNODES"' if split or spare else '"$SLURM_JOB_NUM_NODES"'
     nemo = recipe.launcher.kind == "nemo"
     # --nodes is left out with --distribution=arbitrary: Slurm >= 24.11 refuses the two together.
     srun = [] if nemo or in_container else [f"--nodes={nodes_expr}"]
@@ -1284,7 +1309,7 @@ def render_script(
         )
     else:
         srun.extend([f"--ntasks={nodes_expr}", "--ntasks-per-node=1"])
-    if split and not nemo and not in_container:  # those node lists name the trainer's hosts
+    if (split or spare) and not nemo and not in_container:  # those name the trainer's hosts
         srun.append('--nodelist="$SLURMFM_NODELIST"')
     srun.append("--kill-on-bad-exit=1")
     observe = _observe(recipe, inst)
@@ -1366,8 +1391,11 @@ def render_script(
     prepare, order_how = _prepare_opts(recipe, placement, serve)
     # What the training processes get on the save signal besides Slurm's own USR2, which
     # already reaches every process of the step (a second, late USR2 could hit a worker that
-    # is already exiting): Megatron-LM saves on SIGTERM (--exit-signal-handler).
+    # is already exiting): Megatron-LM saves on SIGTERM (--exit-signal-handler), NeMo 2.0 too
+    # (its PreemptionCallback, which _nemo_driver adds), where the task itself gets it.
     forward = {"megatron": "TERM"}.get(recipe.launcher.kind, "none")
+    if nemo and recipe.save_on_signal:
+        forward = "TERM"
     batch = _batch_opts(
         recipe,
         inst,
@@ -1397,7 +1425,9 @@ def render_script(
         "prepare_opts": _shell_words(prepare.to_argv()),
         "serve_node_opts": _serve_node_words(serve) if serve is not None else "",
         "node_opts": _shell_words(
-            NodeOptions(prefix=prefix, forward=forward).to_argv(always=("prefix", "forward"))
+            NodeOptions(
+                prefix=prefix, forward=forward, forward_tasks=nemo and forward != "none"
+            ).to_argv(always=("prefix", "forward"))
         ),
         "order_how": order_how,
         "batch_opts": _batch_lines(batch, components),
@@ -1412,6 +1442,7 @@ def render_script(
         "nccl_log": nccl_check != "off",
         "observe": observe,
         "forward": forward,
+        "forward_tasks": nemo and forward != "none",
         # $0 of that program: what the runtime looks for to print node 0's command
         "container_entry_name": CONTAINER_ENTRY,
         "container_entry": (

@@ -87,7 +87,7 @@ def serve_launch(
     lines: list[str]
     prefix = 0
     dist_port = None
-    ray: dict[str, str] = {}
+    node = NodeOptions(prefix=0)
     if launcher.kind == "vllm":
         serve = [sh_quote(launcher.command, what="launcher.command"), "serve", model]
         opts = [
@@ -101,13 +101,13 @@ def serve_launch(
             # every node joined) or a Ray worker (slurmfm/job/node.py run_ray_node).
             sh_quote(launcher.ray, what="launcher.ray")  # refused here when bash cannot carry it
             sh_quote(launcher.python, what="launcher.python")
-            ray = {
-                "ray": launcher.ray,
-                "ray_python": launcher.python,
-                "ray_port": str(launcher.ray_port),
-                "ray_nodes": str(nodes),
-                "ray_timeout_s": str(launcher.ray_timeout_s),
-            }
+            node = node._replace(
+                ray=launcher.ray,
+                ray_python=launcher.python,
+                ray_port=str(launcher.ray_port),
+                ray_nodes=str(nodes),
+                ray_timeout_s=str(launcher.ray_timeout_s),
+            )
             lines = [" ".join(serve), " ".join([*opts, "--distributed-executor-backend ray"])]
         else:
             lines = [" ".join(serve), " ".join(opts)]
@@ -144,10 +144,9 @@ def serve_launch(
             else None
         ),
         dist_port=dist_port,
-        node=NodeOptions(
+        node=node._replace(
             prefix=prefix,
             order_var="SLURMFM_HOST_ORDER" if group == "all" else "SLURMFM_SERVE_ORDER",
-            **ray,
         ),
         dp=launcher.dp_size() if launcher.kind == "sglang" else 1,
     )

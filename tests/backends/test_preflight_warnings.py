@@ -46,3 +46,19 @@ def test_no_warning_without_a_model_size() -> None:
     report = preflight(_recipe(), "#!/bin/bash\n", FakeCLI())  # type: ignore[arg-type]
     assert report.warnings == []
     assert report.ok
+
+
+def test_spare_nodes_count_against_the_partition() -> None:
+    r = validate(
+        {
+            "name": "w",
+            "cluster": {"instance_type": "p5.48xlarge", "partition": "gpu"},
+            "resources": {"nodes": 16, "spare_nodes": 1},
+            "parallelism": {"tp": 8},
+            "launcher": {"kind": "torchrun", "script": __file__},
+        }
+    )
+    report = preflight(r, "#!/bin/bash\n", FakeCLI())  # type: ignore[arg-type]
+    (nodes,) = [c for c in report.checks if c.name == "nodes"]
+    assert not nodes.ok
+    assert nodes.message == "17 requested (16 + 1 spare), partition gpu has 16"

@@ -81,7 +81,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=a80687d7b6d09748ea2bc9f4ae2f8afc805f459ec2bb8204d8b10b32f58e769d
+export SLURMFM_RUNTIME_SHA=fcf83872ce2583422d058b8f3c73029d47d493349b851d0abc1b2a12cc15275f
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -121,6 +121,11 @@ for dotted, value in json.loads("{\"data.global_batch_size\": 256, \"data.micro_
     for part in parents:
         obj = getattr(obj, part)
     setattr(obj, leaf, value)
+# pre-timeout save: on TERM PreemptionCallback stops, ModelCheckpoint saves last
+from nemo.lightning.pytorch.callbacks import PreemptionCallback
+cbs = list(recipe.trainer.callbacks or [])
+if not any(getattr(c, '__fn_or_cls__', None) is PreemptionCallback for c in cbs):
+    recipe.trainer.callbacks = cbs + [run.Config(PreemptionCallback)]
 # resume from the newest checkpoint in the run directory when one exists
 recipe.resume = run.Config(llm.AutoResume, resume_if_exists=True,
                            resume_ignore_no_checkpoint=True)
@@ -145,10 +150,10 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 8 --efa 8 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
-  --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check marker \
+  --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check marker \
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "nemo", "procs_per_node": 8, "recipe": "nemo-llama3-8b-p6-b200", "tasks_per_node": 8}' \
   --secret HF_TOKEN \
-  --container-forward USR2 \
+  --container-forward TERM \
   --container-forward-tasks 1 -- \
   srun --auto-resume=1 --ntasks-per-node=8 --ntasks="$SLURMFM_NTASKS" --distribution=arbitrary \
   --nodelist="$SLURMFM_TASK_NODELIST" --kill-on-bad-exit=1 --label \
@@ -159,4 +164,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=a80687d7b6d09748ea2bc9f4ae2f8afc805f459ec2bb8204d8b10b32f58e769d <base64 zipapp of slurmfm/job, 120564 chars>
+# slurmfm-runtime sha256=fcf83872ce2583422d058b8f3c73029d47d493349b851d0abc1b2a12cc15275f <base64 zipapp of slurmfm/job, 127208 chars>

@@ -74,7 +74,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=a80687d7b6d09748ea2bc9f4ae2f8afc805f459ec2bb8204d8b10b32f58e769d
+export SLURMFM_RUNTIME_SHA=fcf83872ce2583422d058b8f3c73029d47d493349b851d0abc1b2a12cc15275f
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -123,4 +123,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 20 --restart-in-job 1
   --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=a80687d7b6d09748ea2bc9f4ae2f8afc805f459ec2bb8204d8b10b32f58e769d <base64 zipapp of slurmfm/job, 120564 chars>
+# slurmfm-runtime sha256=fcf83872ce2583422d058b8f3c73029d47d493349b851d0abc1b2a12cc15275f <base64 zipapp of slurmfm/job, 127208 chars>

@@ -451,3 +451,43 @@ def test_container_remove_takes_only_this_attempts_container() -> None:
     assert gone == ["pyxis_slurmfm-7-1-launch", "pyxis_7_slurmfm-7-1-launch"]
     assert calls[1:] == [["enroot", "remove", "--force", c] for c in gone]
     assert node.container_remove("x", lambda a, t: (127, "enroot: command not found")) is None
+
+
+# A NeMo 2.0 task stand-in: the launched process is the training process itself (one task per
+# GPU, no launcher); like NeMo's PreemptionCallback it saves and stops on TERM.
+NEMO_TASK = r"""
+import os, signal, sys, time
+out = os.environ["OUT"]
+def got(s, f):
+    open(out + "/saved", "w").write(signal.Signals(s).name)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, got)
+with open(out + "/usr2", "w") as fh:
+    fh.write("usr2=%s" % (signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN))
+open(out + "/ready", "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_nemo_task_itself_gets_the_term_at_the_save_signal(tmp_path: Path) -> None:
+    (tmp_path / "task.py").write_text(NEMO_TASK)
+    env = {
+        **os.environ,
+        "OUT": str(tmp_path),
+        "SLURMD_NODENAME": "n1",
+        "SLURMFM_HOST_ORDER": "n1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    argv = [sys.executable, "-m", "slurmfm.job", "node", "--prefix", "0", "--forward", "TERM"]
+    proc = subprocess.Popen(
+        [*argv, "--forward-tasks", "1", "--", sys.executable, str(tmp_path / "task.py")],
+        env=env,
+        text=True,
+    )
+    wait_for(tmp_path / "ready", proc)
+    # the task does not die of the USR2 Slurm gives every process of the step
+    assert (tmp_path / "usr2").read_text() == "usr2=True"
+    proc.send_signal(signal.SIGUSR2)
+    assert proc.wait(timeout=60) == 0
+    assert (tmp_path / "saved").read_text() == "SIGTERM"

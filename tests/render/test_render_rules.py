@@ -50,7 +50,9 @@ def test_hyperpod_auto_resume_once(launcher: str) -> None:
     [
         ({"kind": "torchrun", "script": "t.py"}, None, True),
         ({"kind": "torchrun", "script": "t.py"}, False, False),
-        ({"kind": "nemo", "recipe": "llama3_8b"}, None, False),
+        # NeMo 2.0 saves on TERM (its PreemptionCallback), as Megatron-LM does
+        ({"kind": "nemo", "recipe": "llama3_8b"}, None, True),
+        ({"kind": "nemo", "recipe": "llama3_8b"}, False, False),
         ({"kind": "megatron"}, None, True),
     ],
 )
@@ -70,7 +72,10 @@ def test_save_on_signal_refused_for_launchers_without_a_protocol() -> None:
     from slurmfm.errors import SlurmfmError
 
     with pytest.raises((ValueError, SlurmfmError), match="save_on_signal"):
-        recipe(launcher={"kind": "nemo", "recipe": "llama3_8b"}, resilience__save_on_signal=True)
+        recipe(
+            launcher={"kind": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct"},
+            resilience__save_on_signal=True,
+        )
 
 
 def test_shipped_fsdp_recipe_requeues_at_the_signal() -> None:
@@ -522,3 +527,31 @@ def test_server_in_a_container_runs_the_entry_only_across_nodes(nodes: int, entr
     assert mounts == (
         ['/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"'] if entry else ["/fsx:/fsx"]
     )
+
+
+# --- NeMo 2.0's save on TERM (its PreemptionCallback) -------------------------------------------
+def test_nemo_saves_on_term_from_its_preemption_callback() -> None:
+    """TERM to each task itself (NeMo runs no launcher), the callback in the driver; with
+    ``save_on_signal: false`` neither, and the job requeues at the signal as before."""
+    import ast
+
+    nemo = {"kind": "nemo", "recipe": "llama3_8b"}
+    text = rendered(recipe(launcher=nemo)).text
+    line = launch_line(text)
+    assert " node --prefix 0 --forward TERM --forward-tasks 1 -- " in line
+    assert "--save-protocol 1 " in text
+    driver = text.split("<<'SLURMFM_NEMO_DRIVER_EOF'\n", 1)[1].split("SLURMFM_NEMO_DRIVER_EOF")[0]
+    ast.parse(driver)
+    assert "from nemo.lightning.pytorch.callbacks import PreemptionCallback" in driver
+    assert "[run.Config(PreemptionCallback)]" in driver
+    assert driver.index("PreemptionCallback") < driver.index("run.run(recipe, direct=True)")
+    off = rendered(recipe(launcher=nemo, resilience__save_on_signal=False)).text
+    assert " node --prefix 0 --forward none -- " in launch_line(off)
+    assert "--save-protocol 0 " in off
+    assert "PreemptionCallback" not in off
+
+
+def test_validate_says_nemo_saves_on_term() -> None:
+    r = recipe(launcher={"kind": "nemo", "recipe": "llama3_8b"})
+    assert r.save_mode.startswith("save mode: save-on-signal (launcher default)")
+    assert "TERM (NeMo's PreemptionCallback)" in r.save_mode

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import OwnLab, SlurmLab, own_lab_fixture, read_text, wait_until
+from lab import REPO_ROOT, OwnLab, SlurmLab, own_lab_fixture, read_text, wait_until
 from test_real_slurm_resilience import (
     FAST,
     STANDINS,
@@ -28,6 +28,8 @@ from test_real_slurm_resilience import (
     wait_done,
     wait_for_event,
 )
+
+from slurmfm.backends.slurm_cli import parse_scontrol_record
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
@@ -285,3 +287,81 @@ def test_a_kill_of_the_runtime_is_recorded_and_the_job_requeued(
     state = state_of(tmp_path, job_id)
     assert "restart=0 event=requeue the job runtime was killed (signal 9)" in state, state
     assert [e["steps"] for e in events(log) if e["event"] == "done"] == [total]
+
+
+def test_a_node_failing_the_gate_at_the_restart_is_swapped_for_the_spare_without_a_requeue(
+    ev_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """Two training nodes and one spare (``resources.spare_nodes: 1``, so 3 of the lab's 4).
+    Rank 0 raises after progress; at the restart the health gate, run again on every node, fails
+    the node that held rank 0 (a ``dcgmi`` stand-in, the gate's DCGM check, fails there once the
+    fault happened). The runtime drains it, puts the spare in its place (node rank 0, so the
+    rendezvous moves with it) and relaunches in the same allocation: no requeue."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    mark = tmp_path / "fault-once"
+    dcgmi = bindir / "dcgmi"
+    victim_file = tmp_path / "victim"
+    dcgmi.write_text(
+        "#!/bin/sh\n"
+        "# once the fault ran, the node that held rank 0 then (first in the host order) is\n"
+        "# broken for good; the order changes with the swap, so that node is written down\n"
+        f"if [ -e {mark} ]; then\n"
+        f'  if [ ! -e {victim_file} ] && [ "$SLURMD_NODENAME" = "${{SLURMFM_HOST_ORDER%% *}}" ]; then\n'
+        f'    echo "$SLURMD_NODENAME" > {victim_file}\n'
+        "  fi\n"
+        f'  if [ "$SLURMD_NODENAME" = "$(cat {victim_file} 2>/dev/null)" ]; then\n'
+        '    echo "dcgmi: GPU 0 failed the diagnostic"; exit 1\n'
+        "  fi\n"
+        "fi\n"
+    )
+    dcgmi.chmod(0o755)
+    total, every = 30, 5
+    sets = [
+        f"storage.checkpoint_root={tmp_path}/ckpt",
+        f"storage.log_dir={tmp_path}/logs",
+        f"launcher.script={FAULTS}",
+        f"env.TEST_FAULT=raise:12:{mark}",
+        "resources.spare_nodes=1",
+        "resilience.health_gate=on",
+        "resilience.dcgm_level=1",
+        "resilience.max_restarts=2",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}']",
+    ]
+    proc = ev_lab.run(
+        [*ev_lab.slurmfm_argv(), "submit", "recipes/quickstart.yaml"]
+        + [x for s in sets for x in ("--set", s)],
+        cwd=REPO_ROOT,
+        env=dict(ev_lab.env, PATH=f"{bindir}:{ev_lab.env['PATH']}"),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    victim = ""
+    try:
+        rec = wait_done(ev_lab, job_id, timeout=600)
+        log = log_of(tmp_path, job_id)
+        state = state_of(tmp_path, job_id)
+        ranks = [e for e in events(log) if e["event"] == "rank" and e["local_rank"] == 0]
+        first, second = ranks[:2], ranks[2:]
+        victim = next(e["node"] for e in first if e["node_rank"] == 0)
+        assert rec["JobState"] == "COMPLETED", log[-3000:]
+        assert int(rec["Restarts"]) == 0, log[-3000:]  # never requeued
+        assert len(ev_lab.hostnames(rec["NodeList"])) == 3  # N + K allocated
+        assert "event=requeue" not in state, state
+        (spare,) = set(ev_lab.hostnames(rec["NodeList"])) - {e["node"] for e in first}
+        (swap,) = [x for x in state.splitlines() if " event=spare " in x]
+        assert f"health gate failed on {victim}: {victim} replaced by spare {spare}" in swap
+        assert len([x for x in state.splitlines() if " event=relaunch " in x]) == 1, state
+        # the spare took node rank 0; the healthy node kept its rank; the world is still 4
+        assert sorted((e["node_rank"], e["node"]) for e in second) == sorted(
+            (e["node_rank"], spare if e["node"] == victim else e["node"]) for e in first
+        )
+        assert {e["world_size"] for e in ranks} == {4}
+        assert [e["step"] for e in events(log) if e["event"] == "resume"] == [10]
+        assert [e["steps"] for e in events(log) if e["event"] == "done"] == [total]
+        node = parse_scontrol_record(ev_lab.run(["scontrol", "-o", "show", "node", victim]).stdout)
+        assert "DRAIN" in node["State"], node
+    finally:
+        if victim:
+            ev_lab.run(["scontrol", "update", f"NodeName={victim}", "State=RESUME"])
