@@ -3,8 +3,10 @@
 The job is an ordinary torchrun recipe whose program is ``python -m slurmfm.call CALL_DIR``:
 torchrun starts it on every node and process as it would a training script, so a function
 gets the same ranks, rendezvous, restarts and logs as any recipe. Every rank calls the
-function; rank 0's return value is the job's result (``result.pkl``), and a rank whose call
-raised writes its traceback (``error-r<RANK>.txt``) and exits 1.
+function; rank 0's return value is the job's result (``result.pkl``), after which rank 0
+marks the run done (:func:`slurmfm.checkpoint.mark_done`: a call has nothing to save, so the
+pre-timeout signal does not requeue a call that finished), and a rank whose call raised
+writes its traceback (``error-r<RANK>.txt``) and exits 1.
 
 Why pickle is safe to load here: ``CALL_DIR`` is made owner-only (0700) by the submitting
 user under the recipe's log directory, its files are created owner-only with ``O_EXCL`` and
@@ -118,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if rank == 0:
         fsafe.replace(str(call_dir / RESULT), pickle.dumps(value), 0o600)  # whole or not at all
+        if os.environ.get("SLURMFM_CHECKPOINT_DIR"):
+            # The result is the call's completion: with the marker, an exit 0 after the
+            # pre-timeout signal ends the job finished instead of "requeue, no save seen".
+            from slurmfm.checkpoint import mark_done
+
+            mark_done()
     return 0
 
 

@@ -38,6 +38,32 @@ def test_rank_0_writes_the_result_and_other_ranks_do_not(
     assert (os.stat(d / RESULT).st_mode & 0o777) == 0o600
 
 
+def test_a_finished_call_marks_the_run_done_for_this_job_only_on_rank_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The result is the call's completion: the marker lets an exit 0 that came after the
+    pre-timeout signal end the job finished (not "requeue, no checkpoint to confirm")."""
+    from slurmfm.job.checkpoint import DONE, marker_stamp, marker_verdict
+
+    ckpt = tmp_path / "ckpt"
+    monkeypatch.setenv("SLURMFM_CHECKPOINT_DIR", str(ckpt))
+    monkeypatch.setenv("SLURMFM_ASK", "ask-1")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    before = marker_stamp(str(ckpt))
+    (tmp_path / "failing").mkdir()
+    monkeypatch.setenv("RANK", "0")
+    assert main([str(call_dir(tmp_path / "failing", int, "x"))]) == 1
+    assert not (ckpt / DONE).exists()
+    d = call_dir(tmp_path, divmod, 7, 2)
+    monkeypatch.setenv("RANK", "1")
+    assert main([str(d)]) == 0
+    assert not (ckpt / DONE).exists()
+    monkeypatch.setenv("RANK", "0")
+    assert main([str(d)]) == 0
+    assert marker_verdict(str(ckpt), "ask-1", "77", before)[0] == "done"
+    assert marker_verdict(str(ckpt), "ask-2", "78", before)[0] != "done"
+
+
 def test_a_raising_call_leaves_its_traceback_and_exits_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
