@@ -132,6 +132,18 @@ def remove_everywhere(runtime: str, env: dict[str, str], timeout_s: float = 30.0
             )
 
 
+def _split_tail(order: list[str], k: int, what: str) -> tuple[list[str], list[str]] | None:
+    """The order less its last ``k`` hosts, and those hosts (spares, or a split server's
+    nodes); None, said on stderr, when no trainer would be left."""
+    if len(order) <= k:
+        print(
+            "slurmfm: %d hosts cannot hold %d %s and a trainer" % (len(order), k, what),
+            file=sys.stderr,
+        )
+        return None
+    return order[:-k], order[-k:]
+
+
 def prepare(a: PrepareOptions, env: dict[str, str], out: list[str]) -> int:
     restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
     st = StateFile(
@@ -170,14 +182,10 @@ def _prepare(
     spare_order: list[str] = []
     if a.spare_nodes:
         # resources.spare_nodes: the last K of the order stand by (slurmfm/job/spares.py)
-        if len(order) <= a.spare_nodes:
-            print(
-                "slurmfm: %d hosts cannot hold %d spare node(s) and a trainer"
-                % (len(order), a.spare_nodes),
-                file=sys.stderr,
-            )
+        split = _split_tail(order, a.spare_nodes, "spare node(s)")
+        if split is None:
             return 2
-        order, spare_order = order[: -a.spare_nodes], order[-a.spare_nodes :]
+        order, spare_order = split
         exports["SLURMFM_SPARES"] = " ".join(spare_order)
         if topo:
             exports["SLURMFM_TOPO_ADDRS"] = " ".join(
@@ -185,14 +193,10 @@ def _prepare(
             )
     serve_order: list[str] = []
     if a.serve == "split":
-        if len(order) <= a.serve_nodes:
-            print(
-                "slurmfm: %d hosts cannot hold %d serving node(s) and a trainer"
-                % (len(order), a.serve_nodes),
-                file=sys.stderr,
-            )
+        split = _split_tail(order, a.serve_nodes, "serving node(s)")
+        if split is None:
             return 2
-        order, serve_order = order[: -a.serve_nodes], order[-a.serve_nodes :]
+        order, serve_order = split
     elif a.serve == "hetjob":
         serve_order = sl.hostnames(env["SLURM_JOB_NODELIST_HET_GROUP_1"])
     elif a.serve == "all":
