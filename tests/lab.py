@@ -110,7 +110,7 @@ GROUP_SECONDS = {
     "shared-trixie": 350,
     "shared-sid": 270,
     # torch faults: ImportError, retries in the job, failed save, hang ~90 s, spare swap ~30 s
-    "evidence": 330,
+    "evidence": 345,
     # restart cap ~25 s, slurmctld away ~50 s, late save ~120 s, the gate in the launch ~15 s
     "resil2": 235,
     "sim-host": 60,
