@@ -96,6 +96,23 @@ def _slurmfm_argv() -> list[str]:
 
 FLOOR = "import click\nfrom pydantic import BaseModel\nclass M(BaseModel):\n    x: int\nM(x=1)"
 
+# A peer's cold sbatch text: submitit (facebookincubator/submitit:submitit/slurm/slurm.py,
+# _make_sbatch_string) for a job of the same shape, in a fresh interpreter as ours is.
+SUBMITIT = """\
+import sys
+sys.path.insert(0, sys.argv[1])
+from submitit.slurm.slurm import _make_sbatch_string
+print(_make_sbatch_string(
+    command="python -u -m submitit.core._submit /fsx/logs",
+    folder="/fsx/logs/%j", job_name="llama", partition="gpu", time=720, nodes=16,
+    ntasks_per_node=8, gpus_per_node=8, cpus_per_task=24, signal_delay_s=300,
+    setup=["export NCCL_DEBUG=WARN", "export FI_PROVIDER=efa"],
+))
+"""
+
+# The goal for a cold render (issue 23): at most 1.5x submitit's cold sbatch text, in CPU.
+SUBMITIT_RATIO = 1.5
+
 
 def _ensure_bytecode() -> None:
     """Compile slurmfm's modules to ``__pycache__`` first, as ``pip install`` does.
@@ -232,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         "--recipe", type=Path, default=None, help="recipe for validate/render (default: largest)"
     )
     parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument(
+        "--submitit",
+        type=Path,
+        default=None,
+        help="a folder holding submitit (pip install --target DIR submitit): its cold "
+        "sbatch text is measured as a peer baseline",
+    )
     args = parser.parse_args(argv)
     runs = max(1, args.runs)
     warmup = max(0, args.warmup)
@@ -264,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
             target=TARGETS["slurmfm render"],
         ),
     ]
+    if args.submitit is not None:
+        results.insert(
+            3, Result("submitit sbatch text", [py, "-c", SUBMITIT, str(args.submitit.resolve())])
+        )
     # A private cache, so that neither the user's cache nor an earlier run changes the result.
     import tempfile
 
@@ -298,7 +326,22 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2))
     else:
         _print_table(results, runs, warmup, recipe)
+        print(_versus_submitit(results))
     return 0
+
+
+def _versus_submitit(results: list[Result]) -> str:
+    """Cold render against submitit's cold sbatch text, in CPU seconds (load-steady)."""
+    by = {r.label: r for r in results}
+    peer, ours = by.get("submitit sbatch text"), by.get("slurmfm render --no-cache")
+    if peer is None or ours is None or not peer.cpu_median or ours.cpu_median is None:
+        return "vs submitit: not measured (--submitit DIR)"
+    ratio = ours.cpu_median / peer.cpu_median
+    verdict = "met" if ratio <= SUBMITIT_RATIO else "not met"
+    return (
+        f"render --no-cache / submitit sbatch text (cpu): {ratio:.2f}x "
+        f"(goal <= {SUBMITIT_RATIO}x: {verdict})"
+    )
 
 
 if __name__ == "__main__":
