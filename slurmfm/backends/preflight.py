@@ -105,26 +105,22 @@ def file_checks(recipe: Recipe) -> list[Check]:
     """What the login node can check without Slurm: the files the job will need.
 
     Why here: a training script or an image that is not there otherwise fails on the nodes,
-    after queueing, once per restart (issue 24: 3 restarts on 2 nodes for a missing script, 4
-    failures for a wrong image path). The nodes see the login node's shared file system, so
+    after queueing, once per restart (a missing script on 2 nodes: 3 restarts; a wrong image
+    path: 4 failures, on the lab). The nodes see the login node's shared file system, so
     a path missing here is missing there. Only host paths are checked: a script inside a
     container is the image's, and a registry image (``nvcr.io#...``) is Pyxis' to fetch.
     """
+    from slurmfm.launchers import spec
     from slurmfm.recipe.loader import is_image_file
 
     checks: list[Check] = []
-    launcher = recipe.launcher
-    if (
-        recipe.container is None
-        and launcher.kind == "torchrun"
-        and not launcher.module
-        and not os.path.isfile(launcher.script)
-    ):
+    script = spec(recipe.launcher.kind).host_script(recipe)
+    if script is not None and not os.path.isfile(script):
         checks.append(
             Check(
                 "launcher.script",
                 False,
-                f"no such file on this login node: {launcher.script} ({_RELATIVE_HINT})",
+                f"no such file on this login node: {script} ({_RELATIVE_HINT})",
             )
         )
     if recipe.container is not None and is_image_file(recipe.container.image):

@@ -31,7 +31,7 @@ from . import slurm as sl
 from . import spares as sp
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
-from .options import BatchOptions, ContainerRemoveOptions, ForwardOptions
+from .options import CONTAINER_ENTRY, BatchOptions, ContainerRemoveOptions, ForwardOptions
 from .state import StateFile, state_path
 
 if TYPE_CHECKING:
@@ -495,7 +495,7 @@ class Batch:
         the launch ends (node.forward_until_done). Started once, not at every resend: a
         128-node job adds one job step, and the loop never waits on it. The launch ``srun``
         itself gets no signal: Slurm would pass it to every process of the step, Enroot's
-        ``squashfuse`` too (render.script._container_forward)."""
+        ``squashfuse`` too (render.container._container_forward)."""
         fo = ForwardOptions(signal=self.o.container_forward, tasks=self.o.container_forward_tasks)
         words = ["forward", *fo.to_argv(always=("signal",))]
         try:
@@ -565,7 +565,7 @@ class Batch:
         self.containers_remove()
 
     def containers_remove(self) -> None:
-        """Remove this attempt's named containers from its nodes (render.script._container_opts
+        """Remove this attempt's named containers from its nodes (render.container._container_opts
         names one per attempt and role): Pyxis keeps them after the step, with the image's
         whole file system, and by default for good. Once per attempt; a failure is logged."""
         steps, self.container_steps = self.container_steps, []
@@ -1096,7 +1096,6 @@ class Batch:
             self.cleanup()
 
 
-CONTAINER_ENTRY = "slurmfm-node"
 # gate_open's answer when the gate failed nodes and spares took their places: the launch
 # did not start, and runs again (no exit code of the job's).
 SWAPPED = -1
@@ -1107,7 +1106,7 @@ def in_container(argv: Sequence[str]) -> list[str]:
 
     The rendered container launch is ``srun ... sh -c PROGRAM slurmfm-node COMMAND``, where
     PROGRAM sets the node rank from the task id (``$SLURM_PROCID``, 0 on node 0) and execs
-    COMMAND (slurmfm.render.script._container_entry).
+    COMMAND (slurmfm.render.container._container_entry).
     """
     words = list(argv)
     if CONTAINER_ENTRY not in words:

@@ -20,12 +20,8 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from . import fsafe, install
-from . import hosts as hs
-from . import slurm as sl
-from .checkpoint import resume_from
-from .health import check_node, run_command
 from .options import (
     BatchOptions,
     ContainerRemoveOptions,
@@ -35,7 +31,12 @@ from .options import (
     PrepareOptions,
     TaskOptions,
 )
-from .state import StateFile, state_path
+
+if TYPE_CHECKING:
+    from .state import StateFile
+
+# Each subcommand imports what it uses: the per-node entry (``node``) runs once per node and
+# attempt, and on a node the imports of the others were most of its start-up.
 
 
 def _kv(text: str) -> dict[str, str]:
@@ -52,6 +53,8 @@ def storage_ok(a: PrepareOptions, ckpt: str, st: StateFile) -> bool:
     restriped (it belongs to every user of the directory). On Lustre the emptiest storage
     target (OST) is what fills first, so its free space counts.
     """
+    from .health import run_command
+
     _, fstype = run_command(["stat", "-f", "-c", "%T", ckpt], 30)
     lustre = fstype.strip() == "lustre"
     layout = a.stripe_layout.split()
@@ -120,6 +123,8 @@ def own_checkpoint_dir(path: str) -> str | None:
 def remove_everywhere(runtime: str, env: dict[str, str], timeout_s: float = 30.0) -> None:
     """At the end of the batch step: this attempt's runtime copies off every node (best
     effort; the next attempt gets a new copy under a new name)."""
+    from . import install
+
     for argv in install.cleanup_steps(env, runtime):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run(
@@ -145,6 +150,8 @@ def _split_tail(order: list[str], k: int, what: str) -> tuple[list[str], list[st
 
 
 def prepare(a: PrepareOptions, env: dict[str, str], out: list[str]) -> int:
+    from .state import StateFile, state_path
+
     restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
     st = StateFile(
         env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
@@ -159,6 +166,12 @@ def _prepare(
     st: StateFile,
     restart: int,
 ) -> int:
+    from . import fsafe, install
+    from . import hosts as hs
+    from . import slurm as sl
+    from .checkpoint import resume_from
+    from .health import run_command
+
     alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
     topo: dict[str, str] | None = None
     if a.topo_addr and not a.planned and not a.rank_map:
@@ -452,6 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")
         ho = HealthOptions.from_namespace(a)
+        from .health import check_node
+
         bad = check_node(
             ho.gpus,
             ho.efa,

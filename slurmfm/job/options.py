@@ -37,6 +37,9 @@ __all__ = [
 
 _T = TypeVar("_T", bound="Options")
 SIGNALS = ("TERM", "USR2", "INT")
+# $0 of a container launch's first program (``srun ... sh -c PROGRAM slurmfm-node COMMAND``):
+# the renderer writes it and the batch step finds node 0's command after it.
+CONTAINER_ENTRY = "slurmfm-node"
 
 
 def word(value: object) -> str:

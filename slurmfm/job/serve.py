@@ -12,15 +12,17 @@ import contextlib
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 
 from . import fsafe
 
 
 def http_ok(url: str, timeout_s: float = 5.0) -> bool:
-    """``GET url`` answers 200."""
+    """``GET url`` answers 200. urllib is imported here: it pulls in http.client, email
+    and ssl, which the per-node entry (it imports this module for Ray) never needs."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - http only
             return int(resp.status) == 200

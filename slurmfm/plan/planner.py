@@ -1103,7 +1103,9 @@ def job_for_recipe(recipe: Recipe, nodes: int | None = None) -> JobShape:
     so for SGLang the planner keeps nodes close but applies no NVLink-unit rule.
     """
     p = recipe.parallelism
-    sglang = recipe.launcher.kind == "sglang"
+    from slurmfm.launchers import spec
+
+    sglang = spec(recipe.launcher.kind).tp_spans_nodes
     return JobShape(
         nodes=nodes or recipe.resources.nodes,
         gpus_per_node=recipe.procs_per_node,

@@ -14,16 +14,30 @@ import re
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     StringConstraints,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from slurmfm.job.options import BatchOptions
+from slurmfm.launchers import (
+    SAVE_ON_SIGNAL_LAUNCHERS,
+    SERVE_KINDS,
+    Launcher,
+    ServeLauncher,
+    server_spec,
+    spec,
+)
+
+# The launcher sections live with their launchers (slurmfm/launchers/); named here too, as
+# the recipe's other sections are.
+from slurmfm.launchers import MegatronLauncher as MegatronLauncher  # noqa: PLC0414
+from slurmfm.launchers import NemoLauncher as NemoLauncher  # noqa: PLC0414
+from slurmfm.launchers import SglangLauncher as SglangLauncher  # noqa: PLC0414
+from slurmfm.launchers import TorchrunLauncher as TorchrunLauncher  # noqa: PLC0414
+from slurmfm.launchers import VllmLauncher as VllmLauncher  # noqa: PLC0414
+from slurmfm.recipe.strict import _Strict
 from slurmfm.recipe.sweep import Sweep
 
 if TYPE_CHECKING:
@@ -68,171 +82,6 @@ def parse_time_limit(text: str) -> int:
 
 
 # Numbers a YAML boolean must not silently become (pydantic's lax mode reads true as 1).
-_NUMBER_TYPES = (int, float, int | None, float | None)
-# Fields that hold a path. A newline in one would split the job's state-file records
-# (``slurmfm status`` reads them line by line) and the log lines that name it.
-_PATH_FIELDS = frozenset(
-    {
-        "checkpoint_root",
-        "log_dir",
-        "data",
-        "workdir",
-        "mounts",
-        "activate",
-        "script",
-        "megatron_path",
-        "model_cache",
-        "textfile_dir",
-        "dcgm_job_mapping_dir",
-    }
-)
-
-
-def _strings(v: object) -> list[str]:
-    """Every string inside a value (keys and items of dicts and lists too)."""
-    if isinstance(v, str):
-        return [v]
-    if isinstance(v, dict):
-        return [s for k, x in v.items() for s in (*_strings(k), *_strings(x))]
-    if isinstance(v, list | tuple):
-        return [s for x in v for s in _strings(x)]
-    return []
-
-
-# Every field of every model below that is not itself a model (nor a discriminator, which
-# pydantic does not let a before-validator touch); tests/recipe check the list is complete.
-_LEAF_FIELDS = (
-    "account",
-    "activate",
-    "args",
-    "aws_ofi_nccl",
-    "checkpoint_bytes_per_param",
-    "checkpoint_root",
-    "command",
-    "conda_env",
-    "constraints",
-    "cp",
-    "data",
-    "dcgm_job_mapping_dir",
-    "dcgm_level",
-    "dist_port",
-    "drain_unhealthy",
-    "efa_counters",
-    "efa_installer",
-    "enabled",
-    "enroot",
-    "entrypoint",
-    "env",
-    "ep",
-    "exclude",
-    "exclusive",
-    "expedited_requeue",
-    "extra_args",
-    "flavor",
-    "health_gate",
-    "hang_timeout",
-    "health_path",
-    "image",
-    "imex_channel",
-    "instance_type",
-    "interval_s",
-    "keep_last",
-    "libfabric",
-    "log_dir",
-    "log_mode",
-    "max_restarts",
-    "megatron_path",
-    "mem",
-    "min_free_gb",
-    "model",
-    "model_args",
-    "model_cache",
-    "model_params_b",
-    "module",
-    "modules",
-    "mount_home",
-    "mounts",
-    "named",
-    "name",
-    "nccl",
-    "nccl_check_timeout_s",
-    "nccl_debug",
-    "nccl_transport_check",
-    "nodes",
-    "overrides",
-    "partition",
-    "placement",
-    "port",
-    "pp",
-    "procs_per_node",
-    "python",
-    "pyxis",
-    "qos",
-    "ray",
-    "ray_port",
-    "ray_timeout_s",
-    "rdzv_port",
-    "ready_poll_s",
-    "ready_timeout_s",
-    "recipe",
-    "requeue",
-    "reservation",
-    "restart_in_job",
-    "retry_exit_codes",
-    "run_id",
-    "save_before_timeout_s",
-    "save_on_signal",
-    "script",
-    "secrets",
-    "segments",
-    "served_model_name",
-    "singleton",
-    "spare_nodes",
-    "slurm_version",
-    "stripe",
-    "task",
-    "textfile_dir",
-    "time_limit",
-    "tp",
-    "workdir",
-    "write_mb_s",
-)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
-
-    @field_validator(*_LEAF_FIELDS, mode="before", check_fields=False)
-    @classmethod
-    def _exact_values(cls, v: object, info: ValidationInfo) -> object:
-        """Refuse what the rendered script could not carry exactly, as ``render`` does.
-
-        A NUL byte (bash and the environment cannot hold one), a carriage return (sbatch
-        refuses the script) or a lone surrogate anywhere, a line break in a path, and a
-        boolean where a number is meant (``nodes: true``).
-        Checked here so ``validate`` refuses with the field's line what ``render`` would.
-        """
-        name = info.field_name or ""
-        if isinstance(v, bool) and cls.model_fields[name].annotation in _NUMBER_TYPES:
-            raise ValueError(f"{str(v).lower()} is a yes/no value, not a number")
-        for text in _strings(v):
-            if "\x00" in text:
-                raise ValueError(f"{text[:40]!r} contains a NUL byte, which bash cannot carry")
-            if "\r" in text:
-                raise ValueError(f"{text[:40]!r} contains a carriage return (\\r): {_CR_WHY}")
-            if not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text):
-                raise ValueError(f"{text[:40]!r} is not valid Unicode text")
-            if name in _PATH_FIELDS and ("\n" in text or "\r" in text):
-                raise ValueError(f"{text[:40]!r}: a path must not contain a line break")
-        return v
-
-
-# sbatch reads the whole script and refuses one with a carriage return before a line break
-# ("Batch script contains DOS line breaks", SchedMD/slurm src/sbatch/sbatch.c); a value that
-# carries one is almost always a file saved with DOS line endings.
-_CR_WHY = "sbatch refuses a batch script with DOS line breaks; remove it"
-
-
 class Cluster(_Strict):
     """Where the job runs. ``slurm_version: auto`` asks the cluster (``sbatch --version``)."""
 
@@ -360,179 +209,6 @@ class Parallelism(_Strict):
     pp: int = Field(default=1, ge=1)
     cp: int = Field(default=1, ge=1)
     ep: int = Field(default=1, ge=1)
-
-
-class TorchrunLauncher(_Strict):
-    """Any torch.distributed script, one torchrun per node with a static rendezvous."""
-
-    kind: Literal["torchrun"]
-    script: str = Field(min_length=1)
-    args: list[str] = Field(default_factory=list)
-    python: str = Field(default="python3", min_length=1)
-    module: bool = Field(default=False, description="run `script` as a module (python -m)")
-    rdzv_port: int | None = Field(
-        default=None, ge=1024, le=65535, description="fixed port; default derives from job id"
-    )
-
-
-class MegatronLauncher(_Strict):
-    """Megatron-LM's pretrain entry point launched under torchrun."""
-
-    kind: Literal["megatron"]
-    megatron_path: str = "/workspace/Megatron-LM"
-    entrypoint: str = "pretrain_gpt.py"
-    model_args: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
-    extra_args: list[str] = Field(default_factory=list)
-    python: str = "python3"
-    rdzv_port: int | None = Field(default=None, ge=1024, le=65535)
-
-    @field_validator("model_args")
-    @classmethod
-    def _names(
-        cls, v: dict[str, str | int | float | bool | None]
-    ) -> dict[str, str | int | float | bool | None]:
-        reserved = {
-            "tensor-model-parallel-size",
-            "pipeline-model-parallel-size",
-            "context-parallel-size",
-            "expert-model-parallel-size",
-            "save",
-            "load",
-            "exit-signal-handler",
-        }
-        for k in v:
-            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", k):
-                raise ValueError(f"{k!r}: Megatron argument names look like 'num-layers'")
-            if k in reserved:
-                raise ValueError(
-                    f"{k!r} is set by slurmfm from parallelism/storage; set it there instead"
-                )
-        return v
-
-
-class NemoLauncher(_Strict):
-    """NeMo 2.0 ``nemo.collections.llm`` recipe run directly in each Slurm task."""
-
-    kind: Literal["nemo"]
-    recipe: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="e.g. llama3_8b")
-    task: Literal["pretrain", "finetune"] = "pretrain"
-    overrides: dict[str, str | int | float | bool | None] = Field(
-        default_factory=dict,
-        description="dotted recipe attributes, e.g. {'trainer.max_steps': 1000}",
-    )
-    python: str = "python3"
-
-    @field_validator("overrides")
-    @classmethod
-    def _dotted(
-        cls, v: dict[str, str | int | float | bool | None]
-    ) -> dict[str, str | int | float | bool | None]:
-        reserved = {
-            "trainer.num_nodes",
-            "trainer.devices",
-            "trainer.strategy.tensor_model_parallel_size",
-            "trainer.strategy.pipeline_model_parallel_size",
-            "trainer.strategy.context_parallel_size",
-            "trainer.strategy.expert_model_parallel_size",
-        }
-        for k in v:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", k):
-                raise ValueError(f"{k!r}: override keys are dotted attribute paths")
-            if k in reserved:
-                raise ValueError(
-                    f"{k!r} is set by slurmfm from resources/parallelism (where it is "
-                    "validated); set it there instead"
-                )
-        return v
-
-
-class _ServeLauncher(_Strict):
-    """What vLLM and SGLang servers share: the model, the HTTP port and the readiness wait.
-
-    The readiness wait polls ``health_path`` on the first node of the serving group (both
-    servers answer ``GET /health`` with 200 once the model is loaded: vLLM's OpenAI server
-    and SGLang's ``launch_server``), fails the job when ``ready_timeout_s`` passes, and then
-    writes the endpoint file ``<log_dir>/endpoints/<run_id>.json`` (and ``.env``).
-    """
-
-    model: str = Field(min_length=1, description="Hugging Face id or a path (e.g. on /fsx)")
-    served_model_name: str | None = None
-    port: int = Field(default=0, ge=0, le=65535, description="HTTP port; 0: the server's default")
-    model_cache: str | None = Field(
-        default=None, description="HF_HOME for downloads, e.g. /fsx/models (shared by nodes)"
-    )
-    extra_args: list[str] = Field(default_factory=list, description="more server arguments")
-    health_path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9_./-]*$")
-    ready_timeout_s: int = Field(default=1800, ge=1, description="model load can take long")
-    ready_poll_s: int = Field(default=5, ge=1)
-
-
-class VllmLauncher(_ServeLauncher):
-    """vLLM OpenAI-compatible server across nodes: a Ray head on node 0, Ray workers on the
-    others, then ``vllm serve`` on the head (vLLM's multi-node serving guide and its
-    ``examples/online_serving/multi-node-serving.sh``). Tensor parallel inside a node (or an
-    NVLink domain), pipeline parallel across nodes: ``parallelism.tp`` x ``parallelism.pp``
-    must equal the group's GPU count.
-    """
-
-    kind: Literal["vllm"]
-    command: str = Field(default="vllm", min_length=1, description="the vllm executable")
-    ray: str = Field(default="ray", min_length=1, description="the ray executable")
-    python: str = Field(
-        default="python3", min_length=1, description="a python with ray, to count Ray nodes"
-    )
-    ray_port: int = Field(default=6379, ge=1024, le=65535, description="Ray's default GCS port")
-    ray_timeout_s: int = Field(default=300, ge=1, description="wait for all Ray nodes to join")
-
-
-class SglangLauncher(_ServeLauncher):
-    """SGLang's own multi-node launch: ``python -m sglang.launch_server`` on every node with
-    ``--nnodes``, ``--node-rank`` (from the planned order) and ``--dist-init-addr`` on node 0
-    (SGLang's multi-node deployment guide). ``parallelism.tp`` is SGLang's total ``--tp``,
-    which may span nodes; ``pp`` and ``ep`` map to ``--pp-size`` and ``--ep-size``.
-    """
-
-    kind: Literal["sglang"]
-    python: str = Field(default="python3", min_length=1)
-    dist_port: int | None = Field(
-        default=None, ge=1024, le=65535, description="--dist-init-addr port; default per job"
-    )
-
-    def dp_size(self) -> int:
-        """SGLang's data-parallel size from ``extra_args`` (``--dp-size N`` / ``--dp N``)."""
-        args = self.extra_args
-        for i, a in enumerate(args):
-            for flag in ("--dp-size", "--dp"):
-                value = a[len(flag) + 1 :] if a.startswith(flag + "=") else None
-                if a == flag and i + 1 < len(args):
-                    value = args[i + 1]
-                if value is not None and value.isdigit():
-                    return max(1, int(value))
-        return 1
-
-    @model_validator(mode="after")
-    def _ports_apart(self) -> SglangLauncher:
-        """A fixed dist port must keep SGLang's derived ports clear of its HTTP port's."""
-        if self.dist_port is not None:
-            from slurmfm.job.hosts import sglang_port_clash
-
-            # 30000: SGLang's --port default (render/serve.py DEFAULT_PORT)
-            why = sglang_port_clash(self.dist_port, self.port or 30000, self.dp_size())
-            if why:
-                raise ValueError(f"dist_port {self.dist_port}: {why}")
-        return self
-
-
-ServeLauncher = Annotated[VllmLauncher | SglangLauncher, Field(discriminator="kind")]
-
-Launcher = Annotated[
-    TorchrunLauncher | MegatronLauncher | NemoLauncher | VllmLauncher | SglangLauncher,
-    Field(discriminator="kind"),
-]
-SERVE_KINDS = ("vllm", "sglang")
-# Launchers whose training saves when signalled: torchrun scripts through
-# slurmfm.checkpoint.SaveRequest (USR2), Megatron-LM through --exit-signal-handler (TERM).
-SAVE_ON_SIGNAL_LAUNCHERS = ("torchrun", "megatron", "nemo")
 
 
 class Serve(_Strict):
@@ -1029,10 +705,7 @@ class Recipe(_Strict):
                 f"parallelism.tp: tp*cp = {p.tp * p.cp} exceeds the NVLink domain of {inst.name} "
                 f"({domain} GPUs)"
             )
-        if isinstance(self.launcher, NemoLauncher | MegatronLauncher) and inst.gpus == 0:
-            raise ValueError(
-                f"launcher.kind: {self.launcher.kind} needs GPUs; {inst.name} has none"
-            )
+        spec(self.launcher.kind).check(self, inst)
         return self
 
     @model_validator(mode="after")
@@ -1049,7 +722,7 @@ class Recipe(_Strict):
         """The save protocol in effect: the recipe's choice, else the launcher's default."""
         if self.resilience.save_on_signal is not None:
             return self.resilience.save_on_signal
-        return self.launcher.kind in SAVE_ON_SIGNAL_LAUNCHERS
+        return spec(self.launcher.kind).save_signal is not None
 
     @property
     def save_mode(self) -> str:
@@ -1059,10 +732,7 @@ class Recipe(_Strict):
             return "save mode: none (resilience.save_before_timeout_s is 0: no pre-timeout signal)"
         how = "explicit" if self.resilience.save_on_signal is not None else "launcher default"
         if self.save_on_signal:
-            sig = {
-                "megatron": "TERM (--exit-signal-handler)",
-                "nemo": "TERM (NeMo's PreemptionCallback)",
-            }.get(self.launcher.kind, "USR2")
+            sig = spec(self.launcher.kind).save_how
             return (
                 f"save mode: save-on-signal ({how}): {s} s before the time limit the training "
                 f"gets {sig}, saves and exits; the job requeues and resumes"
@@ -1164,13 +834,8 @@ def _check_spares(recipe: Recipe) -> None:
 def _check_serving(
     kind: str, p: Parallelism, nodes: int, per_node: int, inst: InstanceType, where: str
 ) -> None:
-    """One server replica per group: its model-parallel layout must use every GPU.
-
-    vLLM: ``tp`` inside a node or NVLink domain, ``pp`` across nodes (vLLM's parallelism and
-    scaling guide: "set tensor_parallel_size to the number of GPUs per node and
-    pipeline_parallel_size to the number of nodes"). SGLang: ``--tp`` is the total and may
-    span nodes (SGLang's multi-node guide runs --tp 16 on 2 x 8 GPUs).
-    """
+    """One server replica per group: its model-parallel layout must use every GPU; the
+    server's own rules on top (:meth:`slurmfm.launchers.serving.ServerSpec.check_group`)."""
     gpus = nodes * per_node
     if p.cp != 1:
         raise ValueError(f"{where}.cp: context parallelism is not a serving option here")
@@ -1179,17 +844,4 @@ def _check_serving(
             f"{where}.tp: tp*pp = {p.tp}*{p.pp} = {p.tp * p.pp} must equal the serving group's "
             f"{gpus} GPUs ({nodes} nodes x {per_node}); one server replica per job"
         )
-    if kind == "vllm":
-        domain = inst.nvlink.max_gpus if inst.gpus else per_node
-        if p.tp > max(domain, 1):
-            raise ValueError(
-                f"{where}.tp: vLLM tensor parallel {p.tp} exceeds the NVLink domain of "
-                f"{inst.name} ({domain} GPUs); use pp across nodes"
-            )
-        if p.ep != 1:
-            raise ValueError(
-                f"{where}.ep: for vLLM pass --enable-expert-parallel in launcher.extra_args "
-                "(its expert parallel size follows tp x dp)"
-            )
-    elif p.ep > 1 and p.tp % p.ep:
-        raise ValueError(f"{where}.ep: SGLang's --ep-size {p.ep} must divide --tp {p.tp}")
+    server_spec(kind).check_group(p, per_node, inst, where)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slurmfm.errors import RenderError
+from slurmfm.launchers import spec
 from slurmfm.render.quote import env_name, sbatch_value, sh_quote
 
 if TYPE_CHECKING:
@@ -68,12 +69,14 @@ def _fixed_parts(recipe: Recipe, target: Target, placement: Placement | None) ->
     from slurmfm.catalog.instances import get_instance
     from slurmfm.plan.types import Placement as _Placement
     from slurmfm.render import script as sc
+    from slurmfm.render.directives import _directives
+    from slurmfm.render.runtime_opts import _batch_opts, _prepare_opts
 
     inst = get_instance(recipe.cluster.instance_type)
     place = placement or _Placement()
     serve = sc._serve(recipe)
-    directives, _ = sc._directives(recipe, inst, target, place)
-    batch = sc._batch_opts(
+    directives, _ = _directives(recipe, inst, target, place)
+    batch = _batch_opts(
         recipe,
         inst,
         sc._health(recipe, inst),
@@ -81,7 +84,7 @@ def _fixed_parts(recipe: Recipe, target: Target, placement: Placement | None) ->
         sc._observe(recipe, inst),
         serve,
     )
-    prepare, _ = sc._prepare_opts(recipe, place, serve)
+    prepare, _ = _prepare_opts(recipe, place, serve)
     return (tuple(directives), tuple(batch), tuple(prepare), serve, recipe.launcher.kind)
 
 
@@ -101,7 +104,8 @@ def sweep_table(
     datas: list[dict[str, str]] = []
     launches: list[list[str]] = []
     warnings: list[str] = []
-    nemo = recipe.launcher.kind == "nemo"
+    launcher = spec(recipe.launcher.kind)
+    nemo = launcher.task_per_gpu
     head = 0 if nemo else 2  # torchrun's python -m torch.distributed.run and its options
     for t in tasks:
         if _fixed_parts(t.recipe, target, placement) != fixed:
@@ -119,8 +123,8 @@ def sweep_table(
                 for k, v in t.recipe.storage.data.items()
             }
         )
-        argv, prefix, _ = sc._launch(t.recipe, "$SLURMFM_CHECKPOINT_DIR")
-        first, first_prefix, _ = sc._launch(tasks[0].recipe, "$SLURMFM_CHECKPOINT_DIR")
+        argv, prefix, _ = launcher.launch(t.recipe, "$SLURMFM_CHECKPOINT_DIR")
+        first, first_prefix, _ = launcher.launch(tasks[0].recipe, "$SLURMFM_CHECKPOINT_DIR")
         if argv[:head] != first[:head] or prefix != first_prefix:
             raise RenderError(
                 f"sweep: array task {t.index} changes the launcher's fixed part "
@@ -152,7 +156,7 @@ def sweep_table(
         ]
         row: dict[str, object] = {"task": t.index, "exports": exports}
         if nemo:
-            driver = sc._nemo_driver(t.recipe, "$SLURMFM_CHECKPOINT_DIR") or ""
+            driver = launcher.driver(t.recipe, "$SLURMFM_CHECKPOINT_DIR") or ""
             exports.append(["SLURMFM_NEMO_DRIVER", sh_quote(driver, what="launcher.overrides")])
         elif per_task_argv:
             row["argv"] = " ".join(argv[same:])

@@ -6,9 +6,10 @@ the batch script and a requeue runs those same bytes, so a runtime carried in th
 change under a requeued job. The zip is deterministic (sorted entries, fixed timestamps and
 modes), so the same slurmfm renders the same bytes and the sha256 in the line names them.
 
-The batch script extracts the last line once per job into
-``$SLURMFM_LOG_DIR/.slurmfm-runtime/<sha256>.pyz`` (shared storage every node sees), checks the
-sha256, and runs ``python3 "$SLURMFM_RUNTIME" <subcommand>``: the program is a file, never argv.
+The batch script extracts the last line into a private file on the batch host, checks the
+sha256, copies it to every node with ``sbcast``, and each step runs it only after checking the
+opened file (:mod:`slurmfm.job.install`): the program is a file nobody else can change, never
+argv, and never a file on the shared file system.
 """
 
 from __future__ import annotations

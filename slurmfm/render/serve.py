@@ -6,21 +6,10 @@ heterogeneous component. Either way the job script starts one step over the grou
 the planned order, waits until ``GET <health_path>`` on the group's first node answers 200
 (failing the job after ``ready_timeout_s``) and writes the endpoint file.
 
-Sources for the launch shapes:
-
-* vLLM multi-node serving: a Ray head on one node (``ray start --head --port=6379``), Ray
-  workers joining it (``ray start --address=<head>:6379 --block``, retried while the head
-  starts), the leader polling ``sum(node["Alive"] for node in ray.nodes())`` until the cluster
-  has every node, then ``vllm serve`` on the head with ``--tensor-parallel-size`` (GPUs per
-  node) and ``--pipeline-parallel-size`` (nodes). vLLM docs "Parallelism and Scaling" and
-  ``examples/online_serving/multi-node-serving.sh``. One node needs no Ray.
-* SGLang multi-node: every node runs ``python -m sglang.launch_server`` with the same
-  ``--tp`` (the total), ``--nnodes``, its own ``--node-rank`` and ``--dist-init-addr
-  <node 0>:<port>``; node 0 serves HTTP. SGLang docs "Multi-Node Deployment"; ``--ep-size``
-  (alias ``--expert-parallel-size``) from SGLang's "Server Arguments" reference. ``--pp-size``
-  is SGLang's pipeline-parallel flag in current releases; it is not in the reference sheets
-  (unverified here), and it is emitted only when ``pp > 1``.
-* Default ports: vLLM's server listens on 8000, SGLang's on 30000 (their CLI defaults).
+Each server's own lines, and their sources, come from its launcher module
+(:mod:`slurmfm.launchers.vllm`, :mod:`slurmfm.launchers.sglang`); this module adds what
+every server group shares: the port, the readiness wait, the endpoint file and the options
+of the group's node entry.
 """
 
 from __future__ import annotations
@@ -30,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from slurmfm.job.options import NodeOptions
+from slurmfm.launchers import server_spec
 from slurmfm.render.quote import sh_quote
 
 if TYPE_CHECKING:
-    from slurmfm.recipe.schema import Parallelism, SglangLauncher, VllmLauncher
-
-DEFAULT_PORT = {"vllm": 8000, "sglang": 30000}
+    from slurmfm.launchers import SglangLauncher, VllmLauncher
+    from slurmfm.recipe.schema import Parallelism
 
 Group = Literal["all", "split", "hetjob"]
 
@@ -75,7 +64,7 @@ def serve_launch(
     launcher: VllmLauncher | SglangLauncher, par: Parallelism, nodes: int, group: Group
 ) -> ServeLaunch:
     """Build the per-node command of a server group (pure; every user value quoted)."""
-    port = launcher.port or DEFAULT_PORT[launcher.kind]
+    port = launcher.port or server_spec(launcher.kind).default_port
     model = sh_quote(launcher.model, what="launcher.model")
     extra = [sh_quote(a, what="launcher.extra_args") for a in launcher.extra_args]
     if launcher.served_model_name:
@@ -84,49 +73,9 @@ def serve_launch(
             sh_quote(launcher.served_model_name, what="launcher.served_model_name"),
             *extra,
         ]
-    lines: list[str]
-    prefix = 0
-    dist_port = None
-    node = NodeOptions(prefix=0)
-    if launcher.kind == "vllm":
-        serve = [sh_quote(launcher.command, what="launcher.command"), "serve", model]
-        opts = [
-            "--host 0.0.0.0",
-            '--port "$SLURMFM_SERVE_PORT"',
-            f"--tensor-parallel-size {par.tp}",
-            f"--pipeline-parallel-size {par.pp}",
-        ]
-        if nodes > 1:
-            # Each node's runtime entry starts the Ray head (node 0, then `vllm serve` once
-            # every node joined) or a Ray worker (slurmfm/job/node.py run_ray_node).
-            sh_quote(launcher.ray, what="launcher.ray")  # refused here when bash cannot carry it
-            sh_quote(launcher.python, what="launcher.python")
-            node = node._replace(
-                ray=launcher.ray,
-                ray_python=launcher.python,
-                ray_port=str(launcher.ray_port),
-                ray_nodes=str(nodes),
-                ray_timeout_s=str(launcher.ray_timeout_s),
-            )
-            lines = [" ".join(serve), " ".join([*opts, "--distributed-executor-backend ray"])]
-        else:
-            lines = [" ".join(serve), " ".join(opts)]
-    else:
-        lines = [
-            f"{sh_quote(launcher.python, what='launcher.python')} -m sglang.launch_server",
-            f"--model-path {model} --tp {par.tp}"
-            + (f" --pp-size {par.pp}" if par.pp > 1 else "")
-            + (f" --ep-size {par.ep}" if par.ep > 1 else ""),
-        ]
-        if nodes > 1:
-            lines.append(
-                f'--nnodes {nodes} --dist-init-addr "$SLURMFM_SERVE_HEAD:$SLURMFM_SERVE_DIST_PORT"'
-            )
-            prefix = 3
-            dist_port = launcher.dist_port or 0
-        lines.append('--host 0.0.0.0 --port "$SLURMFM_SERVE_PORT"')
-    if extra:
-        lines.append(" ".join(extra))
+    lines, prefix, dist_port, node = server_spec(launcher.kind).serve_lines(
+        launcher, par, nodes, model, extra
+    )
     return ServeLaunch(
         kind=launcher.kind,
         group=group,
@@ -148,5 +97,5 @@ def serve_launch(
             prefix=prefix,
             order_var="SLURMFM_HOST_ORDER" if group == "all" else "SLURMFM_SERVE_ORDER",
         ),
-        dp=launcher.dp_size() if launcher.kind == "sglang" else 1,
+        dp=launcher.dp_size(),
     )

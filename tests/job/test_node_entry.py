@@ -238,8 +238,8 @@ def test_container_program_then_host_forward(tmp_path: Path) -> None:
     image) gives the launcher its node rank from the task id and the ignored USR2; the host
     step ``runtime forward`` finds the launch task by its environment and TERMs its children
     only, then ends with the launch."""
-    from slurmfm.job.batch import CONTAINER_ENTRY
-    from slurmfm.render.script import _container_entry
+    from slurmfm.job.options import CONTAINER_ENTRY
+    from slurmfm.render.container import _container_entry
 
     (tmp_path / "launcher.py").write_text(LAUNCHER)
     program = shlex.split(_container_entry(1, torchrun=True, nccl_log=False))[0]

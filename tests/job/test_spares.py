@@ -354,8 +354,10 @@ def prepared(monkeypatch: Any, tmp: Path, *opts: str) -> dict[str, str]:
             return 0, "n1 s.l1.n1\nn2 s.l2.n2\nn3 s.l1.n3\n"
         return 0, "".join(f"NodeName=n{i} NodeAddr=10.0.0.{i}\n" for i in (1, 2, 3))
 
-    monkeypatch.setattr(cli, "run_command", run)
-    monkeypatch.setattr(cli.sl, "hostnames", lambda text: ["n1", "n2", "n3"])
+    from slurmfm.job import health, slurm
+
+    monkeypatch.setattr(health, "run_command", run)  # prepare imports it when it runs
+    monkeypatch.setattr(slurm, "hostnames", lambda text: ["n1", "n2", "n3"])
     env = {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_ID": "7", "SLURMFM_LOG_DIR": str(tmp)}
     out: list[str] = []
     assert cli.prepare(cli.parser().parse_args(["prepare", *opts]), env, out) == 0

@@ -232,7 +232,7 @@ def test_megatron_by_samples_gets_its_iteration_count_as_the_completion_check() 
 
 
 def test_megatron_train_iters_follows_megatrons_arithmetic() -> None:
-    from slurmfm.render.script import megatron_train_iters
+    from slurmfm.launchers.megatron import train_iters as megatron_train_iters
 
     assert megatron_train_iters({"train-samples": 1000, "global-batch-size": 32}, 4) == 31
     assert megatron_train_iters({"train-samples": 1000, "micro-batch-size": 2}, 4) == 125

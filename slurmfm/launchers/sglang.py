@@ -1,0 +1,102 @@
+"""SGLang's own multi-node launch: ``python -m sglang.launch_server`` on every node.
+
+Every node runs it with the same ``--tp`` (the total), ``--nnodes``, its own ``--node-rank``
+(inserted by the node entry from the planned order) and ``--dist-init-addr <node 0>:<port>``;
+node 0 serves HTTP (SGLang docs "Multi-Node Deployment"; ``--ep-size``, alias
+``--expert-parallel-size``, from SGLang's "Server Arguments" reference). ``--pp-size`` is
+SGLang's pipeline-parallel flag in current releases; it is unverified here and emitted only
+when ``pp > 1``. The server listens on 30000 by default (SGLang's CLI default).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, model_validator
+
+from slurmfm.job.options import NodeOptions
+from slurmfm.launchers.serving import ServeLines, ServerSpec, _ServeLauncher
+
+if TYPE_CHECKING:
+    from slurmfm.catalog.instances import InstanceType
+    from slurmfm.recipe.schema import Parallelism
+
+DEFAULT_PORT = 30000  # SGLang's --port default
+
+
+class SglangLauncher(_ServeLauncher):
+    """SGLang's own multi-node launch: ``python -m sglang.launch_server`` on every node with
+    ``--nnodes``, ``--node-rank`` (from the planned order) and ``--dist-init-addr`` on node 0
+    (SGLang's multi-node deployment guide). ``parallelism.tp`` is SGLang's total ``--tp``,
+    which may span nodes; ``pp`` and ``ep`` map to ``--pp-size`` and ``--ep-size``.
+    """
+
+    kind: Literal["sglang"]
+    python: str = Field(default="python3", min_length=1)
+    dist_port: int | None = Field(
+        default=None, ge=1024, le=65535, description="--dist-init-addr port; default per job"
+    )
+
+    def dp_size(self) -> int:
+        """SGLang's data-parallel size from ``extra_args`` (``--dp-size N`` / ``--dp N``)."""
+        args = self.extra_args
+        for i, a in enumerate(args):
+            for flag in ("--dp-size", "--dp"):
+                value = a[len(flag) + 1 :] if a.startswith(flag + "=") else None
+                if a == flag and i + 1 < len(args):
+                    value = args[i + 1]
+                if value is not None and value.isdigit():
+                    return max(1, int(value))
+        return 1
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> SglangLauncher:
+        """A fixed dist port must keep SGLang's derived ports clear of its HTTP port's."""
+        if self.dist_port is not None:
+            from slurmfm.job.hosts import sglang_port_clash
+
+            why = sglang_port_clash(self.dist_port, self.port or DEFAULT_PORT, self.dp_size())
+            if why:
+                raise ValueError(f"dist_port {self.dist_port}: {why}")
+        return self
+
+
+class SglangSpec(ServerSpec):
+    kind = "sglang"
+    default_port = DEFAULT_PORT
+    tp_spans_nodes = True
+    why_tasks = "one launch_server per node; SGLang starts the per-GPU schedulers"
+
+    def serve_lines(
+        self, launcher: _ServeLauncher, par: Parallelism, nodes: int, model: str, extra: list[str]
+    ) -> ServeLines:
+        from slurmfm.render.quote import sh_quote
+
+        if not isinstance(launcher, SglangLauncher):
+            raise TypeError(f"internal: the sglang spec asked about {type(launcher).__name__}")
+        lines = [
+            f"{sh_quote(launcher.python, what='launcher.python')} -m sglang.launch_server",
+            f"--model-path {model} --tp {par.tp}"
+            + (f" --pp-size {par.pp}" if par.pp > 1 else "")
+            + (f" --ep-size {par.ep}" if par.ep > 1 else ""),
+        ]
+        prefix, dist_port = 0, None
+        if nodes > 1:
+            lines.append(
+                f'--nnodes {nodes} --dist-init-addr "$SLURMFM_SERVE_HEAD:$SLURMFM_SERVE_DIST_PORT"'
+            )
+            prefix = 3
+            dist_port = launcher.dist_port or 0
+        lines.append('--host 0.0.0.0 --port "$SLURMFM_SERVE_PORT"')
+        if extra:
+            lines.append(" ".join(extra))
+        return ServeLines(lines, prefix, dist_port, NodeOptions(prefix=0))
+
+    def check_group(self, p: Parallelism, per_node: int, inst: InstanceType, where: str) -> None:
+        """``--tp`` is the total and may span nodes (SGLang's multi-node guide runs --tp 16
+        on 2 x 8 GPUs); ``--ep-size`` divides it."""
+        if p.ep > 1 and p.tp % p.ep:
+            raise ValueError(f"{where}.ep: SGLang's --ep-size {p.ep} must divide --tp {p.tp}")
+
+
+SGLANG = SglangSpec()
