@@ -222,14 +222,23 @@ def plan(
     unavailable: Iterable[str] = (),
     slurm_version: str | None = None,
     env: Mapping[str, str] | None = None,
+    risk: Literal["none", "model"] = "none",
 ) -> Plan:
     """Choose nodes and rank order for ``recipe`` on ``topology`` (a value, a file, or
-    ``live``); feed ``plan(...).placement()`` to :func:`render` or :func:`submit`."""
+    ``live``); feed ``plan(...).placement()`` to :func:`render` or :func:`submit`.
+
+    ``risk``: when a pinned plan may leave Slurm's own choice
+    (:class:`slurmfm.plan.planner.PlanRequest`; docs/placement-plans.md)."""
     from slurmfm.plan.planner import plan_for_recipe
 
     topo = load_topology(topology, env=env) if isinstance(topology, str) else topology
     return plan_for_recipe(
-        recipe, topo, mode=mode, unavailable=unavailable, slurm_version=slurm_version
+        recipe,
+        topo,
+        mode=mode,
+        unavailable=unavailable,
+        slurm_version=slurm_version,
+        risk=risk,
     )
 
 

@@ -18,6 +18,7 @@ from slurmfm.cli.common import (
     cluster_version,
     friendly,
     install_template_cache,
+    risk_option,
     write_atomic,
     write_requests,
 )
@@ -69,7 +70,9 @@ def _warn(warnings: tuple[str, ...] | list[str]) -> None:
 
 
 def _placement_options(fn: F) -> F:
-    """--topology/--mode/--unavailable/--topology-order, shared by render and submit."""
+    """--topology/--mode/--unavailable/--risk/--topology-order, shared by the commands that
+    plan (submit)."""
+    fn = risk_option(fn)
     fn = click.option(
         "--topology-order",
         is_flag=True,
@@ -101,10 +104,13 @@ def _placement(
     unavailable: str | None,
     topology_order: bool,
     slurm_version: str | None,
+    risk: str = "none",
 ) -> Placement | None:
     from slurmfm.plan.types import Placement
 
     if topology_src is None:
+        if risk != "none":
+            raise click.UsageError("--risk needs --topology (it decides how a plan is made)")
         return Placement(mode="constrain") if topology_order else None
     from slurmfm import api
     from slurmfm.cli.plan import _unavailable
@@ -115,6 +121,7 @@ def _placement(
         mode=mode,  # type: ignore[arg-type]
         unavailable=_unavailable(unavailable),
         slurm_version=slurm_version,
+        risk="model" if risk == "model" else "none",
     )
     for line in p.explanation:
         click.echo(f"plan: {line}", err=True)
@@ -321,6 +328,7 @@ def submit(
     topology_src: str | None,
     mode: str,
     unavailable: str | None,
+    risk: str,
     topology_order: bool,
     then: tuple[str, ...],
     condition: str,
@@ -374,7 +382,9 @@ def submit(
     if check_only:
         if slurm_version is None and topology_src is not None:
             slurm_version = api.get_backend("cli").version()  # plan for the cluster's Slurm
-        placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
+        placement = _placement(
+            r, topology_src, mode, unavailable, topology_order, slurm_version, risk
+        )
         report = api.check(r, placement=placement)
         for line in report.lines():
             click.echo(line, err=not report.ok)
@@ -392,7 +402,7 @@ def submit(
     elif r.cluster.slurm_version == "auto":
         # The dry run is the submission: rendered for the same Slurm that submit would ask.
         slurm_version = cluster_version(slurm_version, backend)
-    placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version)
+    placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version, risk)
     install_template_cache()
     request = api.render(r, slurm_version=slurm_version, placement=placement)
     _warn(request.warnings)

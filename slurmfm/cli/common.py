@@ -23,6 +23,19 @@ backend_option = click.option(
     help="How to talk to Slurm.",
 )
 
+# slurmfm.plan.planner.PlanRequest.risk (plan.guard.Risk; not imported here, see above).
+risk_option = click.option(
+    "--risk",
+    type=click.Choice(["none", "model"]),
+    default="none",
+    show_default=True,
+    help="When a pinned plan on a tree fabric may leave Slurm's own choice. none: only for a "
+    "gain predicted in every scenario the planner cannot rule out (taper, NCCL ring or "
+    "tree, other jobs' share of the uplinks). model: also when the cost model predicts a "
+    "2% gain in one scenario and a loss in none; the referee found no median gain on "
+    "fresh seeds (docs/placement-plans.md).",
+)
+
 
 def cluster_version(given: str | None, backend: str = "cli") -> str | None:
     """The Slurm version a dry run renders for: ``given`` (``--slurm-version``), else the

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeGuard
 
 import click
 
-from slurmfm.cli.common import friendly
+from slurmfm.cli.common import friendly, risk_option
 
 if TYPE_CHECKING:
     from slurmfm.plan.planner import Plan
@@ -132,6 +132,7 @@ def _is_megatron(launcher: object) -> TypeGuard[MegatronLauncher]:
     help="Also check the plan against Slurm's own choice in simulated time (SimGrid, "
     "python3-simgrid) and keep the faster (pin mode, tree fabrics).",
 )
+@risk_option
 @click.option(
     "--avoid-failed-since",
     metavar="DURATION",
@@ -163,6 +164,7 @@ def plan_command(
     switch_wait: str,
     oversubscription: float | None,
     simulate: bool,
+    risk: str,
     avoid_failed_since: str | None,
     failed_records: tuple[str, ...],
 ) -> None:
@@ -240,5 +242,6 @@ def plan_command(
         switch_wait=switch_wait,
         simulate=simulate,
         avoid=avoid,
+        risk="model" if risk == "model" else "none",
     )
     _print_plan(result, as_json=as_json, explain=explain)

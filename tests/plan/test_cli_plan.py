@@ -125,3 +125,54 @@ def test_impossible_request_exits_2_with_reason(tmp_path: Path) -> None:
     code, _out, err = run("--topology", topo(tmp_path))
     assert code == 2
     assert "RECIPE or --nodes" in err
+
+
+def test_risk_reaches_the_plan(tmp_path: Path) -> None:
+    """``--risk model`` may leave Slurm's own choice on a gain the model predicts in one
+    scenario; the default keeps it (slurmfm.plan.guard.keep_slurm_unless_robust)."""
+    args = ["--topology", topo(tmp_path), "--nodes", "6", "--tp", "8", "--pp", "2", "--explain"]
+    code, default, err = run(*args)
+    assert code == 0, err
+    code, none, err = run(*args, "--risk", "none")
+    assert code == 0, err
+    code, model, err = run(*args, "--risk", "model")
+    assert code == 0, err
+    assert none == default
+    assert "risk=none" in none
+    assert "kept Slurm's own choice" in none
+    assert "risk=model" in model
+    assert "robust gain over Slurm's own choice" in model
+    order = [ln for ln in model.splitlines() if ln.startswith("nodes (6, rank order)")]
+    assert order
+    assert order[0] not in none.splitlines()  # another rank order on the same fabric
+
+
+def test_bad_risk_exits_2(tmp_path: Path) -> None:
+    code, _out, err = run("--topology", topo(tmp_path), "--nodes", "2", "--risk", "high")
+    assert code == 2
+    assert "--risk" in err
+
+
+def test_submit_passes_risk_to_the_plan(tmp_path: Path) -> None:
+    from slurmfm.cli import main
+
+    base = [
+        "submit",
+        str(REPO / "recipes" / "quickstart.yaml"),
+        "--dry-run",
+        "--slurm-version",
+        "24.11",
+        "--set",
+        "resources.nodes=6",
+    ]
+    for risk in ("none", "model"):
+        res = CliRunner().invoke(main, [*base, "--topology", topo(tmp_path), "--risk", risk])
+        assert res.exit_code == 0, res.stderr
+        guard = [ln for ln in res.stderr.splitlines() if ln.startswith("plan: guard: kept")]
+        assert guard
+        assert guard[0].endswith(f"risk={risk})")
+    res = CliRunner().invoke(main, [*base, "--topology", topo(tmp_path), "--risk", "high"])
+    assert res.exit_code == 2
+    res = CliRunner().invoke(main, [*base, "--risk", "model"])  # no plan to make
+    assert res.exit_code == 2
+    assert "--risk needs --topology" in res.stderr
