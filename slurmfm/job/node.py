@@ -18,9 +18,11 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -373,6 +375,7 @@ def run_ray_node(
     poll_s: float = 2.0,
     launch: Callable[[Sequence[str], str, dict[str, str]], int] = run_launcher,
     stop: Callable[[str], object] = stop_own_ray,
+    make_temp: Callable[[str], str] = lambda prefix: tempfile.mkdtemp(prefix=prefix, dir="/tmp"),
 ) -> int:
     """vLLM across nodes (vLLM examples/online_serving/multi-node-serving.sh, run_cluster.sh).
 
@@ -384,58 +387,92 @@ def run_ray_node(
     and ``launch`` are injectable so tests see what each node was told without Ray. Each
     node stops only its own Ray at the end (:func:`stop_own_ray`), marked in the environment
     of its ``ray start`` with this job, step and node.
+
+    Each node's Ray keeps its sockets, logs and session files in a private directory of its
+    own (``--temp-dir``, per node since Ray 2.x: ray/scripts/scripts.py ``start``; inside a
+    ``mkdtemp`` directory, 0700, removed at the end), not in ``/tmp/ray``, which every Ray on
+    the host shares, and whose ``ray_current_cluster`` names the last head started there. The server
+    and the readiness count connect by address (``RAY_ADDRESS``, which ``ray.init`` takes
+    before any file: ray/_private/services.py ``get_ray_address_from_environment``), so they
+    join this job's cluster, never another one on the host.
     """
     deadline = clock() + timeout_s
-    owner = "%s.%s.%s" % (env.get("SLURM_JOB_ID", ""), env.get("SLURM_STEP_ID", ""), own_addr)
-    env = dict(env, VLLM_HOST_IP=own_addr, **{RAY_OWNER: owner})
+    job = env.get("SLURM_JOB_ID", "")
+    owner = "%s.%s.%s" % (job, env.get("SLURM_STEP_ID", ""), own_addr)
     addr = "%s:%d" % (head, port)
-    if rank != 0:
-        # Slurm ends the step with TERM (scancel, the job's end): stop this node's Ray then,
-        # since its daemons leave the step's process tree.
-        old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-        try:
-            while (
-                call(
-                    [ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr, "--block"],
-                    env,
-                )
-                != 0
-            ):
-                if clock() >= deadline:
-                    print(
-                        f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
-                        file=sys.stderr,
+    env = dict(env, VLLM_HOST_IP=own_addr, RAY_ADDRESS=addr, **{RAY_OWNER: owner})
+    private = make_temp("slurmfm-ray-%s-" % job)
+    # Ray makes its temp dir writable by everyone (ray/_private/utils.py
+    # try_to_create_directory chmods it 0777); inside a 0700 directory nobody else reaches it.
+    temp = os.path.join(private, "r")
+    try:
+        if rank != 0:
+            # Slurm ends the step with TERM (scancel, the job's end): stop this node's Ray then,
+            # since its daemons leave the step's process tree.
+            old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+            try:
+                while (
+                    call(
+                        [
+                            ray,
+                            "start",
+                            "--address=" + addr,
+                            "--node-ip-address=" + own_addr,
+                            "--temp-dir=" + temp,
+                            "--block",
+                        ],
+                        env,
                     )
-                    return 1
-                sleep(retry_s)
-            return 0
-        finally:
-            stop(owner)
-            signal.signal(signal.SIGTERM, old)
-    if (
-        call([ray, "start", "--head", "--port=%d" % port, "--node-ip-address=" + own_addr], env)
-        != 0
-    ):
-        print("slurmfm: ray start --head failed", file=sys.stderr)
-        stop(owner)
-        return 1
-    while True:
-        alive = ray_alive(python, addr, run)
-        if alive >= nnodes:
-            break
-        if clock() >= deadline:
-            print(
-                "slurmfm: only %d of %d Ray nodes joined within %g s" % (alive, nnodes, timeout_s),
-                file=sys.stderr,
+                    != 0
+                ):
+                    if clock() >= deadline:
+                        print(
+                            f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
+                            file=sys.stderr,
+                        )
+                        return 1
+                    sleep(retry_s)
+                return 0
+            finally:
+                stop(owner)
+                signal.signal(signal.SIGTERM, old)
+        if (
+            call(
+                [
+                    ray,
+                    "start",
+                    "--head",
+                    "--port=%d" % port,
+                    "--node-ip-address=" + own_addr,
+                    "--temp-dir=" + temp,
+                ],
+                env,
             )
+            != 0
+        ):
+            print("slurmfm: ray start --head failed", file=sys.stderr)
             stop(owner)
             return 1
-        sleep(poll_s)
-    print("slurmfm: Ray cluster has %d nodes; starting the server" % nnodes, flush=True)
-    try:
-        return launch(argv, "none", env)
+        while True:
+            alive = ray_alive(python, addr, run)
+            if alive >= nnodes:
+                break
+            if clock() >= deadline:
+                print(
+                    "slurmfm: only %d of %d Ray nodes joined within %g s"
+                    % (alive, nnodes, timeout_s),
+                    file=sys.stderr,
+                )
+                stop(owner)
+                return 1
+            sleep(poll_s)
+        print("slurmfm: Ray cluster has %d nodes; starting the server" % nnodes, flush=True)
+        try:
+            return launch(argv, "none", env)
+        finally:
+            stop(owner)
     finally:
-        stop(owner)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def replayed(

@@ -44,7 +44,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=1406eecb5a8925aa3e03a420813fcd108bcc39d3dfb63467bcd76c7fe2969a18
+export SLURMFM_RUNTIME_SHA=a2e0f81841c35178619ade858b479963d1f34438bc58dce70694ba004aa39754
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -83,4 +83,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   <checkout>/recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=1406eecb5a8925aa3e03a420813fcd108bcc39d3dfb63467bcd76c7fe2969a18 <base64 zipapp of slurmfm/job, 127744 chars>
+# slurmfm-runtime sha256=a2e0f81841c35178619ade858b479963d1f34438bc58dce70694ba004aa39754 <base64 zipapp of slurmfm/job, 128440 chars>

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -144,7 +145,7 @@ class RayCalls:
         return 0
 
 
-def ray_node(rank: int, rec: RayCalls) -> int:
+def ray_node(rank: int, rec: RayCalls, temp: str = "/nonexistent/ray-temp") -> int:
     return run_ray_node(
         ["vllm", "serve", "m"],
         rank,
@@ -162,6 +163,7 @@ def ray_node(rank: int, rec: RayCalls) -> int:
         sleep=lambda s: None,
         launch=rec.launch,
         stop=rec.stop,
+        make_temp=lambda prefix: temp,
     )
 
 
@@ -170,8 +172,9 @@ def test_ray_worker_pins_its_own_address_on_every_attempt() -> None:
     only the head had --node-ip-address; a worker on a multi-NIC host picked one itself."""
     rec = RayCalls(call_rcs=[1, 0], alive=[])  # the head is not up at the first try
     assert ray_node(1, rec) == 0
+    start = ["ray", "start", "--address=10.0.0.1:6379", "--node-ip-address=10.0.0.2"]
     assert [argv for argv, _ in rec.calls] == [
-        ["ray", "start", "--address=10.0.0.1:6379", "--node-ip-address=10.0.0.2", "--block"]
+        [*start, "--temp-dir=/nonexistent/ray-temp/r", "--block"]
     ] * 2
     assert all(env["VLLM_HOST_IP"] == "10.0.0.2" for _, env in rec.calls)
     assert all(env["SLURMFM_RAY_OWNER"] == "5.1.10.0.0.2" for _, env in rec.calls)
@@ -183,13 +186,85 @@ def test_ray_head_pins_its_address_and_serves_with_vllm_host_ip() -> None:
     rec = RayCalls(call_rcs=[0], alive=["1", "2"])  # the worker joins at the second poll
     assert ray_node(0, rec) == 0
     [head_start] = rec.calls  # no `ray stop`: it stops every Ray on the host
-    assert head_start[0] == ["ray", "start", "--head", "--port=6379", "--node-ip-address=10.0.0.1"]
+    assert head_start[0] == [
+        "ray",
+        "start",
+        "--head",
+        "--port=6379",
+        "--node-ip-address=10.0.0.1",
+        "--temp-dir=/nonexistent/ray-temp/r",
+    ]
     assert head_start[1]["VLLM_HOST_IP"] == "10.0.0.1"
     assert rec.stopped == ["5.1.10.0.0.1"]
     [(argv, env)] = rec.launched
     assert argv == ["vllm", "serve", "m"]
     assert env["VLLM_HOST_IP"] == "10.0.0.1"
+    assert env["RAY_ADDRESS"] == "10.0.0.1:6379"  # its own cluster, not /tmp/ray's last head
     assert env["PATH"] == "/bin"
+
+
+def test_each_nodes_ray_lives_in_a_private_directory_removed_at_the_end(tmp_path: Path) -> None:
+    """Not /tmp/ray, which every Ray on the host shares: a mkdtemp directory per node, passed
+    as --temp-dir, gone when the node's part ends, however it ends."""
+    made: list[str] = []
+
+    def make(prefix: str) -> str:
+        d = tempfile.mkdtemp(prefix=prefix, dir=tmp_path)
+        made.append(d)
+        return d
+
+    rec = RayCalls(call_rcs=[0], alive=["2"])
+    assert (
+        run_ray_node(
+            ["vllm", "serve", "m"],
+            0,
+            "10.0.0.1",
+            "10.0.0.1",
+            "ray",
+            "python3",
+            6379,
+            2,
+            60.0,
+            {"SLURM_JOB_ID": "5"},
+            run=rec.run,
+            call=rec.call,
+            clock=lambda: 0.0,
+            sleep=lambda s: None,
+            launch=rec.launch,
+            stop=rec.stop,
+            make_temp=make,
+        )
+        == 0
+    )
+    [d] = made
+    assert os.path.basename(d).startswith("slurmfm-ray-5-")
+    # Ray opens its temp dir to everyone (0777): it is one level inside the private one
+    assert f"--temp-dir={d}/r" in rec.calls[0][0]
+    assert not os.path.exists(d)
+    rec = RayCalls(call_rcs=[1], alive=[])  # ray start --head fails
+    assert (
+        run_ray_node(
+            ["vllm", "serve", "m"],
+            0,
+            "10.0.0.1",
+            "10.0.0.1",
+            "ray",
+            "python3",
+            6379,
+            2,
+            60.0,
+            {"SLURM_JOB_ID": "5"},
+            run=rec.run,
+            call=rec.call,
+            clock=lambda: 0.0,
+            sleep=lambda s: None,
+            launch=rec.launch,
+            stop=rec.stop,
+            make_temp=make,
+        )
+        == 1
+    )
+    assert not any(os.path.exists(d) for d in made)
 
 
 def test_only_this_nodes_own_ray_is_stopped(tmp_path: Path) -> None:
@@ -228,9 +303,12 @@ def test_node_entry_takes_its_own_nodeaddr_for_ray(tmp_path: Path) -> None:
     }
     spec = {"ray": str(ray), "python": sys.executable, "port": "6379", "nodes": "2", "timeout": "5"}
     assert node.main(["vllm", "serve", "m"], 0, "none", ray=spec, env=env) == 0
-    assert out.read_text() == (
-        "start --address=10.0.0.1:6379 --node-ip-address=10.0.0.2 --block VLLM_HOST_IP=10.0.0.2\n"
-    )
+    words = out.read_text().split()
+    assert words[:3] == ["start", "--address=10.0.0.1:6379", "--node-ip-address=10.0.0.2"]
+    assert words[3].startswith("--temp-dir=/tmp/slurmfm-ray-")
+    assert words[3].endswith("/r")
+    assert words[4:] == ["--block", "VLLM_HOST_IP=10.0.0.2"]
+    assert not os.path.exists(os.path.dirname(words[3].split("=", 1)[1]))  # removed at the end
 
 
 def test_container_program_then_host_forward(tmp_path: Path) -> None:

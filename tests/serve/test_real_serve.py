@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -269,10 +270,22 @@ def test_vllm_two_nodes_over_real_ray(slurm_lab: SlurmLab, tmp_path: Path) -> No
         log = job_log(tmp_path, "real-ray", job_id)
         assert "slurmfm: Ray cluster has 2 nodes; starting the server" in log
         assert ray_owned(job_id), "the job's Ray daemons carry its mark"
+        # each node's Ray in a private directory of its own, not the host's shared /tmp/ray
+        own = sorted(Path("/tmp").glob(f"slurmfm-ray-{job_id}-*"))
+        assert len(own) == 2, own
+        for d in own:
+            # private; Ray's own temp dir inside it is 0777 (Ray's choice), reachable by no one
+            assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+            assert list((d / "r").glob("session_*")), sorted(d.rglob("*"))[:20]
     finally:
         cancel_and_wait(slurm_lab, job_id)
     try:
         wait_until("the job's own Ray stopped", lambda: not ray_owned(job_id), 60)
+        wait_until(
+            "its private directories removed",
+            lambda: not list(Path("/tmp").glob(f"slurmfm-ray-{job_id}-*")),
+            30,
+        )
         assert ray_owned("someone"), "the other Ray lives on"
     finally:
         stop_own_ray("someone.else")
