@@ -123,6 +123,29 @@ def render(team: Path, name: str, **storage: str) -> str:
     return fm.dry_run(recipe, slurm_version="22.05").script.decode()
 
 
+def another_runtime(script: str) -> str:
+    """``script`` with another runtime version embedded: the same modules plus one entry, so
+    its bytes and sha256 differ from the renderer's (a teammate on another slurmfm release)."""
+    import base64
+    import hashlib
+    import io
+    import zipfile
+
+    from slurmfm.render.payload import MARK, extract
+
+    old = extract(script)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(old)) as src, zipfile.ZipFile(buf, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, src.read(info.filename))
+        dst.writestr("slurmfm_job/RELEASE", "an older slurmfm\n")
+    new = buf.getvalue()
+    old_sha, new_sha = hashlib.sha256(old).hexdigest(), hashlib.sha256(new).hexdigest()
+    body = script.rstrip("\n").rsplit("\n", 1)[0].replace(old_sha, new_sha)
+    assert new_sha in body  # the script's own check names the new runtime
+    return f"{body}\n{MARK} sha256={new_sha} {base64.b64encode(new).decode()}\n"
+
+
 def submit(lab: SlurmLab, team: Path, user: str, script: str, sleep: float = 0) -> str:
     path = team / f"{user}-{abs(hash(script)) % 10**8}.sh"
     path.write_text(script)
@@ -216,9 +239,9 @@ def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
     secret.write_text("alice only\n")
     os.chown(secret, pwd.getpwnam(ALICE).pw_uid, -1)
     secret.chmod(0o600)
-    # mallory first runs her own slurmfm job in the same directory (another runtime version
-    # would have met alice's runtime directory before)
-    mine = render(team, "mallory-run")
+    # mallory first runs her own slurmfm job in the same directory, with another runtime
+    # version (before: the first user's runtime directory blocked the other's, exit 1)
+    mine = another_runtime(render(team, "mallory-run"))
     first = submit(slurm_lab, team, MALLORY, mine)
     assert slurm_lab.wait_job(first, timeout=120).get("JobState") == "COMPLETED"
     # then plants for alice's next jobs
