@@ -9,12 +9,17 @@ only ``standin_vllm_host_ip`` (the ``VLLM_HOST_IP`` that node's ``ray start`` sa
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 _state: dict[str, str] = {}
 
 
 def init(address: str | None = None, **_: object) -> None:
+    """As Ray's: an explicit address, else ``RAY_ADDRESS``, else the last head started in
+    ``/tmp/ray`` (ray/_private/services.py get_ray_address_from_environment)."""
+    if address in (None, "auto"):
+        address = os.environ.get("RAY_ADDRESS") or None
     if address in (None, "auto"):
         with open("/tmp/ray/ray_current_cluster") as f:
             address = f.read().strip()
