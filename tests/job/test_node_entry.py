@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -145,7 +145,12 @@ class RayCalls:
         return 0
 
 
-def ray_node(rank: int, rec: RayCalls, temp: str = "/nonexistent/ray-temp") -> int:
+def ray_node(
+    rank: int,
+    rec: RayCalls,
+    temp: str = "/nonexistent/ray-temp",
+    make_temp: Callable[[str], str] | None = None,
+) -> int:
     return run_ray_node(
         ["vllm", "serve", "m"],
         rank,
@@ -163,7 +168,7 @@ def ray_node(rank: int, rec: RayCalls, temp: str = "/nonexistent/ray-temp") -> i
         sleep=lambda s: None,
         launch=rec.launch,
         stop=rec.stop,
-        make_temp=lambda prefix: temp,
+        make_temp=make_temp or (lambda prefix: temp),
     )
 
 
@@ -214,56 +219,14 @@ def test_each_nodes_ray_lives_in_a_private_directory_removed_at_the_end(tmp_path
         return d
 
     rec = RayCalls(call_rcs=[0], alive=["2"])
-    assert (
-        run_ray_node(
-            ["vllm", "serve", "m"],
-            0,
-            "10.0.0.1",
-            "10.0.0.1",
-            "ray",
-            "python3",
-            6379,
-            2,
-            60.0,
-            {"SLURM_JOB_ID": "5"},
-            run=rec.run,
-            call=rec.call,
-            clock=lambda: 0.0,
-            sleep=lambda s: None,
-            launch=rec.launch,
-            stop=rec.stop,
-            make_temp=make,
-        )
-        == 0
-    )
+    assert ray_node(0, rec, make_temp=make) == 0
     [d] = made
     assert os.path.basename(d).startswith("slurmfm-ray-5-")
     # Ray opens its temp dir to everyone (0777): it is one level inside the private one
     assert f"--temp-dir={d}/r" in rec.calls[0][0]
     assert not os.path.exists(d)
     rec = RayCalls(call_rcs=[1], alive=[])  # ray start --head fails
-    assert (
-        run_ray_node(
-            ["vllm", "serve", "m"],
-            0,
-            "10.0.0.1",
-            "10.0.0.1",
-            "ray",
-            "python3",
-            6379,
-            2,
-            60.0,
-            {"SLURM_JOB_ID": "5"},
-            run=rec.run,
-            call=rec.call,
-            clock=lambda: 0.0,
-            sleep=lambda s: None,
-            launch=rec.launch,
-            stop=rec.stop,
-            make_temp=make,
-        )
-        == 1
-    )
+    assert ray_node(0, rec, make_temp=make) == 1
     assert not any(os.path.exists(d) for d in made)
 
 
