@@ -107,6 +107,8 @@ def sweep_table(
     launcher = spec(recipe.launcher.kind)
     nemo = launcher.task_per_gpu
     head = 0 if nemo else 2  # torchrun's python -m torch.distributed.run and its options
+    # task 0's launch: what every task's fixed part must equal
+    first, first_prefix, _ = launcher.launch(tasks[0].recipe, "$SLURMFM_CHECKPOINT_DIR")
     for t in tasks:
         if _fixed_parts(t.recipe, target, placement) != fixed:
             raise RenderError(
@@ -124,7 +126,6 @@ def sweep_table(
             }
         )
         argv, prefix, _ = launcher.launch(t.recipe, "$SLURMFM_CHECKPOINT_DIR")
-        first, first_prefix, _ = launcher.launch(tasks[0].recipe, "$SLURMFM_CHECKPOINT_DIR")
         if argv[:head] != first[:head] or prefix != first_prefix:
             raise RenderError(
                 f"sweep: array task {t.index} changes the launcher's fixed part "
