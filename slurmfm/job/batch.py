@@ -232,9 +232,11 @@ class Batch:
             checked.append((comp, where))
             ho = o.health_options(comp.gpus, comp.efa, comp.imex)
             cmd = ["health", *ho.to_argv(always=ho.defaults())]
-            rc, out = self.run(
-                self.component_srun(where, ["python3", o.runtime, *cmd]), o.health_timeout_s
-            )
+            # every node's verdict is wanted (spares stand in only when all are known), so a
+            # cluster's KillOnBadExit=1 must not end the healthy nodes' checks early
+            argv = self.component_srun(where, ["python3", o.runtime, *cmd])
+            argv.insert(argv.index("python3"), "--kill-on-bad-exit=0")
+            rc, out = self.run(argv, o.health_timeout_s)
             out_all += out
             worst = worst or rc
         sys.stdout.write(out_all)

@@ -543,7 +543,11 @@ def main(
     value = env.pop(gate.ENV, "")
     sysfs = env.get("SLURMFM_SYSFS", "/sys")
     if value and first_task and gate.check_here(value, me, evidence, sysfs) is not None:
-        return gate.NOT_STARTED  # srun ends the other tasks (--kill-on-bad-exit)
+        # Not at once: an exit now makes srun end the other nodes' tasks (the launch runs
+        # with --kill-on-bad-exit) before they record their verdicts, and a spare can only
+        # stand in once every node is known. The batch step closes stdin when all are in.
+        gate.wait_go()
+        return gate.NOT_STARTED
     if value and not gate.wait_go():
         print("slurmfm: %s did not start the launch (the health gate did not pass)" % me)
         return gate.NOT_STARTED

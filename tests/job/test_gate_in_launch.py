@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,15 @@ def test_wait_go() -> None:
 def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tuple[int, str]:
     """The real node entry on this host: nvidia-smi stands in, the launch is a script that
     records it ran and what its stdin held."""
+    proc = start_entry(tmp, smi_gpus, localid)
+    out_b, err_b = proc.communicate(stdin, timeout=60)
+    ran = tmp / "ran"
+    out = out_b.decode() + err_b.decode()
+    return proc.returncode, (ran.read_text() if ran.exists() else "") + "|" + out
+
+
+def start_entry(tmp: Path, smi_gpus: int, localid: str = "0") -> subprocess.Popen[bytes]:
+    """:func:`run_entry`'s process, started with its stdin a pipe the caller holds."""
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     smi = bindir / "nvidia-smi"
@@ -235,16 +245,14 @@ def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tup
     (tmp / "obs").mkdir(exist_ok=True)
     ran = tmp / "ran"
     prog = f"import sys; open({str(ran)!r}, 'w').write(repr(sys.stdin.read()))"
-    proc = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "slurmfm.job", "node", "--prefix", "0", "--forward", "none"]
         + ["--", sys.executable, "-c", prog],
-        input=stdin,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env=env,
-        capture_output=True,
-        timeout=60,
     )
-    out = proc.stdout.decode() + proc.stderr.decode()
-    return proc.returncode, (ran.read_text() if ran.exists() else "") + "|" + out
 
 
 def test_the_entry_checks_and_waits_for_the_word(tmp_path: Path) -> None:
@@ -268,6 +276,29 @@ def test_a_sick_node_reports_and_starts_nothing(tmp_path: Path) -> None:
     assert rc == gate.NOT_STARTED, out
     assert out.startswith("|"), out  # the launch never ran
     assert "slurmfm-health n1 FAIL 7 GPUs visible, expected 8" in out
+
+
+def test_a_sick_node_keeps_its_task_until_the_batch_step_decides(tmp_path: Path) -> None:
+    """A sick node's entry records its verdict and then waits for end-of-file, not exiting at
+    once: the launch runs with --kill-on-bad-exit, so an early exit would end the healthy
+    nodes' tasks before their verdicts are written, and the batch step, not knowing every
+    node, could not put a spare in (it would requeue instead)."""
+    proc = start_entry(tmp_path, 7)
+    verdict = tmp_path / "ev" / "n1.gate"
+    try:
+        for _ in range(600):
+            if verdict.exists() and verdict.read_text().endswith("\n"):
+                break
+            assert proc.poll() is None, "the sick node's entry exited before its verdict"
+            time.sleep(0.05)
+        assert verdict.read_text().startswith("FAIL")
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)  # still there: the batch step has not decided yet
+    finally:
+        out, _err = proc.communicate(b"", timeout=60)  # the batch step closes stdin: no "go"
+    assert proc.returncode == gate.NOT_STARTED
+    assert not (tmp_path / "ran").exists()
+    assert b"slurmfm-health n1 FAIL" in out
 
 
 def test_other_tasks_of_a_node_only_wait(tmp_path: Path) -> None:
