@@ -117,8 +117,7 @@ GROUP_SECONDS = {
     "simblock-trixie": 33,  # select_block vs 24.11: 4 fabrics, ~80 picks, lab up and down
     "simblock-sid": 31,  # select_block vs 26.05: the same
     "nudge-host": 25,
-    "pyxis-host": 45,
-    "vllm-host": 90,  # real vLLM: waits for its install, ~55 s to healthy, a completion  # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle)
+    "pyxis-host": 45,  # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle)
     "topo-trixie": 20,
 }
 
