@@ -234,8 +234,7 @@ class Batch:
             cmd = ["health", *ho.to_argv(always=ho.defaults())]
             # every node's verdict is wanted (spares stand in only when all are known), so a
             # cluster's KillOnBadExit=1 must not end the healthy nodes' checks early
-            argv = self.component_srun(where, ["python3", o.runtime, *cmd])
-            argv.insert(argv.index("python3"), "--kill-on-bad-exit=0")
+            argv = self.component_srun(where, ["--kill-on-bad-exit=0", "python3", o.runtime, *cmd])
             rc, out = self.run(argv, o.health_timeout_s)
             out_all += out
             worst = worst or rc

@@ -84,7 +84,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=d7ede2081c41ea593704109a6844c4235348874adca133507304a584dc1966e0
+export SLURMFM_RUNTIME_SHA=0cc124690d6e6330601c70c2d767d38498ab78020fad1d886135e0384d87fa3a
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -197,4 +197,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=d7ede2081c41ea593704109a6844c4235348874adca133507304a584dc1966e0 <base64 zipapp of slurmfm/job, 128692 chars>
+# slurmfm-runtime sha256=0cc124690d6e6330601c70c2d767d38498ab78020fad1d886135e0384d87fa3a <base64 zipapp of slurmfm/job, 128680 chars>
