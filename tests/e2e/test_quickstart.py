@@ -2,7 +2,9 @@
 
 Checked from the job's own output: the world size, every rank's node (``SLURMD_NODENAME``,
 since ``hostname`` is the same on every virtual node), that ranks follow the job's host order
-(node i holds ranks i*G .. i*G+G-1), and that the checkpoint was written and published.
+(node i holds ranks i*G .. i*G+G-1), and that the checkpoint was written and published. Both tests look at one quickstart job per lab
+(a real torchrun job is about 25 s of CPU on the lab's two shared cores): the first to ask for it
+submits it, the other reads the same job.
 """
 
 from __future__ import annotations
@@ -43,6 +45,19 @@ def submit_quickstart(lab: SlurmLab, tmp: Path, *extra: str) -> tuple[str, str, 
     return job_id, log, ckpt
 
 
+# One quickstart job per lab (its directory): job id, log, checkpoint root, rendered script's dir.
+_RUNS: dict[Path, tuple[str, str, Path, Path]] = {}
+
+
+def quickstart_run(lab: SlurmLab, factory: pytest.TempPathFactory) -> tuple[str, str, Path, Path]:
+    """The lab's quickstart job, submitted with ``-o`` (the rendered script kept) on first use."""
+    if lab.lab_dir not in _RUNS:
+        tmp = factory.mktemp("quickstart")
+        job_id, log, ckpt = submit_quickstart(lab, tmp, "-o", str(tmp / "out"))
+        _RUNS[lab.lab_dir] = (job_id, log, ckpt, tmp / "out")
+    return _RUNS[lab.lab_dir]
+
+
 def events(log: str) -> list[dict[str, Any]]:
     """The JSON event objects in a job log.
 
@@ -52,9 +67,11 @@ def events(log: str) -> list[dict[str, Any]]:
     return [json.loads(m.group(0)) for m in re.finditer(r'\{"event"[^{}]*\}', log)]
 
 
-def test_quickstart_runs_torchrun_over_two_nodes(each_lab: SlurmLab, tmp_path: Path) -> None:
+def test_quickstart_runs_torchrun_over_two_nodes(
+    each_lab: SlurmLab, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     slurm_lab = each_lab
-    job_id, log, ckpt = submit_quickstart(slurm_lab, tmp_path)
+    job_id, log, ckpt, _ = quickstart_run(slurm_lab, tmp_path_factory)
     ev = events(log)
     ranks = last_attempt_ranks(ev)
     assert [e["rank"] for e in ranks] == [0, 1, 2, 3]
@@ -79,16 +96,18 @@ def test_quickstart_runs_torchrun_over_two_nodes(each_lab: SlurmLab, tmp_path: P
     assert any(e["event"] == "done" for e in ev)
 
 
-def test_status_and_render_agree_with_slurm(each_lab: SlurmLab, tmp_path: Path) -> None:
+def test_status_and_render_agree_with_slurm(
+    each_lab: SlurmLab, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     slurm_lab = each_lab
-    job_id, _, _ = submit_quickstart(slurm_lab, tmp_path, "-o", str(tmp_path / "out"))
+    job_id, _, _, out = quickstart_run(slurm_lab, tmp_path_factory)
     proc = slurm_lab.slurmfm("status", job_id, "--json")
     assert proc.returncode == 0, proc.stderr
     st = json.loads(proc.stdout)
     assert st["state"] == "COMPLETED"
     assert st["done"] is True
     assert st["name"] == "quickstart"
-    text = (tmp_path / "out" / "quickstart.sh").read_text()
+    text = (out / "quickstart.sh").read_text()
     major_minor = ".".join(slurm_lab.version.split(".")[:2])
     assert f"# Slurm target {major_minor}" in text  # rendered for the real cluster's version
     assert "(assumed" not in text
