@@ -179,9 +179,13 @@ def test_finished_short_run_resubmitted_with_more_steps_trains_on(
     The save comes from Slurm's own path for the pre-timeout signal, sent at once: the recipe's
     ``--signal=B:USR2@N`` makes Slurm signal the batch step only, which is what
     ``scancel --batch --signal=USR2`` does (https://slurm.schedmd.com/scancel.html). Waiting for a
-    real time limit is test_time_limit_save_requeue_resume's subject.
+    real time limit is test_time_limit_save_requeue_resume's subject. The DONE marker, the
+    resume and the save request are the job runtime's and ``slurmfm.checkpoint``'s, not torch's:
+    the training is the stand-in with the quickstart trainer's contract (FAST).
     """
-    short = submit(resil_lab, tmp_path, "launcher.args=[--steps, '20', --checkpoint-every, '10']")
+    short = submit(
+        resil_lab, tmp_path, *FAST, "launcher.args=[--steps, '20', --checkpoint-every, '10']"
+    )
     assert wait_done(resil_lab, short, timeout=300)["JobState"] == "COMPLETED"
     marker = json.loads((tmp_path / "ckpt" / "quickstart" / "quickstart" / "DONE").read_text())
     assert (marker["job_id"], marker["steps"]) == (short, 20)
@@ -189,6 +193,7 @@ def test_finished_short_run_resubmitted_with_more_steps_trains_on(
     job_id = submit(
         resil_lab,
         tmp_path,
+        *FAST,
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '20', --sleep, '0.1']",
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
