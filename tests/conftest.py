@@ -26,11 +26,13 @@ import pytest
 from lab import (
     GROUP_SECONDS,
     SUITES,
+    OwnLab,
     SlurmLab,
     SuiteLabFactory,
     host_lab,
     lab_requested,
     lab_root,
+    own_lab_fixture,
     suite_lab_factory,
 )
 
@@ -213,6 +215,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def slurm_lab() -> SlurmLab:
     """The running Slurm lab ($SLURMFM_LAB, else $SLURMFM_LAB_ROOT/host)."""
     return host_lab()
+
+
+# A second lab like the shared host lab (Slurm 22.05, slurm-lab's default 16 nodes), for tests
+# that run on the host only: the host's tests are the longest group of the real tier, and on
+# their own they kept one worker busy minutes after the others had finished.
+HOST_B = OwnLab("host-b", ctld_port=19127, slurmd_port=18801, nodes=16)
+
+
+@pytest.fixture(scope="session")
+@own_lab_fixture(HOST_B)
+def host_b_lab() -> SlurmLab:
+    """The second host lab (``HOST_B``), brought up on first use."""
+    return HOST_B.up()
 
 
 @pytest.fixture(scope="session")

@@ -105,20 +105,28 @@ NOT_REQUESTED = (
 # is left to start last on a worker that is already busy (longest processing time first).
 # A group not listed counts as short.
 GROUP_SECONDS = {
-    "shared-host": 460,
-    "resil": 360,
-    "shared-trixie": 350,
-    "shared-sid": 270,
-    # torch faults: ImportError, retries in the job, failed save, hang ~90 s, spare swap ~30 s
-    "evidence": 345,
-    # restart cap ~25 s, slurmctld away ~50 s, late save ~120 s, the gate in the launch ~15 s
-    "resil2": 235,
+    # From a CI simulation (2026-12-03, --durations=0), less what that day's changes took out.
+    "shared-host": 480,
+    "shared-trixie": 460,
+    "resil": 380,
+    "host-b": 270,  # host-only: the README example, owner requeue, reasons, shared FSx, Ray
+    "shared-sid": 260,
+    # torch faults: an ImportError, retries in the job (2), a hang ~120 s, a spare swap ~45 s
+    "evidence": 315,
+    # torch faults: a failed pre-timeout save ~135 s, Megatron's early exit, a killed runtime
+    "evidence2": 225,
+    # restart cap ~30 s, slurmctld away ~45 s, late save ~125 s, the gate in the launch ~25 s
+    "resil2": 255,
+    "simblock-sid": 80,  # select_block vs 26.05: 4 fabrics, ~80 picks, lab up and down
+    "sim72-host": 80,
     "sim-host": 60,
-    "simblock-trixie": 33,  # select_block vs 24.11: 4 fabrics, ~80 picks, lab up and down
-    "simblock-sid": 31,  # select_block vs 26.05: the same
-    "nudge-host": 25,
+    "nudge-host": 50,
     "pyxis-host": 45,  # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle)
-    "topo-trixie": 20,
+    "simblock-trixie": 40,  # select_block vs 24.11: the same
+    "down-trixie": 40,
+    "plan-sid": 30,
+    "plan-trixie": 25,
+    "topo-trixie": 25,
 }
 
 

@@ -47,7 +47,7 @@ def test_the_readme_example_has_its_files_and_commands() -> None:
 
 
 def test_the_readme_example_runs_from_a_fresh_directory(
-    slurm_lab: SlurmLab, tmp_path: Path
+    host_b_lab: SlurmLab, tmp_path: Path
 ) -> None:
     files, shell = example()
     for rel, code in files.items():
@@ -56,8 +56,8 @@ def test_the_readme_example_runs_from_a_fresh_directory(
         path.write_text(code)
     assert not tmp_path.is_relative_to(REPO_ROOT)
     env = {
-        **slurm_lab.env,
-        "PATH": f"{Path(sys.executable).parent}:{slurm_lab.env['PATH']}",
+        **host_b_lab.env,
+        "PATH": f"{Path(sys.executable).parent}:{host_b_lab.env['PATH']}",
         "SLURMFM_HISTORY": str(tmp_path / "history" / "history.jsonl"),
         "PYTHONPATH": "",  # slurmfm as installed, not from a checkout on the path
     }

@@ -46,12 +46,12 @@ if __name__ == "__main__":
 """
 
 
-def test_a_scripts_own_functions_run_as_jobs(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+def test_a_scripts_own_functions_run_as_jobs(host_b_lab: SlurmLab, tmp_path: Path) -> None:
     (tmp_path / "exp.py").write_text(SCRIPT)
     assert not tmp_path.is_relative_to(REPO_ROOT)
     env = {
-        **slurm_lab.env,
-        "PATH": f"{Path(sys.executable).parent}:{slurm_lab.env['PATH']}",
+        **host_b_lab.env,
+        "PATH": f"{Path(sys.executable).parent}:{host_b_lab.env['PATH']}",
         "SLURMFM_HISTORY": str(tmp_path / "h" / "history.jsonl"),
     }
     proc = subprocess.run(

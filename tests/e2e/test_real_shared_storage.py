@@ -181,9 +181,9 @@ def next_ids(lab: SlurmLab, team: Path, count: int = 6) -> list[int]:
     return list(range(last + 1, last + 1 + count))
 
 
-def run_victim(slurm_lab: SlurmLab, team: Path, ids: list[int], secret: Path) -> str:
+def run_victim(host_b_lab: SlurmLab, team: Path, ids: list[int], secret: Path) -> str:
     logs = team / "logs"
-    victim = submit(slurm_lab, team, ALICE, render(team, "alice-run"), sleep=4)
+    victim = submit(host_b_lab, team, ALICE, render(team, "alice-run"), sleep=4)
     assert int(victim) in ids
     out = logs / f"alice-run_{victim}.out"
     wait_for_text(out, "trained rank 0", 120)
@@ -204,7 +204,7 @@ def run_victim(slurm_lab: SlurmLab, team: Path, ids: list[int], secret: Path) ->
     tried = as_user(MALLORY, ["/usr/bin/python3", "-c", swap, runtime])
     assert "SWAPPED" not in tried.stdout, tried.stdout
     assert tried.stdout.count("Permission denied") + tried.stdout.count("Operation not") == 3
-    rec = slurm_lab.wait_job(victim, timeout=120)
+    rec = host_b_lab.wait_job(victim, timeout=120)
     log = out.read_text()
     assert rec.get("JobState") == "COMPLETED", (rec, log)
     assert "ignoring" in log  # the planted state file, said so
@@ -231,7 +231,7 @@ def run_victim(slurm_lab: SlurmLab, team: Path, ids: list[int], secret: Path) ->
 
 
 def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
-    slurm_lab: SlurmLab, team: Path
+    host_b_lab: SlurmLab, team: Path
 ) -> None:
     logs = team / "logs"
     # alice's private file, the target of mallory's links
@@ -242,8 +242,8 @@ def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
     # mallory first runs her own slurmfm job in the same directory, with another runtime
     # version (before: the first user's runtime directory blocked the other's, exit 1)
     mine = another_runtime(render(team, "mallory-run"))
-    first = submit(slurm_lab, team, MALLORY, mine)
-    assert slurm_lab.wait_job(first, timeout=120).get("JobState") == "COMPLETED"
+    first = submit(host_b_lab, team, MALLORY, mine)
+    assert host_b_lab.wait_job(first, timeout=120).get("JobState") == "COMPLETED"
     # then plants for alice's next jobs
     rt = logs / ".slurmfm-runtime"
     plant = (
@@ -262,13 +262,13 @@ def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
         "        d = os.path.join(logs, 'alice-run_%s.%s' % (job, kind))\n"
         "        os.symlink(drop, d) if i % 2 == 0 else os.mkfifo(d)\n"
     )
-    ids = next_ids(slurm_lab, team, 12)
+    ids = next_ids(host_b_lab, team, 12)
     done = as_user(MALLORY, ["/usr/bin/python3", "-c", plant, *map(str, ids)])
     assert done.returncode == 0, done.stderr
     # alice's jobs until one met the link and one the FIFO (other jobs may take ids between)
     met: set[str] = set()
     for _ in range(4):
-        victim = run_victim(slurm_lab, team, ids, secret)
+        victim = run_victim(host_b_lab, team, ids, secret)
         planted = logs / f"alice-run_{victim}.state"
         met.add("link" if planted.is_symlink() else "fifo" if planted.is_fifo() else "none")
         if {"link", "fifo"} <= met:
@@ -288,7 +288,7 @@ def test_another_users_plants_neither_run_nor_block_nor_redirect_a_job(
     assert (obs[0] / "job.json").is_file()
     assert sorted(p.name for p in obs[0].glob("node_*_r0.json")), sorted(obs[0].iterdir())
     # slurmfm status reads alice's record and says what it ignored
-    status = slurm_lab.slurmfm("status", victim)
+    status = host_b_lab.slurmfm("status", victim)
     assert status.returncode == 0, status.stderr
     assert "ignored state file" in status.stderr
     assert "not the job's user's" in status.stderr
@@ -309,13 +309,13 @@ sweep:
 
 
 def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
-    slurm_lab: SlurmLab, team: Path
+    host_b_lab: SlurmLab, team: Path
 ) -> None:
     """The run-directory record, keyed on each task's resolved directory, seen by a plain job;
     a link planted as the plain job's record target is never written through."""
     recipe = team / "sweep.yaml"
     recipe.write_text(SWEEP.format(team=team))
-    proc = slurm_lab.slurmfm("submit", str(recipe))
+    proc = host_b_lab.slurmfm("submit", str(recipe))
     assert proc.returncode == 0, proc.stderr
     array = proc.stdout.strip().splitlines()[-1]
     try:
@@ -327,7 +327,7 @@ def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
         link.symlink_to(victim)
         # the same directory as sweep task 1, through a symlinked root
         (team / "alias").symlink_to(team / "ckpt")
-        plain = slurm_lab.slurmfm(
+        plain = host_b_lab.slurmfm(
             "submit",
             str(recipe),
             "--set",
@@ -341,7 +341,7 @@ def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
         assert f"job {array}" in plain.stderr
         assert "sw-t1" in plain.stderr
         # a plain job whose record is a planted link: submitted, the link's target untouched
-        ok = slurm_lab.slurmfm(
+        ok = host_b_lab.slurmfm(
             "submit",
             str(recipe),
             "--set",
@@ -355,6 +355,6 @@ def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
         )
         assert ok.returncode == 0, ok.stderr
         assert victim.read_text() == "root only\n"
-        slurm_lab.wait_job(ok.stdout.strip().splitlines()[-1], timeout=120)
+        host_b_lab.wait_job(ok.stdout.strip().splitlines()[-1], timeout=120)
     finally:
-        slurm_lab.run(["scancel", array])
+        host_b_lab.run(["scancel", array])

@@ -34,6 +34,9 @@ from slurmfm.backends.slurm_cli import parse_scontrol_record
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
 EVID = OwnLab("evidence", ctld_port=19117, slurmd_port=17181, nodes=4)
+# A second lab of the same kind, so that these torch tests (about 9 minutes together on a
+# loaded machine) run on two workers.
+EVID2 = OwnLab("evidence2", ctld_port=19137, slurmd_port=17161, nodes=4)
 FAULTS = Path(__file__).resolve().parent / "train_faults.py"
 
 
@@ -41,6 +44,12 @@ FAULTS = Path(__file__).resolve().parent / "train_faults.py"
 @own_lab_fixture(EVID)
 def ev_lab() -> Iterator[SlurmLab]:
     yield from _resil(EVID)
+
+
+@pytest.fixture(scope="module")
+@own_lab_fixture(EVID2)
+def ev2_lab() -> Iterator[SlurmLab]:
+    yield from _resil(EVID2)
 
 
 def state_of(tmp: Path, job_id: str) -> str:
@@ -113,14 +122,14 @@ def test_failure_after_progress_is_retried_inside_the_allocation_and_resumes(
     assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
 
 
-def test_failed_pre_timeout_save_is_recorded_as_failed(ev_lab: SlurmLab, tmp_path: Path) -> None:
+def test_failed_pre_timeout_save_is_recorded_as_failed(ev2_lab: SlurmLab, tmp_path: Path) -> None:
     """The save fails (read-only directory); the record must not say it saved.
 
     The pre-timeout signal is Slurm's own request for ``--signal=B:USR2@N``, sent at once with
     ``scancel --batch --signal=USR2`` (https://slurm.schedmd.com/scancel.html).
     """
     job_id = submit(
-        ev_lab,
+        ev2_lab,
         tmp_path,
         f"launcher.script={FAULTS}",
         "env.TEST_FAULT=save",
@@ -129,9 +138,9 @@ def test_failed_pre_timeout_save_is_recorded_as_failed(ev_lab: SlurmLab, tmp_pat
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     wait_for_event(log_path, "a periodic checkpoint", "checkpoint", 240)
-    sig = ev_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
+    sig = ev2_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
     assert sig.returncode == 0, sig.stderr
-    rec = wait_done(ev_lab, job_id, timeout=600)
+    rec = wait_done(ev2_lab, job_id, timeout=600)
     log = log_of(tmp_path, job_id)
     state = state_of(tmp_path, job_id)
     assert any(e["event"] == "fault" for e in events(log)), log[-3000:]
@@ -144,7 +153,7 @@ def test_failed_pre_timeout_save_is_recorded_as_failed(ev_lab: SlurmLab, tmp_pat
 
 
 def test_megatron_by_samples_early_exit_requeues_and_the_finished_run_does_not(
-    ev_lab: SlurmLab, tmp_path: Path
+    ev2_lab: SlurmLab, tmp_path: Path
 ) -> None:
     """Megatron-LM's exit 0 at ``--exit-interval`` (or ``--exit-duration-in-mins``) is not the
     end of a run by samples: 400 samples at a batch of 4 are 100 iterations; the stand-in
@@ -178,10 +187,10 @@ def test_megatron_by_samples_early_exit_requeues_and_the_finished_run_does_not(
             }
         )
     )
-    proc = ev_lab.slurmfm("submit", str(recipe))
+    proc = ev2_lab.slurmfm("submit", str(recipe))
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().splitlines()[-1]
-    rec = wait_done(ev_lab, job_id, timeout=400)
+    rec = wait_done(ev2_lab, job_id, timeout=400)
     log = read_text(tmp_path / "logs" / f"megs_{job_id}.out")
     state = read_text(tmp_path / "logs" / f"megs_{job_id}.state")
     assert rec["JobState"] == "COMPLETED", log[-3000:]
@@ -263,14 +272,14 @@ def parent_of(pid: int) -> int:
 
 
 def test_a_kill_of_the_runtime_is_recorded_and_the_job_requeued(
-    ev_lab: SlurmLab, tmp_path: Path
+    ev2_lab: SlurmLab, tmp_path: Path
 ) -> None:
     """``kill -9`` of the batch runtime used to end the job FAILED with nothing recorded; its
     supervisor (the batch step's own process) records it and requeues. Stand-ins: Slurm and
     the runtime are the subject, not torch."""
     total, every = 60, 5
     job_id = submit(
-        ev_lab,
+        ev2_lab,
         tmp_path,
         *FAST,
         "resilience.max_restarts=2",
@@ -282,7 +291,7 @@ def test_a_kill_of_the_runtime_is_recorded_and_the_job_requeued(
     child = [p for p in pids if parent_of(p) in pids]
     assert len(child) == 1, pids
     os.kill(child[0], signal.SIGKILL)
-    rec = wait_done(ev_lab, job_id, timeout=400)
+    rec = wait_done(ev2_lab, job_id, timeout=400)
     log = log_of(tmp_path, job_id)
     assert rec["JobState"] == "COMPLETED", log[-3000:]
     assert int(rec["Restarts"]) == 1, log[-3000:]

@@ -63,9 +63,9 @@ def exp() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def test_owner_requeue_never_lands_on_the_failed_node(slurm_lab: SlurmLab, exp: Path) -> None:
-    pinned = slurm_lab.hostnames(slurm_lab.run(["sinfo", "-h", "-o", "%N"]).stdout.split()[0])[:2]
-    proc = slurm_lab.run(
+def test_owner_requeue_never_lands_on_the_failed_node(host_b_lab: SlurmLab, exp: Path) -> None:
+    pinned = host_b_lab.hostnames(host_b_lab.run(["sinfo", "-h", "-o", "%N"]).stdout.split()[0])[:2]
+    proc = host_b_lab.run(
         [
             "sbatch",
             "--parsable",
@@ -89,15 +89,15 @@ def test_owner_requeue_never_lands_on_the_failed_node(slurm_lab: SlurmLab, exp: 
     # simulation, is neither running nor ended).
     try:
         wait_for_text(exp / "logs" / f"job-{job_id}.out", "run restart=1", 240)
-        rec = slurm_lab.wait_job(job_id, timeout=120)
+        rec = host_b_lab.wait_job(job_id, timeout=120)
         log = (exp / "logs" / f"job-{job_id}.out").read_text()
         assert rec.get("JobState") == "COMPLETED", (rec, log)
         assert "drained: False" in log  # an owner may not drain
         bad = pinned[1]
         assert rec["ExcNodeList"] == bad
-        assert bad not in slurm_lab.hostnames(rec["NodeList"])
-        assert pinned[0] in slurm_lab.hostnames(rec["NodeList"])
+        assert bad not in host_b_lab.hostnames(rec["NodeList"])
+        assert pinned[0] in host_b_lab.hostnames(rec["NodeList"])
         state = next((exp / "logs").glob("*.state")).read_text()
         assert f"(excluded {bad})" in state
     finally:
-        slurm_lab.run(["scancel", job_id])
+        host_b_lab.run(["scancel", job_id])

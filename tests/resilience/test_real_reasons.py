@@ -23,26 +23,26 @@ LONG = "launcher.args=[--steps, '100000', --checkpoint-every, '1000', --sleep, '
 
 
 def test_operator_requeue_and_scancel_leave_their_reasons(
-    slurm_lab: SlurmLab, tmp_path: Path
+    host_b_lab: SlurmLab, tmp_path: Path
 ) -> None:
     quick = (LONG, "resilience.save_before_timeout_s=0")
-    requeued = submit(slurm_lab, tmp_path, *quick, "storage.run_id=requeued")
-    cancelled = submit(slurm_lab, tmp_path, *quick, "storage.run_id=cancelled")
+    requeued = submit(host_b_lab, tmp_path, *quick, "storage.run_id=requeued")
+    cancelled = submit(host_b_lab, tmp_path, *quick, "storage.run_id=cancelled")
     logs = tmp_path / "logs"
     for job_id in (requeued, cancelled):
         # the runtime handles TERM once it printed the launch
         wait_for_text(logs / f"quickstart_{job_id}.out", "slurmfm: launch: ", 180)
 
-    assert slurm_lab.run(["scontrol", "requeue", requeued]).returncode == 0
-    assert slurm_lab.run(["scancel", cancelled]).returncode == 0
+    assert host_b_lab.run(["scontrol", "requeue", requeued]).returncode == 0
+    assert host_b_lab.run(["scancel", cancelled]).returncode == 0
 
     state = wait_for_text(logs / f"quickstart_{cancelled}.state", " event=stop ", 60)
     assert (
         " restart=0 event=stop cancelled (scancel by the owner or an admin) "
         "(Slurm: JobState=COMPLETING Reason=None Restarts=0)"
     ) in state, state
-    assert wait_done(slurm_lab, cancelled, timeout=60)["JobState"] == "CANCELLED"
-    st = slurm_lab.slurmfm("status", cancelled)
+    assert wait_done(host_b_lab, cancelled, timeout=60)["JobState"] == "CANCELLED"
+    st = host_b_lab.slurmfm("status", cancelled)
     assert st.returncode == 0, st.stderr
     assert "last stop" in st.stdout
     assert "cancelled (scancel by the owner or an admin)" in " ".join(st.stdout.split())
@@ -61,7 +61,7 @@ def test_operator_requeue_and_scancel_leave_their_reasons(
     assert "scontrol: requeued at " in line
     assert line.endswith(", Restarts=1")
     assert " event=requeue " not in state  # the runtime never requeued it itself
-    st = slurm_lab.slurmfm("status", requeued, "--json")
+    st = host_b_lab.slurmfm("status", requeued, "--json")
     assert st.returncode == 0, st.stderr
     info = json.loads(st.stdout)
     assert info["restarts"] == 1
@@ -69,5 +69,5 @@ def test_operator_requeue_and_scancel_leave_their_reasons(
         "requeued by Slurm or an operator (not by slurmfm): the last attempt recorded"
     )
     assert info["last_stop_reason"].startswith("requeued by Slurm or an operator")
-    slurm_lab.run(["scancel", requeued])
-    wait_done(slurm_lab, requeued, timeout=60)
+    host_b_lab.run(["scancel", requeued])
+    wait_done(host_b_lab, requeued, timeout=60)

@@ -229,7 +229,7 @@ def ray_owned(job_id: str) -> list[int]:
     return found
 
 
-def test_vllm_two_nodes_over_real_ray(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+def test_vllm_two_nodes_over_real_ray(host_b_lab: SlurmLab, tmp_path: Path) -> None:
     """The multi-node sequence with real Ray 2.60 (head, a worker given its own address,
     readiness once both are alive; vLLM examples/online_serving/multi-node-serving.sh), a
     stand-in only for `vllm serve` on top: CPU vLLM refuses Ray ("current platform cpu does
@@ -247,11 +247,11 @@ def test_vllm_two_nodes_over_real_ray(slurm_lab: SlurmLab, tmp_path: Path) -> No
     start = [ray_cli, "start", "--head", f"--port={free_port()}", "--node-ip-address=127.0.0.1"]
     start += ["--include-dashboard=false", "--disable-usage-stats"]
     subprocess.run(start, env=other, check=True, capture_output=True, timeout=120)
-    job_id = submit(slurm_lab, tmp_path, recipe)
+    job_id = submit(host_b_lab, tmp_path, recipe)
     try:
-        ep = wait_endpoint(slurm_lab, tmp_path, "real-ray", job_id)
+        ep = wait_endpoint(host_b_lab, tmp_path, "real-ray", job_id)
         info = get_json(ep["url"] + "/standin/info")
-        order = job_nodes(slurm_lab, job_id)
+        order = job_nodes(host_b_lab, job_id)
         assert info["ray_nodes"] == 2, info
         assert info["node"] == ep["nodes"].split()[0]
         # real Ray's own record of its nodes: both alive, each at its Slurm NodeAddr as Ray
@@ -265,7 +265,7 @@ def test_vllm_two_nodes_over_real_ray(slurm_lab: SlurmLab, tmp_path: Path) -> No
         alive = [n for n in info["ray_node_list"] if n["Alive"]]
         assert len(alive) == 2, info["ray_node_list"]
         assert sorted(n["NodeManagerAddress"] for n in alive) == sorted(
-            as_ray(node_addr(slurm_lab, h)) for h in order
+            as_ray(node_addr(host_b_lab, h)) for h in order
         )
         log = job_log(tmp_path, "real-ray", job_id)
         assert "slurmfm: Ray cluster has 2 nodes; starting the server" in log
@@ -278,7 +278,7 @@ def test_vllm_two_nodes_over_real_ray(slurm_lab: SlurmLab, tmp_path: Path) -> No
             assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
             assert list((d / "r").glob("session_*")), sorted(d.rglob("*"))[:20]
     finally:
-        cancel_and_wait(slurm_lab, job_id)
+        cancel_and_wait(host_b_lab, job_id)
     try:
         wait_until("the job's own Ray stopped", lambda: not ray_owned(job_id), 60)
         wait_until(
