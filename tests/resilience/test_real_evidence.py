@@ -38,6 +38,10 @@ EVID = OwnLab("evidence", ctld_port=19117, slurmd_port=17181, nodes=4)
 # loaded machine) run on two workers.
 EVID2 = OwnLab("evidence2", ctld_port=19137, slurmd_port=17161, nodes=4)
 FAULTS = Path(__file__).resolve().parent / "train_faults.py"
+# One torch worker per node: the faults are torch's across nodes (an import error on one node,
+# a killed worker, a hang in all_reduce, a failed save), and each worker is about 5 s of CPU on
+# the lab's two shared cores. The quickstart's two per node stay in tests/e2e/test_quickstart.py.
+ONE_PER_NODE = "resources.procs_per_node=1"
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +70,7 @@ def test_import_error_on_one_node_fails_at_once_naming_the_error_and_the_node(
     job_id = submit(
         ev_lab,
         tmp_path,
+        ONE_PER_NODE,
         f"launcher.script={FAULTS}",
         "env.TEST_FAULT=import:1",
         "resilience.max_restarts=3",
@@ -101,6 +106,7 @@ def test_failure_after_progress_is_retried_inside_the_allocation_and_resumes(
     job_id = submit(
         ev_lab,
         tmp_path,
+        ONE_PER_NODE,
         f"launcher.script={FAULTS}",
         f"env.TEST_FAULT={fault}:12:{tmp_path / 'fault-once'}",
         "resilience.max_restarts=2",
@@ -131,6 +137,7 @@ def test_failed_pre_timeout_save_is_recorded_as_failed(ev2_lab: SlurmLab, tmp_pa
     job_id = submit(
         ev2_lab,
         tmp_path,
+        ONE_PER_NODE,
         f"launcher.script={FAULTS}",
         "env.TEST_FAULT=save",
         "resilience.max_restarts=2",
@@ -217,6 +224,7 @@ def test_a_rank_hanging_in_all_reduce_is_caught_stacks_dumped_and_retried(
     job_id = submit(
         ev_lab,
         tmp_path,
+        ONE_PER_NODE,
         f"launcher.script={FAULTS}",
         f"env.TEST_FAULT=hang:12:{tmp_path / 'fault-once'}",
         f"resilience.hang_timeout={timeout}s",
@@ -281,6 +289,7 @@ def test_a_kill_of_the_runtime_is_recorded_and_the_job_requeued(
     job_id = submit(
         ev2_lab,
         tmp_path,
+        ONE_PER_NODE,
         *FAST,
         "resilience.max_restarts=2",
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2']",
@@ -333,6 +342,7 @@ def test_a_node_failing_the_gate_at_the_restart_is_swapped_for_the_spare_without
         f"storage.log_dir={tmp_path}/logs",
         f"launcher.script={FAULTS}",
         f"env.TEST_FAULT=raise:12:{mark}",
+        ONE_PER_NODE,
         "resources.spare_nodes=1",
         "resilience.health_gate=on",
         "resilience.dcgm_level=1",
@@ -364,11 +374,11 @@ def test_a_node_failing_the_gate_at_the_restart_is_swapped_for_the_spare_without
         (swap,) = [x for x in state.splitlines() if " event=spare " in x]
         assert f"health gate failed on {victim}: {victim} replaced by spare {spare}" in swap
         assert len([x for x in state.splitlines() if " event=relaunch " in x]) == 1, state
-        # the spare took node rank 0; the healthy node kept its rank; the world is still 4
+        # the spare took node rank 0; the healthy node kept its rank; the world is still 2
         assert sorted((e["node_rank"], e["node"]) for e in second) == sorted(
             (e["node_rank"], spare if e["node"] == victim else e["node"]) for e in first
         )
-        assert {e["world_size"] for e in ranks} == {4}
+        assert {e["world_size"] for e in ranks} == {2}
         assert [e["step"] for e in events(log) if e["event"] == "resume"] == [10]
         assert [e["steps"] for e in events(log) if e["event"] == "done"] == [total]
         node = parse_scontrol_record(ev_lab.run(["scontrol", "-o", "show", "node", victim]).stdout)

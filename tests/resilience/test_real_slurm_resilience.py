@@ -138,6 +138,7 @@ def test_time_limit_save_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> 
     job_id = submit(
         resil_lab,
         tmp_path,
+        "resources.procs_per_node=1",  # one torch worker per node: ~5 s of CPU each
         "resources.time_limit=2",
         "resilience.save_before_timeout_s=75",
         "resilience.max_restarts=6",
@@ -239,6 +240,7 @@ def test_node_death_requeue_resume(resil_lab: SlurmLab, tmp_path: Path) -> None:
     job_id = submit(
         resil_lab,
         tmp_path,
+        "resources.procs_per_node=1",  # one torch worker per node: ~5 s of CPU each
         "resilience.save_before_timeout_s=0",
         f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', --sleep, '0.2']",
     )
