@@ -196,7 +196,7 @@ class Batch:
         else:
             argv = sl.srun_per_node(comp.nodes, comp.group)
         if overlap:
-            argv.append("--overlap")
+            argv.extend(sl.OVERLAP)
         return argv + list(cmd)
 
     def component(self, argv: Sequence[str]) -> hetjob.Component | None:
@@ -875,10 +875,6 @@ class Batch:
         self.hung = "no progress for %d s (last: %s)" % (h.idle_s(), h.what)
         log("hang: %s; dumping the workers' stacks, then stopping the step" % self.hung, True)
         cmd = self.all_nodes_srun("stacks", overlap=True)
-        # --overlap shares the CPUs only; memory is the launch step's unless the step asks for
-        # none of its own (seen on the lab: "Memory required by task is not available";
-        # https://slurm.schedmd.com/srun.html#OPT_mem: 0 grants the job's memory).
-        cmd.insert(cmd.index("--overlap") + 1, "--mem=0")
         _, out = self.run(cmd, self.o.probe_timeout_s)
         sys.stdout.write(out if out.endswith("\n") or not out else out + "\n")
         sys.stdout.flush()
@@ -976,7 +972,11 @@ class Batch:
         if rc != 0 and not self.signalled and not o.hyperpod:
             if sl.controller_up(self.run):
                 spare = list(self.pool.spares) if self.pool is not None else []
-                dead = sl.probe(self.order + spare, self.run, o.probe_timeout_s)
+                found = sl.probe(self.order + spare, self.run, o.probe_timeout_s)
+                dead = found.dead
+                if found.unknown:
+                    why = found.unknown
+                    log("the node probe did not start (%s); not judging the nodes" % why, True)
             else:
                 self.ctld_away = True
                 log("slurmctld does not answer; not judging the nodes", err=True)

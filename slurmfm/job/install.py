@@ -32,8 +32,14 @@ import stat
 
 # The program every step runs (the batch script shows it once, as ``slurmfm_checked``). No
 # single quote in it: the script carries it in single quotes, readable as written here.
+# A launch task (``node``) ignores USR2 from its first statement: srun passes the save signal
+# to every process of the step (https://slurm.schedmd.com/srun.html#SECTION_SIGNALS-AND-ESCAPE-SEQUENCES),
+# and a task still importing the runtime would die of it (seen on the lab under load, "task
+# 1: User defined signal 2"), ending the step mid-save through --kill-on-bad-exit.
 CHECKED = """\
-import hashlib, os, runpy, stat, sys
+import hashlib, os, runpy, signal, stat, sys
+if sys.argv[1:2] == ["node"]:  # a launch task: the save signal is for its training processes
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
 f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
@@ -84,9 +90,9 @@ def cleanup_steps(env: dict[str, str], runtime: str) -> list[list[str]]:
         ]
     else:
         groups = [(None, env.get("SLURM_JOB_NUM_NODES", "1") or "1")]
-    from .slurm import srun_per_node  # here: fsafe (and so the CLI) imports this module
+    from .slurm import OVERLAP, srun_per_node  # here: fsafe (and so the CLI) imports this module
 
     out = []
     for group, n in groups:
-        out.append([*srun_per_node(n, group), "--overlap", "rm", "-f", runtime])
+        out.append([*srun_per_node(n, group), *OVERLAP, "rm", "-f", runtime])
     return out

@@ -302,6 +302,11 @@ def run_launcher(
     signal.signal(signal.SIGUSR2, on_usr2)
     signal.signal(signal.SIGTERM, on_term)
     rc = exit_code(child.wait())
+    # Ignored again, not left to Python's handler: at exit the interpreter puts SIG_DFL back
+    # for a signal with a Python handler (CPython Modules/signalmodule.c, _PySignal_Fini), so
+    # a resent save signal would kill this task while it exits 0, after its workers (seen
+    # on the lab: a node whose ranks had finished ended by "User defined signal 2").
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     if watch is not None:
         watch.finish(rc)
     return rc

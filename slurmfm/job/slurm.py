@@ -228,29 +228,62 @@ def srun_per_node(nodes: int | str, het_group: int | None = None) -> list[str]:
     return ["srun", *het, "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1"]
 
 
-def probe(nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60.0) -> list[str]:
+# A step of the runtime's own beside the launch (the probe, the observe agent, the save-signal
+# forwarder, the stack dump). --overlap shares the launch step's CPUs only: with memory as a
+# consumable resource (CR_*_Memory) a step that asks for the default memory while the launch
+# step holds it, or is still being torn down after a failure, is refused at once with "Unable
+# to create step for job N: Memory required by task is not available" (seen on the lab,
+# 22.05). --mem=0 grants the step the job's memory instead of a share of its own
+# (https://slurm.schedmd.com/srun.html#OPT_overlap, https://slurm.schedmd.com/srun.html#OPT_mem).
+OVERLAP = ("--overlap", "--mem=0")
+
+# srun's words when slurmctld refused the step itself (SchedMD/slurm:src/srun/launch.c,
+# libsrun/launch.c before 23.02: "Unable to create step for job %u: %m"; an error that is not
+# a busy-resources one is not retried, whatever --immediate allows): no task ran, so no node
+# was asked.
+NOT_CREATED = "Unable to create step"
+
+
+class Probe(NamedTuple):
+    """What one probe step found: the nodes that did not answer, or, when the step could not
+    be created at all, Slurm's reason in ``unknown`` (and no node judged)."""
+
+    dead: list[str]
+    unknown: str = ""
+
+
+def probe(nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60.0) -> Probe:
     """The nodes that did NOT answer one parallel step (one timeout, whatever the count).
 
     Each task prints its node name; ``--no-kill`` keeps the step running when a node cannot
-    be reached, so every node that answers is heard from.
+    be reached, so every node that answers is heard from. A step slurmctld refused says
+    nothing about the nodes: it once made the runtime set both nodes of a job DOWN (and Slurm
+    then requeued the job for a node failure) because the probe asked for memory the failed
+    launch step still held. Such a probe judges no node; its reason is returned instead.
     """
     if not nodes:
-        return []
+        return Probe([])
     _rc, out = run(
         [
             *srun_per_node(len(nodes)),
             "--no-kill",
             "--kill-on-bad-exit=0",
             "--nodelist=" + ",".join(nodes),
-            "--overlap",
+            *OVERLAP,
             "--immediate=%d" % max(1, int(timeout_s)),
             "printenv",
             "SLURMD_NODENAME",
         ],
         timeout_s,
     )
-    answered = {w.strip() for w in out.split()}
-    return [h for h in nodes if h not in answered]
+    # A task's answer is a line of its own; srun's error lines name nodes too ("Task launch
+    # for StepId=... failed on node n2: ..."), which must not count as that node answering.
+    answered = {line.strip() for line in out.splitlines()}
+    dead = [h for h in nodes if h not in answered]
+    refused = [line.strip() for line in out.splitlines() if NOT_CREATED in line]
+    if dead and refused and len(dead) == len(nodes):
+        return Probe([], refused[-1])
+    return Probe(dead)
 
 
 def hostnames(nodelist: str, run: Runner = run_command, timeout_s: float = 30.0) -> list[str]:

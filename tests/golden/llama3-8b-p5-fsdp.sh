@@ -87,7 +87,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=0cc124690d6e6330601c70c2d767d38498ab78020fad1d886135e0384d87fa3a
+export SLURMFM_RUNTIME_SHA=c2cad1aea3c10f7de44598716112692fef35419138fcc6b5951f5f3124e558f3
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -95,7 +95,9 @@ tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
 sbcast --force "$slurmfm_extracted" "$SLURMFM_RUNTIME"
 rm -f "$slurmfm_extracted"
-slurmfm_checked='import hashlib, os, runpy, stat, sys
+slurmfm_checked='import hashlib, os, runpy, signal, stat, sys
+if sys.argv[1:2] == ["node"]:  # a launch task: the save signal is for its training processes
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
 f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
@@ -130,4 +132,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   /fsx/awsome-distributed-training/3.test_cases/pytorch/FSDP/src/train.py \
   '--model_type=llama_v3' '--num_layers=32' '--hidden_width=4096' '--intermediate_size=14336' '--num_heads=32' '--num_key_value_heads=8' '--max_context_width=8192' '--tokenizer=meta-llama/Meta-Llama-3-8B' '--dataset=/fsx/data/c4/en' '--dataset_config_name=en' '--train_batch_size=2' '--val_batch_size=2' '--max_steps=20000' '--validation_freq=500' '--sharding_strategy=full' '--offload_activations=1' '--activation_checkpointing=1' '--bf16=1' '--lr=3.0e-4' '--weight_decay=0.1' '--warmup_steps=2000' '--checkpoint_dir=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--resume_from_checkpoint=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--checkpoint_freq=1000'
 
-# slurmfm-runtime sha256=0cc124690d6e6330601c70c2d767d38498ab78020fad1d886135e0384d87fa3a <base64 zipapp of slurmfm/job, 128680 chars>
+# slurmfm-runtime sha256=c2cad1aea3c10f7de44598716112692fef35419138fcc6b5951f5f3124e558f3 <base64 zipapp of slurmfm/job, 130160 chars>

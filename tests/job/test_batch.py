@@ -61,8 +61,10 @@ class Slurm:
         admin: bool = True,
         job: str = "JobId=77 JobState=PENDING ReqNodeList=(null) ExcNodeList=(null)",
         sacct: tuple[int, str] = (1, "Slurm accounting storage is disabled"),
+        probe: str | None = None,
     ) -> None:
         self.dead = set(dead)
+        self.probe = probe  # what the probe step prints instead of the names that answered
         self.ctld = ctld
         self.health = health
         self.admin = admin  # False: a job owner, who may not drain or down a node
@@ -83,6 +85,8 @@ class Slurm:
             return (0, "Slurmctld(primary) at c is UP") if self.ctld else (1, "DOWN")
         if a[:2] == ["scontrol", "requeue"]:
             return (0, "") if self.ctld else (1, "Unable to contact slurm controller")
+        if a[0] == "srun" and "printenv" in a and self.probe is not None:
+            return 1, self.probe
         if a[0] == "srun" and "printenv" in a:
             return 1, "\n".join(h for h in ("n1", "n2") if h not in self.dead)
         if a[0] == "srun" and "health" in a:
@@ -283,6 +287,25 @@ def test_dead_node_is_downed_and_the_job_requeues(tmp_path: Path) -> None:
         ]
     ]
     assert state(tmp_path)[-1] == "event=requeue step failed with exit 1; unresponsive: n2"
+
+
+def test_a_probe_step_slurm_refused_downs_no_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seen on the lab under load: the probe asked for memory the failed launch step still
+    held; srun's refusal named no node, and the runtime downed both nodes of its own job
+    (Slurm then requeued it for a node failure, past the restart cap). A refused probe judges
+    no node; the job requeues for the step's failure alone and the log says why."""
+    refused = (
+        "srun: error: Unable to create step for job 77: Memory required by task is not available"
+    )
+    slurm = Slurm(probe=refused + "\n")
+    assert go(make(tmp_path, Step(1), slurm)) == 0
+    assert not [c for c in slurm.calls if c[:2] == ["scontrol", "update"]]
+    assert state(tmp_path)[-1] == "event=requeue step failed with exit 1"
+    assert f"the node probe did not start ({refused}); not judging the nodes" in (
+        capsys.readouterr().err
+    )
 
 
 def test_slurmctld_away_no_node_judged_and_requeue_failure_recorded(tmp_path: Path) -> None:
@@ -692,7 +715,7 @@ def test_container_launch_gets_the_forward_from_one_host_step(tmp_path: Path) ->
         b.forward_signal()
     assert step.signals == []
     per_node = sl.srun_per_node(2)  # one task on each of the job's 2 nodes, beside the launch
-    assert started == [[*per_node, "--overlap", *install.argv(), "forward", "--signal", "TERM"]]
+    assert started == [[*per_node, *sl.OVERLAP, *install.argv(), "forward", "--signal", "TERM"]]
     b.cleanup()  # the step ended: a forward step still running is ended with it
     assert fwd_step.done
 

@@ -86,6 +86,39 @@ def test_rank_inserted_usr2_ignored_and_term_forwarded(tmp_path: Path) -> None:
     assert (tmp_path / "worker").read_text() == "SIGTERM"
 
 
+# The node task after its launcher has ended, as it exits: a save signal Slurm resends to the
+# step then (the batch step repeats it every resignal_s) must not kill it. The finalizer runs
+# during interpreter shutdown, where CPython restores SIG_DFL for Python-handled signals.
+AFTER_LAUNCH = r"""
+import builtins, os, signal, sys, time
+from slurmfm.job import node
+rc = node.run_launcher([sys.executable, "-c", "pass"], "none", dict(os.environ))
+class Late:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.1)
+        os.write(1, b"survived\n")
+builtins._late = Late()
+sys.exit(rc)
+"""
+
+
+def test_a_node_task_outlives_a_save_signal_while_it_exits() -> None:
+    """Seen on the lab under load: a node whose ranks had all finished was still exiting
+    when the save signal came; the task died of USR2 (exit 140) and srun's
+    --kill-on-bad-exit cut rank 0's save short."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_LAUNCH],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, "survived\n"), done.stderr
+
+
 def test_node_not_in_order(tmp_path: Path) -> None:
     env = {
         **os.environ,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -184,10 +185,12 @@ def zipapp(path: Path, body: str = "import sys; print('ran', sys.argv[1:])") -> 
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_checked(path: Path, sha: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_checked(
+    path: Path, sha: str, cwd: Path | None = None, sub: str = "node"
+) -> subprocess.CompletedProcess[str]:
     """The program exactly as a step runs it: ``python3 -I -c CHECKED SUBCOMMAND ...``."""
     return subprocess.run(
-        [sys.executable, *install.argv()[1:], "node", "--x"],
+        [sys.executable, *install.argv()[1:], sub, "--x"],
         env={"SLURMFM_RUNTIME": str(path), "SLURMFM_RUNTIME_SHA": sha},
         cwd=cwd,
         capture_output=True,
@@ -210,6 +213,26 @@ def test_a_private_intact_copy_runs_with_its_subcommand(sticky: Path) -> None:
     done = run_checked(rt, zipapp(rt))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ran ['node', '--x']"
+
+
+# The runtime's first statement is a save signal sent to its own process: what a launch task
+# gets when srun passes USR2 to the step before the runtime is imported.
+EARLY_SIGNAL = "import os, signal; os.kill(os.getpid(), signal.SIGUSR2); print('survived')"
+
+
+@pytest.mark.parametrize(("sub", "survives"), [("node", True), ("observe", False)])
+def test_a_launch_task_ignores_the_save_signal_before_the_runtime_runs(
+    sticky: Path, sub: str, survives: bool
+) -> None:
+    """A launch task still starting (importing the runtime, slow on a loaded node) must not
+    die of the save signal meant for its training processes; other steps keep the default
+    (none of them is the launch step srun signals)."""
+    rt = sticky / "slurmfm-42-AbCdEfGhIj"
+    done = run_checked(rt, zipapp(rt, EARLY_SIGNAL), sub=sub)
+    if survives:
+        assert (done.returncode, done.stdout) == (0, "survived\n"), done.stderr
+    else:
+        assert done.returncode == -signal.SIGUSR2
 
 
 @pytest.mark.parametrize("spoil", ["sha", "owner", "mode", "link", "hardlink"])
@@ -286,6 +309,7 @@ def test_one_cleanup_step_per_component() -> None:
             "--ntasks=3",
             "--ntasks-per-node=1",
             "--overlap",
+            "--mem=0",
             "rm",
             "-f",
             "/tmp/x",

@@ -65,12 +65,30 @@ def test_probe_is_one_parallel_step_with_one_timeout() -> None:
     """Node probes after a failure: one srun over all nodes, not one per node."""
     nodes = [f"n{i}" for i in range(1000)]
     run = Fake((1, "\n".join(n for n in nodes if n not in ("n7", "n999"))))
-    assert sl.probe(nodes, run, timeout_s=60) == ["n7", "n999"]
+    assert sl.probe(nodes, run, timeout_s=60) == (["n7", "n999"], "")
     assert len(run.calls) == 1
     argv = run.calls[0]
     assert argv[0] == "srun"
     assert "--nodes=1000" in argv
     assert "--no-kill" in argv
+    # beside a launch step that holds (or is still freeing) the job's memory
+    assert argv[argv.index("--overlap") + 1] == "--mem=0"
+
+
+REFUSED = "srun: error: Unable to create step for job 7: Memory required by task is not available"
+
+
+def test_a_probe_slurmctld_refused_judges_no_node() -> None:
+    """A probe step that was never created asked no node: it must not name them all dead
+    (the runtime would DOWN every node of its job, and Slurm requeue it for a node failure);
+    Slurm's reason comes back instead. Nodes that did not answer a step that ran are dead."""
+    found = sl.probe(["n1", "n2"], Fake((1, REFUSED + "\n")), timeout_s=60)
+    assert found == ([], REFUSED)
+    found = sl.probe(["n1", "n2"], Fake((1, "n1\nsrun: error: Task launch failed on node n2")))
+    assert found == (["n2"], "")
+    # a timeout or silence without Slurm's refusal: every node is unheard from
+    assert sl.probe(["n1", "n2"], Fake((124, "srun timed out after 60 s"))) == (["n1", "n2"], "")
+    assert sl.probe([], Fake()) == ([], "")
 
 
 def test_controller_ping() -> None:

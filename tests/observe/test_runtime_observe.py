@@ -85,6 +85,7 @@ def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Pa
             "--ntasks=2",
             "--ntasks-per-node=1",
             "--overlap",
+            "--mem=0",
             *install.argv(),
             "observe",
         ]
