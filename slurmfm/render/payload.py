@@ -24,12 +24,10 @@ from pathlib import Path
 
 MARK = "# slurmfm-runtime"
 PACKAGE = "slurmfm_job"  # the package's name inside the zip (relative imports only)
+# The per-node entry ignores the save signal from its first instant: the checked program every
+# step runs does that before it reads this file (slurmfm.job.install.CHECKED).
 _MAIN = (
-    "import signal, sys\n"
-    "# The per-node entry must survive the save signal from its first instant (Slurm sends the\n"
-    "# USR2 given to srun to every process of the step); it forwards it on its own terms.\n"
-    "if sys.argv[1:2] == ['node']:\n"
-    "    signal.signal(signal.SIGUSR2, signal.SIG_IGN)\n"
+    "import sys\n"
     "if sys.version_info < (3, 8):\n"
     "    sys.exit('slurmfm: the job runtime needs python3 >= 3.8, found ' + sys.version)\n"
     f"from {PACKAGE}.cli import main\n"

@@ -81,7 +81,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=c2cad1aea3c10f7de44598716112692fef35419138fcc6b5951f5f3124e558f3
+export SLURMFM_RUNTIME_SHA=97a8ea8a62ce5beb3218d43a8b3b5094b61d87e0b341ea2a62761bd60552b3b6
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -166,4 +166,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=c2cad1aea3c10f7de44598716112692fef35419138fcc6b5951f5f3124e558f3 <base64 zipapp of slurmfm/job, 130160 chars>
+# slurmfm-runtime sha256=97a8ea8a62ce5beb3218d43a8b3b5094b61d87e0b341ea2a62761bd60552b3b6 <base64 zipapp of slurmfm/job, 129956 chars>
