@@ -28,6 +28,20 @@ ensure_debs() {
 # ensure_venv EXTRAS: create $SLURMFM_VENV (default .venv) if needed, install slurmfm with
 # EXTRAS (e.g. "test") and CPU torch, then put the venv first on PATH. Jobs inherit PATH from
 # the submitting shell (sbatch --export=ALL), so their python3 is this venv's.
+# pip_install PYTHON ARGS...: pip install, quietly. With PYTHONPYCACHEPREFIX set (the test run
+# sets it, scripts/run-tests) Python reads bytecode only under that prefix, never the files
+# pip compiles beside the sources, so pip skips compiling (~55 s of CPU for torch and the
+# test dependencies); the modules a run imports are compiled once, into the prefix.
+pip_install() {
+  local py=$1
+  shift
+  if [[ -n ${PYTHONPYCACHEPREFIX:-} ]]; then
+    "$py" -m pip install -q "$@" --no-compile
+  else
+    "$py" -m pip install -q "$@"
+  fi
+}
+
 ensure_venv() {
   local extras=$1 venv=${SLURMFM_VENV:-$PWD/.venv} spec=.
   if [[ ! -x $venv/bin/python ]]; then
@@ -58,13 +72,13 @@ ensure_venv() {
     echo "setup: $venv already has slurmfm${extras:+[$extras]} and torch (CPU); nothing to install (rm $venv/.slurmfm-setup* to force)" >&2
   else
     echo "setup: installing slurmfm${extras:+[$extras]} and torch (CPU) into $venv" >&2
-    "$venv/bin/python" -m pip install -q --upgrade pip
+    pip_install "$venv/bin/python" --upgrade pip
     # torch first: a test dependency (lightning) requires torch, and pip would satisfy that with
     # PyPI's CUDA build (several GB) when no torch is installed yet.
     ensure_cpu_torch "$venv/bin/python"
     # setuptools warns that an editable install lets same-named folders shadow the package
     # (BuildBackendWarning, ~10 lines): noise before every quickstart's output, nothing to act on
-    PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install -q -e "$spec"
+    PYTHONWARNINGS=ignore pip_install "$venv/bin/python" -e "$spec"
     printf '%s\n' "$want" >"$venv/.slurmfm-setup${extras:+-$extras}"
   fi
   export VIRTUAL_ENV=$venv
@@ -83,16 +97,16 @@ ensure_cpu_torch() {
   local py=$1 ver=${SLURMFM_TORCH_VERSION:-2.13.0} wheels=${SLURMFM_WHEELS:-/opt/wheels} tag whl
   if "$py" -c "import sys, torch; sys.exit(torch.__version__ != '$ver+cpu')" 2>/dev/null; then
     echo "setup: torch $ver+cpu already installed" >&2
-    "$py" -m pip install -q numpy
+    pip_install "$py" numpy
     return 0
   fi
   tag=$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
   whl=$(compgen -G "$wheels/torch-$ver+cpu-$tag-$tag-*x86_64.whl" | head -n 1 || true)
   if [[ -n $whl ]]; then
     echo "setup: torch $ver CPU build from the local file $whl (not downloaded)" >&2
-    "$py" -m pip install -q "$whl" numpy
+    pip_install "$py" "$whl" numpy
   else
     echo "setup: downloading torch $ver CPU build (~190 MB) from https://download.pytorch.org/whl/cpu" >&2
-    "$py" -m pip install -q --extra-index-url https://download.pytorch.org/whl/cpu "torch==$ver+cpu" numpy
+    pip_install "$py" --extra-index-url https://download.pytorch.org/whl/cpu "torch==$ver+cpu" numpy
   fi
 }

@@ -13,16 +13,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def fake_venv(tmp: Path) -> tuple[Path, Path]:
     """A venv whose python logs every call; ``-m pip`` does nothing, ``-c`` runs this test's
-    Python (which has slurmfm and torch), so ensure_venv's checks see a complete install."""
+    Python (which has slurmfm), so ensure_venv's checks see a complete install. Its ``torch``
+    is a module with the CPU build's version and nothing else: the subject is the set-up's
+    bookkeeping, and each real torch import costs seconds of CPU (ensure_venv makes two)."""
     venv = tmp / "venv"
     (venv / "bin").mkdir(parents=True)
+    fake = tmp / "fake-torch"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text('__version__ = "2.13.0+cpu"\n')
     log = tmp / "calls.log"
     py = venv / "bin" / "python"
     py.write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {log}\n'
         'if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then exit 0; fi\n'
-        f'exec {sys.executable} "$@"\n'
+        f'PYTHONPATH={fake}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n'
     )
     py.chmod(0o755)
     return venv, log
@@ -55,6 +60,22 @@ def test_a_second_setup_installs_nothing(tmp_path: Path) -> None:
     # What an install depends on changed (here the torch version): installed again.
     ensure_venv(venv, "", SLURMFM_TORCH_VERSION="9.9.9")
     assert pip_calls(log)
+
+
+def test_pip_compiles_no_bytecode_that_a_pycache_prefix_would_hide(tmp_path: Path) -> None:
+    """With PYTHONPYCACHEPREFIX (the test run's) Python reads bytecode only under the prefix:
+    what pip compiles beside the sources is never read, so the install skips it; without
+    one (a user's quickstart) pip compiles as usual."""
+    venv, log = fake_venv(tmp_path)
+    ensure_venv(venv, "", PYTHONPYCACHEPREFIX=str(tmp_path / "pyc"))
+    calls = pip_calls(log)
+    assert calls
+    assert all(c.endswith(" --no-compile") for c in calls), calls
+    venv, log = fake_venv(tmp_path / "user")
+    ensure_venv(venv, "", PYTHONPYCACHEPREFIX="")
+    calls = pip_calls(log)
+    assert calls
+    assert not any("--no-compile" in c for c in calls), calls
 
 
 def test_the_test_install_satisfies_the_quickstart_but_not_the_reverse(tmp_path: Path) -> None:
