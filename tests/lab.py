@@ -105,18 +105,18 @@ NOT_REQUESTED = (
 # is left to start last on a worker that is already busy (longest processing time first).
 # A group not listed counts as short.
 GROUP_SECONDS = {
-    # From a CI simulation (2026-12-03, --durations=0), less what that day's changes took out.
-    "shared-host": 480,
-    "shared-trixie": 460,
-    "resil": 380,
-    "host-b": 270,  # host-only: the README example, owner requeue, reasons, shared FSx, Ray
-    "shared-sid": 260,
-    # torch faults: an ImportError, retries in the job (2), a hang ~120 s, a spare swap ~45 s
-    "evidence": 315,
-    # torch faults: a failed pre-timeout save ~135 s, Megatron's early exit, a killed runtime
-    "evidence2": 225,
+    # From a CI simulation (2026-12-03 afternoon, 5 workers, --durations=0), in test-seconds.
+    "shared-host": 415,
+    "shared-trixie": 390,
+    "resil": 365,
+    "host-b": 305,  # host-only: the README example, owner requeue, reasons, shared FSx, Ray
+    "shared-sid": 290,
     # restart cap ~30 s, slurmctld away ~45 s, late save ~125 s, the gate in the launch ~25 s
-    "resil2": 255,
+    "resil2": 225,
+    # torch faults: an ImportError, retries in the job (2), a hang ~95 s, a spare swap ~35 s
+    "evidence": 165,
+    # torch faults: a failed pre-timeout save ~75 s, Megatron's early exit, a killed runtime
+    "evidence2": 135,
     "simblock-sid": 80,  # select_block vs 26.05: 4 fabrics, ~80 picks, lab up and down
     "sim72-host": 80,
     "sim-host": 60,

@@ -346,8 +346,19 @@ def test_down_leaves_no_daemon_and_no_mount_of_the_lab(down_lab: SlurmLab) -> No
     assert job.returncode == 0, job.stderr
     assert _marked_pids(down_lab.lab_dir)
     assert _mounts_naming(down_lab.lab_dir), "up mounts the lab dir into the chroot"
+    # `build` (run-tests builds the chroots while pip installs) leaves a running lab as it is
+    built = DOWN.command("build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert _mounts_naming(down_lab.lab_dir), built.stdout + built.stderr
+    assert down_lab.run(["squeue", "-h", "-j", job.stdout.strip()]).stdout.strip()
     down = DOWN.command("down")
     assert down.returncode == 0, down.stdout + down.stderr
+    assert _marked_pids(down_lab.lab_dir) == []
+    assert _mounts_naming(down_lab.lab_dir) == []
+    # and of a stopped lab, it mounts what the chroot's apt needs, then nothing is left
+    built = DOWN.command("build")
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "nothing started, nothing mounted" in built.stdout
     assert _marked_pids(down_lab.lab_dir) == []
     assert _mounts_naming(down_lab.lab_dir) == []
 
