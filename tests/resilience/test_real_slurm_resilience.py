@@ -456,9 +456,9 @@ def test_restart_cap_ends_failed_with_its_reason(resil2_lab: SlurmLab, tmp_path:
     rec = wait_done(resil2_lab, job_id, timeout=300)
     log = (tmp_path / "logs" / f"quickstart_{job_id}.out").read_text()
     assert rec["JobState"] == "FAILED", log[-3000:]
-    assert rec["ExitCode"] != "0:0"
-    assert int(rec["Restarts"]) == 1
     state = (tmp_path / "logs" / f"quickstart_{job_id}.state").read_text()
+    assert rec["ExitCode"] != "0:0"
+    assert int(rec["Restarts"]) == 1, state + log[-3000:]
     assert "restart=0 event=requeue step failed with exit 1" in state, state
     assert "restart=1 event=give-up restart cap 1 reached: step failed with exit 1" in state
     st = resil2_lab.slurmfm("status", job_id, "--json")
