@@ -237,10 +237,10 @@ def srun_per_node(nodes: int | str, het_group: int | None = None) -> list[str]:
 # (https://slurm.schedmd.com/srun.html#OPT_overlap, https://slurm.schedmd.com/srun.html#OPT_mem).
 OVERLAP = ("--overlap", "--mem=0")
 
-# srun's words when slurmctld refused the step itself (SchedMD/slurm:src/srun/launch.c,
-# libsrun/launch.c before 23.02: "Unable to create step for job %u: %m"; an error that is not
-# a busy-resources one is not retried, whatever --immediate allows): no task ran, so no node
-# was asked.
+# srun's words when slurmctld refused the step itself ("Unable to create step for job %u: %m",
+# SchedMD/slurm:src/srun/launch.c, src/srun/libsrun/launch.c in older releases; an error that
+# is not a busy-resources one is not retried, whatever --immediate allows; seen on 22.05,
+# 24.11 and 26.05: tests/resilience/test_real_probe.py): no task ran, so no node was asked.
 NOT_CREATED = "Unable to create step"
 
 
