@@ -25,9 +25,6 @@ ensure_debs() {
   apt_get install --no-install-recommends "${missing[@]}"
 }
 
-# ensure_venv EXTRAS: create $SLURMFM_VENV (default .venv) if needed, install slurmfm with
-# EXTRAS (e.g. "test") and CPU torch, then put the venv first on PATH. Jobs inherit PATH from
-# the submitting shell (sbatch --export=ALL), so their python3 is this venv's.
 # pip_install PYTHON ARGS...: pip install, quietly. With PYTHONPYCACHEPREFIX set (the test run
 # sets it, scripts/run-tests) Python reads bytecode only under that prefix, never the files
 # pip compiles beside the sources, so pip skips compiling (~55 s of CPU for torch and the
@@ -42,6 +39,9 @@ pip_install() {
   fi
 }
 
+# ensure_venv EXTRAS: create $SLURMFM_VENV (default .venv) if needed, install slurmfm with
+# EXTRAS (e.g. "test") and CPU torch, then put the venv first on PATH. Jobs inherit PATH from
+# the submitting shell (sbatch --export=ALL), so their python3 is this venv's.
 ensure_venv() {
   local extras=$1 venv=${SLURMFM_VENV:-$PWD/.venv} spec=.
   if [[ ! -x $venv/bin/python ]]; then

@@ -34,8 +34,8 @@ import stat
 # single quote in it: the script carries it in single quotes, readable as written here.
 # A launch task (``node``) ignores USR2 from its first statement: srun passes the save signal
 # to every process of the step (https://slurm.schedmd.com/srun.html#SECTION_SIGNALS-AND-ESCAPE-SEQUENCES),
-# and a task still importing the runtime would die of it (seen on the lab under load, "task
-# 1: User defined signal 2"), ending the step mid-save through --kill-on-bad-exit.
+# and a task that dies of it ends the step mid-save through --kill-on-bad-exit (seen on the
+# lab as "task 1: User defined signal 2", there while a task exited: node.run_launcher).
 CHECKED = """\
 import hashlib, os, runpy, signal, stat, sys
 if sys.argv[1:2] == ["node"]:  # a launch task: the save signal is for its training processes

@@ -278,10 +278,11 @@ def probe(nodes: Sequence[str], run: Runner = run_command, timeout_s: float = 60
     )
     # A task's answer is a line of its own; srun's error lines name nodes too ("Task launch
     # for StepId=... failed on node n2: ..."), which must not count as that node answering.
-    answered = {line.strip() for line in out.splitlines()}
+    lines = [line.strip() for line in out.splitlines()]
+    answered = set(lines)
     dead = [h for h in nodes if h not in answered]
-    refused = [line.strip() for line in out.splitlines() if NOT_CREATED in line]
-    if dead and refused and len(dead) == len(nodes):
+    refused = [line for line in lines if NOT_CREATED in line]
+    if refused and len(dead) == len(nodes):
         return Probe([], refused[-1])
     return Probe(dead)
 
