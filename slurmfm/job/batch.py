@@ -90,6 +90,7 @@ class Batch:
         self.step: subprocess.Popen[bytes] | None = None
         self.server: subprocess.Popen[bytes] | None = None
         self.observers: list[subprocess.Popen[bytes]] = []
+        self.agents_started = False
         # Components beyond the first of a heterogeneous job (empty otherwise).
         self.het = hetjob.components(
             getattr(opts, "component", []) or [],
@@ -341,6 +342,14 @@ class Batch:
         return 0, ""
 
     def observe_start(self) -> None:
+        """Start the observability agents (one step for the job's life, one agent per node of
+        every component), without waiting for them: they are not on the way to the launch,
+        which starts first (:meth:`run_step`). Each agent writes its start snapshot before it
+        looks for the stop file (:mod:`.agent`), so even an attempt that ends before the agents
+        are up gets a snapshot from every node, and :meth:`observe_stop` waits for them."""
+        if self.agents_started:
+            return
+        self.agents_started = True
         obs_dir = self.env.get("SLURMFM_OBS_DIR", "")
         try:
             os.makedirs(obs_dir, exist_ok=True)
@@ -351,25 +360,11 @@ class Batch:
         except OSError:
             log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
             return
-        # One agent on every node of every component, each told its own GPU count.
         self.observers = [self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)]
         for comp in self.het:
             env = dict(hetjob.step_env(self.env, comp), SLURMFM_OBS_GPUS=str(comp.gpus))
             argv = self.component_srun(comp, [*install.argv(), "observe"], True)
             self.observers.append(self.popen(argv, env=env))
-        n = int(self.env.get("SLURM_JOB_NUM_NODES", "1") or 1) + sum(c.nodes for c in self.het)
-        deadline = self.clock() + self.o.observe_start_s
-        suffix = "_r%d.json" % self.restart
-        while self.clock() < deadline and all(p.poll() is None for p in self.observers):
-            try:
-                done = [
-                    f for f in os.listdir(obs_dir) if f.startswith("node_") and f.endswith(suffix)
-                ]
-            except OSError:
-                done = []
-            if len(done) >= n:
-                break
-            self.sleep(0.5)
 
     def observe_stop(self) -> None:
         if not self.observers:
@@ -950,6 +945,8 @@ class Batch:
                 if code is not None:
                     return code
                 self.step_started = self.clock()
+            if o.observe:
+                self.observe_start()  # once the launch is on its way (gated: every node passed)
         else:
             log("launch: " + masked(serve_argv, o.secret, self.env))
             self.step, self.server = self.server, None
@@ -1069,8 +1066,8 @@ class Batch:
                 code = self.health_gate([serve_argv, launch_argv])
                 if code is not None:
                     return code
-            if o.observe:
-                self.observe_start()
+            if o.observe and serve_argv:
+                self.observe_start()  # a server takes minutes to be ready: its metrics too
             if serve_argv:
                 code = self.start_server(serve_argv)
                 if code is not None:

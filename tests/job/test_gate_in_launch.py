@@ -66,6 +66,19 @@ class Slurm:
         return 0, ""
 
 
+class Agents:
+    """The agents' step: it ends when asked to (the stop file)."""
+
+    def poll(self) -> int | None:
+        return 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+    def terminate(self) -> None:
+        pass
+
+
 def make(
     tmp: Path, verdicts: dict[str, str], *opts: str, launch: list[str] = LAUNCH
 ) -> tuple[Batch, Launch, Slurm, list[dict[str, Any]]]:
@@ -97,6 +110,9 @@ def make(
         if "node" in argv:
             step.start()
             return step
+        if argv[-1] == "observe":
+            started[-1]["word_sent"] = step.stdin.getvalue()
+            return Agents()
         raise AssertionError(f"a step of its own: {argv}")
 
     ticks = iter(range(10**6))
@@ -122,6 +138,22 @@ def test_healthy_nodes_get_the_word_and_no_step_of_their_own(tmp_path: Path) -> 
     assert launch["env"]["SLURM_STDINMODE"] == "all"
     assert step.stdin.getvalue() == gate.GO
     assert not [c for c in slurm.calls if c[0] == "srun"]
+
+
+@pytest.mark.parametrize("verdict", ["OK", "FAIL no EFA device"])
+def test_the_agents_start_once_every_node_passed_not_before_the_launch(
+    tmp_path: Path, verdict: str
+) -> None:
+    """The agents are not on the way to the launch: their step starts after the launch step,
+    once the word "go" is out; a launch the gate stopped gets none."""
+    b, _step, _, started = make(tmp_path, {"n1": "OK", "n2": verdict}, *GPUS, "--observe", "1")
+    b.main([], LAUNCH)
+    kinds = [s["argv"][-1] if s["argv"][-1] == "observe" else "launch" for s in started]
+    if verdict == "OK":
+        assert kinds == ["launch", "observe"]
+        assert started[1]["word_sent"] == gate.GO
+    else:
+        assert kinds == ["launch"]
 
 
 def test_a_failed_node_is_drained_and_no_task_gets_the_word(tmp_path: Path) -> None:

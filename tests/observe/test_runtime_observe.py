@@ -41,8 +41,9 @@ def render(tmp: Path, **obs: Any) -> str:
 
 
 def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Path) -> None:
-    """The batch step starts one agent per node (an --overlap step), waits for their start
-    snapshots (no longer than its timeout), and asks them to stop through the stop file."""
+    """The batch step starts one agent per node (an --overlap step) without waiting for them
+    (each writes its start snapshot before it reads the stop file), once only, and asks them
+    to stop through the stop file."""
     from slurmfm.job.batch import Batch
     from slurmfm.job.options import BatchOptions
 
@@ -78,6 +79,7 @@ def test_batch_starts_the_agents_beside_the_training_and_stops_them(tmp_path: Pa
     }
     b = Batch(a, env, popen=Agents, clock=lambda: 0.0, sleep=lambda s: None)
     b.observe_start()
+    b.observe_start()  # a relaunch in the same allocation keeps the agents it has
     assert started == [
         [
             "srun",
