@@ -19,7 +19,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .options import (
@@ -28,6 +28,7 @@ from .options import (
     ForwardOptions,
     HealthOptions,
     NodeOptions,
+    Options,
     PrepareOptions,
     TaskOptions,
 )
@@ -156,7 +157,30 @@ def prepare(a: PrepareOptions, env: dict[str, str], out: list[str]) -> int:
     st = StateFile(
         env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env), restart
     )
-    return _prepare(a, env, out, st, restart)
+    runtime = env.get("SLURMFM_RUNTIME", "")
+    if not (a.bytecode and runtime):
+        return _prepare(a, env, out, st, restart, dict)
+    # The copy with bytecode is made and sent to the nodes while the rest of prepare runs
+    # (scontrol, the storage checks): off the way to the launch where the host has a core
+    # to spare.
+    import threading
+
+    made: list[dict[str, str]] = []
+    worker = threading.Thread(target=lambda: made.append(bytecode_copy(runtime, env)))
+    worker.start()
+
+    def joined() -> dict[str, str]:
+        worker.join()
+        return made[0] if made else {}
+
+    rc = _prepare(a, env, out, st, restart, joined)
+    final = joined().get("SLURMFM_RUNTIME", "")
+    if rc != 0 and final:
+        # The job ends here: this host's copy goes now; the nodes' copies stay, private
+        # files in /tmp, as the first copy's do when prepare fails.
+        with contextlib.suppress(OSError):
+            os.unlink(final)
+    return rc
 
 
 def _prepare(
@@ -165,7 +189,10 @@ def _prepare(
     out: list[str],
     st: StateFile,
     restart: int,
+    late: Callable[[], dict[str, str]],
 ) -> int:
+    """Prepare's work; ``late()`` gives the exports of the copy with bytecode, called once
+    everything else is known (:func:`bytecode_copy`)."""
     from . import fsafe, install
     from . import hosts as hs
     from . import slurm as sl
@@ -328,9 +355,34 @@ def _prepare(
             ),
             file=sys.stderr,
         )
+    exports.update(late())
     for k in sorted(exports):
         out.append(f"export {k}={shlex.quote(exports[k])}")
     return 0
+
+
+def bytecode_copy(runtime: str, env: dict[str, str]) -> dict[str, str]:
+    """The exports that make every later step run a copy of the runtime with bytecode
+    (:func:`.install.with_bytecode`), copied to every node by Slurm like the first one; none
+    where it cannot be made or copied (the steps then compile from source, as before)."""
+    from . import install
+    from .health import run_command
+
+    made = install.with_bytecode(runtime, env.get("SLURM_JOB_ID", "") or "job")
+    if made is None:
+        return {}
+    staging, final, sha = made
+    rc, text = run_command(["sbcast", "--force", staging, final], 120)
+    with contextlib.suppress(OSError):
+        os.unlink(staging)
+    if rc != 0:
+        with contextlib.suppress(OSError):
+            os.unlink(final)
+        why = " ".join(text.split())[:200] or "exit %d" % rc
+        msg = "slurmfm: the steps run the runtime without bytecode (sbcast: %s)" % why
+        print(msg, file=sys.stderr)
+        return {}
+    return {"SLURMFM_RUNTIME": final, "SLURMFM_RUNTIME_SHA": sha, install.PLAIN_ENV: runtime}
 
 
 def _launch_argv(p: argparse.ArgumentParser) -> None:
@@ -339,33 +391,41 @@ def _launch_argv(p: argparse.ArgumentParser) -> None:
     p.add_argument("argv", nargs=argparse.REMAINDER)
 
 
-def parser() -> argparse.ArgumentParser:
+# Each subcommand: its options' class (None: none) and its help line.
+_SUBCOMMANDS: dict[str, tuple[type[Options] | None, str | None]] = {
+    "prepare": (PrepareOptions, None),
+    "batch": (BatchOptions, None),
+    "node": (NodeOptions, None),
+    "forward": (
+        ForwardOptions,
+        "signal the workers of this node's launch step, and each new one, until it ends",
+    ),
+    "container-remove": (ContainerRemoveOptions, "remove this node's named container"),
+    "health": (HealthOptions, None),
+    "observe": (None, None),
+    "stacks": (None, "dump and abort this node's training workers (a hang)"),
+    "task": (TaskOptions, None),
+    "whoami": (None, None),
+}
+
+
+def parser(only: str | None = None) -> argparse.ArgumentParser:
     """The runtime's command line; each subcommand's options come from its class in
-    :mod:`.options`, the one declaration the renderer writes them from."""
+    :mod:`.options`, the one declaration the renderer writes them from. ``only``: a
+    subcommand's name, to build that one's parser alone (every step parses one subcommand,
+    and building all ten was a tenth of the per-node entry's start-up); any other value
+    builds them all (help, and the message for an unknown one)."""
     p = argparse.ArgumentParser(prog="slurmfm-runtime", description=__doc__)
     sub = p.add_subparsers(dest="cmd")
     sub.required = True
-    PrepareOptions.add_to(sub.add_parser("prepare"))
-    b = sub.add_parser("batch")
-    BatchOptions.add_to(b)
-    _launch_argv(b)
-    n = sub.add_parser("node")
-    NodeOptions.add_to(n)
-    _launch_argv(n)
-    ForwardOptions.add_to(
-        sub.add_parser(
-            "forward",
-            help="signal the workers of this node's launch step, and each new one, until it ends",
-        )
-    )
-    ContainerRemoveOptions.add_to(
-        sub.add_parser("container-remove", help="remove this node's named container")
-    )
-    HealthOptions.add_to(sub.add_parser("health"))
-    sub.add_parser("observe")
-    sub.add_parser("stacks", help="dump and abort this node's training workers (a hang)")
-    TaskOptions.add_to(sub.add_parser("task"))
-    sub.add_parser("whoami")
+    for name, (options, help_line) in _SUBCOMMANDS.items():
+        if only in _SUBCOMMANDS and name != only:
+            continue
+        s = sub.add_parser(name, help=help_line) if help_line else sub.add_parser(name)
+        if options is not None:
+            options.add_to(s)
+        if name in ("batch", "node"):
+            _launch_argv(s)
     return p
 
 
@@ -375,7 +435,8 @@ def _rest(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    a = parser(words[0] if words else None).parse_args(words)
     env = dict(os.environ)
     if a.cmd == "prepare":
         out: list[str] = []

@@ -168,6 +168,7 @@ class _Prepare(NamedTuple):
     min_free_kb: int = 0
     min_free_gb: str = "0"
     runtime: str = ""
+    bytecode: bool = True
 
 
 class PrepareOptions(_Prepare, Options):
@@ -185,6 +186,7 @@ class PrepareOptions(_Prepare, Options):
         "spare_nodes": "the last K hosts stand by",
         "stripe_layout": "lfs setstripe arguments for the checkpoint directory",
         "min_free_gb": "min_free_kb as the recipe wrote it (for the message)",
+        "bytecode": "the later steps run a copy with bytecode (install.with_bytecode)",
     }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"serve": ("none", "all", "split", "hetjob")}
 

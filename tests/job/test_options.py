@@ -3,6 +3,7 @@ renderer writes is what the runtime reads, and both sides have one set of defaul
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,21 @@ def test_the_scripts_node_entries_parse_with_the_runtimes_parser(path: Path) -> 
         a = parser().parse_args(["node", *argv])
         o = NodeOptions.from_namespace(a)
         assert o.order_var in ("SLURMFM_HOST_ORDER", "SLURMFM_SERVE_ORDER")
+
+
+def _subcommands(p: argparse.ArgumentParser) -> list[str]:
+    (sub,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(sub.choices)
+
+
+def test_a_step_builds_the_parser_of_its_own_subcommand_only() -> None:
+    """Every step parses one subcommand: the per-node entry builds one parser, not ten."""
+    from slurmfm.job import cli
+
+    assert _subcommands(cli.parser("node")) == ["node"]
+    every = _subcommands(cli.parser())
+    assert len(every) == 10
+    assert _subcommands(cli.parser("no-such")) == every
+    one = cli.parser("node").parse_args(["node", "--prefix", "2", "--", "torchrun", "x.py"])
+    full = cli.parser().parse_args(["node", "--prefix", "2", "--", "torchrun", "x.py"])
+    assert one == full

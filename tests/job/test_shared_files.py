@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -321,6 +322,169 @@ def test_one_cleanup_step_per_component() -> None:
         ["--het-group=0", "--nodes=2"],
         ["--het-group=1", "--nodes=4"],
     ]
+
+
+def test_the_cleanup_removes_the_copy_with_bytecode_and_the_one_it_was_made_from() -> None:
+    env = {"SLURM_JOB_NUM_NODES": "2", install.PLAIN_ENV: "/tmp/plain"}
+    (step,) = install.cleanup_steps(env, "/tmp/x")
+    assert step[-4:] == ["rm", "-f", "/tmp/x", "/tmp/plain"]
+
+
+def runtime_copy(sticky: Path) -> tuple[Path, str]:
+    """The real runtime zipapp as the batch script leaves it on a node: (path, sha256)."""
+    from slurmfm.render.payload import runtime_file
+
+    rf = runtime_file()
+    rt = sticky / "slurmfm-42-AbCdEfGhIj"
+    rt.write_bytes(rf.data)
+    rt.chmod(0o600)
+    return rt, rf.sha256
+
+
+def test_the_copy_with_bytecode_runs_each_module_from_its_bytecode(sticky: Path) -> None:
+    """The copy ``prepare`` makes: private files beside the first, every module's bytecode
+    used (its code names the final path, where zipimport compiling the source would name
+    the file it runs from), and it passes the check every step makes."""
+    rt, _ = runtime_copy(sticky)
+    made = install.with_bytecode(str(rt), "42")
+    assert made is not None
+    staging, final, sha = made
+    assert {Path(staging).parent, Path(final).parent} == {sticky}
+    for p in (staging, final):
+        st = os.stat(p)
+        assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o600, os.geteuid())
+        assert Path(p).name.startswith("slurmfm-42-")
+    assert hashlib.sha256(Path(staging).read_bytes()).hexdigest() == sha
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import slurmfm_job.node as n, "
+        "slurmfm_job.batch as b; print(n.main.__code__.co_filename); print(b.__file__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe, staging], capture_output=True, text=True, check=True
+    )
+    code_file, module_file = done.stdout.split()
+    assert code_file == final + "/slurmfm_job/node.py"  # from the bytecode
+    assert module_file == staging + "/slurmfm_job/batch.pyc"  # zipimport names the file read
+    # the staging bytes at the final path: what sbcast leaves on every node
+    Path(final).write_bytes(Path(staging).read_bytes())
+    whoami = subprocess.run(
+        [sys.executable, *install.argv()[1:], "whoami"],
+        env={"SLURMFM_RUNTIME": final, "SLURMFM_RUNTIME_SHA": sha, "SLURMD_NODENAME": "n7"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (whoami.returncode, whoami.stdout.split()) == (0, ["n7"]), whoami.stderr
+
+
+def test_another_interpreters_bytecode_is_compiled_from_source(sticky: Path) -> None:
+    """A node whose python3 is not the batch host's: a bytecode version it cannot read is
+    passed over, and the module is compiled from its source (zipimport's rule)."""
+    import importlib.util
+    import zipfile
+
+    rt, _ = runtime_copy(sticky)
+    made = install.with_bytecode(str(rt), "42")
+    assert made is not None
+    staging = Path(made[0])
+    other = sticky / "other.pyz"
+    with zipfile.ZipFile(staging) as zin, zipfile.ZipFile(other, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith(".pyc"):
+                data = b"\x00\x00\r\n" + data[4:]  # another version's magic number
+                assert data[:4] != importlib.util.MAGIC_NUMBER
+            zout.writestr(info, data)
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import slurmfm_job.node as n; "
+        "print(n.main.__code__.co_filename)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe, str(other)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == f"{other}/slurmfm_job/node.py"
+
+
+def test_a_runtime_that_cannot_be_read_gets_no_copy_and_leaves_nothing(sticky: Path) -> None:
+    bad = sticky / "slurmfm-42-notazipfile"
+    bad.write_bytes(b"not a zip")
+    assert install.with_bytecode(str(bad), "42") is None
+    assert install.with_bytecode(str(sticky / "missing"), "42") is None
+    assert sorted(p.name for p in sticky.iterdir()) == [bad.name]
+
+
+def fake_sbcast(bin_dir: Path, rc: int) -> None:
+    """``sbcast --force SRC DST`` on a one-node job: a copy (or a failure with ``rc``)."""
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "sbcast"
+    body = 'cp "$2" "$3"' if rc == 0 else f'echo "sbcast: error: no job credential" >&2; exit {rc}'
+    tool.write_text(f"#!/bin/sh\n{body}\n")
+    tool.chmod(0o755)
+
+
+@pytest.mark.parametrize("rc", [0, 1])
+def test_prepare_exports_the_copy_with_bytecode_once_slurm_copied_it(
+    sticky: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, rc: int
+) -> None:
+    from slurmfm.job import cli
+
+    rt, _ = runtime_copy(sticky)
+    fake_sbcast(tmp_path / "bin", rc)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    env = {"SLURM_JOB_ID": "42"}
+    out = cli.bytecode_copy(str(rt), env)
+    left = sorted(p.name for p in sticky.iterdir() if p != rt)
+    if rc == 0:
+        final = out["SLURMFM_RUNTIME"]
+        assert left == [Path(final).name]  # the staging copy is gone
+        assert out[install.PLAIN_ENV] == str(rt)
+        assert hashlib.sha256(Path(final).read_bytes()).hexdigest() == out["SLURMFM_RUNTIME_SHA"]
+    else:
+        assert (out, left) == ({}, [])
+        assert "without bytecode (sbcast: sbcast: error: no job credential)" in (
+            capsys.readouterr().err
+        )
+
+
+@pytest.mark.parametrize("opts", [[], ["--spare-nodes", "5"]])
+def test_prepare_sends_the_copy_while_it_works_and_exports_it_with_the_rest(
+    sticky: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opts: list[str]
+) -> None:
+    """The whole prepare step: its exports name the copy with bytecode once Slurm copied it;
+    a prepare that fails (more spares than nodes) leaves no copy of its own on this host."""
+    import shutil
+
+    from slurmfm.job import cli, health, slurm
+
+    def run(argv: list[str], timeout: float) -> tuple[int, str]:
+        if argv[0] == "sbcast":
+            shutil.copyfile(argv[2], argv[3])
+            return 0, ""
+        return 0, "NodeName=n1 NodeAddr=10.0.0.1\nNodeName=n2 NodeAddr=10.0.0.2\n"
+
+    monkeypatch.setattr(health, "run_command", run)
+    monkeypatch.setattr(slurm, "hostnames", lambda text: ["n1", "n2"])
+    rt, _ = runtime_copy(sticky)
+    env = {
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "SLURM_JOB_ID": "42",
+        "SLURMFM_LOG_DIR": str(tmp_path),
+        "SLURMFM_RUNTIME": str(rt),
+    }
+    out: list[str] = []
+    rc = cli.prepare(cli.parser().parse_args(["prepare", *opts]), env, out)
+    left = [p for p in sticky.iterdir() if p != rt]
+    if opts:
+        assert (rc, out, left) == (2, [], [])
+        return
+    assert rc == 0
+    got = dict(line[len("export ") :].split("=", 1) for line in out)
+    assert [str(p) for p in left] == [got["SLURMFM_RUNTIME"]]
+    assert got[install.PLAIN_ENV] == str(rt)
+    assert got["SLURMFM_HOST_ORDER"] == "'n1 n2'"
+    sha = hashlib.sha256(left[0].read_bytes()).hexdigest()
+    assert got["SLURMFM_RUNTIME_SHA"] == sha
 
 
 def test_a_directory_planted_under_the_jobs_name_is_left_alone_for_a_fresh_one(
