@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from slurmfm.job.options import NodeOptions
 from slurmfm.launchers.serving import ServeLines, ServerSpec, _ServeLauncher
@@ -19,6 +19,17 @@ from slurmfm.launchers.serving import ServeLines, ServerSpec, _ServeLauncher
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
     from slurmfm.recipe.schema import Parallelism
+
+
+# Ports the Ray head takes for its own parts unless told otherwise: ``ray start --head
+# --port=P`` with P among them exits 1 ("Ray component dashboard is trying to use a port
+# number 8265 that is used by other components"; seen with Ray 2.60: the check is
+# ray-project/ray:python/ray/_private/parameter.py, ``update_pre_selected_port``). Defaults:
+# https://docs.ray.io/en/latest/cluster/cli.html#ray-start (--dashboard-port 8265,
+# --ray-client-server-port 10001, --dashboard-agent-listen-port 52365, worker ports
+# 10002-19999 when --min/--max-worker-port are not set).
+RAY_OWN_PORTS = {8265: "dashboard", 10001: "client server", 52365: "dashboard agent"}
+RAY_WORKER_PORTS = range(10002, 20000)
 
 
 class VllmLauncher(_ServeLauncher):
@@ -37,6 +48,18 @@ class VllmLauncher(_ServeLauncher):
     )
     ray_port: int = Field(default=6379, ge=1024, le=65535, description="Ray's default GCS port")
     ray_timeout_s: int = Field(default=300, ge=1, description="wait for all Ray nodes to join")
+
+    @field_validator("ray_port")
+    @classmethod
+    def _not_a_port_ray_takes(cls, port: int) -> int:
+        if port in RAY_OWN_PORTS:
+            what = RAY_OWN_PORTS[port]
+            raise ValueError(f"{port} is the Ray head's own {what} port: ray start would refuse it")
+        if port in RAY_WORKER_PORTS:
+            raise ValueError(
+                f"{port} is in Ray's worker port range 10002-19999: ray start would refuse it"
+            )
+        return port
 
 
 class VllmSpec(ServerSpec):

@@ -61,6 +61,17 @@ def executable(tmp: Path, name: str) -> str:
     return str(wrapper)
 
 
+def ray_port() -> int:
+    """A free port for a Ray head that is none of the ports Ray takes for its own parts (the
+    dashboard's 8265 is among the test ports: ``ray start`` refused it in one CI run)."""
+    from slurmfm.launchers.vllm import RAY_OWN_PORTS, RAY_WORKER_PORTS
+
+    port = free_port()
+    while port in RAY_OWN_PORTS or port in RAY_WORKER_PORTS:
+        port = free_port()
+    return port
+
+
 def vllm_launcher(tmp: Path, **over: Any) -> dict[str, Any]:
     return {
         "kind": "vllm",
@@ -69,7 +80,7 @@ def vllm_launcher(tmp: Path, **over: Any) -> dict[str, Any]:
         "ray": executable(tmp, "ray"),
         "python": sys.executable,
         "port": free_port(),
-        "ray_port": free_port(),
+        "ray_port": ray_port(),
         "ready_poll_s": 1,
         "ready_timeout_s": 90,
         "ray_timeout_s": 60,
@@ -244,7 +255,7 @@ def test_vllm_two_nodes_over_real_ray(host_b_lab: SlurmLab, tmp_path: Path) -> N
     recipe["env"] = {"PYTHONPATH": str(tmp_path / "no-standin-ray"), "OMP_NUM_THREADS": "1"}
     # another Ray on the same host, not the job's (`ray stop` would end it too)
     other = {**os.environ, "SLURMFM_RAY_OWNER": "someone.else"}
-    start = [ray_cli, "start", "--head", f"--port={free_port()}", "--node-ip-address=127.0.0.1"]
+    start = [ray_cli, "start", "--head", f"--port={ray_port()}", "--node-ip-address=127.0.0.1"]
     start += ["--include-dashboard=false", "--disable-usage-stats"]
     subprocess.run(start, env=other, check=True, capture_output=True, timeout=120)
     job_id = submit(host_b_lab, tmp_path, recipe)

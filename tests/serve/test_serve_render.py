@@ -75,6 +75,26 @@ def test_vllm_tp_stays_in_the_nvlink_domain() -> None:
         validate(vllm(parallelism={"tp": 16}))
 
 
+@pytest.mark.parametrize(
+    ("port", "why"),
+    [
+        (8265, "the Ray head's own dashboard port"),
+        (10001, "the Ray head's own client server port"),
+        (52365, "the Ray head's own dashboard agent port"),
+        (10002, "in Ray's worker port range 10002-19999"),
+        (19999, "in Ray's worker port range 10002-19999"),
+    ],
+)
+def test_a_ray_port_the_ray_head_takes_itself_is_refused(port: int, why: str) -> None:
+    """`ray start --head --port=8265` (or 15000) exits 1: Ray checks its parts' ports do not
+    meet (seen with Ray 2.60); the recipe says so before the job starts."""
+    launcher = {"kind": "vllm", "model": "m", "ray_port": port}
+    with pytest.raises(RecipeError, match=re.escape(f"launcher.vllm.ray_port: {port} is {why}")):
+        validate(vllm(launcher=launcher))
+    for fine in (6379, 9999, 20000):
+        assert validate(vllm(launcher={**launcher, "ray_port": fine})).launcher
+
+
 def test_sglang_tp_may_span_nodes_and_ep_must_divide_it() -> None:
     raw = vllm(
         parallelism={"tp": 16, "ep": 16},
