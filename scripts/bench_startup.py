@@ -13,9 +13,11 @@ so that load and drift hit both alike:
 
 Start-up is the time from the batch script's first stamp to the last node's worker stamp
 (every node has started the launch), per job; the table shows medians over ``--runs`` jobs
-per node count, and two phases of slurmfm's: the batch script up to the runtime's ``batch``
-step (extraction, ``sbcast``, ``prepare``), and from there to the last worker (health gate,
-agents, the launch step, each node's entry).
+per node count, and phases of slurmfm's: the batch script up to the runtime's ``batch``
+step (extraction, ``sbcast``, ``prepare`` and its copy with bytecode), from there to the
+last node's health verdict (the launch step and each node's entry and checks; the mtime of
+the verdict file the entry writes, with the gate inside the launch step; NaN without a
+gate), and to the last worker (the word ``go``, the launcher).
 
 ``--gate on`` makes the health gate check something: the recipe is a p5 (the lab's nodes carry
 ``Gres=gpu:8``), one process per node, and ``nvidia-smi`` and the EFA sysfs tree stand in on
@@ -114,8 +116,10 @@ def slurmfm_script(nodes: int, work: Path, gate: str, observe: str, checkout: Pa
     return head + sep + STAMP + "\n" + before + "\n" + BATCH_STAMP + exec_sep + tail
 
 
-def run_job(script: str, work: Path, env: dict[str, str]) -> tuple[float, float] | None:
-    """(batch script start to the last worker, the runtime's batch step to the last worker)."""
+def run_job(script: str, work: Path, env: dict[str, str]) -> tuple[float, float, float] | None:
+    """(batch script start to the last worker, the runtime's batch step to the last worker,
+    the batch step to the last node's health verdict: the mtime of its verdict file in the
+    attempt's evidence directory, NaN where there is none)."""
     path = work / f"job-{time.monotonic_ns()}.sh"
     path.write_text(script)
     proc = subprocess.run(
@@ -150,7 +154,10 @@ def run_job(script: str, work: Path, env: dict[str, str]) -> tuple[float, float]
     if start is None or not workers:
         print(f"job {job}: no stamps in {out}", file=sys.stderr)
         return None
-    return max(workers) - start, max(workers) - (start if batch is None else batch)
+    since = start if batch is None else batch
+    verdicts = [p.stat().st_mtime for p in work.glob(f"*_{job}.evidence/*/*.gate")]
+    gate = max(verdicts) - since if verdicts else float("nan")
+    return max(workers) - start, max(workers) - since, gate
 
 
 def main() -> int:
@@ -182,7 +189,7 @@ def main() -> int:
         }
         if a.baseline:
             scripts["baseline"] = slurmfm_script(n, work, a.gate, a.observe, a.baseline)
-        times: dict[str, list[tuple[float, float]]] = {k: [] for k in scripts}
+        times: dict[str, list[tuple[float, float, float]]] = {k: [] for k in scripts}
         for _ in range(a.runs):
             for kind, text in scripts.items():  # alternating: drift hits both alike
                 t = run_job(text, work, env)
@@ -190,9 +197,9 @@ def main() -> int:
                     times[kind].append(t)
 
         def med(
-            kind: str, i: int = 0, times: dict[str, list[tuple[float, float]]] = times
+            kind: str, i: int = 0, times: dict[str, list[tuple[float, float, float]]] = times
         ) -> float:
-            v = [t[i] for t in times.get(kind, [])]
+            v = [t[i] for t in times.get(kind, []) if t[i] == t[i]]  # NaN: not measured
             return round(statistics.median(v), 3) if v else float("nan")
 
         row: dict[str, object] = {
@@ -203,6 +210,7 @@ def main() -> int:
             "extra_s": round(med("slurmfm") - med("hand-written"), 3),
             "slurmfm_script_s": round(med("slurmfm") - med("slurmfm", 1), 3),
             "slurmfm_batch_to_launch_s": med("slurmfm", 1),
+            "slurmfm_batch_to_verdicts_s": med("slurmfm", 2),
         }
         if a.baseline:
             row["baseline_s"] = med("baseline")
@@ -217,14 +225,14 @@ def main() -> int:
     base = " | baseline s | baseline extra s | baseline batch→launch s" if a.baseline else ""
     print(
         "| nodes | runs | hand-written s | slurmfm s | extra s | script→batch s "
-        f"| batch→launch s{base} |"
+        f"| batch→verdicts s | batch→launch s{base} |"
     )
-    print("|---:" * (7 + (3 if a.baseline else 0)) + "|")
+    print("|---:" * (8 + (3 if a.baseline else 0)) + "|")
     for r in rows:
         line = (
             f"| {r['nodes']} | {r['runs']} | {r['hand_written_s']:.2f} | {r['slurmfm_s']:.2f} "
             f"| {r['extra_s']:+.2f} | {r['slurmfm_script_s']:.2f} "
-            f"| {r['slurmfm_batch_to_launch_s']:.2f}"
+            f"| {r['slurmfm_batch_to_verdicts_s']:.2f} | {r['slurmfm_batch_to_launch_s']:.2f}"
         )
         if a.baseline:
             line += (
