@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -199,7 +200,7 @@ def main() -> int:
         def med(
             kind: str, i: int = 0, times: dict[str, list[tuple[float, float, float]]] = times
         ) -> float:
-            v = [t[i] for t in times.get(kind, []) if t[i] == t[i]]  # NaN: not measured
+            v = [t[i] for t in times.get(kind, []) if not math.isnan(t[i])]  # NaN: not measured
             return round(statistics.median(v), 3) if v else float("nan")
 
         row: dict[str, object] = {

@@ -174,8 +174,8 @@ def prepare(a: PrepareOptions, env: dict[str, str], out: list[str]) -> int:
         return made[0] if made else {}
 
     rc = _prepare(a, env, out, st, restart, joined)
-    final = joined().get("SLURMFM_RUNTIME", "")
-    if rc != 0 and final:
+    final = joined().get("SLURMFM_RUNTIME", "") if rc != 0 else ""
+    if final:
         # The job ends here: this host's copy goes now; the nodes' copies stay, private
         # files in /tmp, as the first copy's do when prepare fails.
         with contextlib.suppress(OSError):
@@ -391,21 +391,23 @@ def _launch_argv(p: argparse.ArgumentParser) -> None:
     p.add_argument("argv", nargs=argparse.REMAINDER)
 
 
-# Each subcommand: its options' class (None: none) and its help line.
-_SUBCOMMANDS: dict[str, tuple[type[Options] | None, str | None]] = {
-    "prepare": (PrepareOptions, None),
-    "batch": (BatchOptions, None),
-    "node": (NodeOptions, None),
+# Each subcommand: its options' class (None: none), its help line, and whether the command
+# to launch follows its options (:func:`_launch_argv`).
+_SUBCOMMANDS: dict[str, tuple[type[Options] | None, str | None, bool]] = {
+    "prepare": (PrepareOptions, None, False),
+    "batch": (BatchOptions, None, True),
+    "node": (NodeOptions, None, True),
     "forward": (
         ForwardOptions,
         "signal the workers of this node's launch step, and each new one, until it ends",
+        False,
     ),
-    "container-remove": (ContainerRemoveOptions, "remove this node's named container"),
-    "health": (HealthOptions, None),
-    "observe": (None, None),
-    "stacks": (None, "dump and abort this node's training workers (a hang)"),
-    "task": (TaskOptions, None),
-    "whoami": (None, None),
+    "container-remove": (ContainerRemoveOptions, "remove this node's named container", False),
+    "health": (HealthOptions, None, False),
+    "observe": (None, None, False),
+    "stacks": (None, "dump and abort this node's training workers (a hang)", False),
+    "task": (TaskOptions, None, False),
+    "whoami": (None, None, False),
 }
 
 
@@ -418,13 +420,13 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slurmfm-runtime", description=__doc__)
     sub = p.add_subparsers(dest="cmd")
     sub.required = True
-    for name, (options, help_line) in _SUBCOMMANDS.items():
+    for name, (options, help_line, launches) in _SUBCOMMANDS.items():
         if only in _SUBCOMMANDS and name != only:
             continue
         s = sub.add_parser(name, help=help_line) if help_line else sub.add_parser(name)
         if options is not None:
             options.add_to(s)
-        if name in ("batch", "node"):
+        if launches:
             _launch_argv(s)
     return p
 

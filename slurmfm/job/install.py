@@ -130,10 +130,11 @@ def with_bytecode(path: str, job: str) -> tuple[str, str, str] | None:
                     flags = (1).to_bytes(4, "little")  # hash-based, not checked against source
                     head = importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source)
                     zout.writestr(info.filename + "c", head + marshal.dumps(code), **deflate)
+        blob = buf.getvalue()
         fd, staging = tempfile.mkstemp(prefix=prefix, dir=where)
         made.append(staging)
         with os.fdopen(fd, "wb") as out:
-            out.write(buf.getvalue())
+            out.write(blob)
     except (OSError, ValueError, SyntaxError, zipfile.BadZipFile):
         for p in made:
             with contextlib.suppress(OSError):
@@ -141,7 +142,7 @@ def with_bytecode(path: str, job: str) -> tuple[str, str, str] | None:
         return None
     import hashlib
 
-    return staging, final, hashlib.sha256(buf.getvalue()).hexdigest()
+    return staging, final, hashlib.sha256(blob).hexdigest()
 
 
 def cleanup_steps(env: dict[str, str], runtime: str) -> list[list[str]]:

@@ -84,7 +84,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=2f5829c940ae177c46b2342c58c54a47e2ef7d9f63d03e04fa413625b3ae8cea
+export SLURMFM_RUNTIME_SHA=2c4f5059cdb79e40a362118edff546f946af876f78eb1ac30bc19ed5284abfbb
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -199,4 +199,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=2f5829c940ae177c46b2342c58c54a47e2ef7d9f63d03e04fa413625b3ae8cea <base64 zipapp of slurmfm/job, 133152 chars>
+# slurmfm-runtime sha256=2c4f5059cdb79e40a362118edff546f946af876f78eb1ac30bc19ed5284abfbb <base64 zipapp of slurmfm/job, 133216 chars>

@@ -44,7 +44,7 @@ mkdir -p "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=2f5829c940ae177c46b2342c58c54a47e2ef7d9f63d03e04fa413625b3ae8cea
+export SLURMFM_RUNTIME_SHA=2c4f5059cdb79e40a362118edff546f946af876f78eb1ac30bc19ed5284abfbb
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -93,4 +93,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t0"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.01\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.01"},{"task":1,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t1"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.05\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.05"},{"task":2,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t2"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.2\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.2"}]}
-# slurmfm-runtime sha256=2f5829c940ae177c46b2342c58c54a47e2ef7d9f63d03e04fa413625b3ae8cea <base64 zipapp of slurmfm/job, 133152 chars>
+# slurmfm-runtime sha256=2c4f5059cdb79e40a362118edff546f946af876f78eb1ac30bc19ed5284abfbb <base64 zipapp of slurmfm/job, 133216 chars>
