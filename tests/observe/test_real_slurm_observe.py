@@ -217,6 +217,23 @@ def test_job_metrics_dashboard_and_report(
     assert not re.search(r"^\s*\d+: ", rank2.stdout, re.MULTILINE)  # labels removed
 
 
+def runtime_copies(job_id: str, since: float) -> list[bool]:
+    """This job's runtime copies in this host's /tmp (written after ``since``: the lab's job
+    ids repeat across runs): for each, whether it carries the modules' bytecode."""
+    import zipfile
+
+    out = []
+    for p in Path("/tmp").glob(f"slurmfm-{job_id}-*"):
+        try:
+            if p.stat().st_mtime < since - 1:
+                continue
+            with zipfile.ZipFile(p) as z:
+                out.append("slurmfm_job/node.pyc" in z.namelist())
+        except (OSError, zipfile.BadZipFile):
+            continue  # gone meanwhile, or the batch script's extraction half-written
+    return out
+
+
 def test_gpu_job_maps_its_gpus_for_dcgm_exporter(slurm_lab: SlurmLab, tmp_path: Path) -> None:
     """A whole-node GPU job (--gpus-per-node=8, --exclusive, --mem=0) on the lab, whose nodes
     have 8 GPU GRES each: the agents run beside the training (srun --overlap shares the GPUs
@@ -224,6 +241,7 @@ def test_gpu_job_maps_its_gpus_for_dcgm_exporter(slurm_lab: SlurmLab, tmp_path: 
     the job runs, and remove the mapping at the end."""
     mapdir = tmp_path / "map"
     mapdir.mkdir()
+    submitted = time.time()
     proc = slurm_lab.slurmfm(
         "submit",
         "recipes/quickstart.yaml",
@@ -255,17 +273,26 @@ def test_gpu_job_maps_its_gpus_for_dcgm_exporter(slurm_lab: SlurmLab, tmp_path: 
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().splitlines()[-1]
     seen: dict[str, list[str]] = {}
+    copies: list[bool] = []
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         files = {p.name: p.read_text().split() for p in mapdir.iterdir() if p.name.isdigit()}
         if len(files) == 8:
             seen = files
+            copies = runtime_copies(job_id, submitted)  # the agents run: so does the launch
             break
         time.sleep(0.5)
     rec = wait_done(slurm_lab, job_id, timeout=300)
     log = (tmp_path / "logs" / f"quickstart_{job_id}.out").read_text()
     assert rec["JobState"] == "COMPLETED", log[-3000:]
     assert seen == {str(i): [job_id] for i in range(8)}, (seen, log[-2000:])
+    # The steps ran the runtime's copy with bytecode, which prepare made and sbcast (no
+    # "without bytecode" line); on the host lab, whose nodes share this host's /tmp: both
+    # copies were there while the job ran, and the job's end removed both.
+    assert "without bytecode" not in log, log[-2000:]
+    if slurm_lab.suite == "host":
+        assert sorted(copies) == [False, True], copies
+        assert runtime_copies(job_id, submitted) == []
     assert list(mapdir.iterdir()) == []
     obs = tmp_path / "logs" / f"quickstart_{job_id}.observe"
     infos = [json.loads(p.read_text()) for p in obs.glob("node_*_r0.json")]
