@@ -36,7 +36,6 @@ first ``srun: error: HOST: task N: ...`` line that is not a signal.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -116,6 +115,8 @@ def normalise(message: str) -> str:
 
 
 def digest(text: str) -> str:
+    import hashlib  # here: hashlib loads OpenSSL, a cost every step's start would pay
+
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 

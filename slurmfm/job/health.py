@@ -14,7 +14,6 @@ lists the whole compute resource, one instance down elsewhere must not fail ever
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from typing import TYPE_CHECKING
@@ -121,6 +120,8 @@ def check_node(
 
 def local_addresses() -> list[str]:
     """This node's host names and IPv4 addresses (as the IMEX node file may list either)."""
+    import socket  # here: only the IMEX check needs it, not every node entry's start
+
     names = {socket.gethostname(), os.environ.get("SLURMD_NODENAME", "")}
     addrs = set(names)
     for name in names:

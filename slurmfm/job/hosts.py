@@ -10,7 +10,6 @@ otherwise the allocation's own order.
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Callable, Sequence
 
 
@@ -127,6 +126,8 @@ def ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tup
 
 def port_is_free(port: int) -> bool:
     """True when nothing on this host listens on or holds ``port`` (TCP, all addresses)."""
+    import socket  # here: only the first node's port pick needs it, not every node entry
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
             s.bind(("", port))

@@ -18,7 +18,7 @@ zipimport reopens the path for each module, so even a check at start is not enou
    but its owner and root, so what was checked is what runs, for the step's whole life. A copy
    that fails the check is not run: the step ends with the reason.
 3. ``-I`` (isolated mode): no ``PYTHON*`` variable, no user site directory and not the working
-   directory (a shared file system, where a planted ``hashlib.py`` would be imported first)
+   directory (a shared file system, where a planted ``_sha256.py`` would be imported first)
    reaches the interpreter before the check.
 
 Nothing on the shared file system is run, and nothing there needs to be writable for the job
@@ -38,18 +38,27 @@ import stat
 # and a task that dies of it ends the step mid-save through --kill-on-bad-exit (seen on the
 # lab as "task 1: User defined signal 2", there while a task exited: node.run_launcher).
 CHECKED = """\
-import hashlib, os, runpy, signal, stat, sys
+import os, signal, stat, sys, zipimport
 if sys.argv[1:2] == ["node"]:  # a launch task: the save signal is for its training processes
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+try:  # the built-in sha256: hashlib loads OpenSSL first, milliseconds of every step start
+    from _sha2 import sha256  # Python 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256  # Python 3.8 to 3.11
+    except ImportError:
+        from hashlib import sha256
 p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
 f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
 ok = stat.S_ISREG(f.st_mode) and (f.st_uid, f.st_nlink, f.st_mode & 0o777) == (me, 1, 0o600)
 if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o22)
-        and hashlib.sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
+        and sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
     sys.exit("slurmfm: %s: %s is not the intact job runtime of this user" % (os.uname()[1], p))
 sys.argv[0] = p
-runpy.run_path(p, run_name="__main__")
+sys.path.insert(0, p)  # as runpy.run_path does for a zip file, without importing runpy
+sys.path_importer_cache[p] = z = zipimport.zipimporter(p)
+exec(z.get_code("__main__"), {"__name__": "__main__", "__file__": p + "/__main__.py"})
 """
 
 

@@ -81,7 +81,7 @@ mkdir -p "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=2c4f5059cdb79e40a362118edff546f946af876f78eb1ac30bc19ed5284abfbb
+export SLURMFM_RUNTIME_SHA=8ca09502cb6c26dabf86c847d029f19bd996ed1e0adaa0cbc67e7bc1391944a4
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -89,18 +89,27 @@ tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
 sbcast --force "$slurmfm_extracted" "$SLURMFM_RUNTIME"
 rm -f "$slurmfm_extracted"
-slurmfm_checked='import hashlib, os, runpy, signal, stat, sys
+slurmfm_checked='import os, signal, stat, sys, zipimport
 if sys.argv[1:2] == ["node"]:  # a launch task: the save signal is for its training processes
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+try:  # the built-in sha256: hashlib loads OpenSSL first, milliseconds of every step start
+    from _sha2 import sha256  # Python 3.12 and later
+except ImportError:
+    try:
+        from _sha256 import sha256  # Python 3.8 to 3.11
+    except ImportError:
+        from hashlib import sha256
 p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
 f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
 ok = stat.S_ISREG(f.st_mode) and (f.st_uid, f.st_nlink, f.st_mode & 0o777) == (me, 1, 0o600)
 if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o22)
-        and hashlib.sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
+        and sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
     sys.exit("slurmfm: %s: %s is not the intact job runtime of this user" % (os.uname()[1], p))
 sys.argv[0] = p
-runpy.run_path(p, run_name="__main__")
+sys.path.insert(0, p)  # as runpy.run_path does for a zip file, without importing runpy
+sys.path_importer_cache[p] = z = zipimport.zipimporter(p)
+exec(z.get_code("__main__"), {"__name__": "__main__", "__file__": p + "/__main__.py"})
 '
 
 # This array task's own run id, checkpoint directory, environment and launch arguments: the
@@ -172,4 +181,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t0"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":1,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t1"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0001,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0001 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":2,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t2"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":3,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t3"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t3"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0003,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0003 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":4,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t4"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t4"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":100}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 100 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"},{"task":5,"exports":[["SLURMFM_RUN_ID","llama3-8b-lr-sweep-t5"],["SLURMFM_CHECKPOINT_DIR","/fsx/checkpoints/sweep-lr-llama3-8b-p5/llama3-8b-lr-sweep-t5"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.model_args.lr\":0.0006,\"launcher.model_args.lr-warmup-iters\":400}'"]],"argv":"--lr 0.0006 --min-lr 3e-05 --lr-decay-style cosine --lr-warmup-iters 400 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 --bf16 --use-distributed-optimizer --sequence-parallel --save-interval 500 --ckpt-format torch_dist --tokenizer-type HuggingFaceTokenizer --tokenizer-model /fsx/models/Meta-Llama-3-8B --data-path /fsx/data/llama3/redpajama-v2_text_document --split 99,1,0 --eval-interval 250 --eval-iters 10 --log-interval 10 --wandb-project llama3-8b-lr-sweep"}]}
-# slurmfm-runtime sha256=2c4f5059cdb79e40a362118edff546f946af876f78eb1ac30bc19ed5284abfbb <base64 zipapp of slurmfm/job, 133216 chars>
+# slurmfm-runtime sha256=8ca09502cb6c26dabf86c847d029f19bd996ed1e0adaa0cbc67e7bc1391944a4 <base64 zipapp of slurmfm/job, 133588 chars>

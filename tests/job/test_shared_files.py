@@ -324,6 +324,54 @@ def test_one_cleanup_step_per_component() -> None:
     ]
 
 
+@pytest.mark.parametrize("missing", [(), ("_sha2",), ("_sha2", "_sha256")])
+@pytest.mark.parametrize("intact", [True, False])
+def test_the_check_holds_whichever_sha256_the_interpreter_has(
+    sticky: Path, missing: tuple[str, ...], intact: bool
+) -> None:
+    """The check takes the built-in sha256 of Python 3.12+ (``_sha2``) or 3.8-3.11
+    (``_sha256``), else hashlib's: each runs an intact copy and refuses a spoiled one."""
+    rt = sticky / "slurmfm-42-AbCdEfGhIj"
+    sha = zipapp(rt, "print('ran')" if intact else "print('PWNED')")
+    if not intact:
+        sha = "0" * 64
+    block = "".join(f"sys.modules[{m!r}] = None\n" for m in missing)  # import then fails
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", "import sys\n" + block + install.CHECKED, "observe"],
+        env={"SLURMFM_RUNTIME": str(rt), "SLURMFM_RUNTIME_SHA": sha},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if intact:
+        assert (done.returncode, done.stdout) == (0, "ran\n"), done.stderr
+    else:
+        assert done.returncode == 1
+        assert "PWNED" not in done.stdout
+        assert "not the intact job runtime of this user" in done.stderr
+
+
+def test_a_node_entry_starts_without_openssl_or_sockets(sticky: Path) -> None:
+    """What every node's launch task imports before the launch: not ``hashlib`` (it loads
+    OpenSSL's libcrypto) nor ``socket``; only the rare paths that need them import them.
+    (``-S``: nothing of the test venv's site-packages runs first.)"""
+    rt, sha = runtime_copy(sticky)
+    done = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", *install.argv()[1:], "node", "--prefix", "0"]
+        + ["--forward", "none", "--", "true"],
+        env={"SLURMFM_RUNTIME": str(rt), "SLURMFM_RUNTIME_SHA": sha, "PATH": os.defpath},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert {"slurmfm_job.node", "slurmfm_job.gate", "subprocess"} <= imported, done.stderr
+    assert not imported & {"hashlib", "_hashlib", "socket", "runpy"}
+
+
 def test_the_cleanup_removes_the_copy_with_bytecode_and_the_one_it_was_made_from() -> None:
     env = {"SLURM_JOB_NUM_NODES": "2", install.PLAIN_ENV: "/tmp/plain"}
     (step,) = install.cleanup_steps(env, "/tmp/x")
