@@ -41,13 +41,10 @@ CHECKED = """\
 import os, signal, stat, sys, zipimport
 if sys.argv[1:2] == ["node"]:  # a launch task: the save signal is for its training processes
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-try:  # the built-in sha256: hashlib loads OpenSSL first, milliseconds of every step start
-    from _sha2 import sha256  # Python 3.12 and later
-except ImportError:
-    try:
-        from _sha256 import sha256  # Python 3.8 to 3.11
-    except ImportError:
-        from hashlib import sha256
+try: from _sha2 import sha256  # built in (hashlib loads OpenSSL, ms of every step start)
+except ImportError:  # Python 3.8 to 3.11; hashlib where sha256 is not built in (FIPS builds)
+    try: from _sha256 import sha256
+    except ImportError: from hashlib import sha256
 p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
 f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
@@ -55,10 +52,8 @@ ok = stat.S_ISREG(f.st_mode) and (f.st_uid, f.st_nlink, f.st_mode & 0o777) == (m
 if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o22)
         and sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
     sys.exit("slurmfm: %s: %s is not the intact job runtime of this user" % (os.uname()[1], p))
-sys.argv[0] = p
-sys.path.insert(0, p)  # as runpy.run_path does for a zip file, without importing runpy
-sys.path_importer_cache[p] = z = zipimport.zipimporter(p)
-exec(z.get_code("__main__"), {"__name__": "__main__", "__file__": p + "/__main__.py"})
+sys.argv[0], sys.path[:0] = p, [p]  # what runpy.run_path does for a zip, without runpy
+exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 """
 
 

@@ -36,14 +36,8 @@ trap 'export SLURMFM_EARLY_USR2=1' USR2
 
 # Secrets come from the submitting environment (sbatch exports it to the job); their values
 # are never written into this script or its log.
-slurmfm_secrets=(HF_TOKEN WANDB_API_KEY)
-for slurmfm_secret in "${slurmfm_secrets[@]}"; do
-  if [ -z "${!slurmfm_secret:-}" ]; then
-    echo "slurmfm: secret $slurmfm_secret is not set in the submitting environment" >&2
-    exit 2
-  fi
-done
-export HF_TOKEN WANDB_API_KEY
+[ -n "${HF_TOKEN:-}" ] || { echo "slurmfm: secret HF_TOKEN is not set in the submitting environment" >&2; exit 2; }
+[ -n "${WANDB_API_KEY:-}" ] || { echo "slurmfm: secret WANDB_API_KEY is not set in the submitting environment" >&2; exit 2; }
 
 # NCCL/EFA profile for p5.48xlarge: why each variable is set, and the source of the rule.
 # use the EFA libfabric provider (harmless on current stacks) [aws-samples/awsome-distributed-training:1.architectures/efa-cheatsheet.md; awslabs/awsome-distributed-ai commit a59b4db5 (May-2026 NCCL/EFA review)]
@@ -82,7 +76,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=8ca09502cb6c26dabf86c847d029f19bd996ed1e0adaa0cbc67e7bc1391944a4
+export SLURMFM_RUNTIME_SHA=8849a6bd0a765e9756ab365b83d1be02df2799f9ceac1196714110b4d63ee64b
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -93,13 +87,10 @@ rm -f "$slurmfm_extracted"
 slurmfm_checked='import os, signal, stat, sys, zipimport
 if sys.argv[1:2] == ["node"]:  # a launch task: the save signal is for its training processes
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-try:  # the built-in sha256: hashlib loads OpenSSL first, milliseconds of every step start
-    from _sha2 import sha256  # Python 3.12 and later
-except ImportError:
-    try:
-        from _sha256 import sha256  # Python 3.8 to 3.11
-    except ImportError:
-        from hashlib import sha256
+try: from _sha2 import sha256  # built in (hashlib loads OpenSSL, ms of every step start)
+except ImportError:  # Python 3.8 to 3.11; hashlib where sha256 is not built in (FIPS builds)
+    try: from _sha256 import sha256
+    except ImportError: from hashlib import sha256
 p, me = os.environ["SLURMFM_RUNTIME"], os.geteuid()
 fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
 f, d, data = os.fstat(fd), os.stat(os.path.dirname(p)), os.read(fd, 1 << 26)
@@ -107,10 +98,8 @@ ok = stat.S_ISREG(f.st_mode) and (f.st_uid, f.st_nlink, f.st_mode & 0o777) == (m
 if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o22)
         and sha256(data).hexdigest() == os.environ["SLURMFM_RUNTIME_SHA"]):
     sys.exit("slurmfm: %s: %s is not the intact job runtime of this user" % (os.uname()[1], p))
-sys.argv[0] = p
-sys.path.insert(0, p)  # as runpy.run_path does for a zip file, without importing runpy
-sys.path_importer_cache[p] = z = zipimport.zipimporter(p)
-exec(z.get_code("__main__"), {"__name__": "__main__", "__file__": p + "/__main__.py"})
+sys.argv[0], sys.path[:0] = p, [p]  # what runpy.run_path does for a zip, without runpy
+exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 '
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
@@ -148,4 +137,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=8ca09502cb6c26dabf86c847d029f19bd996ed1e0adaa0cbc67e7bc1391944a4 <base64 zipapp of slurmfm/job, 133588 chars>
+# slurmfm-runtime sha256=8849a6bd0a765e9756ab365b83d1be02df2799f9ceac1196714110b4d63ee64b <base64 zipapp of slurmfm/job, 133548 chars>
