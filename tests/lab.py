@@ -121,6 +121,8 @@ GROUP_SECONDS = {
     "sim72-host": 80,
     "sim-host": 60,
     "nudge-host": 50,
+    # real vLLM: waits for its install if need be, ~60-110 s to healthy, completions, cancel
+    "vllm-host": 120,
     "pyxis-host": 45,  # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle)
     "simblock-trixie": 40,  # select_block vs 24.11: the same
     "down-trixie": 40,
@@ -396,7 +398,7 @@ PENDING_ENV = "SLURMFM_LABS_PENDING"
 
 
 def await_background(name: str, timeout: float = 1200.0) -> None:
-    """Wait until run-tests' background ``up`` of ``name`` (a chroot suite, "pyxis") ended;
+    """Wait until run-tests' background ``up`` of ``name`` (a chroot suite, "pyxis", "vllm") ended;
     fail with its log's tail when it failed. Nothing to wait for outside run-tests."""
     if name not in os.environ.get(PENDING_ENV, "").split(","):
         return

