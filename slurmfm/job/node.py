@@ -277,6 +277,7 @@ def run_launcher(
     )
     if watch is not None:
         watch.follow(child.stderr)
+        watch.started()
 
     sent: list[int] = []
 
