@@ -7,8 +7,7 @@ may run in a container). The job runtime (:mod:`slurmfm.job`) runs it as ``pytho
 observe`` with the node's ``python3`` (3.8 or later) in one ``srun --overlap
 --ntasks-per-node=1`` step beside the training step, for the job's whole life (a thread of the
 launch step's entry was tried: it lives only as long as each launch, and on the lab scrapes
-and the DCGM mapping missed it around short attempts), started once every node's launcher
-has (:meth:`slurmfm.job.batch.Batch.observe_after`). The same source is imported and
+and the DCGM mapping missed it around short attempts). The same source is imported and
 unit-tested as ``slurmfm.job.agent``.
 
 What it does on its node, configured by environment variables the job script exports:

@@ -91,7 +91,6 @@ class Batch:
         self.server: subprocess.Popen[bytes] | None = None
         self.observers: list[subprocess.Popen[bytes]] = []
         self.agents_started = False
-        self.agents_due: float | None = None  # started by then at the latest (observe_after)
         # Components beyond the first of a heterogeneous job (empty otherwise).
         self.het = hetjob.components(
             getattr(opts, "component", []) or [],
@@ -366,37 +365,6 @@ class Batch:
             env = dict(hetjob.step_env(self.env, comp), SLURMFM_OBS_GPUS=str(comp.gpus))
             argv = self.component_srun(comp, [*install.argv(), "observe"], True)
             self.observers.append(self.popen(argv, env=env))
-
-    def observe_after(self, launch_argv: Sequence[str]) -> None:
-        """Start the agents once every node's launcher has started, not alongside it.
-
-        An agents' step is a ``slurmstepd`` and an interpreter on every node: started with
-        the word "go" they compete with the node entries starting the launch (on the lab's
-        shared cores, 1.0 s of 64 nodes' start-up, ``scripts/bench_startup.py``). Where each
-        node runs this runtime's entry it records its launcher's start (:func:`.evidence.
-        launched`) and :meth:`wait_step` starts the agents once all have, or after
-        :data:`AGENTS_AFTER_S` whichever comes first; otherwise (no entry, no evidence
-        directory) they start now. The training's first seconds are its imports and NCCL's
-        set-up, so the DCGM mapping and the textfile metrics are in place before its GPUs
-        do work."""
-        if self.agents_started or self.agents_due is not None:
-            return
-        if self.evidence_dir and runs_node_entry(launch_argv, self.o.runtime):
-            self.agents_due = self.clock() + AGENTS_AFTER_S
-        else:
-            self.observe_start()
-
-    def observe_due(self, ended: bool = False) -> None:
-        """Start the deferred agents (:meth:`observe_after`) when every node's launcher has
-        started, at their deadline, or now that the step ``ended``."""
-        if self.agents_due is None:
-            return
-        nodes = self.order or [self.env.get("SLURMD_NODENAME", "")]
-        waiting = not ended and self.clock() < self.agents_due
-        if waiting and len(ev.launched(self.evidence_dir)) < len(nodes):
-            return
-        self.agents_due = None
-        self.observe_start()
 
     def observe_stop(self) -> None:
         if not self.observers:
@@ -889,12 +857,10 @@ class Batch:
             return 0
         while True:
             self.forward_signal()
-            self.observe_due()
             if self.hang is not None and not self.hung and not self.signalled and self.hang.hung():
                 self.stop_hung(self.hang, step)
-            poll = self.o.poll_s if self.agents_due is None else min(self.o.poll_s, AGENTS_POLL_S)
             try:
-                return step.wait(timeout=poll)
+                return step.wait(timeout=self.o.poll_s)
             except subprocess.TimeoutExpired:
                 continue
 
@@ -980,7 +946,7 @@ class Batch:
                     return code
                 self.step_started = self.clock()
             if o.observe:
-                self.observe_after(launch_argv)  # the launch is on its way (gated: all passed)
+                self.observe_start()  # once the launch is on its way (gated: every node passed)
         else:
             log("launch: " + masked(serve_argv, o.secret, self.env))
             self.step, self.server = self.server, None
@@ -990,7 +956,6 @@ class Batch:
             watcher = threading.Thread(target=self.nccl_watch, daemon=True)
             watcher.start()
         rc = self.wait_step()
-        self.observe_due(ended=True)  # an attempt this short still gets every node's snapshot
         rc = 128 - rc if rc < 0 else rc
         if self.nccl_socket:
             self.state.record("fail", "NCCL fell back to sockets")
@@ -1132,10 +1097,6 @@ class Batch:
 # gate_open's answer when the gate failed nodes and spares took their places: the launch
 # did not start, and runs again (no exit code of the job's).
 SWAPPED = -1
-# The observability agents start once every node's launcher has started, or this long after
-# the launch at the latest (Batch.observe_after); how often the batch step looks meanwhile.
-AGENTS_AFTER_S = 5.0
-AGENTS_POLL_S = 0.1
 
 
 def in_container(argv: Sequence[str]) -> list[str]:

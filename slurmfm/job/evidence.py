@@ -5,8 +5,6 @@ printed, and whether the training made progress during the attempt.
   own in the attempt's evidence directory (so ``@record`` writes the first failed worker's
   exception there), keeps the last lines of its launcher's stderr, and writes one JSON report
   when the launcher ends: its exit, whether srun stopped it first, the exception, the rank.
-  Once its launcher has started it leaves ``NODE.started`` (:data:`STARTED`), which tells the
-  batch step that the observability agents no longer compete with the launch (:func:`launched`).
 * The batch step copies the launch srun's stderr through (the job log is unchanged) and keeps
   srun's own lines: which task failed first, which were killed for it, an OOM.
 * Progress: the checkpoint directory's newest complete checkpoint (``latest`` or Megatron's
@@ -33,7 +31,6 @@ from . import fsafe
 from .checkpoint import resume_from
 
 TAIL_LINES = 200
-STARTED = ".started"
 
 
 def attempt_dir(log_dir: str, env: dict[str, str], restart: int, launch: int) -> str:
@@ -134,10 +131,6 @@ class LaunchWatch:
             os.unlink(self.error_file)  # a file left by an earlier launch is not evidence
         return dict(env, TORCHELASTIC_ERROR_FILE=self.error_file)
 
-    def started(self) -> None:
-        """Record that this node's launcher has started (:func:`launched`)."""
-        write_private(os.path.join(self.directory, self.node + STARTED), "")
-
     def follow(self, stream: IO[bytes] | None) -> None:
         if stream is not None:
             self.tail = Tail(stream)
@@ -148,16 +141,6 @@ class LaunchWatch:
             os.path.join(self.directory, "%s.json" % self.node),
             json.dumps(report(self.node, rc, self.stopped, read_small(self.error_file), lines)),
         )
-
-
-def launched(directory: str) -> set[str]:
-    """The nodes whose launcher has started, as their entries recorded it
-    (:meth:`LaunchWatch.started`)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return set()
-    return {n[: -len(STARTED)] for n in names if n.endswith(STARTED)}
 
 
 def report(

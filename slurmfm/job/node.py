@@ -277,7 +277,6 @@ def run_launcher(
     )
     if watch is not None:
         watch.follow(child.stderr)
-        watch.started()
 
     sent: list[int] = []
 

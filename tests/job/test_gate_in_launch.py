@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from slurmfm.job import batch as bt
-from slurmfm.job import evidence as ev
 from slurmfm.job import gate, install, node
 from slurmfm.job.batch import Batch
 from slurmfm.job.cli import parser
@@ -157,77 +156,6 @@ def test_the_agents_start_once_every_node_passed_not_before_the_launch(
         assert kinds == ["launch"]
 
 
-class Running(Launch):
-    """A launch that runs on: each wait for it is one tick of ``script``, which may record a
-    node's launcher as started (``"n1"``) or end the step (``"end"``)."""
-
-    def __init__(self, directory: Callable[[], str], script: list[str]) -> None:
-        super().__init__(directory, {"n1": "OK", "n2": "OK"})
-        self.script = script
-        self.waits = 0
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.rc is not None:
-            return self.rc
-        self.waits += 1
-        what = self.script.pop(0) if self.script else "end"
-        if what == "end":
-            self.rc = 0
-            return self.rc
-        if what:
-            Path(self.directory(), what + ev.STARTED).write_text("")
-        raise subprocess.TimeoutExpired("srun", timeout or 0)
-
-
-def deferred(tmp: Path, script: list[str], launch: list[str] = LAUNCH) -> list[str]:
-    """Run a gated job whose launch follows ``script``; what happened, in order: "agents",
-    and "wait N" for the Nth wait on the launch that did not end it."""
-    b, _step, _, started = make(tmp, {}, *GPUS, "--observe", "1", launch=launch)
-    step = Running(lambda: b.evidence_dir, script)
-    seen: list[str] = []
-    plain = b.popen
-
-    def popen(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> Any:
-        if argv[-1] == "observe":
-            seen.append(f"agents after {step.waits} waits")
-        if "node" in argv or argv == launch:
-            started.append({"argv": argv, "env": env or {}, **kw})
-            step.start()
-            return step
-        return plain(argv, env, **kw)
-
-    b.popen = popen
-    b.clock = lambda: float(step.waits)  # a second a look at the launch
-    assert b.main([], launch) == 0
-    return seen
-
-
-def test_the_agents_wait_until_every_node_started_its_launcher(tmp_path: Path) -> None:
-    """The agents' step would compete with the node entries starting the launch: it starts
-    once every node's entry recorded its launcher's start, not with the word "go"."""
-    assert deferred(tmp_path, ["", "n1", "", "n2", "", ""]) == ["agents after 4 waits"]
-
-
-def test_the_agents_start_by_their_deadline_without_every_node(tmp_path: Path) -> None:
-    """A node whose start is never seen (its entry could not write it) does not keep the
-    agents off: they start AGENTS_AFTER_S after the launch (a second a look at the launch)."""
-    after = int(bt.AGENTS_AFTER_S)
-    seen = deferred(tmp_path, ["n1"] + [""] * (after + 3))
-    assert seen == [f"agents after {after} waits"]
-
-
-def test_a_launch_that_ends_first_still_gets_its_agents(tmp_path: Path) -> None:
-    """An attempt shorter than its nodes' start still gets every node's start snapshot."""
-    assert deferred(tmp_path, ["n1", "end"]) == ["agents after 2 waits"]
-
-
-def test_without_the_node_entry_the_agents_start_with_the_launch(tmp_path: Path) -> None:
-    """A launch that runs no entry of this runtime (a container's) records no start: its
-    agents start at once."""
-    plain = ["srun", "--kill-on-bad-exit=1", "torchrun", "train.py"]
-    assert deferred(tmp_path, ["", "", ""], launch=plain) == ["agents after 0 waits"]
-
-
 def test_a_failed_node_is_drained_and_no_task_gets_the_word(tmp_path: Path) -> None:
     b, step, slurm, _ = make(
         tmp_path, {"n1": "OK", "n2": "FAIL 7 GPUs visible, expected 8"}, *GPUS, "--requeue", "1"
@@ -319,9 +247,7 @@ def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tup
     return proc.returncode, (ran.read_text() if ran.exists() else "") + "|" + out
 
 
-def start_entry(
-    tmp: Path, smi_gpus: int, localid: str = "0", prog: str = ""
-) -> subprocess.Popen[bytes]:
+def start_entry(tmp: Path, smi_gpus: int, localid: str = "0") -> subprocess.Popen[bytes]:
     """:func:`run_entry`'s process, started with its stdin a pipe the caller holds."""
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
@@ -350,7 +276,7 @@ def start_entry(
     )
     (tmp / "obs").mkdir(exist_ok=True)
     ran = tmp / "ran"
-    prog = prog or f"import sys; open({str(ran)!r}, 'w').write(repr(sys.stdin.read()))"
+    prog = f"import sys; open({str(ran)!r}, 'w').write(repr(sys.stdin.read()))"
     return subprocess.Popen(
         [sys.executable, "-m", "slurmfm.job", "node", "--prefix", "0", "--forward", "none"]
         + ["--", sys.executable, "-c", prog],
@@ -370,28 +296,9 @@ def test_the_entry_checks_and_waits_for_the_word(tmp_path: Path) -> None:
     assert (tmp_path / "ev" / "n1.gate").read_text() == "OK\n"
 
 
-def test_the_entry_records_its_launcher_started_while_it_runs(tmp_path: Path) -> None:
-    """The start the batch step waits for before the agents (evidence.launched): written
-    once the launcher runs, seen by the launcher itself."""
-    mark = tmp_path / "ev" / ("n1" + ev.STARTED)
-    prog = (
-        "import os, time\n"
-        f"for _ in range(600):\n    if os.path.exists({str(mark)!r}): break\n"
-        "    time.sleep(0.05)\n"
-        f"open({str(tmp_path / 'ran')!r}, 'w').write(str(os.path.exists({str(mark)!r})))"
-    )
-    proc = start_entry(tmp_path, 8, prog=prog)
-    out, err = proc.communicate(gate.GO, timeout=60)
-    assert proc.returncode == 0, out + err
-    assert (tmp_path / "ran").read_text() == "True"
-    assert ev.launched(str(tmp_path / "ev")) == {"n1"}
-    assert mark.stat().st_mode & 0o077 == 0
-
-
 def test_the_entry_without_the_word_starts_nothing(tmp_path: Path) -> None:
     rc, out = run_entry(tmp_path, b"", 8)
     assert rc == gate.NOT_STARTED, out
-    assert ev.launched(str(tmp_path / "ev")) == set()  # and says so: no start recorded
     assert out.startswith("|"), out  # the launch never ran
     assert "did not start the launch" in out
 
