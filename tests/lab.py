@@ -123,7 +123,10 @@ GROUP_SECONDS = {
     "nudge-host": 50,
     # real vLLM: waits for its install if need be, ~60-110 s to healthy, completions, cancel
     "vllm-host": 120,
-    "pyxis-host": 45,  # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle)
+    # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle), the env, NeMo
+    "pyxis-host": 45,
+    "pyxis-trixie": 35,
+    "pyxis-sid": 35,
     "simblock-trixie": 40,  # select_block vs 24.11: the same
     "down-trixie": 40,
     "plan-sid": 30,

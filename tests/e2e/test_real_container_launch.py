@@ -1,14 +1,12 @@
-"""A training launch in a container, on real Slurm, with real Pyxis and Enroot where they run.
+"""A training launch in a container, on real Slurm, with real Pyxis and Enroot.
 
-On the host's Slurm (22.05) the container runs under real Pyxis 0.24.0 and Enroot 4.1.2
-(github.com/NVIDIA/pyxis, github.com/NVIDIA/enroot), built from ../shared/vendor/ by
-``scripts/pyxis-lab build`` and loaded into a lab of this module's own (``PYXIS``), in Pyxis'
-default mode (the image unpacked on each node) and with ``use_squashfuse=1`` (mounted with
-squashfuse; a mode switch rewrites plugstack.conf, which each step reads when it starts). The
-image holds python3 and no slurmfm. On 24.11 and 26.05 (chroot labs) Pyxis would have to be
-built inside each chroot against its own Slurm: there ``srun`` is the Pyxis stand-in
-(tests/standins/pyxis/srun: the "image" is the host; it drops the ``--container-*`` options),
-which checks Slurm's part and slurmfm's around it.
+On every Slurm of the labs (22.05 on the host, 24.11 and 26.05 in chroots) the container runs
+under real Pyxis 0.24.0 and Enroot 4.1.2 (github.com/NVIDIA/pyxis, github.com/NVIDIA/enroot),
+built from ../shared/vendor/ by ``scripts/pyxis-lab build`` (and inside each chroot, against
+its own Slurm, by ``scripts/pyxis-lab chroot``) and loaded into a lab of this module's own per
+suite (``PYXIS``), in Pyxis' default mode (the image unpacked on each node) and with
+``use_squashfuse=1`` (mounted with squashfuse; a mode switch rewrites plugstack.conf, which
+each step reads when it starts). The image holds python3 and no slurmfm.
 
 What is checked: the tasks follow the planned host order (``--distribution=arbitrary``), so
 each node's rank is its task id, which the launcher gets through the ``sh`` program; the
@@ -22,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +29,6 @@ from lab import (
     REPO_ROOT,
     OwnLab,
     SlurmLab,
-    SuiteLabFactory,
     lab_root,
     last_attempt_ranks,
     own_lab_fixture,
@@ -39,6 +36,7 @@ from lab import (
     slurm_required,
     wait_until,
 )
+from nemo_order import PER_NODE, run_nemo
 
 from slurmfm import api
 from slurmfm.backends.slurm_cli import SlurmCLI, parse_scontrol_record
@@ -48,15 +46,28 @@ pytestmark = [pytest.mark.slurm]
 
 STANDINS = REPO_ROOT / "tests" / "standins"
 PYXIS_LAB = REPO_ROOT / "scripts" / "pyxis-lab"
-# A host lab of its own with Pyxis loaded (slurm-lab up, SLURMFM_LAB_PYXIS), so that the mode
-# switches below touch no other test's lab.
-PYXIS = OwnLab(
-    "pyxis-host",
-    ctld_port=19107,
-    slurmd_port=18701,
-    nodes=3,
-    extra_env=(("SLURMFM_LAB_PYXIS", "default"),),
-)
+# A lab of its own per suite with Pyxis loaded (slurm-lab up, SLURMFM_LAB_PYXIS), so that the
+# mode switches below touch no other test's lab.
+PYXIS_ENV = (("SLURMFM_LAB_PYXIS", "default"),)
+PYXIS = {
+    "host": OwnLab("pyxis-host", ctld_port=19107, slurmd_port=18701, nodes=3, extra_env=PYXIS_ENV),
+    "trixie": OwnLab(
+        "pyxis-trixie",
+        ctld_port=19157,
+        slurmd_port=18951,
+        nodes=3,
+        suite="trixie",
+        extra_env=PYXIS_ENV,
+    ),
+    "sid": OwnLab(
+        "pyxis-sid", ctld_port=19167, slurmd_port=18961, nodes=3, suite="sid", extra_env=PYXIS_ENV
+    ),
+}
+SUITES = [
+    pytest.param("host", marks=pytest.mark.slurm),
+    pytest.param("trixie", marks=pytest.mark.slurm_newer),
+    pytest.param("sid", marks=pytest.mark.slurm_newer),
+]
 MODES = ("default", "squashfuse")
 
 
@@ -64,18 +75,25 @@ class Pyxis:
     """The Pyxis lab and the image (a plain class: tests/test_slurm_lab.py imports this module
     on its own to read PYXIS's ports, where a dataclass cannot find its module)."""
 
-    def __init__(self, lab: SlurmLab, image: str) -> None:
+    def __init__(self, lab: SlurmLab, image: str, suite: str) -> None:
         self.lab = lab
         self.image = image
+        self.suite = suite
+        # scripts/pyxis-lab: each suite's Pyxis and Enroot, and where Enroot keeps its containers
+        top = lab_root() / "pyxis"
+        self.prefix = top / ("prefix" if suite == "host" else f"prefix-{suite}")
+        self.state = top / ("state" if suite == "host" else f"state-{suite}")
         # what jobs get: Enroot on PATH, as on a cluster with Pyxis (the runtime runs
-        # `enroot` to remove the attempt's named container)
-        prefix = lab_root() / "pyxis" / "prefix" / "bin"
-        self.env = dict(lab.env, PATH=f"{prefix}:{lab.env['PATH']}")
+        # `enroot` to remove the attempt's named container); in a chroot lab, containers
+        # without a user namespace, which the kernel refuses there (scripts/pyxis-lab)
+        self.env = dict(lab.env, PATH=f"{self.prefix / 'bin'}:{lab.env['PATH']}")
+        if suite != "host":
+            self.env["ENROOT_ALLOW_SUPERUSER"] = "yes"
 
     def mode(self, mode: str) -> None:
         """Pyxis' mode for the steps that start from now on."""
         proc = subprocess.run(
-            [str(PYXIS_LAB), "mode", str(self.lab.lab_dir), mode],
+            [str(PYXIS_LAB), "mode", str(self.lab.lab_dir), mode, self.suite],
             capture_output=True,
             text=True,
             check=False,
@@ -103,40 +121,40 @@ class Pyxis:
         return [f"{STANDINS}:{STANDINS}:ro", f"{tmp_path}:{tmp_path}"]
 
 
+PyxisFactory = Callable[[str], Pyxis]
+
+
 @pytest.fixture(scope="module")
-@own_lab_fixture(PYXIS)
-def pyxis() -> Iterator[Pyxis]:
-    """The Pyxis lab; Pyxis and the image come from ``scripts/pyxis-lab build`` (run-tests
-    runs it in the background beside the unit tier)."""
+@own_lab_fixture(*PYXIS.values())
+def pyxis_lab() -> Iterator[PyxisFactory]:
+    """``pyxis_lab(suite)``: the suite's Pyxis lab; Pyxis and the image come from
+    ``scripts/pyxis-lab build`` and ``chroot`` (run-tests runs them in the background)."""
     from lab import await_background
 
-    await_background("pyxis")
-    built = subprocess.run([str(PYXIS_LAB), "status"], check=False, timeout=60).returncode == 0
-    if not built:
-        msg = "Pyxis and Enroot are not built: run scripts/pyxis-lab build"
-        if slurm_required():
-            pytest.fail(msg)
-        pytest.skip(msg)
-    lab = PYXIS.up()
-    image = subprocess.run(
-        [str(PYXIS_LAB), "image"], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.strip()
-    p = Pyxis(lab, image)
-    yield p
-    p.mode("default")
+    made: dict[str, Pyxis] = {}
 
+    def get(suite: str) -> Pyxis:
+        if suite in made:
+            return made[suite]
+        await_background("pyxis" if suite == "host" else f"pyxis-{suite}")
+        status = [str(PYXIS_LAB), "status", suite]
+        if subprocess.run(status, check=False, timeout=60).returncode != 0:
+            msg = f"Pyxis and Enroot are not built for {suite}: run scripts/pyxis-lab build"
+            if suite != "host":
+                msg += f" and scripts/pyxis-lab chroot {suite} DIR"
+            if slurm_required():
+                pytest.fail(msg)
+            pytest.skip(msg)
+        lab = PYXIS[suite].up()
+        image = subprocess.run(
+            [str(PYXIS_LAB), "image"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.strip()
+        made[suite] = Pyxis(lab, image, suite)
+        return made[suite]
 
-def job_env(lab: SlurmLab) -> dict[str, str]:
-    """The lab's client environment with the Pyxis stand-in first on PATH (sbatch exports it
-    to the job, so the job's srun is the stand-in)."""
-    return dict(lab.env, PATH=f"{STANDINS / 'pyxis'}:{lab.env['PATH']}")
-
-
-def image_file(tmp_path: Path) -> Path:
-    """An image file the preflight finds on the login node (the stand-in never opens it)."""
-    image = tmp_path / "image.sqsh"
-    image.write_bytes(b"")
-    return image
+    yield get
+    for p in made.values():
+        p.mode("default")
 
 
 def events(text: str) -> list[dict[str, Any]]:
@@ -196,10 +214,12 @@ def check_ranks_follow_the_planned_order(
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("suite", SUITES)
 def test_ranks_follow_the_planned_order_in_a_real_pyxis_container(
-    pyxis: Pyxis, mode: str, tmp_path: Path
+    pyxis_lab: PyxisFactory, suite: str, mode: str, tmp_path: Path
 ) -> None:
-    """Real Pyxis and Enroot on 22.05: the image's python3 runs the launcher, no slurmfm."""
+    """Real Pyxis and Enroot: the image's python3 runs the launcher, no slurmfm."""
+    pyxis = pyxis_lab(suite)
     pyxis.mode(mode)
     ranks = check_ranks_follow_the_planned_order(
         pyxis.lab,
@@ -214,7 +234,7 @@ def test_ranks_follow_the_planned_order_in_a_real_pyxis_container(
     # the attempt's named container (Pyxis keeps it) was removed from every node at its end;
     # Enroot keeps containers per lab node and user under the lab root (scripts/pyxis-lab)
     job_id = ranks[0]["job_id"]
-    left = sorted((lab_root() / "pyxis" / "state" / "data").glob(f"*/*/pyxis_*slurmfm-{job_id}-*"))
+    left = sorted((pyxis.state / "data").glob(f"*/*/pyxis_*slurmfm-{job_id}-*"))
     assert left == []
     pyxis.assert_mode(job_id, mode, 3)
 
@@ -222,12 +242,14 @@ def test_ranks_follow_the_planned_order_in_a_real_pyxis_container(
 @pytest.mark.parametrize(
     ("pyxis_version", "seen"), [("auto", "from-recipe"), ("0.14", "from-image")]
 )
+@pytest.mark.parametrize("suite", SUITES)
 def test_recipe_env_wins_over_the_images_only_where_named_in_real_pyxis(
-    pyxis: Pyxis, pyxis_version: str, seen: str, tmp_path: Path
+    pyxis_lab: PyxisFactory, suite: str, pyxis_version: str, seen: str, tmp_path: Path
 ) -> None:
     """Real Pyxis: a variable the image defines (its /etc/environment) keeps the image's value
     over the host's unless --container-env names it (NVIDIA/pyxis README). slurmfm names
     every recipe variable; with container.pyxis below 0.15 it cannot (and warns)."""
+    pyxis = pyxis_lab(suite)
     pyxis.mode("default")
     ranks = check_ranks_follow_the_planned_order(
         pyxis.lab,
@@ -243,25 +265,33 @@ def test_recipe_env_wins_over_the_images_only_where_named_in_real_pyxis(
     assert {r["image_var"] for r in ranks} == {seen}, ranks
 
 
-@pytest.mark.parametrize("suite", ["trixie", "sid"])
-def test_ranks_follow_the_planned_order_under_the_pyxis_stand_in(
-    slurm_lab_suite: SuiteLabFactory, suite: str, tmp_path: Path
+@pytest.mark.parametrize("suite", SUITES)
+def test_nemo_in_a_real_pyxis_container_ranks_follow_the_planned_order(
+    pyxis_lab: PyxisFactory, suite: str, tmp_path: Path
 ) -> None:
-    """24.11 and 26.05, where Pyxis is not built: Slurm's task layout under the stand-in."""
-    lab = slurm_lab_suite(suite)
-    ranks = check_ranks_follow_the_planned_order(
-        lab, job_env(lab), str(image_file(tmp_path)), [], tmp_path
+    """NeMo in a container: one task per GPU, each running the rendered ``sh`` program (not the
+    runtime) with the image's python3, gets its node's rank (task id // tasks per node), and
+    the tasks follow the planned host order (tests/nemo_order.py)."""
+    pyxis = pyxis_lab(suite)
+    pyxis.mode("default")
+    container = {"image": pyxis.image, "mounts": pyxis.mounts(tmp_path)}
+    log = run_nemo(pyxis.lab, tmp_path, container=container, env=pyxis.env)
+    ranks = re.findall(r"LIGHTNING rank=(\d+) .* node_rank=(\d+)", log)
+    assert sorted((int(r), int(n)) for r, n in ranks) == [(r, r // PER_NODE) for r in range(6)]
+    assert "pyxis: starting container" in "".join(
+        read_text(p) for p in (pyxis.lab.lab_dir / "log").glob("slurmd-*")
     )
-    assert {r["image_var"] for r in ranks} == {""}, ranks  # the host: no image
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("suite", SUITES)
 def test_megatron_in_a_real_pyxis_container_saves_on_the_signal_from_the_host(
-    pyxis: Pyxis, mode: str, tmp_path: Path
+    pyxis_lab: PyxisFactory, suite: str, mode: str, tmp_path: Path
 ) -> None:
     """The save signal reaches Megatron's workers in the container, and only them: with
     use_squashfuse=1 a TERM to squashfuse (which carries the launch's environment) removes the
     container's root file system and no checkpoint is written."""
+    pyxis = pyxis_lab(suite)
     pyxis.mode(mode)
     slurm_lab = pyxis.lab
     recipe = api.load(
@@ -321,7 +351,7 @@ def test_megatron_in_a_real_pyxis_container_saves_on_the_signal_from_the_host(
         done = (tmp_path / "ckpt").rglob("latest_checkpointed_iteration.txt")
         assert next(int(p.read_text()) for p in done) > 0
         # the first attempt's named container went before the requeue (Pyxis keeps it)
-        data = lab_root() / "pyxis" / "state" / "data"
+        data = pyxis.state / "data"
         assert sorted(data.glob(f"*/*/pyxis_*slurmfm-{job.job_id}-0-*")) == []
         pyxis.assert_mode(job.job_id, mode, 2)
     finally:
