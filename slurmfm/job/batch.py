@@ -869,10 +869,12 @@ class Batch:
         :mod:`.hang`); it ends and is judged like any failure, as a hang."""
         self.hung = "no progress for %d s (last: %s)" % (h.idle_s(), h.what)
         log("hang: %s; dumping the workers' stacks, then stopping the step" % self.hung, True)
-        cmd = self.all_nodes_srun("stacks", overlap=True)
-        _, out = self.run(cmd, self.o.probe_timeout_s)
-        sys.stdout.write(out if out.endswith("\n") or not out else out + "\n")
-        sys.stdout.flush()
+        # every node's workers stopped before any is aborted (see .hang); the second step
+        # runs whatever the first did, so that no worker stays stopped
+        for phase in ("stacks", "abort"):
+            _, out = self.run(self.all_nodes_srun(phase, overlap=True), self.o.probe_timeout_s)
+            sys.stdout.write(out if out.endswith("\n") or not out else out + "\n")
+            sys.stdout.flush()
         deadline = self.clock() + 30.0
         while step.poll() is None and self.clock() < deadline:
             self.sleep(0.5)

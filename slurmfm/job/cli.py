@@ -405,7 +405,8 @@ _SUBCOMMANDS: dict[str, tuple[type[Options] | None, str | None, bool]] = {
     "container-remove": (ContainerRemoveOptions, "remove this node's named container", False),
     "health": (HealthOptions, None, False),
     "observe": (None, None, False),
-    "stacks": (None, "dump and abort this node's training workers (a hang)", False),
+    "stacks": (None, "dump (py-spy) and stop this node's training workers (a hang)", False),
+    "abort": (None, "abort this node's stopped training workers: faulthandler's stacks", False),
     "task": (TaskOptions, None, False),
     "whoami": (None, None, False),
 }
@@ -519,11 +520,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         return 0
-    if a.cmd == "stacks":
-        from .hang import dump_stacks
+    if a.cmd in ("stacks", "abort"):
+        from .hang import abort_workers, stop_workers
 
-        lines = dump_stacks(env.get("SLURM_JOB_ID", ""), env.get("SLURMD_NODENAME", ""))
-        print("\n".join(lines), flush=True)
+        job, node = env.get("SLURM_JOB_ID", ""), env.get("SLURMD_NODENAME", "")
+        if a.cmd == "stacks":
+            print("\n".join(stop_workers(job, node)), flush=True)
+        else:
+            abort_workers(job, node)
         return 0
     if a.cmd == "health":
         node = env.get("SLURMD_NODENAME", "unknown")

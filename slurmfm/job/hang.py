@@ -12,11 +12,17 @@ waits 30). Progress is any of, since the step started:
   and NeMo 2's ``Training epoch E, iteration N/M`` (NVIDIA/NeMo
   nemo/lightning/pytorch/callbacks/progress_printer.py).
 
-On a hang the batch step runs ``RUNTIME stacks`` on every node (an overlapping step): each
-worker's Python stack is dumped with py-spy where it is installed (``py-spy dump``, which
-leaves the process running), then the worker gets SIGABRT, on which Python's faulthandler
-(``PYTHONFAULTHANDLER=1``, exported with hang detection) prints every thread's stack into the
-job log before the process ends. NCCL's flight recorder is turned on for the same launches
+On a hang the batch step runs two overlapping steps on every node, one after the other.
+``RUNTIME stacks`` dumps each worker's Python stack with py-spy where it is installed (``py-spy
+dump``, which leaves the process running) and stops the worker (SIGSTOP). Once that step has
+ended, every node's workers are stopped, and ``RUNTIME abort`` sends each SIGABRT and then
+SIGCONT: on the pending SIGABRT Python's faulthandler (``PYTHONFAULTHANDLER=1``, exported
+with hang detection) prints every thread's stack into the job log before the process ends.
+In one step the nodes' workers were aborted at different times: a rank whose peer had already
+died left its collective with an error (gloo: the peer closed the connection) and its dump
+showed it handling that error, not the collective it had waited in (a CI simulation on the
+lab, 2026-12-06). Stopped, no worker sees a peer's end before its own stack is printed.
+NCCL's flight recorder is turned on for the same launches
 (``TORCH_FR_BUFFER_SIZE``, ``TORCH_NCCL_DUMP_ON_TIMEOUT``, ``TORCH_FR_DUMP_TEMP_FILE``:
 pytorch/pytorch torch/csrc/distributed/c10d/FlightRecorder.hpp, ProcessGroupNCCL.hpp), so a
 collective that times out leaves its trace in the evidence directory. The step is then
@@ -31,12 +37,14 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 
 from .node import children, environ, launch_tops
 
 ITERATION = re.compile(r"\biteration\s+\d+\s*/\s*\d+")
 CHECK_S = 5.0
+STOP_WAIT_S = 5.0  # how long a hang's first phase waits for its workers to stop
 
 
 def hang_env(env: dict[str, str], evidence_dir: str) -> dict[str, str]:
@@ -128,9 +136,10 @@ def workers(job: str, node: str = "", proc: str = "/proc") -> list[int]:
     return found
 
 
-def dump_stacks(job: str, node: str, pyspy: str | None = None) -> list[str]:
-    """Dump the stacks of this node's workers and abort them (SIGABRT: faulthandler prints
-    each one's stacks); the lines to print."""
+def stop_workers(job: str, node: str, pyspy: str | None = None) -> list[str]:
+    """A hang's first phase on this node: list the workers, dump each one's stack with py-spy
+    where installed, and stop them (SIGSTOP; :func:`abort_workers` is the second phase); the
+    lines to print."""
     out = []
     tool = pyspy if pyspy is not None else shutil.which("py-spy") or ""
     pids = workers(job, node)
@@ -149,9 +158,35 @@ def dump_stacks(job: str, node: str, pyspy: str | None = None) -> list[str]:
                 out.extend(proc.stdout.splitlines() + proc.stderr.splitlines())
             except (OSError, subprocess.TimeoutExpired) as exc:
                 out.append("py-spy failed: %s" % exc)
-    for pid in pids:
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGABRT)
+            os.kill(pid, signal.SIGSTOP)
+    # A signal takes effect when its process next runs: the phase ends only once every
+    # worker is stopped (or gone), so that the second phase finds none still running.
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline and not all(map(stopped, pids)):
+        time.sleep(0.01)
     if not pids:
         out.append("slurmfm-stacks %s: no training process found" % node)
     return out
+
+
+def stopped(pid: int, proc: str = "/proc") -> bool:
+    """Is ``pid`` stopped (state T or t in /proc/PID/stat) or gone?"""
+    try:
+        with open("%s/%d/stat" % (proc, pid)) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("T", "t", "Z", "X")
+
+
+def abort_workers(job: str, node: str) -> list[int]:
+    """A hang's second phase on this node, once every node's workers are stopped: SIGABRT,
+    then SIGCONT, to each worker (a stopped process takes the pending SIGABRT as it goes on,
+    before it runs anything else: faulthandler prints its stacks); the pids signalled."""
+    pids = workers(job, node)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGABRT)
+            os.kill(pid, signal.SIGCONT)
+    return pids

@@ -92,3 +92,101 @@ def test_stacks_finds_and_aborts_the_launch_workers(tmp_path: Path) -> None:
     (proc / "101" / "task" / "101" / "children").write_text("102 103")
     assert hang.workers("7", "n1", str(proc)) == [102, 103]
     assert hang.workers("8", "n1", str(proc)) == []
+
+
+WORKER = """
+import socket, sys, time
+peer = socket.socket(fileno=int(sys.argv[1]))
+open(sys.argv[2], "w").close()  # about to wait
+
+
+def wait_for_peer():  # a collective: waits until the other rank sends or goes away
+    return peer.recv(1)
+
+
+wait_for_peer()
+
+
+def peer_went_away():  # what a rank does once its peer died: handle the error
+    print("peer went away", flush=True)
+    time.sleep(60)
+
+
+peer_went_away()
+"""
+
+LAUNCHER = """
+import os, socket, subprocess, sys
+a, b = socket.socketpair()
+procs = []
+for rank, sock in enumerate((a, b)):
+    env = dict(os.environ, LOCAL_RANK=str(rank), RANK=str(rank), PYTHONFAULTHANDLER="1")
+    err = open(os.path.join(sys.argv[1], "rank%d.err" % rank), "w")
+    procs.append(subprocess.Popen(
+        [sys.executable, "-c", sys.argv[2], str(sock.fileno()),
+         os.path.join(sys.argv[1], "ready%d" % rank)],
+        env=env, pass_fds=[sock.fileno()], stderr=err,
+    ))
+a.close()  # each end now only in its worker: one's end is the other's EOF
+b.close()
+print(" ".join(str(p.wait()) for p in procs), flush=True)
+"""
+
+
+def state(pid: int) -> str:
+    """A process's state letter (/proc/PID/stat: S sleeping, T stopped, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_hangs_stacks_are_taken_with_every_worker_stopped_first(tmp_path: Path) -> None:
+    """Two real workers wait on each other, as ranks in a collective. The first phase stops
+    both (and lists them); the second aborts them: each faulthandler dump shows the wait, not
+    the handling of a peer that died first (a rank aborted while its peer ran ended the
+    peer's collective with an error, and the peer's dump showed that)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from slurmfm.job import hang
+
+    job, node = f"hang-test-{os.getpid()}", "n-test"
+    env = dict(os.environ, SLURM_JOB_ID=job, SLURMFM_STEP="launch", SLURMD_NODENAME=node)
+    launcher = subprocess.Popen(
+        ["sh", "-c", 'SLURM_TASK_PID=$$ exec "$0" -c "$1" "$2" "$3"']
+        + [sys.executable, LAUNCHER, str(tmp_path), WORKER],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(hang.workers(job, node)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pids = hang.workers(job, node)
+        assert len(pids) == 2
+
+        def waiting() -> bool:  # both past their ready mark, asleep in the wait
+            ready = all((tmp_path / f"ready{r}").exists() for r in (0, 1))
+            return ready and all(state(pid) == "S" for pid in pids)
+
+        while not waiting() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert waiting()
+        lines = hang.stop_workers(job, node, pyspy="")
+        assert [x.split(" rank ")[1] for x in lines] == ["0", "1"], lines
+        assert all(x.startswith(f"slurmfm-stacks {node} pid ") for x in lines), lines
+        assert [state(pid) for pid in pids] == ["T", "T"]  # stopped
+        assert hang.abort_workers(job, node) == pids
+        out, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            for pid in hang.workers(job, node):
+                os.kill(pid, 9)
+            launcher.kill()
+    assert out.split() == ["-6", "-6"]  # both ended by SIGABRT
+    for rank in (0, 1):
+        err = (tmp_path / f"rank{rank}.err").read_text()
+        assert "Fatal Python error: Aborted" in err, err
+        assert "in wait_for_peer" in err, err
+        assert "peer_went_away" not in err, err

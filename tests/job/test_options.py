@@ -151,12 +151,12 @@ def _subcommands(p: argparse.ArgumentParser) -> list[str]:
 
 
 def test_a_step_builds_the_parser_of_its_own_subcommand_only() -> None:
-    """Every step parses one subcommand: the per-node entry builds one parser, not ten."""
+    """Every step parses one subcommand: the per-node entry builds one parser, not eleven."""
     from slurmfm.job import cli
 
     assert _subcommands(cli.parser("node")) == ["node"]
     every = _subcommands(cli.parser())
-    assert len(every) == 10
+    assert len(every) == len(cli._SUBCOMMANDS) == 11
     assert _subcommands(cli.parser("no-such")) == every
     one = cli.parser("node").parse_args(["node", "--prefix", "2", "--", "torchrun", "x.py"])
     full = cli.parser().parse_args(["node", "--prefix", "2", "--", "torchrun", "x.py"])
