@@ -40,7 +40,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from .node import children, environ, launch_tops
+from .node import children, environ, launch_tops, stat_fields
 
 ITERATION = re.compile(r"\biteration\s+\d+\s*/\s*\d+")
 CHECK_S = 5.0
@@ -172,12 +172,8 @@ def stop_workers(job: str, node: str, pyspy: str | None = None) -> list[str]:
 
 def stopped(pid: int, proc: str = "/proc") -> bool:
     """Is ``pid`` stopped (state T or t in /proc/PID/stat) or gone?"""
-    try:
-        with open("%s/%d/stat" % (proc, pid)) as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in ("T", "t", "Z", "X")
+    fields = stat_fields(pid, proc)
+    return not fields or fields[0] in ("T", "t", "Z", "X")
 
 
 def abort_workers(job: str, node: str) -> list[int]:

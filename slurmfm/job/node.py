@@ -69,23 +69,32 @@ def environ(pid: int, proc: str = "/proc") -> dict[str, str]:
     return out
 
 
+def stat_fields(pid: int, proc: str = "/proc") -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command's name (``[0]`` the state, ``[1]``
+    the parent, ``[19]`` the start time); empty when it cannot be read. The name, in
+    parentheses, may itself hold spaces and ")": the fields begin after its last ")"."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return []
+    _, paren, rest = text.rpartition(")")
+    return rest.split() if paren else []
+
+
 def parent(pid: int, proc: str = "/proc") -> int:
     """``pid``'s parent (0 when it cannot be read)."""
     try:
-        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
+        return int(stat_fields(pid, proc)[1])
+    except (IndexError, ValueError):
         return 0
 
 
 def start_time(pid: int, proc: str = "/proc") -> str:
     """``pid``'s start time in clock ticks after boot (field 22 of ``/proc/PID/stat``), "" when
     it cannot be read: with the pid it names one process, though the kernel reuses pids."""
-    try:
-        with open(os.path.join(proc, str(pid), "stat"), encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
+    fields = stat_fields(pid, proc)
+    return fields[19] if len(fields) > 19 else ""
 
 
 def launch_tops(job: str, node: str = "", proc: str = "/proc") -> list[int]:

@@ -77,7 +77,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=a7b0ebff402776557db6ee74806c896fa0bca0997c6bce8a16f227fcc3427a93
+export SLURMFM_RUNTIME_SHA=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -196,4 +196,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=a7b0ebff402776557db6ee74806c896fa0bca0997c6bce8a16f227fcc3427a93 <base64 zipapp of slurmfm/job, 134640 chars>
+# slurmfm-runtime sha256=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0 <base64 zipapp of slurmfm/job, 134764 chars>

@@ -190,3 +190,26 @@ def test_a_hangs_stacks_are_taken_with_every_worker_stopped_first(tmp_path: Path
         assert "Fatal Python error: Aborted" in err, err
         assert "in wait_for_peer" in err, err
         assert "peer_went_away" not in err, err
+
+
+def test_stat_fields_begin_after_the_names_last_parenthesis(tmp_path: Path) -> None:
+    """A process may name itself with spaces and ")" (prctl): the state, parent and start
+    time are read after the name's last ")"; an unreadable or torn file gives no fields."""
+    from slurmfm.job import hang, node
+
+    fields = ["T", "41"] + [str(i) for i in range(2, 19)] + ["12345", "0"]
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text("7 (a) b (c)) " + " ".join(fields) + "\n")
+    assert node.stat_fields(7, str(tmp_path))[:2] == ["T", "41"]
+    assert node.parent(7, str(tmp_path)) == 41
+    assert node.start_time(7, str(tmp_path)) == "12345"
+    assert hang.stopped(7, str(tmp_path))
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / "stat").write_text("8 (python3")  # torn: no closing parenthesis
+    assert node.stat_fields(8, str(tmp_path)) == []
+    assert node.parent(8, str(tmp_path)) == 0
+    assert node.start_time(8, str(tmp_path)) == ""
+    assert node.stat_fields(9, str(tmp_path)) == []  # gone
+    assert hang.stopped(9, str(tmp_path))
+    (tmp_path / "7" / "stat").write_text("7 (a) S 41 " + " ".join(fields[2:]) + "\n")
+    assert not hang.stopped(7, str(tmp_path))
