@@ -273,6 +273,36 @@ def wait_for_text(path: Path, text: str, timeout: float) -> str:
     return read_text(path)
 
 
+def signal_batch_until_recorded(
+    lab: SlurmLab, job_id: str, state_path: Path, timeout: float = 120.0, every: float = 15.0
+) -> int:
+    """Send the pre-timeout USR2 as Slurm's ``--signal=B:USR2@N`` does (``scancel --batch
+    --signal=USR2``, https://slurm.schedmd.com/scancel.html) until the job runtime has recorded
+    it (``event=signal`` in the state file); how many were sent.
+
+    Why again: scancel's exit status says slurmctld took the request, not that the batch step
+    got the signal. Once, in a CI run on a loaded machine, one never arrived: the job trained
+    to its end with no ``event=signal`` and no ``USR2 received`` line. The runtime acts on the
+    first USR2 only, so a second one changes nothing once the first has come.
+    """
+    sent = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        sig = lab.run(["scancel", "--batch", "--signal=USR2", job_id])
+        assert sig.returncode == 0, sig.stderr
+        sent += 1
+        resend = min(deadline, time.monotonic() + every)
+        while time.monotonic() < resend:
+            if " event=signal " in read_text(state_path):
+                return sent
+            time.sleep(0.25)
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"job {job_id}: no USR2 recorded after {sent} sent in {timeout} s\n"
+                + read_text(state_path)
+            )
+
+
 def slurm_required() -> bool:
     return os.environ.get("SLURMFM_REQUIRE_SLURM", "") == "1"
 

@@ -33,6 +33,7 @@ from lab import (
     last_attempt_ranks,
     own_lab_fixture,
     read_text,
+    signal_batch_until_recorded,
     slurm_required,
     wait_until,
 )
@@ -329,8 +330,7 @@ def test_megatron_in_a_real_pyxis_container_saves_on_the_signal_from_the_host(
             lambda: read_text(log_path),
         )
         # Slurm's own pre-timeout request (--signal=B:USR2@N sends it the same way)
-        sig = slurm_lab.run(["scancel", "--batch", "--signal=USR2", job.job_id])
-        assert sig.returncode == 0, sig.stderr
+        signal_batch_until_recorded(slurm_lab, job.job_id, state_path)
         wait_until(
             "the requeue after the save",
             lambda: "event=requeue saved before the time limit" in read_text(state_path),

@@ -18,7 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import REPO_ROOT, OwnLab, SlurmLab, own_lab_fixture, read_text, wait_until
+from lab import (
+    REPO_ROOT,
+    OwnLab,
+    SlurmLab,
+    own_lab_fixture,
+    read_text,
+    signal_batch_until_recorded,
+    wait_until,
+)
 from test_real_slurm_resilience import (
     FAST,
     STANDINS,
@@ -145,8 +153,7 @@ def test_failed_pre_timeout_save_is_recorded_as_failed(ev2_lab: SlurmLab, tmp_pa
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     wait_for_event(log_path, "a periodic checkpoint", "checkpoint", 240)
-    sig = ev2_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
-    assert sig.returncode == 0, sig.stderr
+    signal_batch_until_recorded(ev2_lab, job_id, tmp_path / "logs" / f"quickstart_{job_id}.state")
     rec = wait_done(ev2_lab, job_id, timeout=600)
     log = log_of(tmp_path, job_id)
     state = state_of(tmp_path, job_id)

@@ -27,7 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import OwnLab, SlurmLab, own_lab_fixture, read_text, wait_for_text, wait_until
+from lab import (
+    OwnLab,
+    SlurmLab,
+    own_lab_fixture,
+    read_text,
+    signal_batch_until_recorded,
+    wait_for_text,
+    wait_until,
+)
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -199,8 +207,7 @@ def test_finished_short_run_resubmitted_with_more_steps_trains_on(
     )
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     wait_for_event(log_path, "training past the old run's 20 steps", "step", 240, min_step=21)
-    sig = resil_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
-    assert sig.returncode == 0, sig.stderr
+    signal_batch_until_recorded(resil_lab, job_id, tmp_path / "logs" / f"quickstart_{job_id}.state")
     rec = wait_done(resil_lab, job_id, timeout=400)
     log = log_path.read_text()
     ev = events(log)
@@ -337,8 +344,7 @@ def test_save_outlasting_the_window_requeues_from_the_last_checkpoint(
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
     wait_for_event(log_path, "a periodic checkpoint", "checkpoint", 120)
-    sig = resil2_lab.run(["scancel", "--batch", "--signal=USR2", job_id])
-    assert sig.returncode == 0, sig.stderr
+    signal_batch_until_recorded(resil2_lab, job_id, state_path)
     wait_for_event(log_path, "the slow save", "saving", 60)
     cut = resil2_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"])
     assert cut.returncode == 0, cut.stderr
