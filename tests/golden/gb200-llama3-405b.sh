@@ -77,7 +77,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0
+export SLURMFM_RUNTIME_SHA=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -105,7 +105,7 @@ exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
-slurmfm_env=$(python3 -I -c "$slurmfm_checked" prepare --stripe-layout='-E 64M -c 1 -E 1G -c 4 -E -1 -c 8')
+slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare --stripe-layout='-E 64M -c 1 -E 1G -c 4 -E -1 -c 8')
 eval "$slurmfm_env"
 
 # In the container (which runs no slurmfm), before the launch command: the node rank is the
@@ -120,7 +120,7 @@ exec "$@"'
 # Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory.
 # The runtime runs it, forwards the pre-timeout signal and decides on requeue.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
   --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 4 --efa 16 --dcgm 0 --imex 1 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
@@ -196,4 +196,4 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   --log-throughput \
   --tensorboard-dir /fsx/logs/tensorboard/gb200-llama3-405b
 
-# slurmfm-runtime sha256=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0 <base64 zipapp of slurmfm/job, 134764 chars>
+# slurmfm-runtime sha256=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7 <base64 zipapp of slurmfm/job, 134956 chars>

@@ -76,7 +76,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0
+export SLURMFM_RUNTIME_SHA=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -104,7 +104,7 @@ exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
-slurmfm_env=$(python3 -I -c "$slurmfm_checked" prepare --serve split --serve-nodes 1 --serve-port 8000)
+slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare --serve split --serve-nodes 1 --serve-port 8000)
 eval "$slurmfm_env"
 
 # Serve: vllm server on the last 1 node(s) of the host order; the trainer starts once it is healthy.
@@ -112,7 +112,7 @@ slurmfm_serve=(srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist="$SLURMF
   --kill-on-bad-exit=1 \
   --output="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}_serve.out" \
   --open-mode=append \
-  python3 -I -c "$slurmfm_checked" node --prefix 0 --order-var SLURMFM_SERVE_ORDER -- \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 0 --order-var SLURMFM_SERVE_ORDER -- \
   vllm serve Qwen/Qwen2.5-7B-Instruct \
   --host 0.0.0.0 --port "$SLURMFM_SERVE_PORT" --tensor-parallel-size 8 --pipeline-parallel-size 1 \
   '--gpu-memory-utilization=0.9')
@@ -120,7 +120,7 @@ slurmfm_serve=(srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist="$SLURMF
 # Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
   --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 8 --efa 32 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
@@ -131,10 +131,10 @@ exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 
   "${slurmfm_serve[@]}" \
   srun --nodes="$SLURMFM_NNODES" --ntasks="$SLURMFM_NNODES" --ntasks-per-node=1 \
   --nodelist="$SLURMFM_NODELIST" --kill-on-bad-exit=1 --label \
-  python3 -I -c "$slurmfm_checked" node --prefix 3 --forward none -- \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 3 --forward none -- \
   python3 -m torch.distributed.run \
   --nnodes=3 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0 <base64 zipapp of slurmfm/job, 134764 chars>
+# slurmfm-runtime sha256=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7 <base64 zipapp of slurmfm/job, 134956 chars>

@@ -60,7 +60,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0
+export SLURMFM_RUNTIME_SHA=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -88,7 +88,7 @@ exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
-slurmfm_env=$(python3 -I -c "$slurmfm_checked" prepare --serve all --serve-nodes 2 --serve-port 30000 --dist-port 0)
+slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare --serve all --serve-nodes 2 --serve-port 30000 --dist-port 0)
 eval "$slurmfm_env"
 
 # Serve: sglang server on the whole allocation.
@@ -98,7 +98,7 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
   --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
   --no-container-mount-home --container-env=FI_PROVIDER,NCCL_DEBUG,NCCL_SOCKET_IFNAME \
   --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
-  python3 -I -c "$slurmfm_checked" node --prefix 3 -- \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 3 -- \
   python3 -m sglang.launch_server \
   --model-path /fsx/models/deepseek-ai/DeepSeek-V3 --tp 16 --ep-size 16 \
   --nnodes 2 --dist-init-addr "$SLURMFM_SERVE_HEAD:$SLURMFM_SERVE_DIST_PORT" \
@@ -108,11 +108,11 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
 # Launch: sglang server on the whole allocation. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 -I -c "$slurmfm_checked" batch --max-restarts 10 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 10 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
   --retry-exit none --hang-timeout-s 1800 \
   --health 1 --gpus 8 --efa 8 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check none \
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
   --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0 <base64 zipapp of slurmfm/job, 134764 chars>
+# slurmfm-runtime sha256=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7 <base64 zipapp of slurmfm/job, 134956 chars>

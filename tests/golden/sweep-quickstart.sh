@@ -44,7 +44,7 @@ mkdir -p "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0
+export SLURMFM_RUNTIME_SHA=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -73,28 +73,28 @@ exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 # This array task's own run id, checkpoint directory, environment and launch arguments: the
 # runtime selects the row of SLURM_ARRAY_TASK_ID in the sweep table (next-to-last line).
 slurmfm_task_argv=()
-slurmfm_task=$(python3 -I -c "$slurmfm_checked" task --script "$0")
+slurmfm_task=$(python3 -I -S -c "$slurmfm_checked" task --script "$0")
 eval "$slurmfm_task"
 mkdir -p "$SLURMFM_CHECKPOINT_DIR"
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
-slurmfm_env=$(python3 -I -c "$slurmfm_checked" prepare)
+slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare)
 eval "$slurmfm_env"
 
 # Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
 # requeue; each node's entry inserts its rank and prints the final command.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
-exec python3 -I -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
+exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
   --retry-exit none --hang-timeout-s 1800 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check marker -- \
   srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
   --kill-on-bad-exit=1 \
-  python3 -I -c "$slurmfm_checked" node --prefix 3 --forward none -- \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 3 --forward none -- \
   python3 -m torch.distributed.run \
   --nnodes=1 --nproc-per-node=2 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   <checkout>/recipes/scripts/train_tiny.py \
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t0"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.01\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.01"},{"task":1,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t1"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.05\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.05"},{"task":2,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t2"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.2\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.2"}]}
-# slurmfm-runtime sha256=ddf4cad567c814440fdae788e256279984b5707a902d4980b2e84b53627cf3e0 <base64 zipapp of slurmfm/job, 134764 chars>
+# slurmfm-runtime sha256=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7 <base64 zipapp of slurmfm/job, 134956 chars>

@@ -112,11 +112,11 @@ def test_the_scripts_runtime_lines_parse_as_the_renderers_values(path: Path) -> 
     assert out is not None
     assert out.batch_options is not None
     assert out.prepare_options is not None
-    prep = _line(out.text, 'slurmfm_env=$(python3 -I -c "$slurmfm_checked" prepare')
+    prep = _line(out.text, 'slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare')
     words = prep.split("prepare", 1)[1].rsplit(")", 1)[0]
     got = parser().parse_args(["prepare", *_argv_by_bash(words)])
     assert PrepareOptions.from_namespace(got) == out.prepare_options
-    batch = _line(out.text, 'exec python3 -I -c "$slurmfm_checked" batch')
+    batch = _line(out.text, 'exec python3 -I -S -c "$slurmfm_checked" batch')
     argv = _argv_by_bash(batch.split(" batch ", 1)[1])
     a = parser().parse_args(["batch", *argv])
     o = BatchOptions.from_namespace(a)

@@ -189,7 +189,7 @@ def zipapp(path: Path, body: str = "import sys; print('ran', sys.argv[1:])") -> 
 def run_checked(
     path: Path, sha: str, cwd: Path | None = None, sub: str = "node"
 ) -> subprocess.CompletedProcess[str]:
-    """The program exactly as a step runs it: ``python3 -I -c CHECKED SUBCOMMAND ...``."""
+    """The program exactly as a step runs it: ``python3 -I -S -c CHECKED SUBCOMMAND ...``."""
     return subprocess.run(
         [sys.executable, *install.argv()[1:], sub, "--x"],
         env={"SLURMFM_RUNTIME": str(path), "SLURMFM_RUNTIME_SHA": sha},
@@ -352,13 +352,13 @@ def test_the_check_holds_whichever_sha256_the_interpreter_has(
         assert "not the intact job runtime of this user" in done.stderr
 
 
-def test_a_node_entry_starts_without_openssl_or_sockets(sticky: Path) -> None:
-    """What every node's launch task imports before the launch: not ``hashlib`` (it loads
-    OpenSSL's libcrypto) nor ``socket``; only the rare paths that need them import them.
-    (``-S``: nothing of the test venv's site-packages runs first.)"""
+def test_a_node_entry_starts_without_site_openssl_or_sockets(sticky: Path) -> None:
+    """What every node's launch task imports before the launch: not ``site`` (which runs the
+    environment's ``.pth`` files), not ``hashlib`` (it loads OpenSSL's libcrypto) nor
+    ``socket``; only the rare paths that need them import them."""
     rt, sha = runtime_copy(sticky)
     done = subprocess.run(
-        [sys.executable, "-S", "-X", "importtime", *install.argv()[1:], "node", "--prefix", "0"]
+        [sys.executable, "-X", "importtime", *install.argv()[1:], "node", "--prefix", "0"]
         + ["--forward", "none", "--", "true"],
         env={"SLURMFM_RUNTIME": str(rt), "SLURMFM_RUNTIME_SHA": sha, "PATH": os.defpath},
         stdin=subprocess.DEVNULL,
@@ -369,7 +369,7 @@ def test_a_node_entry_starts_without_openssl_or_sockets(sticky: Path) -> None:
     )
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert {"slurmfm_job.node", "slurmfm_job.gate", "subprocess"} <= imported, done.stderr
-    assert not imported & {"hashlib", "_hashlib", "socket", "runpy"}
+    assert not imported & {"site", "hashlib", "_hashlib", "socket", "runpy"}
 
 
 def test_the_cleanup_removes_the_copy_with_bytecode_and_the_one_it_was_made_from() -> None:

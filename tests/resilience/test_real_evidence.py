@@ -269,7 +269,7 @@ def test_a_rank_hanging_in_all_reduce_is_caught_stacks_dumped_and_retried(
 
 
 def runtime_pids(job_id: str) -> list[int]:
-    """The batch runtime processes of ``job_id``: ``python3 -I -c "$slurmfm_checked" batch ...``
+    """The batch runtime processes of ``job_id``: ``python3 -I -S -c "$slurmfm_checked" batch ...``
     with the job's id in their environment (the supervisor and, below it, the runtime)."""
     found = []
     for p in Path("/proc").iterdir():
@@ -280,7 +280,11 @@ def runtime_pids(job_id: str) -> list[int]:
             env = (p / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[4:5] == [b"batch"] and f"SLURM_JOB_ID={job_id}".encode() in env:
+        if (
+            b"-c" in argv
+            and argv[argv.index(b"-c") + 2 :][:1] == [b"batch"]
+            and f"SLURM_JOB_ID={job_id}".encode() in env
+        ):
             found.append(int(p.name))
     return found
 

@@ -139,7 +139,7 @@ def test_vllm_two_nodes_ray_head_then_serve(tmp_path: Path) -> None:
     text = checked(text_of(raw), tmp_path)
     # node 0 starts the Ray head and then serves; the others join as Ray workers
     assert (
-        'python3 -I -c "$slurmfm_checked" node --prefix 0 --ray ray --ray-python python3 '
+        'python3 -I -S -c "$slurmfm_checked" node --prefix 0 --ray ray --ray-python python3 '
         "--ray-port 6379 --ray-nodes 2 --ray-timeout-s 300 --" in text
     )
     assert "vllm serve meta-llama/Llama-3.1-70B-Instruct" in text
