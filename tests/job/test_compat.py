@@ -63,9 +63,10 @@ def test_zipapp_is_deterministic_and_runs_alone(tmp_path: Path) -> None:
     assert extract("#!/bin/bash\n" + line + "\n") == rf.data
     pyz = tmp_path / rf.name
     pyz.write_bytes(rf.data)
-    # -I: isolated, so nothing of this checkout is importable; the zip must be enough
+    # -I -S, as every step runs it: nothing of this checkout or of site-packages is
+    # importable; the zip and the standard library must be enough
     proc = subprocess.run(
-        [sys.executable, "-I", str(pyz), "whoami"],
+        [sys.executable, "-I", "-S", str(pyz), "whoami"],
         capture_output=True,
         text=True,
         env={"SLURMD_NODENAME": "n7", "SLURM_TOPOLOGY_ADDR": "s0.s1.n7"},
@@ -94,7 +95,7 @@ def test_every_module_imports_under_the_oldest_python_found(tmp_path: Path) -> N
     ]
     for python in [sys.executable, *runnable]:
         proc = subprocess.run(
-            [python, "-I", "-c", check, str(pyz), *modules],
+            [python, "-I", "-S", "-c", check, str(pyz), *modules],
             capture_output=True,
             text=True,
             check=False,
