@@ -24,11 +24,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from . import classify as cl
 from . import fsafe
 from .checkpoint import resume_from
+
+if TYPE_CHECKING:
+    # imported where used: a node entry's start (the gate's verdict, the launch's watch)
+    # needs none of the judging, only the batch step and a finished launch do
+    from . import classify as cl
 
 TAIL_LINES = 200
 
@@ -148,6 +152,8 @@ def report(
 ) -> dict[str, object]:
     """One node's report: the launcher's exit, the exception (error file first, else its
     output), the failing rank and signal."""
+    from . import classify as cl
+
     typ, msg, when = cl.parse_error_file(error_file) if error_file else ("", "", 0.0)
     exc, emsg, rank, sig = cl.parse_launcher_output(lines)
     if sig:  # a worker killed from outside: the others' errors are its consequences
@@ -169,6 +175,8 @@ def report(
 
 def read_reports(directory: str) -> tuple[cl.NodeReport, ...]:
     """Every node's report of one launch (unreadable or malformed ones are skipped)."""
+    from . import classify as cl
+
     out = []
     try:
         names = sorted(os.listdir(directory))
@@ -240,6 +248,8 @@ class SrunLines:
     def __call__(self, line: str) -> None:
         if not line.startswith(("srun:", "slurmstepd:")):
             return
+        from . import classify as cl
+
         if cl.is_oom_line(line):
             self.oom = True
         t = cl.parse_srun_line(line)

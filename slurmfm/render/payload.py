@@ -26,11 +26,17 @@ MARK = "# slurmfm-runtime"
 PACKAGE = "slurmfm_job"  # the package's name inside the zip (relative imports only)
 # The per-node entry ignores the save signal from its first instant: the checked program every
 # step runs does that before it reads this file (slurmfm.job.install.CHECKED).
+# The agents' step (``observe``, one per node, no options) goes straight to the agent: the
+# command line's parser and option types (argparse, typing, a quarter of an agent's start-up
+# CPU) are for the steps that have options.
 _MAIN = (
     "import sys\n"
     "if sys.version_info < (3, 8):\n"
     "    sys.exit('slurmfm: the job runtime needs python3 >= 3.8, found ' + sys.version)\n"
-    f"from {PACKAGE}.cli import main\n"
+    "if sys.argv[1:] == ['observe']:\n"
+    f"    from {PACKAGE}.agent import main\n"
+    "else:\n"
+    f"    from {PACKAGE}.cli import main\n"
     "sys.exit(main())\n"
 )
 

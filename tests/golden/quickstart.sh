@@ -44,7 +44,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7
+export SLURMFM_RUNTIME_SHA=57a9d796476459d82a9d0ca010468fe128f51140ac30cc174e3a12b3b35c5f01
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -89,4 +89,4 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   <checkout>/recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=1ee09e134a1f611232a77b12751980962f72026f0038a0d0fd5062d05b704cf7 <base64 zipapp of slurmfm/job, 134956 chars>
+# slurmfm-runtime sha256=57a9d796476459d82a9d0ca010468fe128f51140ac30cc174e3a12b3b35c5f01 <base64 zipapp of slurmfm/job, 135136 chars>

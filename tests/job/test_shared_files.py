@@ -354,8 +354,8 @@ def test_the_check_holds_whichever_sha256_the_interpreter_has(
 
 def test_a_node_entry_starts_without_site_openssl_or_sockets(sticky: Path) -> None:
     """What every node's launch task imports before the launch: not ``site`` (which runs the
-    environment's ``.pth`` files), not ``hashlib`` (it loads OpenSSL's libcrypto) nor
-    ``socket``; only the rare paths that need them import them."""
+    environment's ``.pth`` files), not ``hashlib`` (it loads OpenSSL's libcrypto), ``socket``
+    nor the failure rules; only the paths that need them import them."""
     rt, sha = runtime_copy(sticky)
     done = subprocess.run(
         [sys.executable, "-X", "importtime", *install.argv()[1:], "node", "--prefix", "0"]
@@ -369,7 +369,39 @@ def test_a_node_entry_starts_without_site_openssl_or_sockets(sticky: Path) -> No
     )
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert {"slurmfm_job.node", "slurmfm_job.gate", "subprocess"} <= imported, done.stderr
-    assert not imported & {"site", "hashlib", "_hashlib", "socket", "runpy"}
+    # nor the failure judging (slurmfm_job.classify): a finished launch's report needs it
+    assert not imported & {"site", "hashlib", "_hashlib", "socket", "runpy", "slurmfm_job.classify"}
+
+
+def test_the_agents_entry_goes_straight_to_the_agent(sticky: Path, tmp_path: Path) -> None:
+    """The agents' step (``observe``, one per node) runs the agent without the command line's
+    parser: no ``argparse``, no option types; the agent still writes its snapshot."""
+    rt, sha = runtime_copy(sticky)
+    obs = tmp_path / "obs"
+    obs.mkdir()
+    (obs / "STOP").touch()  # the agent writes its start snapshot, then stops
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *install.argv()[1:], "observe"],
+        env={
+            "SLURMFM_RUNTIME": str(rt),
+            "SLURMFM_RUNTIME_SHA": sha,
+            "PATH": os.defpath,
+            "SLURMD_NODENAME": "n1",
+            "SLURM_JOB_ID": "42",
+            "SLURMFM_OBS_DIR": str(obs),
+            "SLURMFM_OBS_STOP": str(obs / "STOP"),
+        },
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "slurmfm_job.agent" in imported, done.stderr
+    assert not imported & {"slurmfm_job.cli", "slurmfm_job.options", "argparse", "site"}
+    assert [f.name for f in obs.glob("node_n1_*.json")], sorted(obs.iterdir())
 
 
 def test_the_cleanup_removes_the_copy_with_bytecode_and_the_one_it_was_made_from() -> None:
