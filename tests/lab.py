@@ -115,8 +115,9 @@ GROUP_SECONDS = {
     "resil2": 225,
     # torch faults: an ImportError, retries in the job (2), a hang ~95 s, a spare swap ~35 s
     "evidence": 165,
-    # torch faults: a failed pre-timeout save ~75 s, Megatron's early exit, a killed runtime
-    "evidence2": 135,
+    # torch faults: a failed pre-timeout save ~75 s, Megatron's early exit, a killed runtime;
+    # the time limit without the pre-timeout signal ~130 s (stand-in training, a real limit)
+    "evidence2": 265,
     "simblock-sid": 80,  # select_block vs 26.05: 4 fabrics, ~80 picks, lab up and down
     "sim72-host": 80,
     "sim-host": 60,

@@ -103,6 +103,7 @@ class Batch:
         self.nccl_socket = False
         self.gave_up = False
         self.step_started = 0.0
+        self.launching = False  # waiting for the launch step (wait_step)
         self.ask = ""
         self.marker_before: tuple[int, int, int] | None = None
         self.done_note = ""
@@ -425,14 +426,23 @@ class Batch:
                 if self.act(d) == 0:
                     code = 0
         if not self.requeued:
+            rec: dict[str, str] = {}
             with contextlib.suppress(Exception):
-                self.record_stop()
+                rec = self.record_stop()
+            if self.launching and not self.signalled and sl.at_time_limit(rec, self.restart):
+                # Slurm's pre-timeout USR2 (--signal=B:USR2@N) never came: lost on its way (a
+                # CI run on the lab lost one sent with scancel), or sent before the runtime
+                # could take it. Requeue as the signal would have, within the same cap, from
+                # the last checkpoint, instead of ending TIMEOUT with the run unfinished.
+                with contextlib.suppress(Exception):
+                    if self.act(dec.Decision("requeue", LIMIT_WITHOUT_SIGNAL, code)) == 0:
+                        code = 0
         with contextlib.suppress(Exception):
             self.cleanup()
         flush_and_exit(code)
 
-    def record_stop(self) -> None:
-        """Record what the TERM means, as Slurm says at this moment.
+    def record_stop(self) -> dict[str, str]:
+        """Record what the TERM means, as Slurm says at this moment; the job record read.
 
         ``scancel``, an operator's ``scontrol requeue``, preemption and the time limit all
         reach the batch step as TERM, followed by KILL after ``KillWait`` (default 30 s,
@@ -448,6 +458,7 @@ class Batch:
         )
         self.state.record("stop", why)
         log("TERM received: " + why, err=True)
+        return rec
 
     def note_unasked_restart(self) -> None:
         """Record why this attempt runs when slurmfm did not requeue the last one.
@@ -855,14 +866,19 @@ class Batch:
         step = self.step
         if step is None:  # pragma: no cover - main() sets it first
             return 0
-        while True:
-            self.forward_signal()
-            if self.hang is not None and not self.hung and not self.signalled and self.hang.hung():
-                self.stop_hung(self.hang, step)
-            try:
-                return step.wait(timeout=self.o.poll_s)
-            except subprocess.TimeoutExpired:
-                continue
+        self.launching = True
+        try:
+            while True:
+                self.forward_signal()
+                hang = self.hang
+                if hang is not None and not self.hung and not self.signalled and hang.hung():
+                    self.stop_hung(hang, step)
+                try:
+                    return step.wait(timeout=self.o.poll_s)
+                except subprocess.TimeoutExpired:
+                    continue
+        finally:
+            self.launching = False
 
     def stop_hung(self, h: HangWatch, step: subprocess.Popen[bytes]) -> None:
         """A hang: stacks of every worker into the log, then the step is stopped (see
@@ -1099,6 +1115,10 @@ class Batch:
 # gate_open's answer when the gate failed nodes and spares took their places: the launch
 # did not start, and runs again (no exit code of the job's).
 SWAPPED = -1
+# The state file's reason for a requeue at the time limit that no save signal preceded.
+LIMIT_WITHOUT_SIGNAL = (
+    "the time limit came without the pre-timeout signal; resuming from the last checkpoint"
+)
 
 
 def in_container(argv: Sequence[str]) -> list[str]:

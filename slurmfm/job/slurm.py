@@ -300,6 +300,15 @@ def _restarts(rec: dict[str, str], default: int) -> int:
     return int(value) if value.isdigit() else default
 
 
+def at_time_limit(rec: dict[str, str], restart: int) -> bool:
+    """Whether attempt ``restart`` is being ended by its time limit, from ``scontrol show job``
+    taken at its TERM (``Reason=TimeLimit`` while it completes, then ``JobState=TIMEOUT``),
+    and not requeued meanwhile (see :func:`stop_reason`)."""
+    if _restarts(rec, restart) > restart:
+        return False
+    return rec.get("JobState") == "TIMEOUT" or rec.get("Reason") == "TimeLimit"
+
+
 def stop_reason(rec: dict[str, str], restart: int) -> str:
     """What is ending attempt ``restart``, read from ``scontrol show job`` taken at its TERM.
 
@@ -319,7 +328,7 @@ def stop_reason(rec: dict[str, str], restart: int) -> str:
     seen = "JobState=%s Reason=%s Restarts=%s" % (state, why or "?", rec.get("Restarts", "?"))
     if _restarts(rec, restart) > restart:
         what = "requeued by Slurm or an operator (scontrol requeue, preemption, a failed node)"
-    elif state == "TIMEOUT" or why == "TimeLimit":
+    elif at_time_limit(rec, restart):
         what = "the time limit"
     elif state == "PREEMPTED" or "preempt" in why.lower():
         what = "preempted"

@@ -625,6 +625,57 @@ def test_term_records_what_slurm_says_before_exiting(
     ]
 
 
+AT_THE_LIMIT = "JobId=77 JobState=COMPLETING Reason=TimeLimit Restarts=0"
+
+
+def test_time_limit_without_the_save_signal_requeues_from_the_last_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Slurm's pre-timeout USR2 never reached the job (one sent with scancel was lost in a CI
+    run): at the limit's TERM during the launch the runtime requeues as the signal would
+    have, instead of ending TIMEOUT with the run unfinished."""
+    slurm = Slurm(job=AT_THE_LIMIT)
+    b = make(tmp_path, Step(0), slurm, "--stop-query-s", "2", "--max-restarts", "3")
+    b.launching = True
+    assert term(b) == [0]
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path) == [
+        "event=stop the time limit (Slurm: JobState=COMPLETING Reason=TimeLimit Restarts=0)",
+        "event=requeue the time limit came without the pre-timeout signal; "
+        "resuming from the last checkpoint",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("job", "launching", "signalled", "opts", "last"),
+    [
+        # cancelled, not the limit: the job ends
+        ("JobId=77 JobState=COMPLETING Reason=None Restarts=0", True, False, (), "event=stop"),
+        # the limit between launches (the launch had ended): nothing left to resume
+        (AT_THE_LIMIT, False, False, (), "event=stop"),
+        # the signal came: its own path (the save, or the save window outlasted)
+        (AT_THE_LIMIT, True, True, ("--save-protocol", "0"), "event=stop"),
+        # requeue disabled, or the restart cap reached: said, and the job ends
+        (AT_THE_LIMIT, True, False, ("--requeue", "0"), "event=give-up requeue disabled"),
+        (AT_THE_LIMIT, True, False, ("--max-restarts", "0"), "event=give-up restart cap"),
+    ],
+)
+def test_time_limit_without_the_signal_requeues_only_a_running_launch_within_its_cap(
+    tmp_path: Path,
+    job: str,
+    launching: bool,
+    signalled: bool,
+    opts: tuple[str, ...],
+    last: str,
+) -> None:
+    slurm = Slurm(job=job)
+    b = make(tmp_path, Step(0), slurm, "--stop-query-s", "2", *opts)
+    b.launching, b.signalled, b.gave_up = launching, signalled, signalled
+    assert term(b) == [128 + signal.SIGTERM]
+    assert ["scontrol", "requeue", "77"] not in slurm.calls
+    assert state(tmp_path)[-1].startswith(last), state(tmp_path)
+
+
 def test_term_question_is_bounded_and_an_unanswered_one_is_recorded(tmp_path: Path) -> None:
     timeouts: list[float] = []
     slurm = Slurm(ctld=False)

@@ -166,6 +166,83 @@ def test_failed_pre_timeout_save_is_recorded_as_failed(ev2_lab: SlurmLab, tmp_pa
     assert [e["steps"] for e in events(log) if e["event"] == "done"] == [80]
 
 
+def test_time_limit_without_the_pre_timeout_signal_requeues_and_resumes(
+    ev2_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """Slurm's pre-timeout USR2 never reaches the job (a CI run lost one sent with scancel):
+    at the time limit's TERM the runtime requeues from the last checkpoint, as the signal
+    would have, instead of ending TIMEOUT with the run unfinished.
+
+    The script is the one ``submit`` sends (``--dry-run -o``) without its ``#SBATCH
+    --signal`` line, so Slurm sends no USR2; once training runs the limit is cut to one
+    minute (``scontrol update TimeLimit``), so Slurm itself ends the attempt with TERM. It
+    takes 1.5 to 2 minutes: limits are whole minutes and slurmctld tests them every 30 s
+    (``PERIODIC_TIMEOUT``, SchedMD/slurm:src/slurmctld/controller.c).
+    """
+    # about 100 s of training: more than the first minute and slurmctld's next look at it
+    total, every = 1000, 50
+    out = tmp_path / "sent"
+    proc = ev2_lab.slurmfm(
+        "submit",
+        "recipes/quickstart.yaml",
+        "--dry-run",
+        "--slurm-version",
+        "22.05",
+        "-o",
+        str(out),
+        *[
+            x
+            for s in (
+                f"storage.checkpoint_root={tmp_path}/ckpt",
+                f"storage.log_dir={tmp_path}/logs",
+                *FAST,
+                "resilience.max_restarts=2",
+                f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}', "
+                "--sleep, '0.1']",
+            )
+            for x in ("--set", s)
+        ],
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = (out / "quickstart.sh").read_text().splitlines(keepends=True)
+    kept = [x for x in lines if not x.startswith("#SBATCH --signal=")]
+    assert len(kept) == len(lines) - 1
+    argv = json.loads((out / "quickstart.argv.json").read_text())
+    (tmp_path / "logs").mkdir(mode=0o755)  # submit makes it; a dry run does not
+    sent = ev2_lab.run(argv, input="".join(kept), cwd=REPO_ROOT)
+    assert sent.returncode == 0, sent.stderr
+    job_id = sent.stdout.strip().split(";")[0]
+    log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
+    state_path = tmp_path / "logs" / f"quickstart_{job_id}.state"
+    wait_for_event(log_path, "a periodic checkpoint", "checkpoint", 120)
+    cut = ev2_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=1"])
+    assert cut.returncode == 0, cut.stderr
+    wait_until(
+        "the requeue at the limit's TERM",
+        lambda: (
+            "event=requeue the time limit came without the pre-timeout signal"
+            in read_text(state_path)
+        ),
+        150,
+        lambda: read_text(state_path),
+    )
+    # the requeued attempt gets a limit it can finish in
+    back = ev2_lab.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"])
+    assert back.returncode == 0, back.stderr
+    rec = wait_done(ev2_lab, job_id, timeout=300)
+    log = log_path.read_text()
+    ev = events(log)
+    state = state_path.read_text()
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 1, state
+    assert "event=signal" not in state  # no USR2 ever came
+    assert "restart=0 event=stop the time limit (Slurm: " in state
+    first = ev[: next(i for i, e in enumerate(ev) if e["event"] == "resume")]
+    last_complete = max(e["step"] for e in first if e["event"] == "checkpoint")
+    assert [e["step"] for e in ev if e["event"] == "resume"] == [last_complete]
+    assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
+
+
 def test_megatron_by_samples_early_exit_requeues_and_the_finished_run_does_not(
     ev2_lab: SlurmLab, tmp_path: Path
 ) -> None:
