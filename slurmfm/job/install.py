@@ -60,9 +60,14 @@ exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 """
 
 
+# The interpreter every step runs the runtime with (point 3 above); the batch script's steps
+# and the ones the runtime starts itself (:func:`argv`) alike.
+INTERPRETER = ("python3", "-I", "-S")
+
+
 def argv() -> list[str]:
     """How a step runs this runtime: ``python3 -I -S -c CHECKED`` (then the subcommand)."""
-    return ["python3", "-I", "-S", "-c", CHECKED]
+    return [*INTERPRETER, "-c", CHECKED]
 
 
 def dir_problem(path: str, uid: int | None = None) -> str | None:

@@ -534,6 +534,8 @@ def render_script(
         "serve_entry": serve_entry,
         "runtime_sha": rf.sha256,
         "checked": sh_quote(install.CHECKED, what="runtime check"),
+        # how each step of the script runs it: the interpreter the runtime's own steps use
+        "runtime": " ".join(install.INTERPRETER) + ' -c "$slurmfm_checked"',
         "payload": payload_line(rf),
     }
     text = _env().get_template("sbatch.sh.j2").render(**ctx)
