@@ -4,11 +4,15 @@ Why a separate agent, and why standard library only: node_exporter's textfile co
 DCGM-Exporter's HPC job mapping both read *local* directories of each node, so something must
 run on every node of the job; and that node may have no slurmfm installed (the training itself
 may run in a container). The job runtime (:mod:`slurmfm.job`) runs it as ``python3 RUNTIME
-observe`` with the node's ``python3`` (3.8 or later) in one ``srun --overlap
---ntasks-per-node=1`` step beside the training step, for the job's whole life (a thread of the
-launch step's entry was tried: it lives only as long as each launch, and on the lab scrapes
-and the DCGM mapping missed it around short attempts). The same source is imported and
-unit-tested as ``slurmfm.job.agent``.
+observe`` with the node's ``python3`` (3.8 or later). Where the launch step runs this runtime's
+entry on the host (:func:`slurmfm.job.batch.in_step`), each node's entry starts its node's
+agent as a child process (:func:`fork`: no job step, no slurmstepd and no interpreter start
+per node, which on a 64-node lab whose nodes share two cores was about 2 s of the job's
+start-up); it lives as long as the launch and ends with it, writing its end snapshot and
+removing its files before the entry exits. Elsewhere (a launch in a container, where no entry
+runs; a server; a heterogeneous job) the agents run in one ``srun --overlap
+--ntasks-per-node=1`` step beside the training, until the job ends. The same source is
+imported and unit-tested as ``slurmfm.job.agent``.
 
 What it does on its node, configured by environment variables the job script exports:
 
@@ -290,8 +294,10 @@ def _read_jobs(path: str) -> list[str]:
 class Agent:
     """State of one node's agent; :meth:`run` is the whole life cycle."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], stop_fd: int | None = None) -> None:
         self.env = env
+        # The entry's end of a pipe (:func:`fork`): end-of-file means the launch ended.
+        self.stop_fd = stop_fd
         self.job_id = env.get("SLURM_JOB_ID", "0")
         self.node = env.get("SLURMD_NODENAME") or os.uname()[1]
         self.restart = int(env.get("SLURMFM_RESTART", "0") or 0)
@@ -465,12 +471,31 @@ class Agent:
             "efa_devices": self.efa_devices,
             "start": self.started,
             "textfile": self.textfile_path() if self.textfile_dir else "",
+            # forked by the launch step's entry, or its own step (docs/observability.md)
+            "runs_in": "launch entry" if self.stop_fd is not None else "agents step",
         }
+
+    def earlier_start(self) -> float | None:
+        """When an earlier agent of this node started in this restart of the job (an in-job
+        relaunch starts the launch step, and so its agent, again), from its node file."""
+        if not self.obs_dir:
+            return None
+        try:
+            with open(self.obs_path("node"), encoding="utf-8") as fh:
+                start = json.loads(fh.read(1 << 16)).get("start")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return float(start) if isinstance(start, (int, float)) else None
 
     def start(self) -> None:
         self.gpus = gpu_indices(self.env, self.expected_gpus) if self.expected_gpus > 0 else []
         self.mapped = map_gpus(self.dcgm_dir, self.job_id, self.gpus)
-        self.efa_snapshot("start")
+        earlier = self.earlier_start()
+        if earlier is None:
+            self.efa_snapshot("start")
+        else:  # the counters and the start of the restart's first agent stay the baseline
+            self.started = earlier
+            self.efa_devices = sorted(efa_counters(self.sysfs)) if self.efa else []
         self.remove_stale_textfiles()
         self.write_textfile()
         self.save_json("node", self.node_info())  # last: the job script waits for this file
@@ -490,6 +515,19 @@ class Agent:
     def should_stop(self) -> bool:
         return self.stopping or bool(self.stop_file and os.path.exists(self.stop_file))
 
+    def pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when the entry closes its end of the pipe."""
+        if self.stop_fd is None:
+            time.sleep(seconds)
+            return
+        import select
+
+        try:
+            if select.select([self.stop_fd], [], [], seconds)[0]:
+                self.stopping = True  # readable: end-of-file, the launch ended
+        except (OSError, ValueError):
+            self.stopping = True
+
     def run(self) -> int:
         def on_term(signum: int, frame: object) -> None:
             self.stopping = True
@@ -500,7 +538,9 @@ class Agent:
         self.start()
         next_write = time.time() + self.interval
         while not self.should_stop():
-            time.sleep(0.5)
+            self.pause(0.5)
+            if self.stopping:
+                break
             if time.time() >= next_write:
                 self.write_textfile()
                 next_write = time.time() + self.interval
@@ -511,6 +551,93 @@ class Agent:
 def main() -> int:
     try:
         return Agent(dict(os.environ)).run()
+    except Exception as exc:  # never fail the job because of metrics
+        warn("crash", f"agent stopped: {type(exc).__name__}: {exc}")
+        return 0
+
+
+# Set by the batch step in the launch's environment where each node's entry runs the agent
+# (:func:`fork`) instead of an agents' step.
+IN_ENTRY = "SLURMFM_OBS_IN_ENTRY"
+
+
+class Forked:
+    """This node's agent as a child of the launch step's entry: :meth:`stop` ends it."""
+
+    def __init__(self, pid: int, stop_fd: int) -> None:
+        self.pid = pid
+        self.stop_fd = stop_fd
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Close the pipe (the agent sees end-of-file, writes its end snapshot and removes its
+        files) and wait for it, at most ``timeout_s``: the step ends when the entry exits, and
+        Slurm then kills what is left of it."""
+        with contextlib.suppress(OSError):
+            os.close(self.stop_fd)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid:
+                return
+            if time.monotonic() >= deadline:
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(self.pid, 0)
+                return
+            time.sleep(0.02)
+
+
+def fork(env: dict[str, str]) -> Forked | None:
+    """Start this node's agent as a child of the calling process (the launch step's entry,
+    on the node's first task), or None where it cannot (the launch runs without metrics).
+
+    Why a fork: the process is running already, so the agent costs no job step, no
+    ``slurmstepd`` and no interpreter start on any node. It must be called before the entry
+    starts a thread. The agent reads the job's GPUs (``SLURM_JOB_GPUS``), not the launch step's
+    (``SLURM_STEP_GPUS``, which a step's task binding may narrow), as the agents' step, which
+    asks for no GPUs and so gets all of the job's, did. Its standard input is not the gate's
+    channel: /dev/null.
+    """
+    own = {k: v for k, v in env.items() if k not in ("SLURM_STEP_GPUS", IN_ENTRY)}
+    for stream in (sys.stdout, sys.stderr):  # or the child would print what is buffered again
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        r, w = os.pipe()  # not inherited across exec (PEP 446): the launcher never holds it
+    except OSError as exc:
+        warn("fork", f"agent not started: {exc}")
+        return None
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(r)
+        os.close(w)
+        warn("fork", f"agent not started: {exc}")
+        return None
+    if pid == 0:  # the agent: never returns into the entry
+        code = 0
+        try:
+            os.close(w)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            code = main_forked(own, r)
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
+    os.close(r)
+    return Forked(pid, w)
+
+
+def main_forked(env: dict[str, str], stop_fd: int) -> int:
+    try:
+        return Agent(env, stop_fd).run()
     except Exception as exc:  # never fail the job because of metrics
         warn("crash", f"agent stopped: {type(exc).__name__}: {exc}")
         return 0

@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from . import agent, fsafe, gate, hetjob, install, nccl, serve
 from . import classify as cl
 from . import decide as dec
 from . import evidence as ev
-from . import fsafe, gate, hetjob, install, nccl, serve
 from . import slurm as sl
 from . import spares as sp
 from .hang import HangWatch, hang_env
@@ -91,6 +91,7 @@ class Batch:
         self.server: subprocess.Popen[bytes] | None = None
         self.observers: list[subprocess.Popen[bytes]] = []
         self.agents_started = False
+        self.obs_ready: bool | None = None  # the observe directory (observe_dir)
         # Components beyond the first of a heterogeneous job (empty otherwise).
         self.het = hetjob.components(
             getattr(opts, "component", []) or [],
@@ -342,24 +343,35 @@ class Batch:
             return rc, out
         return 0, ""
 
+    def observe_dir(self) -> bool:
+        """Make the job's observe directory ready for the agents (once): its ``job.json``,
+        no stop file of an earlier attempt. False where it cannot be made (no job metrics)."""
+        if self.obs_ready is None:
+            obs_dir = self.env.get("SLURMFM_OBS_DIR", "")
+            try:
+                os.makedirs(obs_dir, exist_ok=True)
+                stop = self.env.get("SLURMFM_OBS_STOP", "")
+                if stop and os.path.exists(stop):
+                    os.remove(stop)
+                fsafe.replace(os.path.join(obs_dir, "job.json"), self.o.observe_job_json + "\n")
+                self.obs_ready = True
+            except OSError:
+                log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
+                self.obs_ready = False
+        return self.obs_ready
+
     def observe_start(self) -> None:
         """Start the observability agents (one step for the job's life, one agent per node of
         every component), without waiting for them: they are not on the way to the launch,
         which starts first (:meth:`run_step`). Each agent writes its start snapshot before it
         looks for the stop file (:mod:`.agent`), so even an attempt that ends before the agents
-        are up gets a snapshot from every node, and :meth:`observe_stop` waits for them."""
+        are up gets a snapshot from every node, and :meth:`observe_stop` waits for them.
+        Where the launch step runs the node entry (:attr:`in_step`), each entry forks its
+        node's agent instead (:func:`.agent.fork`) and this step is not started."""
         if self.agents_started:
             return
         self.agents_started = True
-        obs_dir = self.env.get("SLURMFM_OBS_DIR", "")
-        try:
-            os.makedirs(obs_dir, exist_ok=True)
-            stop = self.env.get("SLURMFM_OBS_STOP", "")
-            if stop and os.path.exists(stop):
-                os.remove(stop)
-            fsafe.replace(os.path.join(obs_dir, "job.json"), self.o.observe_job_json + "\n")
-        except OSError:
-            log(f"observability: cannot create {obs_dir}; no job metrics", err=True)
+        if not self.observe_dir():
             return
         self.observers = [self.popen(self.all_nodes_srun("observe", overlap=True), env=self.env)]
         for comp in self.het:
@@ -954,6 +966,8 @@ class Batch:
             if gated:
                 # every task reads the batch step's word on stdin (srun --input=all)
                 env.update({gate.ENV: self.gate_spec(), "SLURM_STDINMODE": "all"})
+            if o.observe and self.in_step and self.observe_dir():
+                env[agent.IN_ENTRY] = "1"  # each node's entry forks its agent: no step of theirs
             self.step = self.start_launch(launch_argv, env, gated)
             self.step_started = self.clock()
             if gated:
@@ -963,7 +977,7 @@ class Batch:
                 if code is not None:
                     return code
                 self.step_started = self.clock()
-            if o.observe:
+            if o.observe and not self.in_step:
                 self.observe_start()  # once the launch is on its way (gated: every node passed)
         else:
             log("launch: " + masked(serve_argv, o.secret, self.env))
@@ -1141,11 +1155,11 @@ def in_container(argv: Sequence[str]) -> list[str]:
 def in_step(
     serve_argv: Sequence[str], launch_argv: Sequence[str], runtime: str, het: bool, hyperpod: bool
 ) -> bool:
-    """Whether the health gate runs inside the launch step (:mod:`.gate`) rather than in a
-    step of its own: where the launch runs this
-    runtime's node entry on the host, alone (no server beside it, one component), and is not
-    replayed by HyperPod's auto-resume (a replayed step would wait for a word that was
-    already given)."""
+    """Whether the health gate (:mod:`.gate`) and the observability agents
+    (:func:`.agent.fork`) run inside the launch step rather than in steps of their own: where
+    the launch runs this runtime's node entry on the host, alone (no server beside it, one
+    component), and is not replayed by HyperPod's auto-resume (a replayed step would wait for
+    a word that was already given)."""
     return bool(
         launch_argv
         and not serve_argv

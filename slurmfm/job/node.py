@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from . import gate
+from .agent import IN_ENTRY, fork
 from .evidence import LaunchWatch
 from .health import run_command
 from .hosts import insert_rank, node_rank, replayed_order, with_master
@@ -567,6 +568,14 @@ def main(
         return gate.NOT_STARTED
     if rank == 0:
         print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
+    agent = None
+    if env.pop(IN_ENTRY, "") == "1" and first_task:
+        # this node's observability agent, forked before any thread (batch.Batch.run_step)
+        agent = fork(env)
     watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
     stdin = subprocess.DEVNULL if value else None
-    return run_launcher(final, forward, env, watch, stdin=stdin, forward_tasks=forward_tasks)
+    try:
+        return run_launcher(final, forward, env, watch, stdin=stdin, forward_tasks=forward_tasks)
+    finally:
+        if agent is not None:
+            agent.stop()

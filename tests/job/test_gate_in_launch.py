@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from slurmfm.job import agent, gate, install, node
 from slurmfm.job import batch as bt
-from slurmfm.job import gate, install, node
 from slurmfm.job.batch import Batch
 from slurmfm.job.cli import parser
 
@@ -107,7 +107,7 @@ def make(
 
     def popen(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> Any:
         started.append({"argv": argv, "env": env or {}, **kw})
-        if "node" in argv:
+        if "node" in argv or "slurmfm-node" in argv:  # the launch, with or without the entry
             step.start()
             return step
         if argv[-1] == "observe":
@@ -141,19 +141,30 @@ def test_healthy_nodes_get_the_word_and_no_step_of_their_own(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("verdict", ["OK", "FAIL no EFA device"])
-def test_the_agents_start_once_every_node_passed_not_before_the_launch(
-    tmp_path: Path, verdict: str
-) -> None:
-    """The agents are not on the way to the launch: their step starts after the launch step,
-    once the word "go" is out; a launch the gate stopped gets none."""
+def test_each_entry_runs_its_agent_and_the_agents_get_no_step(tmp_path: Path, verdict: str) -> None:
+    """Agents on, where the launch runs the node entry: no agents' step (no slurmstepd and no
+    interpreter per node); the launch step's entries are told to fork their agents, into the
+    observe directory the batch step made ready (job.json, no stop file of an earlier
+    attempt). A launch the gate stopped starts no agent: its entries never got the word."""
+    obs = tmp_path / "obs"
+    obs.mkdir()
+    (obs / "STOP").touch()
     b, _step, _, started = make(tmp_path, {"n1": "OK", "n2": verdict}, *GPUS, "--observe", "1")
+    b.env["SLURMFM_OBS_STOP"] = str(obs / "STOP")
     b.main([], LAUNCH)
-    kinds = [s["argv"][-1] if s["argv"][-1] == "observe" else "launch" for s in started]
-    if verdict == "OK":
-        assert kinds == ["launch", "observe"]
-        assert started[1]["word_sent"] == gate.GO
-    else:
-        assert kinds == ["launch"]
+    assert [s["argv"][-1] for s in started] == ["train.py"]  # the launch only
+    assert started[0]["env"][agent.IN_ENTRY] == "1"
+    assert (obs / "job.json").exists()
+    assert not (obs / "STOP").exists()
+
+
+def test_the_agents_keep_their_step_where_no_entry_runs(tmp_path: Path) -> None:
+    """A launch in a container runs no entry: the agents' step starts after the launch."""
+    container = ["srun", "--container-image=x.sqsh", "sh", "-c", "p", "slurmfm-node", "train"]
+    b, _step, _, started = make(tmp_path, {}, "--observe", "1")
+    b.main([], container)
+    assert [s["argv"][-1] for s in started] == ["train", "observe"]
+    assert agent.IN_ENTRY not in started[0]["env"]
 
 
 def test_a_failed_node_is_drained_and_no_task_gets_the_word(tmp_path: Path) -> None:
@@ -237,18 +248,27 @@ def test_wait_go() -> None:
     assert not gate.wait_go(io.BytesIO(b"gone\n"))
 
 
-def run_entry(tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0") -> tuple[int, str]:
+def run_entry(
+    tmp: Path, stdin: bytes, smi_gpus: int, localid: str = "0", extra: dict[str, str] | None = None
+) -> tuple[int, str]:
     """The real node entry on this host: nvidia-smi stands in, the launch is a script that
     records it ran and what its stdin held."""
-    proc = start_entry(tmp, smi_gpus, localid)
+    proc = start_entry(tmp, smi_gpus, localid, extra)
     out_b, err_b = proc.communicate(stdin, timeout=60)
     ran = tmp / "ran"
     out = out_b.decode() + err_b.decode()
     return proc.returncode, (ran.read_text() if ran.exists() else "") + "|" + out
 
 
-def start_entry(tmp: Path, smi_gpus: int, localid: str = "0") -> subprocess.Popen[bytes]:
-    """:func:`run_entry`'s process, started with its stdin a pipe the caller holds."""
+def start_entry(
+    tmp: Path,
+    smi_gpus: int,
+    localid: str = "0",
+    extra: dict[str, str] | None = None,
+    launch: list[str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """:func:`run_entry`'s process, started with its stdin a pipe the caller holds; ``extra``:
+    more environment, ``launch``: another command to launch."""
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     smi = bindir / "nvidia-smi"
@@ -273,13 +293,14 @@ def start_entry(tmp: Path, smi_gpus: int, localid: str = "0") -> subprocess.Pope
         SLURMFM_OBS_DIR=str(tmp / "obs"),
         SLURMFM_OBS_INTERVAL="1",
         PYTHONPATH=str(Path(node.__file__).resolve().parents[2]),
+        **(extra or {}),
     )
     (tmp / "obs").mkdir(exist_ok=True)
     ran = tmp / "ran"
     prog = f"import sys; open({str(ran)!r}, 'w').write(repr(sys.stdin.read()))"
     return subprocess.Popen(
         [sys.executable, "-m", "slurmfm.job", "node", "--prefix", "0", "--forward", "none"]
-        + ["--", sys.executable, "-c", prog],
+        + ["--", *(launch or [sys.executable, "-c", prog])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -294,6 +315,62 @@ def test_the_entry_checks_and_waits_for_the_word(tmp_path: Path) -> None:
     assert ran == "''"  # the launch's stdin is not the gate's channel
     assert "slurmfm-health n1 OK" in printed
     assert (tmp_path / "ev" / "n1.gate").read_text() == "OK\n"
+    assert not list((tmp_path / "obs").iterdir())  # not told to: no agent
+
+
+def test_the_entry_forks_its_agent_which_ends_with_the_launch(tmp_path: Path) -> None:
+    """Told to (``SLURMFM_OBS_IN_ENTRY``), the node's first task runs the agent beside the
+    launch: it maps the job's GPUs (``SLURM_JOB_GPUS``, not the step's), writes its textfile,
+    and when the launch ends it writes its end snapshot and removes its files before the
+    entry exits. The launch itself never sees the setting."""
+    textfiles, mapping = tmp_path / "prom", tmp_path / "map"
+    textfiles.mkdir()
+    mapping.mkdir()
+    seen = tmp_path / "seen"
+    probe = (
+        "import os, sys, time\n"
+        f"p, m, out = {str(textfiles)!r}, {str(mapping)!r}, {str(seen)!r}\n"
+        "for _ in range(400):\n"
+        "    if os.listdir(p) and len(os.listdir(m)) == 2: break\n"
+        "    time.sleep(0.05)\n"
+        "open(out, 'w').write(repr((sorted(os.listdir(p)), sorted(os.listdir(m)),"
+        f" os.environ.get({agent.IN_ENTRY!r}))))\n"
+    )
+    extra = {
+        agent.IN_ENTRY: "1",
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_GPUS": "2,5",
+        "SLURM_STEP_GPUS": "5",
+        "SLURMFM_OBS_GPUS": "8",
+        "SLURMFM_OBS_TEXTFILE_DIR": str(textfiles),
+        "SLURMFM_OBS_DCGM_DIR": str(mapping),
+    }
+    proc = start_entry(tmp_path, 8, extra=extra, launch=[sys.executable, "-c", probe])
+    out, err = proc.communicate(gate.GO, timeout=60)
+    assert proc.returncode == 0, (out, err)
+    assert seen.read_text() == repr((["slurmfm_job_77_n1.prom"], ["2", "5"], None))
+    info = json.loads((tmp_path / "obs" / "node_n1_r0.json").read_text())
+    assert (info["node"], info["gpus"], info["dcgm_mapped"]) == ("n1", [2, 5], [2, 5])
+    assert info["runs_in"] == "launch entry"
+    assert info["end"] >= info["start"]
+    assert list(textfiles.iterdir()) == []
+    assert list(mapping.iterdir()) == []
+
+
+def test_an_agent_of_a_relaunch_keeps_the_first_start(tmp_path: Path) -> None:
+    """An in-job relaunch starts the launch step, and so the agent, again in the same
+    restart: the node file keeps the first agent's start (the restart's, as the
+    textfile's ``job_start_time_seconds`` says)."""
+    starts, ends = [], []
+    for _ in range(2):
+        proc = start_entry(tmp_path, 8, extra={agent.IN_ENTRY: "1", "SLURM_JOB_ID": "77"})
+        proc.communicate(gate.GO, timeout=60)
+        assert proc.returncode == 0
+        info = json.loads((tmp_path / "obs" / "node_n1_r0.json").read_text())
+        starts.append(info["start"])
+        ends.append(info["end"])
+    assert starts[1] == starts[0]
+    assert ends[1] > ends[0]
 
 
 def test_the_entry_without_the_word_starts_nothing(tmp_path: Path) -> None:
@@ -304,10 +381,11 @@ def test_the_entry_without_the_word_starts_nothing(tmp_path: Path) -> None:
 
 
 def test_a_sick_node_reports_and_starts_nothing(tmp_path: Path) -> None:
-    rc, out = run_entry(tmp_path, gate.GO, 7)
+    rc, out = run_entry(tmp_path, gate.GO, 7, extra={agent.IN_ENTRY: "1"})
     assert rc == gate.NOT_STARTED, out
     assert out.startswith("|"), out  # the launch never ran
     assert "slurmfm-health n1 FAIL 7 GPUs visible, expected 8" in out
+    assert not list((tmp_path / "obs").iterdir())  # nor its agent
 
 
 def test_a_sick_node_keeps_its_task_until_the_batch_step_decides(tmp_path: Path) -> None:
@@ -334,7 +412,9 @@ def test_a_sick_node_keeps_its_task_until_the_batch_step_decides(tmp_path: Path)
 
 
 def test_other_tasks_of_a_node_only_wait(tmp_path: Path) -> None:
-    """A node's second task (SLURM_LOCALID 1) does not check the node again."""
-    rc, out = run_entry(tmp_path, gate.GO, 7, localid="1")
+    """A node's second task (SLURM_LOCALID 1) neither checks the node again nor runs a
+    second agent."""
+    rc, out = run_entry(tmp_path, gate.GO, 7, localid="1", extra={agent.IN_ENTRY: "1"})
     assert rc == 0, out
     assert not (tmp_path / "ev" / "n1.gate").exists()
+    assert not list((tmp_path / "obs").iterdir())

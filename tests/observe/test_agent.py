@@ -281,6 +281,7 @@ def test_agent_process_life_cycle(tmp_path: Path) -> None:
     assert node["gpus"] == [0, 1]
     assert node["efa_devices"] == ["rdmap16s27", "rdmap32s27"]
     assert "end" in node
+    assert node["runs_in"] == "agents step"
 
 
 def test_progress_reporter_is_throttled_and_atomic(

@@ -126,7 +126,9 @@ def test_job_metrics_dashboard_and_report(
         "--set",  # a requeue: the restart count Slurm keeps is what is measured
         "resilience.restart_in_job=false",
         "--set",
-        "launcher.args=[--steps, '30', --checkpoint-every, '10', --sleep, '0.3']",
+        # every rank lives as long as the run, as in a real one: so does each node's agent
+        "launcher.args=[--steps, '30', --checkpoint-every, '10', --sleep, '0.3', "
+        "--others-wait, '120']",
         "--set",
         "resilience.max_restarts=2",
         "--set",
@@ -268,7 +270,7 @@ def test_gpu_job_maps_its_gpus_for_dcgm_exporter(slurm_lab: SlurmLab, tmp_path: 
         "--set",
         f"launcher.script={STANDINS / 'train_fast.py'}",
         "--set",
-        "launcher.args=[--steps, '20', --sleep, '0.5']",
+        "launcher.args=[--steps, '20', --sleep, '0.5', --others-wait, '120']",
     )
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().splitlines()[-1]

@@ -520,9 +520,9 @@ def submit_with(lab: SlurmLab, tmp: Path, env: dict[str, str], *sets: str) -> st
 
 
 def test_the_gate_runs_inside_the_launch_step(resil2_lab: SlurmLab, tmp_path: Path) -> None:
-    """On 3 nodes the health gate's checks run in the launch step itself (no step of their
-    own), every node passes, the training runs on all three, and the agents (their own step)
-    ran on each node for the job."""
+    """On 3 nodes the health gate's checks and the observability agents run in the launch
+    step itself (no step of their own), every node passes, the training runs on all three,
+    and each node's entry ran its agent, which ended with the launch."""
     env = gpu_standins(tmp_path, resil2_lab)
     job_id = submit_with(
         resil2_lab,
@@ -545,10 +545,11 @@ def test_the_gate_runs_inside_the_launch_step(resil2_lab: SlurmLab, tmp_path: Pa
         nodes, "launch\n"
     )
     assert sorted(e["node"] for e in events(log) if e["event"] == "rank") == sorted(nodes)
-    # each node's agent ran and ended with the job
+    # each node's entry forked its agent, which ended with the launch
     obs = tmp_path / "logs" / f"quickstart_{job_id}.observe"
     for n in nodes:
         info = json.loads((obs / f"node_{n}_r0.json").read_text())
+        assert info["runs_in"] == "launch entry", info
         assert "end" in info, info
 
 

@@ -5,7 +5,10 @@ job's metrics, the USR2 save request), but no torch, so it starts in millisecond
 
 Rank 0 steps and saves; every rank prints its ``rank`` record (from what torchrun or its
 stand-in, ``torchrun.py`` here, hands a worker). Without a process group the other ranks have
-nothing to agree on, so they exit after their record.
+nothing to agree on, so they exit after their record; with ``--others-wait S`` they stay until
+the run's DONE marker is there (at most S seconds), as every rank of a data-parallel run
+lives as long as the run, and with it each node's launch (the observability tests: each
+node's agent lives as long as its launch).
 
 Fault options for the resilience tests (tests/resilience/test_real_slurm_resilience.py):
 ``--save-sleep S`` makes the save asked for by the pre-timeout signal take S seconds more
@@ -33,6 +36,7 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--save-sleep", type=float, default=0.0)
     ap.add_argument("--fail-if", type=Path, default=None)
+    ap.add_argument("--others-wait", type=float, default=0.0)
     args = ap.parse_args()
     env = os.environ
     rank = int(env["RANK"])
@@ -52,6 +56,9 @@ def main() -> int:
         flush=True,
     )
     if rank != 0:
+        deadline = time.monotonic() + args.others_wait
+        while time.monotonic() < deadline and not ck.is_done():
+            time.sleep(0.2)
         return 0
     ckpt_dir = ck.run_dir()
     stop = ck.SaveRequest()
