@@ -154,11 +154,13 @@ def safe_name(text: str) -> str:
     return _NAME_OK.sub("_", text) or "unknown"
 
 
-def gpu_indices(env: dict[str, str], expected: int) -> list[int]:
+def gpu_indices(env: dict[str, str], expected: int, cancel_fd: int | None = None) -> list[int]:
     """This node's GPU indices as DCGM numbers them (the physical index, not CUDA's).
 
     ``SLURM_STEP_GPUS``/``SLURM_JOB_GPUS`` hold the global ids Slurm allocated; without them,
-    ``nvidia-smi --query-gpu=index``; without that, 0..expected-1 (a whole-node job).
+    ``nvidia-smi --query-gpu=index`` (at most 30 s; given up at once when ``cancel_fd``
+    becomes readable: the launch ended, and the entry waits for its agent); without that,
+    0..expected-1 (a whole-node job).
     """
     for var in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         raw = env.get(var, "").strip()
@@ -167,20 +169,41 @@ def gpu_indices(env: dict[str, str], expected: int) -> list[int]:
     if expected <= 0:
         return []
     try:
-        out = subprocess.run(
+        smi = subprocess.Popen(
             ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            timeout=30,
-            check=False,
+            start_new_session=True,  # its own group: given up, all of it ends (killpg below)
         )
-        found = [int(x) for x in out.stdout.split() if x.isdigit()]
-        if out.returncode == 0 and found:
-            return sorted(set(found))
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return list(range(expected))
+    except OSError:
+        return list(range(expected))
+    deadline = time.monotonic() + 30.0
+    try:
+        while cancel_fd is not None and smi.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or _readable(cancel_fd, min(left, 0.1)):
+                raise subprocess.TimeoutExpired(smi.args, 30.0)
+        out, _ = smi.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.SubprocessError:
+        with contextlib.suppress(OSError):
+            os.killpg(smi.pid, signal.SIGKILL)
+        smi.communicate()
+        return list(range(expected))
+    found = [int(x) for x in out.split() if x.isdigit()]
+    return sorted(set(found)) if smi.returncode == 0 and found else list(range(expected))
+
+
+def _readable(fd: int, seconds: float) -> bool:
+    """Whether ``fd`` is readable (end-of-file included) within ``seconds``; True where it
+    cannot be waited on (closed): either way the one who holds the other end is gone."""
+    import select
+
+    try:
+        return bool(select.select([fd], [], [], seconds)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def efa_counters(sysfs: str) -> dict[str, dict[str, dict[str, int]]]:
@@ -488,7 +511,8 @@ class Agent:
         return float(start) if isinstance(start, (int, float)) else None
 
     def start(self) -> None:
-        self.gpus = gpu_indices(self.env, self.expected_gpus) if self.expected_gpus > 0 else []
+        want = self.expected_gpus
+        self.gpus = gpu_indices(self.env, want, self.stop_fd) if want > 0 else []
         self.mapped = map_gpus(self.dcgm_dir, self.job_id, self.gpus)
         earlier = self.earlier_start()
         if earlier is None:
@@ -519,14 +543,8 @@ class Agent:
         """Sleep ``seconds``, or less when the entry closes its end of the pipe."""
         if self.stop_fd is None:
             time.sleep(seconds)
-            return
-        import select
-
-        try:
-            if select.select([self.stop_fd], [], [], seconds)[0]:
-                self.stopping = True  # readable: end-of-file, the launch ended
-        except (OSError, ValueError):
-            self.stopping = True
+        elif _readable(self.stop_fd, seconds):
+            self.stopping = True  # end-of-file: the launch ended
 
     def run(self) -> int:
         def on_term(signum: int, frame: object) -> None:
@@ -585,8 +603,14 @@ class Forked:
             if time.monotonic() >= deadline:
                 with contextlib.suppress(OSError):
                     os.kill(self.pid, signal.SIGKILL)
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(self.pid, 0)
+                # not waited for without end: a process in uninterruptible sleep (a hung
+                # file system under the observe directory) outlives a KILL; Slurm ends it
+                # with the step
+                for _ in range(50):
+                    with contextlib.suppress(ChildProcessError):
+                        if os.waitpid(self.pid, os.WNOHANG)[0]:
+                            return
+                    time.sleep(0.02)
                 return
             time.sleep(0.02)
 
@@ -601,6 +625,11 @@ def fork(env: dict[str, str]) -> Forked | None:
     (``SLURM_STEP_GPUS``, which a step's task binding may narrow), as the agents' step, which
     asks for no GPUs and so gets all of the job's, did. Its standard input is not the gate's
     channel: /dev/null.
+
+    The agent keeps its entry's ``/proc/PID/environ`` (a fork does not exec), so what finds a
+    launch's processes by environment must not take it for a worker: ``hang.workers`` wants
+    ``LOCAL_RANK``, which no entry carries (tests/job/test_gate_in_launch.py checks it), and
+    ``node.forward_to_workers`` runs only for launches in a container, where no entry runs.
     """
     own = {k: v for k, v in env.items() if k not in ("SLURM_STEP_GPUS", IN_ENTRY)}
     for stream in (sys.stdout, sys.stderr):  # or the child would print what is buffered again
@@ -611,9 +640,14 @@ def fork(env: dict[str, str]) -> Forked | None:
     except OSError as exc:
         warn("fork", f"agent not started: {exc}")
         return None
+    # Held back across the fork: in the child, a KeyboardInterrupt before its ``try`` would
+    # return into the entry's code.
+    held = {signal.SIGINT, signal.SIGTERM}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         pid = os.fork()
     except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(r)
         os.close(w)
         warn("fork", f"agent not started: {exc}")
@@ -621,6 +655,7 @@ def fork(env: dict[str, str]) -> Forked | None:
     if pid == 0:  # the agent: never returns into the entry
         code = 0
         try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             os.close(w)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
@@ -631,6 +666,7 @@ def fork(env: dict[str, str]) -> Forked | None:
                 with contextlib.suppress(Exception):
                     stream.flush()
             os._exit(code)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(r)
     return Forked(pid, w)
 

@@ -3,6 +3,7 @@ fake srun, each node's side with the real entry on this host."""
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
@@ -266,14 +267,19 @@ def start_entry(
     localid: str = "0",
     extra: dict[str, str] | None = None,
     launch: list[str] | None = None,
+    smi_query: str = "",
+    as_task: bool = False,
 ) -> subprocess.Popen[bytes]:
     """:func:`run_entry`'s process, started with its stdin a pipe the caller holds; ``extra``:
-    more environment, ``launch``: another command to launch."""
+    more environment, ``launch``: another command to launch, ``smi_query``: what nvidia-smi
+    does when asked ``--query-gpu``, ``as_task``: the entry is a launch task as slurmstepd
+    starts one (``SLURM_TASK_PID`` its own pid, ``SLURMFM_STEP=launch``)."""
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     smi = bindir / "nvidia-smi"
     smi.write_text(
         "#!/bin/sh\n"
+        + (f'case "$1" in --query-gpu*) {smi_query};; esac\n' if smi_query else "")
         + "".join(f'echo "GPU {i}: NVIDIA H100 (UUID: GPU-{i})"\n' for i in range(smi_gpus))
     )
     smi.chmod(0o755)
@@ -298,8 +304,10 @@ def start_entry(
     (tmp / "obs").mkdir(exist_ok=True)
     ran = tmp / "ran"
     prog = f"import sys; open({str(ran)!r}, 'w').write(repr(sys.stdin.read()))"
+    task = ["sh", "-c", 'export SLURM_TASK_PID=$$ SLURMFM_STEP=launch; exec "$@"', "sh"]
     return subprocess.Popen(
-        [sys.executable, "-m", "slurmfm.job", "node", "--prefix", "0", "--forward", "none"]
+        (task if as_task else [])
+        + [sys.executable, "-m", "slurmfm.job", "node", "--prefix", "0", "--forward", "none"]
         + ["--", *(launch or [sys.executable, "-c", prog])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -326,15 +334,21 @@ def test_the_entry_forks_its_agent_which_ends_with_the_launch(tmp_path: Path) ->
     textfiles, mapping = tmp_path / "prom", tmp_path / "map"
     textfiles.mkdir()
     mapping.mkdir()
-    seen = tmp_path / "seen"
+    seen, found = tmp_path / "seen", tmp_path / "found"
+    # The launched worker (LOCAL_RANK, as torchrun's) also asks what the hang watch would
+    # take for this node's workers: itself, not the agent, which shares the entry's environ.
     probe = (
         "import os, sys, time\n"
+        "from slurmfm.job import hang, node\n"
         f"p, m, out = {str(textfiles)!r}, {str(mapping)!r}, {str(seen)!r}\n"
         "for _ in range(400):\n"
         "    if os.listdir(p) and len(os.listdir(m)) == 2: break\n"
         "    time.sleep(0.05)\n"
         "open(out, 'w').write(repr((sorted(os.listdir(p)), sorted(os.listdir(m)),"
         f" os.environ.get({agent.IN_ENTRY!r}))))\n"
+        "(entry,) = node.launch_tops('77', 'n1')\n"
+        f"open({str(found)!r}, 'w').write(repr((hang.workers('77', 'n1'), os.getpid(),"
+        " len(node.children(entry)))))\n"
     )
     extra = {
         agent.IN_ENTRY: "1",
@@ -345,10 +359,14 @@ def test_the_entry_forks_its_agent_which_ends_with_the_launch(tmp_path: Path) ->
         "SLURMFM_OBS_TEXTFILE_DIR": str(textfiles),
         "SLURMFM_OBS_DCGM_DIR": str(mapping),
     }
-    proc = start_entry(tmp_path, 8, extra=extra, launch=[sys.executable, "-c", probe])
+    launch = ["env", "LOCAL_RANK=0", sys.executable, "-c", probe]
+    proc = start_entry(tmp_path, 8, extra=extra, launch=launch, as_task=True)
     out, err = proc.communicate(gate.GO, timeout=60)
     assert proc.returncode == 0, (out, err)
     assert seen.read_text() == repr((["slurmfm_job_77_n1.prom"], ["2", "5"], None))
+    workers, me, kids = ast.literal_eval(found.read_text())
+    assert kids == 2  # the agent and the launch
+    assert workers == [me]
     info = json.loads((tmp_path / "obs" / "node_n1_r0.json").read_text())
     assert (info["node"], info["gpus"], info["dcgm_mapped"]) == ("n1", [2, 5], [2, 5])
     assert info["runs_in"] == "launch entry"
@@ -357,13 +375,41 @@ def test_the_entry_forks_its_agent_which_ends_with_the_launch(tmp_path: Path) ->
     assert list(mapping.iterdir()) == []
 
 
+def test_an_agent_stuck_on_nvidia_smi_gives_up_when_the_launch_ends(tmp_path: Path) -> None:
+    """Without ``SLURM_JOB_GPUS`` the agent asks nvidia-smi for the GPUs; one that hangs is
+    given up (its whole process group killed) once the launch ends, and the agent still
+    writes its end snapshot: the entry does not wait out its 10 s and then kill the agent
+    before it wrote anything, nor leave nvidia-smi behind."""
+    extra = {agent.IN_ENTRY: "1", "SLURM_JOB_ID": "77", "SLURMFM_OBS_GPUS": "8"}
+    proc = start_entry(tmp_path, 8, extra=extra, launch=["true"], smi_query="sleep 1171")
+    out, err = proc.communicate(gate.GO, timeout=60)
+    assert proc.returncode == 0, (out, err)
+    info = json.loads((tmp_path / "obs" / "node_n1_r0.json").read_text())
+    assert info["gpus"] == list(range(8))  # the fallback: a whole node's
+    assert "end" in info
+    left = [p for p in Path("/proc").glob("[0-9]*") if b"1171" in _cmdline(p)]
+    assert left == []
+
+
+def _cmdline(pid_dir: Path) -> bytes:
+    try:
+        return (pid_dir / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_an_agent_of_a_relaunch_keeps_the_first_start(tmp_path: Path) -> None:
     """An in-job relaunch starts the launch step, and so the agent, again in the same
-    restart: the node file keeps the first agent's start (the restart's, as the
-    textfile's ``job_start_time_seconds`` says)."""
+    restart: the node file keeps the first agent's start (the restart's, as the textfile's
+    ``job_start_time_seconds`` says) and the EFA counters of that start stay the baseline
+    ``slurmfm report`` subtracts from the last end."""
+    counter = tmp_path / "sys/class/infiniband/rdmap0s0/ports/1/hw_counters/tx_bytes"
+    counter.parent.mkdir(parents=True)
+    extra = {agent.IN_ENTRY: "1", "SLURM_JOB_ID": "77", "SLURMFM_OBS_EFA": "1"}
     starts, ends = [], []
-    for _ in range(2):
-        proc = start_entry(tmp_path, 8, extra={agent.IN_ENTRY: "1", "SLURM_JOB_ID": "77"})
+    for tx in ("100", "250"):
+        counter.write_text(tx + "\n")
+        proc = start_entry(tmp_path, 8, extra=extra)
         proc.communicate(gate.GO, timeout=60)
         assert proc.returncode == 0
         info = json.loads((tmp_path / "obs" / "node_n1_r0.json").read_text())
@@ -371,6 +417,12 @@ def test_an_agent_of_a_relaunch_keeps_the_first_start(tmp_path: Path) -> None:
         ends.append(info["end"])
     assert starts[1] == starts[0]
     assert ends[1] > ends[0]
+
+    def tx_bytes(kind: str) -> int:
+        snap = json.loads((tmp_path / "obs" / f"efa_{kind}_n1_r0.json").read_text())
+        return int(snap["devices"]["rdmap0s0"]["1"]["tx_bytes"])
+
+    assert (tx_bytes("start"), tx_bytes("end")) == (100, 250)
 
 
 def test_the_entry_without_the_word_starts_nothing(tmp_path: Path) -> None:
