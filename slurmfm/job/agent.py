@@ -240,11 +240,13 @@ def efa_counters(sysfs: str) -> dict[str, dict[str, dict[str, int]]]:
     return result
 
 
-def read_progress(path: str) -> dict[str, object]:
+def read_own_json(path: str) -> dict[str, object]:
+    """The JSON object in ``path`` ({} when there is none): the progress the training writes,
+    an earlier agent's node file. Both are in the shared log directory, where a link, a FIFO
+    or another user's file is not ours (the rules of slurmfm.job.fsafe.read, written out here:
+    this module runs without the rest of the runtime)."""
     if not path:
         return {}
-    # written by the training into the shared log directory: a link, a FIFO or another user's
-    # file there is not its progress (the rules of slurmfm.job.fsafe.read, written out here)
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(path, flags)
@@ -418,7 +420,7 @@ class Agent:
                 [(base, len(self.efa_devices))],
             ),
         ]
-        progress = read_progress(self.progress_file) if self.rank == 0 else {}
+        progress = read_own_json(self.progress_file) if self.rank == 0 else {}
         for key, name, help_text in (
             ("step", "train_step", "Last training step the launcher reported."),
             ("checkpoint_step", "checkpoint_step", "Step of the last checkpoint published."),
@@ -475,12 +477,13 @@ class Agent:
         except OSError as exc:
             warn("obsdir", f"cannot write in {self.obs_dir}: {exc}; skipped")
 
-    def efa_snapshot(self, when: str) -> None:
+    def efa_snapshot(self, when: str, save: bool = True) -> None:
+        """Read the EFA counters (the devices seen); with ``save``, keep them as ``when``'s."""
         if not self.efa:
             return
         counters = efa_counters(self.sysfs)
         self.efa_devices = sorted(counters)
-        if counters:
+        if counters and save:
             self.save_json("efa_" + when, {"time": time.time(), "devices": counters})
 
     def node_info(self) -> dict[str, object]:
@@ -501,13 +504,7 @@ class Agent:
     def earlier_start(self) -> float | None:
         """When an earlier agent of this node started in this restart of the job (an in-job
         relaunch starts the launch step, and so its agent, again), from its node file."""
-        if not self.obs_dir:
-            return None
-        try:
-            with open(self.obs_path("node"), encoding="utf-8") as fh:
-                start = json.loads(fh.read(1 << 16)).get("start")
-        except (OSError, ValueError, AttributeError):
-            return None
+        start = read_own_json(self.obs_path("node")).get("start") if self.obs_dir else None
         return float(start) if isinstance(start, (int, float)) else None
 
     def start(self) -> None:
@@ -515,11 +512,10 @@ class Agent:
         self.gpus = gpu_indices(self.env, want, self.stop_fd) if want > 0 else []
         self.mapped = map_gpus(self.dcgm_dir, self.job_id, self.gpus)
         earlier = self.earlier_start()
-        if earlier is None:
-            self.efa_snapshot("start")
-        else:  # the counters and the start of the restart's first agent stay the baseline
+        # the counters and the start of the restart's first agent stay the baseline
+        self.efa_snapshot("start", save=earlier is None)
+        if earlier is not None:
             self.started = earlier
-            self.efa_devices = sorted(efa_counters(self.sysfs)) if self.efa else []
         self.remove_stale_textfiles()
         self.write_textfile()
         self.save_json("node", self.node_info())  # last: the job script waits for this file
@@ -566,17 +562,13 @@ class Agent:
         return 0
 
 
-def main() -> int:
+def main(env: dict[str, str] | None = None, stop_fd: int | None = None) -> int:
+    """The agent's whole life (``stop_fd``: the entry's pipe, :func:`fork`); always 0."""
     try:
-        return Agent(dict(os.environ)).run()
+        return Agent(dict(os.environ) if env is None else env, stop_fd).run()
     except Exception as exc:  # never fail the job because of metrics
         warn("crash", f"agent stopped: {type(exc).__name__}: {exc}")
         return 0
-
-
-# Set by the batch step in the launch's environment where each node's entry runs the agent
-# (:func:`fork`) instead of an agents' step.
-IN_ENTRY = "SLURMFM_OBS_IN_ENTRY"
 
 
 class Forked:
@@ -592,26 +584,25 @@ class Forked:
         Slurm then kills what is left of it."""
         with contextlib.suppress(OSError):
             os.close(self.stop_fd)
-        deadline = time.monotonic() + timeout_s
+        if self.reaped(timeout_s):
+            return
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        # not waited for without end: a process in uninterruptible sleep (a hung file system
+        # under the observe directory) outlives a KILL; Slurm ends it with the step
+        self.reaped(1.0)
+
+    def reaped(self, seconds: float) -> bool:
+        """Whether the agent ended (and was reaped) within ``seconds``."""
+        deadline = time.monotonic() + seconds
         while True:
             try:
-                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+                if os.waitpid(self.pid, os.WNOHANG)[0]:
+                    return True
             except ChildProcessError:
-                return
-            if pid:
-                return
+                return True
             if time.monotonic() >= deadline:
-                with contextlib.suppress(OSError):
-                    os.kill(self.pid, signal.SIGKILL)
-                # not waited for without end: a process in uninterruptible sleep (a hung
-                # file system under the observe directory) outlives a KILL; Slurm ends it
-                # with the step
-                for _ in range(50):
-                    with contextlib.suppress(ChildProcessError):
-                        if os.waitpid(self.pid, os.WNOHANG)[0]:
-                            return
-                    time.sleep(0.02)
-                return
+                return False
             time.sleep(0.02)
 
 
@@ -631,7 +622,7 @@ def fork(env: dict[str, str]) -> Forked | None:
     ``LOCAL_RANK``, which no entry carries (tests/job/test_gate_in_launch.py checks it), and
     ``node.forward_to_workers`` runs only for launches in a container, where no entry runs.
     """
-    own = {k: v for k, v in env.items() if k not in ("SLURM_STEP_GPUS", IN_ENTRY)}
+    own = {k: v for k, v in env.items() if k != "SLURM_STEP_GPUS"}
     for stream in (sys.stdout, sys.stderr):  # or the child would print what is buffered again
         with contextlib.suppress(Exception):
             stream.flush()
@@ -660,7 +651,7 @@ def fork(env: dict[str, str]) -> Forked | None:
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.close(null)
-            code = main_forked(own, r)
+            code = main(own, r)
         finally:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
@@ -669,14 +660,6 @@ def fork(env: dict[str, str]) -> Forked | None:
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(r)
     return Forked(pid, w)
-
-
-def main_forked(env: dict[str, str], stop_fd: int) -> int:
-    try:
-        return Agent(env, stop_fd).run()
-    except Exception as exc:  # never fail the job because of metrics
-        warn("crash", f"agent stopped: {type(exc).__name__}: {exc}")
-        return 0
 
 
 if __name__ == "__main__":

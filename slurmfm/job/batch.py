@@ -23,14 +23,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from . import agent, fsafe, gate, hetjob, install, nccl, serve
 from . import classify as cl
 from . import decide as dec
 from . import evidence as ev
+from . import fsafe, gate, hetjob, install, nccl, serve
 from . import slurm as sl
 from . import spares as sp
 from .hang import HangWatch, hang_env
 from .health import parse_report, run_command
+from .node import IN_ENTRY
 from .options import CONTAINER_ENTRY, BatchOptions, ContainerRemoveOptions, ForwardOptions
 from .state import StateFile, state_path
 
@@ -967,7 +968,7 @@ class Batch:
                 # every task reads the batch step's word on stdin (srun --input=all)
                 env.update({gate.ENV: self.gate_spec(), "SLURM_STDINMODE": "all"})
             if o.observe and self.in_step and self.observe_dir():
-                env[agent.IN_ENTRY] = "1"  # each node's entry forks its agent: no step of theirs
+                env[IN_ENTRY] = "1"  # each node's entry forks its agent: no step of theirs
             self.step = self.start_launch(launch_argv, env, gated)
             self.step_started = self.clock()
             if gated:

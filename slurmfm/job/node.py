@@ -28,7 +28,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from . import gate
-from .agent import IN_ENTRY, fork
 from .evidence import LaunchWatch
 from .health import run_command
 from .hosts import insert_rank, node_rank, replayed_order, with_master
@@ -36,6 +35,12 @@ from .serve import ray_alive
 
 if TYPE_CHECKING:
     from .health import Runner
+
+
+# Set by the batch step in the launch's environment where each node's entry (:func:`main`, on
+# the node's first task) runs the node's observability agent (:func:`.agent.fork`) instead of
+# an agents' step; not passed on to the launch.
+IN_ENTRY = "SLURMFM_OBS_IN_ENTRY"
 
 
 def children(pid: int, proc: str = "/proc") -> list[int]:
@@ -570,7 +575,10 @@ def main(
         print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
     agent = None
     if env.pop(IN_ENTRY, "") == "1" and first_task:
-        # this node's observability agent, forked before any thread (batch.Batch.run_step)
+        # this node's observability agent, forked before any thread (batch.Batch.run_step);
+        # imported here: a launch without metrics needs none of it
+        from .agent import fork
+
         agent = fork(env)
     watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
     stdin = subprocess.DEVNULL if value else None

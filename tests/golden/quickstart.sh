@@ -44,7 +44,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=5b18eb8b44547ae7fd142558c00ecc1257170501885973492775a3f677f47a40
+export SLURMFM_RUNTIME_SHA=00381944e798d00b6c306bbf6778f38624e4b8a96d0e632dac8fca119cd0165b
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -89,4 +89,4 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   <checkout>/recipes/scripts/train_tiny.py \
   --steps 10 --checkpoint-every 5
 
-# slurmfm-runtime sha256=5b18eb8b44547ae7fd142558c00ecc1257170501885973492775a3f677f47a40 <base64 zipapp of slurmfm/job, 139348 chars>
+# slurmfm-runtime sha256=00381944e798d00b6c306bbf6778f38624e4b8a96d0e632dac8fca119cd0165b <base64 zipapp of slurmfm/job, 139580 chars>

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from slurmfm.job import agent, gate, install, node
 from slurmfm.job import batch as bt
+from slurmfm.job import gate, install, node
 from slurmfm.job.batch import Batch
 from slurmfm.job.cli import parser
 
@@ -154,7 +154,7 @@ def test_each_entry_runs_its_agent_and_the_agents_get_no_step(tmp_path: Path, ve
     b.env["SLURMFM_OBS_STOP"] = str(obs / "STOP")
     b.main([], LAUNCH)
     assert [s["argv"][-1] for s in started] == ["train.py"]  # the launch only
-    assert started[0]["env"][agent.IN_ENTRY] == "1"
+    assert started[0]["env"][node.IN_ENTRY] == "1"
     assert (obs / "job.json").exists()
     assert not (obs / "STOP").exists()
 
@@ -165,7 +165,7 @@ def test_the_agents_keep_their_step_where_no_entry_runs(tmp_path: Path) -> None:
     b, _step, _, started = make(tmp_path, {}, "--observe", "1")
     b.main([], container)
     assert [s["argv"][-1] for s in started] == ["train", "observe"]
-    assert agent.IN_ENTRY not in started[0]["env"]
+    assert node.IN_ENTRY not in started[0]["env"]
 
 
 def test_a_failed_node_is_drained_and_no_task_gets_the_word(tmp_path: Path) -> None:
@@ -345,13 +345,13 @@ def test_the_entry_forks_its_agent_which_ends_with_the_launch(tmp_path: Path) ->
         "    if os.listdir(p) and len(os.listdir(m)) == 2: break\n"
         "    time.sleep(0.05)\n"
         "open(out, 'w').write(repr((sorted(os.listdir(p)), sorted(os.listdir(m)),"
-        f" os.environ.get({agent.IN_ENTRY!r}))))\n"
+        f" os.environ.get({node.IN_ENTRY!r}))))\n"
         "(entry,) = node.launch_tops('77', 'n1')\n"
         f"open({str(found)!r}, 'w').write(repr((hang.workers('77', 'n1'), os.getpid(),"
         " len(node.children(entry)))))\n"
     )
     extra = {
-        agent.IN_ENTRY: "1",
+        node.IN_ENTRY: "1",
         "SLURM_JOB_ID": "77",
         "SLURM_JOB_GPUS": "2,5",
         "SLURM_STEP_GPUS": "5",
@@ -380,7 +380,7 @@ def test_an_agent_stuck_on_nvidia_smi_gives_up_when_the_launch_ends(tmp_path: Pa
     given up (its whole process group killed) once the launch ends, and the agent still
     writes its end snapshot: the entry does not wait out its 10 s and then kill the agent
     before it wrote anything, nor leave nvidia-smi behind."""
-    extra = {agent.IN_ENTRY: "1", "SLURM_JOB_ID": "77", "SLURMFM_OBS_GPUS": "8"}
+    extra = {node.IN_ENTRY: "1", "SLURM_JOB_ID": "77", "SLURMFM_OBS_GPUS": "8"}
     proc = start_entry(tmp_path, 8, extra=extra, launch=["true"], smi_query="sleep 1171")
     out, err = proc.communicate(gate.GO, timeout=60)
     assert proc.returncode == 0, (out, err)
@@ -405,7 +405,7 @@ def test_an_agent_of_a_relaunch_keeps_the_first_start(tmp_path: Path) -> None:
     ``slurmfm report`` subtracts from the last end."""
     counter = tmp_path / "sys/class/infiniband/rdmap0s0/ports/1/hw_counters/tx_bytes"
     counter.parent.mkdir(parents=True)
-    extra = {agent.IN_ENTRY: "1", "SLURM_JOB_ID": "77", "SLURMFM_OBS_EFA": "1"}
+    extra = {node.IN_ENTRY: "1", "SLURM_JOB_ID": "77", "SLURMFM_OBS_EFA": "1"}
     starts, ends = [], []
     for tx in ("100", "250"):
         counter.write_text(tx + "\n")
@@ -433,7 +433,7 @@ def test_the_entry_without_the_word_starts_nothing(tmp_path: Path) -> None:
 
 
 def test_a_sick_node_reports_and_starts_nothing(tmp_path: Path) -> None:
-    rc, out = run_entry(tmp_path, gate.GO, 7, extra={agent.IN_ENTRY: "1"})
+    rc, out = run_entry(tmp_path, gate.GO, 7, extra={node.IN_ENTRY: "1"})
     assert rc == gate.NOT_STARTED, out
     assert out.startswith("|"), out  # the launch never ran
     assert "slurmfm-health n1 FAIL 7 GPUs visible, expected 8" in out
@@ -466,7 +466,7 @@ def test_a_sick_node_keeps_its_task_until_the_batch_step_decides(tmp_path: Path)
 def test_other_tasks_of_a_node_only_wait(tmp_path: Path) -> None:
     """A node's second task (SLURM_LOCALID 1) neither checks the node again nor runs a
     second agent."""
-    rc, out = run_entry(tmp_path, gate.GO, 7, localid="1", extra={agent.IN_ENTRY: "1"})
+    rc, out = run_entry(tmp_path, gate.GO, 7, localid="1", extra={node.IN_ENTRY: "1"})
     assert rc == 0, out
     assert not (tmp_path / "ev" / "n1.gate").exists()
     assert not list((tmp_path / "obs").iterdir())
