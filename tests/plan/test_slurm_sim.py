@@ -482,7 +482,29 @@ def _hold_per_block(lab: SlurmLab, blocks: Sequence[Sequence[str]], busy: set[st
         proc = lab.run(["squeue", "-h", "-j", ",".join(ids), "-o", "%T"])
         return proc.stdout.split() == ["RUNNING"] * len(ids)
 
-    wait_until(f"busy jobs {ids} running", running, 30)
+    # 120 s, not 30: the jobs start at slurmctld's next scheduling pass (about a second on an
+    # idle machine), but on CI's two cores shared with the other labs one first pattern after
+    # the topology restart was still waiting at 30 s (stop 35); the failure shows why.
+    wait_until(f"busy jobs {ids} running", running, 120, lambda: _why_not_running(lab, ids))
+
+
+def _why_not_running(lab: SlurmLab, ids: Sequence[str]) -> str:
+    """What Slurm says of jobs that did not start: their state and reason, the nodes that are
+    not idle, and slurmctld's log lines that name them."""
+    jobs = lab.run(["squeue", "-h", "-j", ",".join(ids), "-t", "all", "-o", "%i %T %r %N"])
+    nodes = lab.run(["sinfo", "-h", "-N", "-o", "%N %t %E"])
+    busy = [ln for ln in nodes.stdout.splitlines() if ln.split()[1:2] != ["idle"]]
+    log = lab.lab_dir / "log" / "slurmctld.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    named = [ln for ln in lines if any(f"JobId={i}" in ln or f"job {i}" in ln for i in ids)]
+    return "\n".join(
+        [
+            f"squeue (rc {jobs.returncode}): {jobs.stdout.strip()} {jobs.stderr.strip()}",
+            "nodes not idle: " + ("; ".join(busy) or "none"),
+            "slurmctld.log on these jobs:",
+            *named[-40:],
+        ]
+    )
 
 
 def _divisors(k: int) -> list[int]:
