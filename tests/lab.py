@@ -266,6 +266,32 @@ def wait_until(
     raise AssertionError(f"not seen within {timeout} s: {what}\n{shown()[-3000:]}")
 
 
+def job_processes(job_id: str, proc: Path = Path("/proc")) -> list[str]:
+    """The processes on this machine whose environment says they belong to Slurm job
+    ``job_id`` (``SLURM_JOB_ID``), as "pid command line".
+
+    Why: every node of a lab runs on this host, so a process a job left behind is visible
+    here. Slurm's proctrack/linuxproc signals only what it finds under a step's tasks, and
+    one that lost its parent escapes it (it ran on after the job, holding the step's
+    output: slurmstepd "Abandoning IO 60 secs after job shutdown initiated").
+    """
+    mark = f"SLURM_JOB_ID={job_id}".encode()
+    found = []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if mark not in (d / "environ").read_bytes().split(b"\0"):
+                continue
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+        if state != "Z":
+            found.append(f"{d.name} {cmd.strip()}")
+    return found
+
+
 def wait_for_text(path: Path, text: str, timeout: float) -> str:
     """Wait until ``text`` is in the file at ``path``; return the file's text."""
     wait_until(

@@ -287,9 +287,34 @@ def run_launcher(
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
     if watch is not None:
         env = watch.environ(env)
+    child: subprocess.Popen[bytes] | None = None
+    terms: list[int] = []
+
+    def on_term(signum: int, frame: object) -> None:
+        # Slurm signals the whole step; the launcher gets TERM itself. Wait for its status.
+        terms.append(signum)
+        if child is None:
+            return  # Popen has not returned yet: the TERM is passed on once it has (below)
+        if watch is not None and child.poll() is None:
+            watch.stopped = True
+        with contextlib.suppress(OSError):
+            child.send_signal(signum)
+
+    # The TERM handler is in place before the launcher exists. Slurm's proctrack/linuxproc
+    # signals the processes it finds under the task when the step is cancelled and never
+    # looks again: a TERM that reached this entry between the fork and a handler installed
+    # afterwards killed the entry alone, and the launcher, never signalled and now a child of
+    # init, outlived the job with the step's output open (seen on the lab: torchrun still
+    # running 11 minutes after an scancel 0.2 s into the launch, slurmstepd "Abandoning IO
+    # 60 secs after job shutdown initiated"). A TERM that comes while Popen runs is passed on
+    # once Popen returns: then the launcher has exec'd (Popen waits for that), so it takes the
+    # signal with its own disposition, not with this interpreter's handler copied by fork.
+    signal.signal(signal.SIGTERM, on_term)
     child = subprocess.Popen(
         list(argv), env=env, stdin=stdin, stderr=subprocess.PIPE if watch is not None else None
     )
+    if terms:
+        on_term(terms[0], None)
     if watch is not None:
         watch.follow(child.stderr)
 
@@ -307,15 +332,7 @@ def run_launcher(
             with contextlib.suppress(OSError):
                 os.kill(kid, sig)
 
-    def on_term(signum: int, frame: object) -> None:
-        # Slurm signals the whole step; the launcher gets TERM itself. Wait for its status.
-        if watch is not None and child.poll() is None:
-            watch.stopped = True
-        with contextlib.suppress(OSError):
-            child.send_signal(signum)
-
     signal.signal(signal.SIGUSR2, on_usr2)
-    signal.signal(signal.SIGTERM, on_term)
     rc = exit_code(child.wait())
     # Ignored again, not left to Python's handler: at exit the interpreter puts SIG_DFL back
     # for a signal with a Python handler (CPython Modules/signalmodule.c, _PySignal_Fini), so

@@ -74,7 +74,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=00381944e798d00b6c306bbf6778f38624e4b8a96d0e632dac8fca119cd0165b
+export SLURMFM_RUNTIME_SHA=e492060076e45208b1bc667580f8ab17b194e3f90e0afed87754295775c23977
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -163,4 +163,4 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   sh -c "$slurmfm_in_container" slurmfm-node \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=00381944e798d00b6c306bbf6778f38624e4b8a96d0e632dac8fca119cd0165b <base64 zipapp of slurmfm/job, 139580 chars>
+# slurmfm-runtime sha256=e492060076e45208b1bc667580f8ab17b194e3f90e0afed87754295775c23977 <base64 zipapp of slurmfm/job, 140088 chars>

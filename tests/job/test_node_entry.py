@@ -119,6 +119,65 @@ def test_a_node_task_outlives_a_save_signal_while_it_exits() -> None:
     assert (done.returncode, done.stdout) == (0, "survived\n"), done.stderr
 
 
+# A TERM that reaches the node entry while it starts the launcher: Slurm's proctrack/linuxproc
+# signals the processes it finds under the task once, so a launcher forked after that look
+# gets its TERM only from the entry. "before": while Popen runs (the entry has no child yet);
+# "after": once the launcher has exec'd, before run_launcher gets Popen's result back.
+TERM_AT_START = r"""
+import os, signal, subprocess, sys
+from slurmfm.job import node
+mode, pidfile = sys.argv[1], sys.argv[2]
+real = subprocess.Popen
+def popen(*args, **kw):
+    if mode == "before":
+        os.kill(os.getpid(), signal.SIGTERM)
+    child = real(*args, **kw)
+    with open(pidfile, "w") as fh:
+        fh.write(str(child.pid))
+    if mode == "after":
+        os.kill(os.getpid(), signal.SIGTERM)
+    return child
+subprocess.Popen = popen
+print(node.run_launcher(["sleep", "60"], "none", dict(os.environ)), flush=True)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+def test_a_term_while_the_launcher_starts_reaches_it(tmp_path: Path, mode: str) -> None:
+    """Seen on the lab: an scancel 0.2 s into the launch killed the entry alone, and its
+    torchrun, a child of init from then on, was still running 11 minutes later with the
+    step's output open (slurmstepd abandoned the step's IO after 60 s)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    pidfile, out = tmp_path / "launcher.pid", tmp_path / "out"
+    try:
+        with out.open("w") as fh:  # a file, not a pipe: a launcher left behind would hold it
+            done = subprocess.run(
+                [sys.executable, "-c", TERM_AT_START, mode, str(pidfile)],
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+                check=False,
+            )
+        pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), "the launcher outlived the entry"
+        # the entry waited for the launcher and reports its death by TERM
+        assert (done.returncode, out.read_text()) == (0, "143\n")
+    finally:
+        if pidfile.exists() and _alive(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
 def test_node_not_in_order(tmp_path: Path) -> None:
     env = {
         **os.environ,

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from lab import SlurmLab, wait_for_text
+from lab import SlurmLab, job_processes, wait_for_text, wait_until
 from resilience.test_real_slurm_resilience import submit, wait_done
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
@@ -42,6 +42,13 @@ def test_operator_requeue_and_scancel_leave_their_reasons(
         "(Slurm: JobState=COMPLETING Reason=None Restarts=0)"
     ) in state, state
     assert wait_done(host_b_lab, cancelled, timeout=60)["JobState"] == "CANCELLED"
+    # nothing of it runs on: the launcher started as the cancel came gets its TERM too
+    wait_until(
+        f"no process of job {cancelled}",
+        lambda: not job_processes(cancelled),
+        30,
+        lambda: "\n".join(job_processes(cancelled)),
+    )
     st = host_b_lab.slurmfm("status", cancelled)
     assert st.returncode == 0, st.stderr
     assert "last stop" in st.stdout
