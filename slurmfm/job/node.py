@@ -288,13 +288,13 @@ def run_launcher(
     if watch is not None:
         env = watch.environ(env)
     child: subprocess.Popen[bytes] | None = None
-    terms: list[int] = []
+    early: list[int] = []  # TERMs that came before Popen returned
 
     def on_term(signum: int, frame: object) -> None:
         # Slurm signals the whole step; the launcher gets TERM itself. Wait for its status.
-        terms.append(signum)
         if child is None:
-            return  # Popen has not returned yet: the TERM is passed on once it has (below)
+            early.append(signum)  # passed on once Popen has returned (below)
+            return
         if watch is not None and child.poll() is None:
             watch.stopped = True
         with contextlib.suppress(OSError):
@@ -313,8 +313,8 @@ def run_launcher(
     child = subprocess.Popen(
         list(argv), env=env, stdin=stdin, stderr=subprocess.PIPE if watch is not None else None
     )
-    if terms:
-        on_term(terms[0], None)
+    if early:  # one TERM however many came: a second could cut short the launcher's shutdown
+        on_term(early[0], None)
     if watch is not None:
         watch.follow(child.stderr)
 

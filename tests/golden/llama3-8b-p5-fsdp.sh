@@ -80,7 +80,7 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=e492060076e45208b1bc667580f8ab17b194e3f90e0afed87754295775c23977
+export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -129,4 +129,4 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   /fsx/awsome-distributed-training/3.test_cases/pytorch/FSDP/src/train.py \
   '--model_type=llama_v3' '--num_layers=32' '--hidden_width=4096' '--intermediate_size=14336' '--num_heads=32' '--num_key_value_heads=8' '--max_context_width=8192' '--tokenizer=meta-llama/Meta-Llama-3-8B' '--dataset=/fsx/data/c4/en' '--dataset_config_name=en' '--train_batch_size=2' '--val_batch_size=2' '--max_steps=20000' '--validation_freq=500' '--sharding_strategy=full' '--offload_activations=1' '--activation_checkpointing=1' '--bf16=1' '--lr=3.0e-4' '--weight_decay=0.1' '--warmup_steps=2000' '--checkpoint_dir=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--resume_from_checkpoint=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--checkpoint_freq=1000'
 
-# slurmfm-runtime sha256=e492060076e45208b1bc667580f8ab17b194e3f90e0afed87754295775c23977 <base64 zipapp of slurmfm/job, 140088 chars>
+# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>

@@ -44,7 +44,7 @@ mkdir -p "$SLURMFM_LOG_DIR"
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
 # nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
 # slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=e492060076e45208b1bc667580f8ab17b194e3f90e0afed87754295775c23977
+export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
 slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
@@ -97,4 +97,4 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t0"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.01\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.01"},{"task":1,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t1"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.05\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.05"},{"task":2,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t2"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.2\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.2"}]}
-# slurmfm-runtime sha256=e492060076e45208b1bc667580f8ab17b194e3f90e0afed87754295775c23977 <base64 zipapp of slurmfm/job, 140088 chars>
+# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>
