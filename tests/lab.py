@@ -34,6 +34,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from slurmfm.job.node import environ, stat_fields
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAB_SCRIPT = REPO_ROOT / "scripts" / "slurm-lab"
 SUITES = ("host", "trixie", "sid")
@@ -266,29 +268,37 @@ def wait_until(
     raise AssertionError(f"not seen within {timeout} s: {what}\n{shown()[-3000:]}")
 
 
-def job_processes(job_id: str, proc: Path = Path("/proc")) -> list[str]:
-    """The processes on this machine whose environment says they belong to Slurm job
-    ``job_id`` (``SLURM_JOB_ID``), as "pid command line".
+def live_pids(key: str, value: str) -> list[int]:
+    """The live (not zombie) processes on this machine whose environment has ``key=value``.
 
-    Why: every node of a lab runs on this host, so a process a job left behind is visible
-    here. Slurm's proctrack/linuxproc signals only what it finds under a step's tasks, and
-    one that lost its parent escapes it (it ran on after the job, holding the step's
-    output: slurmstepd "Abandoning IO 60 secs after job shutdown initiated").
+    Why by environment: every node of a lab runs on this host, so a job's processes (or a
+    lab's daemons) are found here by what Slurm or the lab put in their environment, whoever
+    their parent is now. The parsing is the runtime's own (:func:`slurmfm.job.node.environ`,
+    :func:`slurmfm.job.node.stat_fields`)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and environ(int(name)).get(key) == value:
+            state = stat_fields(int(name))[:1]
+            if state and state != ["Z"]:
+                pids.append(int(name))
+    return sorted(pids)
+
+
+def job_processes(job_id: str) -> list[str]:
+    """The processes on this machine that belong to Slurm job ``job_id`` (``SLURM_JOB_ID``),
+    as "pid command line".
+
+    Why: Slurm's proctrack/linuxproc signals only what it finds under a step's tasks, and one
+    that lost its parent escapes it (it ran on after the job, holding the step's output:
+    slurmstepd "Abandoning IO 60 secs after job shutdown initiated").
     """
-    mark = f"SLURM_JOB_ID={job_id}".encode()
     found = []
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
+    for pid in live_pids("SLURM_JOB_ID", job_id):
         try:
-            if mark not in (d / "environ").read_bytes().split(b"\0"):
-                continue
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         except OSError:
-            continue  # ended meanwhile, or not ours to read
-        if state != "Z":
-            found.append(f"{d.name} {cmd.strip()}")
+            continue  # ended meanwhile
+        found.append(f"{pid} {cmd.decode(errors='replace').strip()}")
     return found
 
 

@@ -33,6 +33,7 @@ from lab import (
     SuiteLabFactory,
     interpreter_files,
     lab_requested,
+    live_pids,
     own_lab_fixture,
     select_binds,
     slurm_required,
@@ -303,19 +304,7 @@ def test_up_restarts_a_slurmd_whose_registration_was_lost(nudge_lab: OwnLab) -> 
 # ------------------------------------------------------------------ a lab cannot hurt the host
 def _marked_pids(lab_dir: Path) -> list[int]:
     """Processes whose environment carries the lab's daemon marker (scripts/slurm-lab)."""
-    marker = f"SLURMFM_LAB_DAEMON={lab_dir}".encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            env = (proc / "environ").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in env and state != "Z":
-            pids.append(int(proc.name))
-    return pids
+    return live_pids("SLURMFM_LAB_DAEMON", str(lab_dir))
 
 
 def _mounts_naming(path: Path) -> list[str]:

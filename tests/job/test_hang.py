@@ -8,6 +8,7 @@ from pathlib import Path
 
 from slurmfm.job.classify import Evidence, classify
 from slurmfm.job.hang import ITERATION, HangWatch, hang_env
+from slurmfm.job.node import stat_fields
 
 
 class Clock:
@@ -135,7 +136,7 @@ print(" ".join(str(p.wait()) for p in procs), flush=True)
 
 def state(pid: int) -> str:
     """A process's state letter (/proc/PID/stat: S sleeping, T stopped, ...)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return stat_fields(pid)[0]
 
 
 def test_a_hangs_stacks_are_taken_with_every_worker_stopped_first(tmp_path: Path) -> None:

@@ -143,10 +143,8 @@ print(node.run_launcher(["sleep", "60"], "none", dict(os.environ)), flush=True)
 
 
 def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    state = node.stat_fields(pid)[:1]
+    return bool(state) and state != ["Z"]
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])

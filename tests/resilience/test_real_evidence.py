@@ -22,6 +22,7 @@ from lab import (
     REPO_ROOT,
     OwnLab,
     SlurmLab,
+    live_pids,
     own_lab_fixture,
     read_text,
     signal_batch_until_recorded,
@@ -38,6 +39,7 @@ from test_real_slurm_resilience import (
 )
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
+from slurmfm.job.node import parent
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 
@@ -349,25 +351,14 @@ def runtime_pids(job_id: str) -> list[int]:
     """The batch runtime processes of ``job_id``: ``python3 -I -S -c "$slurmfm_checked" batch ...``
     with the job's id in their environment (the supervisor and, below it, the runtime)."""
     found = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
+    for pid in live_pids("SLURM_JOB_ID", job_id):
         try:
-            argv = (p / "cmdline").read_bytes().split(b"\0")
-            env = (p / "environ").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (
-            b"-c" in argv
-            and argv[argv.index(b"-c") + 2 :][:1] == [b"batch"]
-            and f"SLURM_JOB_ID={job_id}".encode() in env
-        ):
-            found.append(int(p.name))
+        if b"-c" in argv and argv[argv.index(b"-c") + 2 :][:1] == [b"batch"]:
+            found.append(pid)
     return found
-
-
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def test_a_kill_of_the_runtime_is_recorded_and_the_job_requeued(
@@ -388,7 +379,7 @@ def test_a_kill_of_the_runtime_is_recorded_and_the_job_requeued(
     log_path = tmp_path / "logs" / f"quickstart_{job_id}.out"
     wait_for_event(log_path, "a checkpoint", "checkpoint", 120)
     pids = runtime_pids(job_id)
-    child = [p for p in pids if parent_of(p) in pids]
+    child = [p for p in pids if parent(p) in pids]
     assert len(child) == 1, pids
     os.kill(child[0], signal.SIGKILL)
     rec = wait_done(ev2_lab, job_id, timeout=400)
