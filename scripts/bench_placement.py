@@ -120,7 +120,7 @@ def fm_for(method: str, real_version: str = "") -> str:
 
 
 def load_planner() -> tuple[PlanFn | None, str]:
-    """The other engineer's planner, if it is there yet."""
+    """The planner (slurmfm.plan.planner), or None with the reason it did not import."""
     try:
         from slurmfm.plan.planner import plan
     except Exception as exc:
@@ -877,7 +877,7 @@ SIM_ROUNDS_NOTE = (
     "steps' bytes (one step's concurrent flows; exactly 2(p-1) steps for one ring, see "
     "slurmfm.plan.simulate); no random placements"
 )
-# Exact optima (MILP, slurmfm.plan.optimum) for PP=1 jobs in this size range.
+# Exact optima (MILP, bench.optimum) for PP=1 jobs in this size range.
 OPT_MIN_NODES = 64
 OPT_MAX_NODES = 2048
 
@@ -1085,14 +1085,14 @@ def run_sim_case(case: SimCase, plan: PlanFn, log: Callable[[str], None]) -> Non
         for i, r in enumerate(randoms):
             orders[f"random{i}"] = r
         if OPT_MIN_NODES <= job.nodes <= OPT_MAX_NODES:
-            from slurmfm.plan import optimum as opt
+            from bench import optimum as opt
 
             best = opt.exact(topo, job, free, params)
             if best is not None:
                 orders["optimum"] = list(best.order)
         bound = None
         if "optimum" not in orders:
-            from slurmfm.plan import optimum as opt
+            from bench import optimum as opt
 
             bound = opt.lower_bound(topo, job, free, params)
         names = list(orders)

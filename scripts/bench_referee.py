@@ -3,7 +3,7 @@
 
 Why: ``bench_placement.py`` scores the planner with the planner's own cost model and the
 simulator it consults; agreement with oneself is not quality. Here every placement is
-judged by :mod:`slurmfm.referee`: physical uplinks shared by all jobs at an oversubscription the
+judged by :mod:`bench.referee`: physical uplinks shared by all jobs at an oversubscription the
 planner is not told (1, 2 or 4), NCCL-like collectives (ring or tree as NCCL's tuner picks,
 pipeline point-to-point), and other jobs running rings on the busy nodes (the Philly trace's
 size mix, placed one after another by Slurm's own tree rules, then churned). The planner gets
@@ -50,11 +50,11 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import bench_placement as bp  # noqa: E402
 
+from bench.referee import PHILLY_NODE_MIX, FabricParams, StepTraffic, fill, judge  # noqa: E402
+from bench.referee import cluster as cl  # noqa: E402
 from slurmfm.catalog.slurm_features import SlurmVersion  # noqa: E402
 from slurmfm.plan.cost import JobShape  # noqa: E402
 from slurmfm.plan.slurm_sim import Rules, rank_order, select_tree  # noqa: E402
-from slurmfm.referee import PHILLY_NODE_MIX, FabricParams, StepTraffic, fill, judge  # noqa: E402
-from slurmfm.referee import cluster as cl  # noqa: E402
 from slurmfm.topology.model import Topology  # noqa: E402
 
 # Fixed before the first run (held-out seeds chosen before running); never tuned. The planner's

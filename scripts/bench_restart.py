@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -27,24 +26,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.lab import lab_env  # noqa: E402
+
 FAULTS = REPO / "tests" / "resilience" / "train_faults.py"
 EVENT = re.compile(r'\{"event"[^{}]*\}')
-
-
-def lab_env(lab: str) -> dict[str, str]:
-    out = subprocess.run(
-        [str(REPO / "scripts" / "slurm-lab"), "--lab", lab, "env"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    env = dict(os.environ)
-    for line in out.splitlines():
-        m = re.match(r"export (\w+)=(.*)$", line.strip())
-        if m:
-            env[m.group(1)] = m.group(2).strip("'\"")
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    return env
 
 
 def events(path: Path) -> list[dict[str, object]]:

@@ -23,8 +23,21 @@ gate), and to the last worker (the word ``go``, the launcher).
 ``Gres=gpu:8``), one process per node, and ``nvidia-smi`` and the EFA sysfs tree stand in on
 every node as in the tests (8 GPUs, 32 EFA devices). ``--baseline CHECKOUT`` adds a third
 script, rendered by another checkout of slurmfm (e.g. a worktree of an earlier commit), in the
-same alternation: what a change did to start-up, measured in one run. This script only
-measures and always exits 0; tests never assert on time.
+same alternation: what a change did to start-up, measured in one run. ``--image SQSH`` runs
+both in a Pyxis container of that image (the lab up with ``SLURMFM_LAB_PYXIS``, Enroot on PATH:
+``scripts/pyxis-lab``): the hand-written ``srun`` gets ``--container-image`` and the work
+directory mounted, slurmfm's recipe ``container:`` the same (unnamed: ``named: false``, as on
+a cluster with ``use_squashfuse=1``). This script only measures and always exits 0; tests
+never assert on time.
+
+Robust against drift (issue 37: container start-ups at 64 lab nodes moved by seconds between
+runs, more than what was measured): the jobs run in rounds, one job of each script per round,
+in an order that reverses every other round (ABC, CBA, ...), so that a slope in the
+machine's speed hits each script alike; the differences ("extra", and "entry" against the
+baseline) are taken per round, between the jobs of one round, and the table gives their
+median and spread (p25..p75 and min..max over the rounds) next to the medians of the times.
+
+    python scripts/bench_startup.py --nodes 8 64 --runs 9 --image IMAGE.sqsh --baseline /tmp/old
 
     python scripts/bench_startup.py --nodes 8 16 --runs 5
     python scripts/bench_startup.py --nodes 8 16 32 --gate on --observe on --baseline /tmp/old
@@ -57,21 +70,28 @@ print("bench-stamp worker %.6f %s" % (time.time(), os.environ.get("SLURMD_NODENA
 """
 
 
-def handwritten(nodes: int, work: Path) -> str:
+def handwritten(nodes: int, work: Path, image: str = "") -> str:
+    # in a container the stand-in runs by its "#!/usr/bin/env python3": the image's
+    pyxis = f"--container-image={image} --container-mounts={work}:{work} " if image else ""
+    python = "" if image else f"{sys.executable} "
     return (
         "#!/bin/bash\n"
         f"#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node=1\n#SBATCH --partition=batch\n"
         f"#SBATCH --output={work}/%j.out\n"
         f"{STAMP}\n"
-        f"srun --ntasks-per-node=1 {sys.executable} {work / 'torchrun.py'} -m "
+        f"srun --ntasks-per-node=1 {pyxis}{python}{work / 'torchrun.py'} -m "
         "torch.distributed.run --nnodes=$SLURM_JOB_NUM_NODES --nproc-per-node=1 "
         f"--node-rank=$SLURM_NODEID {work / 'worker.py'}\n"
     )
 
 
-def recipe_dict(nodes: int, work: Path, gate: str, observe: str) -> dict[str, object]:
+def recipe_dict(
+    nodes: int, work: Path, gate: str, observe: str, image: str = ""
+) -> dict[str, object]:
     gpu = gate == "on"
+    container = {"image": image, "mounts": [f"{work}:{work}"], "named": False}
     return {
+        **({"container": container} if image else {}),
         "name": "bench-startup",
         "cluster": {"instance_type": "p5.48xlarge" if gpu else "lab-cpu", "partition": "batch"},
         "resources": {"nodes": nodes, "procs_per_node": 1, "exclusive": gpu},
@@ -98,7 +118,9 @@ print(fm.dry_run(fm.load(json.loads(sys.argv[2]))).script.decode(), end="")
 """
 
 
-def slurmfm_script(nodes: int, work: Path, gate: str, observe: str, checkout: Path = ROOT) -> str:
+def slurmfm_script(
+    nodes: int, work: Path, gate: str, observe: str, checkout: Path = ROOT, image: str = ""
+) -> str:
     """The script ``checkout``'s slurmfm renders, with the two stamps added."""
     proc = subprocess.run(
         [
@@ -106,7 +128,7 @@ def slurmfm_script(nodes: int, work: Path, gate: str, observe: str, checkout: Pa
             "-c",
             RENDER,
             str(checkout),
-            json.dumps(recipe_dict(nodes, work, gate, observe)),
+            json.dumps(recipe_dict(nodes, work, gate, observe, image)),
         ],
         capture_output=True,
         text=True,
@@ -168,6 +190,7 @@ def main() -> int:
     ap.add_argument("--gate", default="off", help="resilience.health_gate (on|off)")
     ap.add_argument("--observe", default="off", help="observability.enabled (on|off)")
     ap.add_argument("--baseline", type=Path, help="another slurmfm checkout to compare with")
+    ap.add_argument("--image", default="", help="run both in a Pyxis container of this image")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     env = dict(os.environ)
@@ -185,17 +208,25 @@ def main() -> int:
     rows = []
     for n in a.nodes:
         scripts = {
-            "hand-written": handwritten(n, work),
-            "slurmfm": slurmfm_script(n, work, a.gate, a.observe),
+            "hand-written": handwritten(n, work, a.image),
+            "slurmfm": slurmfm_script(n, work, a.gate, a.observe, image=a.image),
         }
         if a.baseline:
-            scripts["baseline"] = slurmfm_script(n, work, a.gate, a.observe, a.baseline)
+            scripts["baseline"] = slurmfm_script(
+                n, work, a.gate, a.observe, a.baseline, image=a.image
+            )
         times: dict[str, list[tuple[float, float, float]]] = {k: [] for k in scripts}
-        for _ in range(a.runs):
-            for kind, text in scripts.items():  # alternating: drift hits both alike
-                t = run_job(text, work, env)
+        rounds: list[dict[str, float]] = []  # per round: each script's start-up
+        kinds = list(scripts)
+        for i in range(a.runs):
+            # ABC, CBA, ...: a drift within a round hits each script alike over two rounds
+            done: dict[str, float] = {}
+            for kind in kinds if i % 2 == 0 else kinds[::-1]:
+                t = run_job(scripts[kind], work, env)
                 if t is not None:
                     times[kind].append(t)
+                    done[kind] = t[0]
+            rounds.append(done)
 
         def med(
             kind: str, i: int = 0, times: dict[str, list[tuple[float, float, float]]] = times
@@ -213,10 +244,12 @@ def main() -> int:
             "slurmfm_batch_to_launch_s": med("slurmfm", 1),
             "slurmfm_batch_to_verdicts_s": med("slurmfm", 2),
         }
+        row["extra_paired"] = spread(paired(rounds, "slurmfm", "hand-written"))
         if a.baseline:
             row["baseline_s"] = med("baseline")
             row["baseline_extra_s"] = round(med("baseline") - med("hand-written"), 3)
             row["baseline_batch_to_launch_s"] = med("baseline", 1)
+            row["entry_paired"] = spread(paired(rounds, "slurmfm", "baseline"))
         rows.append(row)
     shutil.rmtree(work, ignore_errors=True)
     if a.json:
@@ -241,7 +274,42 @@ def main() -> int:
                 f"| {r['baseline_batch_to_launch_s']:.2f}"
             )
         print(line + " |")
+    print()
+    print("per round (paired), median [p25..p75] (min..max) over the rounds with both jobs:")
+    for r in rows:
+        print(f"{r['nodes']} nodes: slurmfm - hand-written {fmt(r['extra_paired'])}")
+        if a.baseline:
+            print(f"{r['nodes']} nodes: slurmfm - baseline {fmt(r['entry_paired'])}")
     return 0
+
+
+def paired(rounds: list[dict[str, float]], a: str, b: str) -> list[float]:
+    """``a``'s start-up minus ``b``'s, per round where both jobs ran."""
+    return [r[a] - r[b] for r in rounds if a in r and b in r]
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, quartiles, extremes and count of ``values`` (NaN where there are none)."""
+    if not values:
+        nan = float("nan")
+        return {"median": nan, "p25": nan, "p75": nan, "min": nan, "max": nan, "n": 0}
+    v = sorted(values)
+    q = statistics.quantiles(v, n=4, method="inclusive") if len(v) > 1 else [v[0]] * 3
+    return {
+        "median": round(statistics.median(v), 3),
+        "p25": round(q[0], 3),
+        "p75": round(q[2], 3),
+        "min": round(v[0], 3),
+        "max": round(v[-1], 3),
+        "n": len(v),
+    }
+
+
+def fmt(s: object) -> str:
+    d = s if isinstance(s, dict) else {}
+    return "{:+.2f} s [{:+.2f}..{:+.2f}] ({:+.2f}..{:+.2f}), {} rounds".format(
+        d["median"], d["p25"], d["p75"], d["min"], d["max"], d["n"]
+    )
 
 
 if __name__ == "__main__":

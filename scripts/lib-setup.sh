@@ -1,6 +1,23 @@
 # shellcheck shell=bash
 # Shared set-up for scripts/quickstart and scripts/run-tests: a virtual environment with
-# slurmfm installed from this checkout. Sourced, not run.
+# slurmfm installed from this checkout; and, for the lab scripts (pyxis-lab, pyslurm-lab), the
+# check of the sources in ../shared/vendor/. Sourced, not run.
+
+# vendor_digest VENDOR FILE...: check each FILE in the folder VENDOR against that folder's
+# SHA256SUMS (each must be listed there) and print a short digest of their lines in it, in the
+# file's order: a build cached under that digest is rebuilt when a source changes. Fails,
+# printing why, when a file is missing, unlisted or altered.
+vendor_digest() {
+  local vendor=$1 lines
+  shift
+  lines=$(cd "$vendor" && awk -v want=" $* " '
+    { name = $2; sub(/^\*/, "", name) }
+    index(want, " " name " ") { print; n++ }
+    END { exit n == split(want, w, " ") ? 0 : 1 }' SHA256SUMS) ||
+    { echo "vendor: not all of $* are listed in $vendor/SHA256SUMS" >&2; return 1; }
+  (cd "$vendor" && sha256sum -c --quiet >&2 <<<"$lines") || return 1
+  sha256sum <<<"$lines" | cut -c1-16
+}
 
 # apt_get install PKG...: apt-get with the dpkg lock waited for (other installs may hold it),
 # the package lists fetched once per run, and no prompts.

@@ -21,7 +21,9 @@ from slurmfm.errors import (
     BackendError,
     JobFailed,
     RecipeError,
+    RenderError,
     SlurmfmError,
+    UnsafeValueError,
     UnsupportedError,
 )
 from slurmfm.submit import missing_secrets as missing_secrets  # noqa: PLC0414 - re-exported
@@ -32,23 +34,33 @@ if TYPE_CHECKING:
 
     from slurmfm.backends.base import Backend, JobStatus
     from slurmfm.backends.preflight import PreflightError, PreflightReport
-    from slurmfm.history import Submission
+    from slurmfm.backends.rest import LostAnswer
+    from slurmfm.backends.ssh import SshTransportError
+    from slurmfm.catalog.instances import UnknownInstanceType
+    from slurmfm.catalog.slurm_features import UnsupportedBySlurm
+    from slurmfm.fsutil import InputFileError, OutputError
+    from slurmfm.history import HistoryError, Submission
     from slurmfm.observe.report import Report
     from slurmfm.pipeline import Pipeline, PipelineDryRun, PipelineRun, PipelineSubmitError
-    from slurmfm.plan.planner import Plan
+    from slurmfm.plan.cost import CostParamsError
+    from slurmfm.plan.failed import FailedNodesError
+    from slurmfm.plan.planner import Plan, PlanError
+    from slurmfm.plan.simulate import SimulationError
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
     from slurmfm.recipe.sweep import SweepTask
     from slurmfm.request import SubmitRequest
     from slurmfm.run_lock import RunDirInUse
     from slurmfm.submit import Submitted
-    from slurmfm.topology.model import Topology
+    from slurmfm.topology.model import Topology, TopologyError
 
-BackendKind = Literal["auto", "cli", "pyslurm"]
+BackendKind = Literal["auto", "cli", "pyslurm", "rest", "ssh"]
 
 DEFAULT_BACKEND: BackendKind = "cli"
 """The one default of every function here and of the CLI's ``--backend``: Slurm's own
-commands. ``auto`` (a matching pyslurm, else the CLI) and ``pyslurm`` are opt-in."""
+commands. ``auto`` (a matching pyslurm, else the CLI) and ``pyslurm`` are opt-in, and so are
+the remote ones: ``ssh`` (the same commands on a login node, ``host=user@login``) and
+``rest`` (slurmrestd, ``host=`` its URL or ``$SLURMFM_REST_URL``; docs/backends.md)."""
 
 # Public types, imported on first use (see the module docstring): name -> defining module.
 _LAZY_TYPES = {
@@ -69,6 +81,19 @@ _LAZY_TYPES = {
     "SubmitRequest": "slurmfm.request",
     "RunDirInUse": "slurmfm.run_lock",
     "Topology": "slurmfm.topology.model",
+    # errors raised by the modules above, caught by name in users' scripts
+    "CostParamsError": "slurmfm.plan.cost",
+    "FailedNodesError": "slurmfm.plan.failed",
+    "HistoryError": "slurmfm.history",
+    "InputFileError": "slurmfm.fsutil",
+    "OutputError": "slurmfm.fsutil",
+    "PlanError": "slurmfm.plan.planner",
+    "SimulationError": "slurmfm.plan.simulate",
+    "TopologyError": "slurmfm.topology.model",
+    "UnknownInstanceType": "slurmfm.catalog.instances",
+    "UnsupportedBySlurm": "slurmfm.catalog.slurm_features",
+    "LostAnswer": "slurmfm.backends.rest",
+    "SshTransportError": "slurmfm.backends.ssh",
 }
 
 
@@ -136,6 +161,20 @@ __all__ = [  # noqa: RUF022 - grouped: functions, then types, then errors
     "BackendError",
     "UnsupportedError",
     "JobFailed",
+    "RenderError",
+    "UnsafeValueError",
+    "CostParamsError",
+    "FailedNodesError",
+    "HistoryError",
+    "InputFileError",
+    "OutputError",
+    "PlanError",
+    "SimulationError",
+    "TopologyError",
+    "UnknownInstanceType",
+    "UnsupportedBySlurm",
+    "LostAnswer",
+    "SshTransportError",
 ]
 
 
@@ -259,10 +298,23 @@ def sweep_tasks(recipe: Recipe) -> list[SweepTask]:
 
 
 def get_backend(
-    kind: BackendKind = DEFAULT_BACKEND, env: Mapping[str, str] | None = None
+    kind: BackendKind = DEFAULT_BACKEND,
+    env: Mapping[str, str] | None = None,
+    *,
+    host: str | None = None,
 ) -> Backend:
     """The Slurm CLI backend (the default, :data:`DEFAULT_BACKEND`), or pyslurm when asked
-    for (``auto`` prefers a matching pyslurm)."""
+    for (``auto`` prefers a matching pyslurm), or a remote one: ``ssh`` to ``host``
+    (``user@login``; default ``$SLURMFM_SSH_HOST``) or ``rest`` at ``host`` (slurmrestd's
+    URL; default ``$SLURMFM_REST_URL``, token from ``$SLURM_JWT``)."""
+    if kind == "ssh":
+        from slurmfm.backends.ssh import SshBackend
+
+        return SshBackend(host, dict(env) if env is not None else None)
+    if kind == "rest":
+        from slurmfm.backends.rest import RestBackend
+
+        return RestBackend(host, env)
     from slurmfm.backends.slurm_cli import SlurmCLI
 
     cli = SlurmCLI(dict(env) if env is not None else None)
@@ -280,8 +332,39 @@ def get_backend(
     return cli
 
 
-def _backend(backend: BackendKind | Backend, env: Mapping[str, str] | None = None) -> Backend:
-    return get_backend(backend, env) if isinstance(backend, str) else backend
+def _backend(
+    backend: BackendKind | Backend,
+    env: Mapping[str, str] | None = None,
+    host: str | None = None,
+) -> Backend:
+    return get_backend(backend, env, host=host) if isinstance(backend, str) else backend
+
+
+def _remote_logs(backend: Backend, st: JobStatus, directory: Path, job_name: str) -> Path:
+    """Where this machine can read the job's logs: ``directory`` itself, or, for a remote
+    backend, a private local copy of them (ssh), or one line saying it cannot (rest)."""
+    if not getattr(backend, "remote", False):
+        return directory
+    fetch = getattr(backend, "fetch_logs", None)
+    if fetch is None:
+        from slurmfm.backends.rest import LOGS_UNSUPPORTED
+
+        raise BackendError(LOGS_UNSUPPORTED)
+    local: Path = fetch(st, directory, job_name)
+    return local
+
+
+def _as_local(st: JobStatus, remote: Path, local: Path) -> JobStatus:
+    """``st`` with its log path and user made this machine's, for the copy in ``local``
+    (only the job's own user's files were copied, and they are now this user's)."""
+    import dataclasses
+    import os
+
+    raw = dict(st.raw)
+    raw["UserId"] = f"local({os.geteuid()})"
+    out = Path(st.stdout) if st.stdout else None
+    stdout = str(local / out.name) if out is not None and out.parent == remote else ""
+    return dataclasses.replace(st, stdout=stdout, raw=raw)
 
 
 @dataclass
@@ -305,32 +388,41 @@ class Job:
         *,
         backend: BackendKind | Backend = DEFAULT_BACKEND,
         env: Mapping[str, str] | None = None,
+        host: str | None = None,
     ) -> Job:
-        """The job with this id; its state is asked when it is used, not here."""
+        """The job with this id; its state is asked when it is used, not here. ``host``: the
+        login node (``backend="ssh"``) or slurmrestd's URL (``backend="rest"``)."""
         from slurmfm.backends.slurm_cli import _check_job_id
 
-        return cls(_check_job_id(str(job_id)), _backend(backend, env))
+        return cls(_check_job_id(str(job_id)), _backend(backend, env, host))
 
     def status(self) -> JobStatus:
         """Slurm's state with the job's own record (restarts, reasons, last checkpoint)."""
         return status(self.job_id, backend=self.backend)
 
-    def wait(self, timeout: float = 3600.0, interval: float = 0.5) -> JobStatus:
-        """Until the job ended (any end); raises BackendError after ``timeout`` seconds."""
-        import time
+    def wait(
+        self,
+        timeout: float = 3600.0,
+        interval: float = 1.0,
+        max_interval: float = 60.0,
+    ) -> JobStatus:
+        """Until the job ended (any end); raises BackendError after ``timeout`` seconds.
 
-        from slurmfm.errors import BackendError
+        Polls with backoff (:mod:`slurmfm.polling`): ``interval`` first, a quarter longer each
+        time, at most ``max_interval``: a short job is seen to end within about a second, a
+        day-long one costs slurmctld one query a minute."""
+        from slurmfm.polling import wait_for_end
 
-        deadline = time.monotonic() + timeout
-        while True:
-            st = self.backend.status(self.job_id)
-            if st.done:
-                return self.status()
-            if time.monotonic() > deadline:
-                raise BackendError(f"job {self.job_id} still {st.state} after {timeout:.0f} s")
-            time.sleep(interval)
+        wait_for_end(
+            lambda: self.backend.status(self.job_id),
+            self.job_id,
+            timeout=timeout,
+            first=interval,
+            most=max_interval,
+        )
+        return self.status()
 
-    def result(self, timeout: float = 3600.0, interval: float = 0.5, tail: int = 30) -> JobStatus:
+    def result(self, timeout: float = 3600.0, interval: float = 1.0, tail: int = 30) -> JobStatus:
         """Wait for the end; the final status when COMPLETED, else raise
         :class:`~slurmfm.errors.JobFailed` carrying the state, the reason and the last
         ``tail`` lines of the log."""
@@ -408,6 +500,7 @@ class Job:
         follow: bool,
         interval: float,
     ) -> Iterator[str]:
+        import shutil
         import time
 
         from slurmfm.observe.logs import (
@@ -422,28 +515,49 @@ class Job:
         from slurmfm.topology.hostlist import expand_hostlist
 
         st = self.backend.status(self.job_id)
-        directory, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
-        task = None
-        if rank is not None:
-            allocation = expand_hostlist(st.nodes) if st.nodes else []
-            task = rank_task(st.job_id, rank, directory, job_name, allocation)
-        printed: dict[int, int] = {}
-        while True:
-            files = log_files(directory, job_name, st.job_id, st.stdout)
-            if restart is not None and (not follow or st.done):
-                check_restart(st.job_id, restart, restarts_in(files, st.job_id))
-            for n, lines in select(files, st.job_id, restart):
-                shown = list(filter_task(lines, task)) if task is not None else lines
-                yield from shown[printed.get(n, 0) :]
-                printed[n] = len(shown)
-            if not follow or st.done:
-                return
-            time.sleep(interval)
-            st = self.backend.status(self.job_id)
+        remote_dir, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
+        directory = _remote_logs(self.backend, st, remote_dir, job_name)
+        from slurmfm.backends.state import job_uid
+
+        try:  # a remote job: a private local copy, made again at each poll
+            if directory != remote_dir:
+                st = _as_local(st, remote_dir, directory)
+            uid = job_uid(st)  # only the job's user's files (docs/security.md)
+            task = None
+            if rank is not None:
+                allocation = expand_hostlist(st.nodes) if st.nodes else []
+                task = rank_task(st.job_id, rank, directory, job_name, allocation)
+            printed: dict[int, int] = {}
+            while True:
+                files = log_files(directory, job_name, st.job_id, st.stdout, uid)
+                if restart is not None and (not follow or st.done):
+                    check_restart(st.job_id, restart, restarts_in(files, st.job_id, uid))
+                for n, lines in select(files, st.job_id, restart, uid):
+                    shown = list(filter_task(lines, task)) if task is not None else lines
+                    yield from shown[printed.get(n, 0) :]
+                    printed[n] = len(shown)
+                if not follow or st.done:
+                    return
+                time.sleep(interval)
+                st = self.backend.status(self.job_id)
+                if directory != remote_dir:  # a fresh copy of the logs at each poll
+                    shutil.rmtree(directory, ignore_errors=True)
+                    directory = _remote_logs(self.backend, st, remote_dir, job_name)
+                    st = _as_local(st, remote_dir, directory)
+                uid = job_uid(st)
+        finally:
+            if directory != remote_dir:
+                shutil.rmtree(directory, ignore_errors=True)
 
     def report(self, *, log_dir: str | Path | None = None, name: str | None = None) -> Report:
         """What ran where, restarts, checkpoints, NCCL transport (``slurmfm report``)."""
         return report(self.job_id, backend=self.backend, log_dir=log_dir, name=name)
+
+    def close(self) -> None:
+        """Let go of the backend's connection now (ssh: its shared connection)."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
 
     def cancel(self) -> None:
         self.backend.cancel(self.job_id)
@@ -455,18 +569,37 @@ def report(
     backend: BackendKind | Backend = DEFAULT_BACKEND,
     log_dir: str | Path | None = None,
     name: str | None = None,
+    host: str | None = None,
 ) -> Report:
     """The run report of a job (``slurmfm report``): nodes in rank order, restarts and their
-    reasons, checkpoints, NCCL transport, EFA counters, wall time; ``.to_json()`` for all."""
+    reasons, checkpoints, NCCL transport, EFA counters, wall time; ``.to_json()`` for all.
+    Over ssh the job's files are read from a private local copy (its paths stay the
+    cluster's in the report); slurmrestd cannot read them, which is said in one line."""
+    import dataclasses
+    import shutil
+
     from slurmfm.observe.logs import locate
     from slurmfm.observe.report import build_report
 
-    st = _backend(backend).status(job_id)
-    directory, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
-    record = dict(st.raw)
+    be = _backend(backend, host=host)
+    st = be.status(job_id)
+    remote_dir, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
+    directory = _remote_logs(be, st, remote_dir, job_name)
+    local = _as_local(st, remote_dir, directory) if directory != remote_dir else st
+    record = dict(local.raw)
     record.setdefault("JobState", st.state)
     record.setdefault("Restarts", str(st.restarts))
-    return build_report(st.job_id, record=record, log_dir=directory, name=job_name)
+    if local.stdout:
+        record["StdOut"] = local.stdout
+    try:
+        rep = build_report(st.job_id, record=record, log_dir=directory, name=job_name)
+    finally:
+        if directory != remote_dir:
+            shutil.rmtree(directory, ignore_errors=True)
+    if directory == remote_dir:
+        return rep
+    logs = [str(remote_dir / Path(p).relative_to(directory)) for p in rep.logs]
+    return dataclasses.replace(rep, log_dir=str(remote_dir), logs=logs)
 
 
 def history(experiment: str | None = None) -> list[Submission]:
@@ -544,7 +677,7 @@ class FunctionJob(Job):
 
     call_dir: Path = Path()
 
-    def result(self, timeout: float = 3600.0, interval: float = 0.5, tail: int = 30) -> Any:
+    def result(self, timeout: float = 3600.0, interval: float = 1.0, tail: int = 30) -> Any:
         """Wait; the function's return value (rank 0's), or :class:`~slurmfm.errors.JobFailed`
         whose reason is the exception and whose log tail is its traceback."""
         import pickle
@@ -646,14 +779,22 @@ def check(
     *,
     env: Mapping[str, str] | None = None,
     placement: Placement | None = None,
+    backend: BackendKind | Backend = DEFAULT_BACKEND,
+    host: str | None = None,
 ) -> PreflightReport:
-    """Preflight against the live cluster: partition, nodes, time, features, --test-only."""
+    """Preflight against the live cluster: partition, nodes, time, features, --test-only.
+    Over ``backend="ssh"`` the login node is asked (the recipe's paths are the cluster's, so
+    none is checked here); slurmrestd has no ``--test-only``, so ``rest`` cannot check."""
     from slurmfm.backends.preflight import preflight
     from slurmfm.backends.slurm_cli import SlurmCLI
 
-    cli = SlurmCLI(dict(env) if env is not None else None)
+    remote = backend in ("ssh", "rest") or bool(getattr(backend, "remote", False))
+    be = _backend(backend, env, host) if remote else None  # else: Slurm's commands here
+    if be is not None and not isinstance(be, SlurmCLI):
+        raise BackendError(f"{be.name}: cannot check a job (no sbatch --test-only); use ssh or cli")
+    cli = be if be is not None else SlurmCLI(dict(env) if env is not None else None)
     request = render(recipe, slurm_version=cli.version(), placement=placement)
-    return preflight(recipe, request.text, cli, request.test_only_args())
+    return preflight(recipe, request.text, cli, request.test_only_args(), files=not remote)
 
 
 def submit(
@@ -666,8 +807,13 @@ def submit(
     slurm_version: str | None = None,
     allow_shared_run_dir: bool = False,
     experiment: str = "",
+    host: str | None = None,
 ) -> Job:
     """Render for the cluster's real Slurm version and submit; secrets must be in ``env``.
+
+    ``backend="ssh", host="user@login"`` renders here and submits on the login node;
+    ``backend="rest"`` through slurmrestd (``host``: its URL). The recipe's paths are then
+    the cluster's (docs/backends.md).
 
     A live job already using the run's checkpoint directory makes this refuse
     (:class:`~slurmfm.run_lock.RunDirInUse`) unless ``allow_shared_run_dir``.
@@ -680,11 +826,11 @@ def submit(
 
     The job is recorded in the history (:func:`history`), under ``experiment`` if given.
     """
-    if preflight:
+    be = _backend(backend, env, host)
+    if preflight and not getattr(be, "remote", False):
         from slurmfm.backends.preflight import require_files
 
         require_files([recipe])  # before Slurm is asked anything
-    be = get_backend(backend, env) if isinstance(backend, str) else backend
     request = render(recipe, slurm_version=slurm_version or be.version(), placement=placement)
     return submit_request(
         request,
@@ -704,6 +850,7 @@ def submit_request(
     preflight: bool = True,
     allow_shared_run_dir: bool = False,
     experiment: str = "",
+    host: str | None = None,
 ) -> Job:
     """Submit exactly ``request`` (from :func:`dry_run` or :func:`render`), nothing re-rendered:
     secrets checked, preflight (unless off), log directory created, one live job per run
@@ -711,7 +858,7 @@ def submit_request(
     the backend sends it."""
     from slurmfm.submit import submit_all
 
-    be = get_backend(backend, env) if isinstance(backend, str) else backend
+    be = _backend(backend, env, host)
     done = submit_all(
         [("", request)],
         backend=be,
@@ -723,15 +870,20 @@ def submit_request(
     return Job(done[0].job_id, be, done[0].request)
 
 
-def status(job_id: str, *, backend: BackendKind | Backend = DEFAULT_BACKEND) -> JobStatus:
+def status(
+    job_id: str, *, backend: BackendKind | Backend = DEFAULT_BACKEND, host: str | None = None
+) -> JobStatus:
     """The state of a job by id, with restarts, the last checkpoint and the last requeue reason
-    from the state file that slurmfm's job script keeps next to the job's log."""
+    from the state file that slurmfm's job script keeps next to the job's log (not through a
+    remote backend: that file is on the cluster)."""
     import dataclasses
 
     from slurmfm.backends.state import read_state
 
-    be = get_backend(backend) if isinstance(backend, str) else backend
+    be = _backend(backend, host=host)
     st = be.status(job_id)
+    if getattr(be, "remote", False):
+        return st
     state = read_state(st)
     if state is None:
         return st
@@ -746,10 +898,11 @@ def status(job_id: str, *, backend: BackendKind | Backend = DEFAULT_BACKEND) -> 
     )
 
 
-def cancel(job_id: str, *, backend: BackendKind | Backend = DEFAULT_BACKEND) -> None:
+def cancel(
+    job_id: str, *, backend: BackendKind | Backend = DEFAULT_BACKEND, host: str | None = None
+) -> None:
     """Cancel a job by id."""
-    be = get_backend(backend) if isinstance(backend, str) else backend
-    be.cancel(job_id)
+    _backend(backend, host=host).cancel(job_id)
 
 
 def endpoint_path(recipe: Recipe) -> Path:

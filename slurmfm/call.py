@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import stat
 import sys
 import traceback
 from pathlib import Path
@@ -41,45 +40,27 @@ class CallDirError(Exception):
 
 
 def check_dir(path: Path) -> None:
-    """Refuse a call directory that is a link, not ours, or open to others."""
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode):
-        raise CallDirError(f"{path}: not a directory")
-    if info.st_uid != os.geteuid():
-        raise CallDirError(f"{path}: belongs to another user")
-    if info.st_mode & 0o077:
-        raise CallDirError(f"{path}: not owner-only ({stat.S_IMODE(info.st_mode):o})")
+    """Refuse a call directory that is a link, not ours, or open to others
+    (:func:`slurmfm.job.fsafe.own_dir_problem`)."""
+    why = fsafe.own_dir_problem(os.lstat(path), owner_only=True)
+    if why:
+        raise CallDirError(f"{path}: {why}")
+
+
+# A call's pickle holds its arguments: no bound but the memory of the node that reads it.
+_NO_LIMIT = 1 << 62
 
 
 def read_owned(path: Path) -> bytes:
-    """A file's bytes, refused when it is a link, not a regular file, or not ours alone."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
-            raise CallDirError(f"{path}: not a regular file of this user with one link")
-        if info.st_mode & 0o077:
-            raise CallDirError(f"{path}: not owner-only")
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
+    """A file's bytes, refused when it is a link, not a regular file, or not ours alone
+    (:func:`slurmfm.job.fsafe.read`, ``private``)."""
+    return fsafe.read(str(path), limit=_NO_LIMIT, private=True)
 
 
 def write_new(path: Path, data: bytes) -> None:
-    """Create ``path`` owner-only with exactly ``data``; an existing name is an error."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+    """Create ``path`` owner-only with exactly ``data``; an existing name is an error
+    (:func:`slurmfm.job.fsafe.create`)."""
+    fsafe.create(str(path), data, fsafe.PRIVATE_MODE)
 
 
 def _import_main(path: str) -> None:

@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,15 @@ def run_dir(env: dict[str, str] | None = None) -> Path:
     """The run's checkpoint directory, from ``SLURMFM_CHECKPOINT_DIR``."""
     e = os.environ if env is None else env
     return Path(e.get("SLURMFM_CHECKPOINT_DIR", "checkpoints"))
+
+
+def _ensure(directory: Path) -> None:
+    """Make the run directory, refusing an unsafe chain (the runtime's rule,
+    :func:`slurmfm.job.checkpoint.ensure_run_dir`): a checkpoint is never written through a
+    link or into another user's directory."""
+    from slurmfm.job.checkpoint import ensure_run_dir
+
+    ensure_run_dir(str(directory))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -87,23 +97,28 @@ class ResumePoint:
     message: str
 
 
-def resume_point(directory: Path) -> ResumePoint:
+def resume_point(directory: Path, uid: int | None = None) -> ResumePoint:
     """The checkpoint a job must resume from: the job runtime's rule, the only one
     (:func:`slurmfm.job.checkpoint.resume_point`; why an aside copy of a step counts is
-    said there). Pure (reads only) and standard library only."""
+    said there). Pure (reads only) and standard library only. Raises
+    :class:`slurmfm.job.fsafe.Refused` when the run directory's chain is not safe (a link,
+    another user's directory, one others may rename entries in): its checkpoints might not be
+    this run's. ``uid``: whose run directory it is (default: this user)."""
     from slurmfm.job.checkpoint import resume_point as rule
 
-    rp = rule(str(directory))
+    rp = rule(str(directory), uid)
+    if rp.refused:  # the run directory's chain (docs/security.md): load nothing from it
+        raise fsafe.Refused(f"{directory}: not resuming: {rp.refused}")
     return ResumePoint(Path(rp.path) if rp.path else None, rp.step, rp.message)
 
 
-def latest(directory: Path | None = None) -> Path | None:
+def latest(directory: Path | None = None, uid: int | None = None) -> Path | None:
     """The checkpoint to resume from, or None. Never a partially written one.
 
     See :func:`resume_point`: a dangling or empty ``latest`` falls back to the newest
     complete checkpoint.
     """
-    return resume_point(directory or run_dir()).path
+    return resume_point(directory or run_dir(), uid).path
 
 
 def step_of(path: Path) -> int:
@@ -197,7 +212,8 @@ def save(
     are removed and, with ``keep_last``, older checkpoints pruned, and the write is retried
     once.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()  # the save's duration goes to the progress history (goodput)
+    _ensure(directory)
     if keep_last is None and os.environ.get("SLURMFM_KEEP_LAST"):
         keep_last = int(os.environ["SLURMFM_KEEP_LAST"])
     clean(directory)
@@ -226,7 +242,7 @@ def save(
         raise
     publish(directory, name)
     shutil.rmtree(aside, ignore_errors=True)
-    report_progress(step, checkpoint_step=step, force=True)
+    report_progress(step, checkpoint_step=step, force=True, save_s=time.monotonic() - began)
     if keep_last:
         prune(directory, keep_last)
     return final
@@ -254,8 +270,14 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
     """
     clean(directory)
     current = latest(directory)
+    me = os.geteuid()
     steps = sorted(
-        (p for p in directory.iterdir() if _STEP.match(p.name) and p.is_dir()), key=step_of
+        (
+            p
+            for p in directory.iterdir()
+            if _STEP.match(p.name) and p.is_dir() and not p.is_symlink() and _owner(p) == me
+        ),
+        key=step_of,
     )
     removed = []
     for p in steps[: max(0, len(steps) - keep_last)]:
@@ -269,6 +291,13 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
         shutil.rmtree(doomed, ignore_errors=True)
         removed.append(p)
     return removed
+
+
+def _owner(p: Path) -> int:
+    try:
+        return p.lstat().st_uid
+    except OSError:
+        return -1
 
 
 def mark_done(
@@ -295,14 +324,18 @@ def mark_done(
     e = dict(os.environ if env is None else env)
     record = done_record(e, time.time(), steps, samples)
     d = directory or run_dir(env)
-    d.mkdir(parents=True, exist_ok=True)
+    _ensure(d)
     fsafe.clean_temporaries(str(d / DONE))
     fsafe.replace(str(d / DONE), json.dumps(record, sort_keys=True) + "\n")
 
 
 def is_done(directory: Path | None = None) -> bool:
-    """Whether any marker is there (whoever wrote it; the job checks whose it is)."""
-    return ((directory or run_dir()) / DONE).exists()
+    """Whether this user's marker is there: the runtime's rule
+    (:func:`slurmfm.job.checkpoint.done_here`): a link, a FIFO, another user's file, or a run
+    directory reached through a link or another user's directory, is no marker."""
+    from slurmfm.job.checkpoint import done_here
+
+    return done_here(str(directory or run_dir()))
 
 
 class SaveRequest:
@@ -347,6 +380,7 @@ def report_progress(
     force: bool = False,
     min_interval_s: float = 5.0,
     path: str | None = None,
+    save_s: float | None = None,
 ) -> bool:
     """Record the training step (and the last checkpoint) for the job's metrics.
 
@@ -354,11 +388,18 @@ def report_progress(
     ``slurmfm_checkpoint_step`` gauges of node_exporter's textfile collector. The file is
     ``$SLURMFM_PROGRESS_FILE`` (set by the job script; nothing happens without it), replaced
     atomically. Writes are throttled to one per ``min_interval_s`` so a fast loop can call
-    this every step; ``force`` writes at once (:func:`save` does, for each checkpoint).
-    Reporting never raises: metrics must not stop a training run. Returns whether it wrote.
+    this every step; ``force`` writes at once (:func:`save` does, for each checkpoint, with
+    the save's duration ``save_s``). Reporting never raises: metrics must not stop a training
+    run. Returns whether it wrote.
+
+    Each write is also appended as one line to the progress history beside the file
+    (``progress.jsonl``, :func:`slurmfm.job.goodput.history_path`), with this process's pid:
+    the goodput ledger of ``slurmfm report`` and the node agent reads from it when each launch
+    first trained, which checkpoint the next one resumed from and how long saves took.
     """
     import json
-    import time
+
+    from slurmfm.job.goodput import history_line, history_path
 
     target = path or os.environ.get(PROGRESS_ENV, "")
     now = time.time()
@@ -374,4 +415,7 @@ def report_progress(
     except OSError:
         return False
     _last_write[0] = now
+    line = history_line(now, step, dict(os.environ), os.getpid(), checkpoint_step, save_s)
+    with contextlib.suppress(OSError):
+        fsafe.append(history_path(target), line)
     return True

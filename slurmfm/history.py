@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import stat
 import sys
 import time
 from collections.abc import Mapping
@@ -33,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurmfm.errors import SlurmfmError
+from slurmfm.job import fsafe
 
 # A history far beyond this is not read whole (a file of a million submissions is a mistake).
 MAX_HISTORY_BYTES = 64 * 1024 * 1024
@@ -64,15 +64,24 @@ class Submission:
 
     @classmethod
     def from_json(cls, line: str) -> Submission | None:
+        """The submission a history line records, or None when the line is not one (any
+        JSON at all, a field of the wrong type): one bad line must not hide the others."""
         try:
             data = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if not isinstance(data, dict) or not isinstance(data.get("job_id"), str):
             return None
         known = set(cls.__dataclass_fields__)
         kw = {k: v for k, v in data.items() if k in known}
-        kw["argv"] = tuple(str(a) for a in kw.get("argv", ()) or ())
+        argv = kw.get("argv", ()) or ()
+        extra = kw.get("extra", {}) or {}
+        if not isinstance(argv, list | tuple) or not isinstance(extra, dict):
+            return None
+        kw["argv"] = tuple(str(a) for a in argv)
+        kw["extra"] = {str(k): str(v) for k, v in extra.items()}
+        if any(not isinstance(v, str) for k, v in kw.items() if k not in ("argv", "extra")):
+            return None
         try:
             return cls(**kw)
         except TypeError:
@@ -98,25 +107,9 @@ def _safe_dir(directory: Path) -> None:
     writable by others."""
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = os.lstat(directory)
     except OSError as exc:
         raise HistoryError(f"history: cannot make {directory}: {exc.strerror or exc}") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise HistoryError(f"history: {directory} is not a directory (a link?)")
-    if info.st_uid != os.geteuid():
-        raise HistoryError(f"history: {directory} belongs to another user")
-    if info.st_mode & 0o022:
-        raise HistoryError(f"history: {directory} is writable by others")
-
-
-def _check_file(fd: int, path: Path) -> None:
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise HistoryError(f"history: {path} is not a regular file")
-    if info.st_uid != os.geteuid():
-        raise HistoryError(f"history: {path} belongs to another user")
-    if info.st_nlink != 1:
-        raise HistoryError(f"history: {path} has {info.st_nlink} links")
+    _check_dir(directory)
 
 
 def record(sub: Submission, path: Path | None = None) -> Path | None:
@@ -125,41 +118,58 @@ def record(sub: Submission, path: Path | None = None) -> Path | None:
     if path is None:
         return None
     _safe_dir(path.parent)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as exc:
-        raise HistoryError(f"history: cannot open {path}: {exc.strerror or exc}") from None
-    try:
-        _check_file(fd, path)
-        os.fchmod(fd, 0o600)
-        os.write(fd, (sub.to_json() + "\n").encode("utf-8"))
+    try:  # a link, a FIFO, another user's or a linked file is refused (slurmfm.job.fsafe)
+        fsafe.append(str(path), sub.to_json() + "\n", mode=fsafe.PRIVATE_MODE)
+    except fsafe.Refused as exc:
+        raise HistoryError(f"history: {exc}") from None
     except OSError as exc:
         raise HistoryError(f"history: cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
     return path
 
 
+def _check_dir(directory: Path) -> None:
+    """The history's directory must be our own that no one else may write
+    (:func:`slurmfm.job.fsafe.own_dir_problem`): a history in a directory that is a link,
+    another user's, or writable by others could have been replaced by someone else's."""
+    try:
+        info = os.lstat(directory)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise HistoryError(f"history: cannot read {directory}: {exc.strerror or exc}") from None
+    why = fsafe.own_dir_problem(info)
+    if why:
+        raise HistoryError(f"history: {directory} {why}")
+
+
 def read(path: Path | None = None) -> list[Submission]:
-    """Every recorded submission, oldest first; lines that do not parse are skipped."""
+    """Every recorded submission, oldest first. A line that is not one (a kill in the middle
+    of a write, an edit by hand) is skipped with a warning naming it (``file:line``); the
+    directory is checked as when writing."""
+    import warnings
+
     path = history_path() if path is None else path
     if path is None:
         return []
+    _check_dir(path.parent)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        data = fsafe.read(str(path), limit=MAX_HISTORY_BYTES, cut=True)
     except FileNotFoundError:
         return []
+    except fsafe.Refused as exc:
+        raise HistoryError(f"history: {exc}") from None
     except OSError as exc:
         raise HistoryError(f"history: cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        _check_file(fd, path)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_HISTORY_BYTES)
-    finally:
-        os.close(fd)
-    out = [Submission.from_json(line) for line in data.decode("utf-8", "replace").splitlines()]
-    return [s for s in out if s is not None]
+    out: list[Submission] = []
+    for n, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        sub = Submission.from_json(line)
+        if sub is None:
+            warnings.warn(f"{path}:{n}: history: not a submission record; skipped", stacklevel=2)
+            continue
+        out.append(sub)
+    return out
 
 
 def now_utc() -> str:

@@ -348,19 +348,25 @@ class PipelineRun:
     def status(self) -> dict[str, JobStatus]:
         return {s.name: self.backend.status(s.job_id) for s in self.stages}
 
-    def wait(self, timeout: float = 3600.0, interval: float = 1.0) -> dict[str, JobStatus]:
-        """Until every stage ended (a stage cancelled by an unmet dependency counts as ended)."""
-        import time
+    def wait(
+        self, timeout: float = 3600.0, interval: float = 1.0, max_interval: float = 60.0
+    ) -> dict[str, JobStatus]:
+        """Until every stage ended (a stage cancelled by an unmet dependency counts as ended);
+        polls with backoff, as ``Job.wait`` does (:mod:`slurmfm.polling`)."""
+        from slurmfm.polling import poll_until
 
-        deadline = time.monotonic() + timeout
-        while True:
-            states = self.status()
-            if all(st.done for st in states.values()):
-                return states
-            if time.monotonic() > deadline:
-                pending = [n for n, st in states.items() if not st.done]
-                raise BackendError(f"pipeline: {', '.join(pending)} not done after {timeout:.0f} s")
-            time.sleep(interval)
+        def late(states: dict[str, JobStatus]) -> Exception:
+            pending = [n for n, st in states.items() if not st.done]
+            return BackendError(f"pipeline: {', '.join(pending)} not done after {timeout:.0f} s")
+
+        return poll_until(
+            self.status,
+            lambda states: all(st.done for st in states.values()),
+            timeout=timeout,
+            first=interval,
+            most=max_interval,
+            on_timeout=late,
+        )
 
     def cancel(self) -> None:
         for s in reversed(self.stages):

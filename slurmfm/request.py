@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
     from slurmfm.recipe.sweep import SweepTask
     from slurmfm.render.script import RenderedScript
+    from slurmfm.resolve import ResolvedJob
     from slurmfm.target import Target
 
 Condition = Literal["afterok", "afterany", "afternotok"]
@@ -119,7 +120,16 @@ class ArraySpec:
     max_concurrent: int | None = None
 
 
-@dataclass(frozen=True)
+NEWLINE = b"\n"
+
+
+def _blob(data: bytes, *, text: bool) -> str:
+    """A short stand-in for a script or file in a repr: its size (and lines), not its bytes."""
+    lines = f", {data.count(NEWLINE):,} lines" if text else ""
+    return f"<{len(data):,} bytes{lines}>"
+
+
+@dataclass(frozen=True, repr=False)
 class SubmitRequest:
     """Everything one ``sbatch`` call sends, and the context it was made from.
 
@@ -148,6 +158,22 @@ class SubmitRequest:
     tasks: tuple[SweepTask, ...] = field(default=(), compare=False, repr=False)
     creates_dirs: tuple[str, ...] = field(default=(), compare=False)
 
+    def __repr__(self) -> str:
+        """Short: what is sent, with the script and files as their sizes (the embedded runtime
+        made the generated repr of the quickstart's request 445,117 characters)."""
+        parts = [f"job_name={self.job_name!r}", f"script={_blob(self.script, text=True)}"]
+        if self.files:
+            files = ", ".join(f"{k!r}: {_blob(v, text=False)}" for k, v in self.files.items())
+            parts.append(f"files={{{files}}}")
+        for name in ("sbatch_args", "dependency", "kill_on_invalid_dep", "array", "env_names"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"{name}={value!r}")
+        parts.append(f"target={self.target!r}")
+        if self.creates_dirs:
+            parts.append(f"creates_dirs={self.creates_dirs!r}")
+        return f"SubmitRequest({', '.join(parts)})"
+
     @classmethod
     def of_script(cls, text: str) -> SubmitRequest:
         """A request for a script written elsewhere (no recipe): sent as is."""
@@ -158,6 +184,12 @@ class SubmitRequest:
     def text(self) -> str:
         """The script as text (it is rendered as UTF-8)."""
         return self.script.decode("utf-8")
+
+    @property
+    def resolved_job(self) -> ResolvedJob | None:
+        """What the script was rendered from (:mod:`slurmfm.resolve`: instance types, the
+        launcher's spec, Slurm's feature gates), None for a hand-written script."""
+        return self.rendered.resolved if self.rendered is not None else None
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -254,7 +286,8 @@ def build(
 ) -> SubmitRequest:
     """Render ``recipe`` (a sweep as one job array) into its request; pure. The one place that
     turns a recipe into what is submitted, for a lone job, a chain, a pipeline and a sweep."""
-    from slurmfm.render.script import render_script
+    from slurmfm.render.script import render_resolved
+    from slurmfm.resolve import resolve
     from slurmfm.target import Target
 
     target = Target.for_recipe(recipe, slurm_version)
@@ -263,7 +296,7 @@ def build(
         from slurmfm.render.array import render_array
 
         return from_rendered(recipe, render_array(recipe, target, placement), tuple(expand(recipe)))
-    return from_rendered(recipe, render_script(recipe, target, placement))
+    return from_rendered(recipe, render_resolved(resolve(recipe, target, placement)))
 
 
 def from_rendered(

@@ -20,8 +20,11 @@ One record per run directory, named from the *resolved* directory (its parent th
 ``realpath``): a sweep takes the record of each of its tasks' ``<run_id>-t<i>`` directories,
 so a plain job with ``run_id: sw-t0`` meets sweep ``sw``'s task 0, and ``ck/x`` meets
 ``./ck/../ck/x`` or a symlinked root. The checkpoint root may be shared by a team (README
-"Security"): the record is opened without following links or blocking, and written only when
-it is this user's own; another user's record is still read, to see their live job.
+"Security"): the record is opened without following links or blocking; a link, a FIFO or
+anything but a regular file there is refused with one line (before, it turned the check off
+silently), and only this user's own record counts: another user's is said
+(``ignored FILE (uid N)``) and replaced, so a record planted by someone else can neither
+block a submission nor be written through.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,24 +90,69 @@ def record_path(recipe: Recipe) -> Path:
 _FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def _open_record(path: Path) -> tuple[int, bool] | None:
-    """``(fd, writable)``: our own regular file read-write; another user's read-only; None for
-    a link, a FIFO or anything else (then nothing is checked, as when it cannot be created)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _FLAGS, 0o644)
-    except OSError as exc:
-        if exc.errno != errno.EACCES:
-            return None
+def _open_record(path: Path) -> int | None:
+    """Our own record, opened read-write (made when missing); None when it cannot be made
+    (the checkpoint file system is not mounted here: nothing is checked, as before).
+
+    A record that is a link, a FIFO or anything but a regular file is refused with one line:
+    never followed, never blocked on, and the check is never turned off silently. Another
+    user's record is not ours to trust: its jobs are not asked about (they cannot train in
+    our own run directory, which the chain check keeps ours, :func:`slurmfm.submit._own_run_dir`),
+    and it is said and replaced by our own where the directory lets us
+    (``ignored FILE (uid N)``)."""
+    from slurmfm.job import fsafe
+
+    for _ in range(2):
         try:
-            fd = os.open(path, os.O_RDONLY | _FLAGS)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _FLAGS, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _refused(path, "is a symbolic link") from None
+            if exc.errno in (errno.ENXIO, errno.EISDIR):
+                raise _refused(path, "is " + fsafe.kind(_lmode(path))) from None
+            if exc.errno != errno.EACCES:
+                return None
+            st = _lstat(path)
+            if st is None:
+                return None  # the directory does not let us add the record
+            fd = -1
+        else:
+            st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            if fd >= 0:
+                os.close(fd)
+            raise _refused(path, "is " + fsafe.kind(st.st_mode))
+        if st.st_uid == os.geteuid() and st.st_nlink == 1:
+            return fd
+        if fd >= 0:
+            os.close(fd)
+        why = f"uid {st.st_uid}" if st.st_uid != os.geteuid() else f"{st.st_nlink} hard links"
+        sys.stderr.write(f"slurmfm: ignored {path} ({why})\n")
+        try:
+            os.unlink(path)
         except OSError:
-            return None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
+            return None  # not ours to replace: nothing is checked, nothing of hers trusted
+    return None
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
         return None
-    return fd, st.st_uid == os.geteuid() and st.st_nlink == 1
+
+
+def _lmode(path: Path) -> int:
+    st = _lstat(path)
+    return st.st_mode if st is not None else 0
+
+
+def _refused(path: Path, why: str) -> SlurmfmError:
+    return SlurmfmError(
+        f"storage.run_id: the run record {path} {why}, not a file of slurmfm's: it is never "
+        "followed or trusted; remove it (docs/security.md)"
+    )
 
 
 def _read(fd: int) -> list[str]:
@@ -133,11 +182,10 @@ def exclusive(
     nothing is checked: submission must not depend on it.
     """
     path = path or record_path(recipe)
-    opened = _open_record(path)
-    if opened is None:
+    fd = _open_record(path)
+    if fd is None:
         yield lambda job_id: None
         return
-    fd, writable = opened
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         # Only jobs still alive are kept: the record stays short, and each submission asks
@@ -155,8 +203,6 @@ def exclusive(
 
         def record(job_id: str) -> None:
             kept.append(job_id.split(";", maxsplit=1)[0])  # sbatch --parsable: "JOBID[;CLUSTER]"
-            if not writable:  # another user's record: read, never written
-                return
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, ("\n".join(kept[-_KEEP:]) + "\n").encode(), 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -73,16 +73,27 @@ def require_secrets(recipes: Mapping[str, Recipe], env: Mapping[str, str] | None
     )
 
 
-def _preflight(items: Sequence[tuple[str, SubmitRequest]], env: Mapping[str, str] | None) -> None:
+def _preflight(
+    items: Sequence[tuple[str, SubmitRequest]],
+    env: Mapping[str, str] | None,
+    backend: Backend | None = None,
+) -> None:
+    """Ask the cluster whether each job can run. A remote backend asks its own cluster: over
+    ssh the same questions (the recipe's paths are the cluster's, so no local file is
+    checked); slurmrestd has no ``--test-only``, so a REST submission is not preflighted."""
     from slurmfm.backends.preflight import PreflightError, preflight
     from slurmfm.backends.slurm_cli import SlurmCLI
 
-    cli = SlurmCLI(dict(env) if env is not None else None)
+    remote = bool(getattr(backend, "remote", False))
+    if remote and not isinstance(backend, SlurmCLI):
+        return
+    cli = backend if isinstance(backend, SlurmCLI) and remote else None
+    cli = cli or SlurmCLI(dict(env) if env is not None else None)
     failed: list[str] = []
     for label, req in items:
         if req.recipe is None:
             continue
-        report = preflight(req.recipe, req.text, cli, req.test_only_args())
+        report = preflight(req.recipe, req.text, cli, req.test_only_args(), files=not remote)
         if not report.ok and len(items) == 1 and not label:
             raise PreflightError(report)
         failed.extend(f"{label}: {c.name}: {c.message}" for c in report.failures())
@@ -119,15 +130,25 @@ def _who(uid: int) -> str:
 
 
 def _own_run_dir(d: Path) -> None:
-    """Create the run directory (0755) or check it is ours; one line when another user's
-    directory stands in the way. A checkpoint file system not mounted here is not checked."""
+    """Create the run directory's chain (``<root>/<name>/<run_id>``, each part 0755) or check
+    it: no part a link, each ours or root's and not open to others' renames unless sticky
+    (:func:`slurmfm.job.checkpoint.ensure_run_dir`, the job's own rule); one line when
+    another user's directory or a link stands in the way. A checkpoint file system not
+    mounted here is not checked."""
     import errno
     import stat
 
+    from slurmfm.job import fsafe
+    from slurmfm.job.checkpoint import ensure_run_dir
+
     hint = "choose another storage.run_id or storage.checkpoint_root"
     try:
-        d.mkdir(parents=True, exist_ok=True, mode=0o755)
-        st = d.stat()
+        ensure_run_dir(str(d))
+    except fsafe.Refused as exc:
+        raise SlurmfmError(
+            f"storage.checkpoint_root: the run directory {d} is not safe: {exc}: the job would "
+            f"refuse to save or resume there (docs/security.md); {hint}"
+        ) from None
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM):
             return
@@ -147,11 +168,6 @@ def _own_run_dir(d: Path) -> None:
             "add to it; ask its owner for a group-writable, sticky directory (chmod 3775), "
             f"or {hint}"
         ) from None
-    if st.st_uid != os.geteuid():
-        raise SlurmfmError(
-            f"storage.checkpoint_root: the run directory {d} belongs to {_who(st.st_uid)}: the "
-            f"job would refuse to save or resume there (docs/security.md); {hint}"
-        )
 
 
 def submit_all(
@@ -175,9 +191,10 @@ def submit_all(
 
     require_secrets({label: r.recipe for label, r in items if r.recipe is not None}, env)
     if preflight:
-        _preflight(items, env)
+        _preflight(items, env, backend)
+    if getattr(backend, "remote", False):
+        return _submit_remote(items, backend, env, keep_submitted)
     _make_dirs(items)
-    done: list[Submitted] = []
     child_env = dict(env) if env is not None else None
     with contextlib.ExitStack() as held:
         # Sorted: two submissions never wait for each other's records in opposite orders.
@@ -199,17 +216,53 @@ def submit_all(
             )
             for path in sorted(by_path)
         }
-        for label, req in items:
-            final = req.resolved({s.label: s.job_id for s in done})
-            try:
-                result = backend.submit(final, env=child_env)
-            except SlurmfmError as exc:
-                _abort(backend, done, label, exc, keep_submitted)
-                raise  # pragma: no cover - _abort always raises
+
+        def record(req: SubmitRequest, job_id: str) -> None:
             if req.recipe is not None:
                 for path in run_lock.record_paths(req.recipe):
-                    records[path](result.job_id)
-            done.append(Submitted(label, result.job_id, final))
+                    records[path](job_id)
+
+        return _submit_each(items, backend, child_env, keep_submitted, record)
+
+
+def _submit_remote(
+    items: Sequence[tuple[str, SubmitRequest]],
+    backend: Backend,
+    env: Mapping[str, str] | None,
+    keep_submitted: bool,
+) -> list[Submitted]:
+    """Submit through a remote backend (ssh, rest): the recipe's paths are the cluster's, so
+    the log directories are made there when the backend can (``make_dirs``: ssh; slurmrestd
+    cannot, so they must exist), and the one-live-job rule of :mod:`slurmfm.run_lock`, whose
+    records live in the run directory on the cluster, is not checked (docs/backends.md)."""
+    make_dirs = getattr(backend, "make_dirs", None)
+    if make_dirs is not None:
+        make_dirs(sorted({d for _, req in items for d in req.creates_dirs}))
+    child_env = dict(env) if env is not None else None
+    return _submit_each(items, backend, child_env, keep_submitted)
+
+
+def _submit_each(
+    items: Sequence[tuple[str, SubmitRequest]],
+    backend: Backend,
+    child_env: dict[str, str] | None,
+    keep_submitted: bool,
+    after: Callable[[SubmitRequest, str], None] | None = None,
+) -> list[Submitted]:
+    """Each request in order, its stage placeholders resolved to the job ids before it; on a
+    refusal the earlier ones are cancelled unless ``keep_submitted`` (``_abort``). ``after``
+    sees each request and its job id (the run lock's record)."""
+    done: list[Submitted] = []
+    for label, req in items:
+        final = req.resolved({s.label: s.job_id for s in done})
+        try:
+            result = backend.submit(final, env=child_env)
+        except SlurmfmError as exc:
+            _abort(backend, done, label, exc, keep_submitted)
+            raise  # pragma: no cover - _abort always raises
+        if after is not None:
+            after(req, result.job_id)
+        done.append(Submitted(label, result.job_id, final))
     return done
 
 

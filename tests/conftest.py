@@ -18,11 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from lab import (
     GROUP_SECONDS,
     SUITES,
@@ -35,6 +38,30 @@ from lab import (
     own_lab_fixture,
     suite_lab_factory,
 )
+
+# Property tests judge behaviour, never wall-clock time: hypothesis' default deadline (200 ms
+# per example) failed a pure round-trip test on a machine whose two cores were busy with the
+# labs (tests/observe/test_agent.py::test_values_round_trip, 2026-12-06). A test's own
+# @settings(deadline=...) still applies.
+settings.register_profile("slurmfm", deadline=None)
+settings.load_profile("slurmfm")
+
+# Signals whose disposition the job runtime's code sets for its own process (the node entry
+# ignores USR2 for its launcher, handles TERM): a test that runs that code in the pytest
+# worker must not leave it so, or every later test's subprocess inherits SIG_IGN across exec
+# (a check that the save signal kills a non-launch step then passed its process a USR2 it
+# ignored: tests/job/test_shared_files.py, in a CI simulation).
+_KEPT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_they_were() -> Iterator[None]:
+    before = {s: signal.getsignal(s) for s in _KEPT_SIGNALS}
+    yield
+    for s, handler in before.items():
+        if signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
+
 
 # Every submission is recorded in the user's history (slurmfm.history); a test run records
 # into a directory of its own, not the home directory of whoever runs the suite.
@@ -105,6 +132,11 @@ _CACHE_KEY = pytest.StashKey[str]()
 def pytest_configure(config: pytest.Config) -> None:
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: test tier, set from the fixtures it uses")
+    config.addinivalue_line(
+        "markers",
+        "last_in_group: run after the other tests of its lab's xdist group (a test that waits "
+        "for a background build of scripts/run-tests, so that its worker does not wait idle)",
+    )
     # Every run (and every xdist worker) renders into a render cache of its own. Why: the CLI's
     # cache (slurmfm/render_cache.py) defaults to ~/.cache, shared by every checkout and run on
     # the machine, so a test could read another run's entry and a run would leave files in the
@@ -207,8 +239,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
             if loadgroup:
                 _put_in_group(item, group)
-    if loadgroup:  # stable: tests keep their order within a group
-        items.sort(key=lambda it: -GROUP_SECONDS.get(groups.get(id(it)) or "", 0))
+    if loadgroup:  # stable: tests keep their order within a group, but last_in_group's last
+        items.sort(
+            key=lambda it: (
+                -GROUP_SECONDS.get(groups.get(id(it)) or "", 0),
+                it.get_closest_marker("last_in_group") is not None,
+            )
+        )
 
 
 @pytest.fixture(scope="session")

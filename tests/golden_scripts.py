@@ -36,18 +36,27 @@ def render(recipe: Path, overrides: dict[str, object] | None = None) -> str:
     return elide_payload(text.replace(str(REPO_ROOT), "<checkout>"))
 
 
+RUNTIME_SHA = "<runtime sha256>"
+
+
 def elide_payload(text: str) -> str:
-    """The script with its last line, the job runtime's base64 zipapp, shortened to its sha256.
+    """The script with the job runtime's sha256 and its base64 zipapp (the last line) elided.
 
     Why: the runtime's own sources (``slurmfm/job/``) are reviewed as code and tested in
-    ``tests/job``; a base64 blob in a diff shows nothing to a reviewer, while a changed sha256
-    still says that what users receive changed.
+    ``tests/job``; a base64 blob in a diff shows nothing to a reviewer, and a sha256 that
+    changes with every runtime commit rewrote every golden file for a change to none of the
+    scripts. ``tests/test_golden.py::test_runtime_sha_and_payload_agree`` checks the elided
+    parts separately: the exported sha256 is the payload's, and the payload is the runtime.
     """
     head, sep, last = text.rstrip("\n").rpartition("\n")
     words = last.split(" ")
     if not sep or words[:2] != ["#", "slurmfm-runtime"] or len(words) != 4:
         return text
-    return f"{head}\n{' '.join(words[:3])} <base64 zipapp of slurmfm/job, {len(words[3])} chars>\n"
+    sha = words[2].removeprefix("sha256=")
+    head = head.replace(
+        f"export SLURMFM_RUNTIME_SHA={sha}\n", f"export SLURMFM_RUNTIME_SHA={RUNTIME_SHA}\n"
+    )
+    return f"{head}\n# slurmfm-runtime sha256={RUNTIME_SHA} <base64 zipapp of slurmfm/job>\n"
 
 
 def variants(recipe: Path, base: str) -> str:

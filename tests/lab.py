@@ -53,7 +53,7 @@ def lab_root() -> Path:
 
 # Ports tests give to servers inside jobs (serving stand-ins): below every lab port (10000 and
 # up, with any offset run-tests picks), below the rendezvous ports slurmfm's jobs take
-# (20000 + job id % 20000, slurmfm/render/templates/sbatch.sh.j2) and the ephemeral range.
+# (20000-25999, slurmfm/job/hosts.py choose_port) and the ephemeral range.
 APP_PORTS = range(5000, 10000)
 # Lab ports stay below these: slurmfm's torch rendezvous ports start here.
 RENDEZVOUS_PORTS_START = 20000
@@ -90,9 +90,115 @@ def lab_requested() -> bool:
 
 def port_offset() -> int:
     """``$SLURMFM_LAB_PORT_OFFSET``: added to every lab port of this run (default 0; run-tests
-    picks 0, -3000 or -6000)."""
+    picks one of :data:`RUN_TESTS_PORT_OFFSETS`)."""
     raw = os.environ.get("SLURMFM_LAB_PORT_OFFSET", "") or "0"
     return int(raw)
+
+
+# The shared labs' default ports (scripts/slurm-lab): slurmctld's, and the first slurmd's.
+SHARED_LAB_PORTS = {"host": (16817, 17001), "trixie": (16827, 18001), "sid": (16837, 19001)}
+# scripts/slurm-lab's largest --nodes: a lab's slurmd ports may reach this far.
+MAX_NODES = 72
+# tests/observe: Prometheus and node_exporter, 2 ports per xdist worker, up to 8 workers.
+OBS_PORTS = range(19190, 19190 + 2 * 8)
+# scripts/quickstart's offsets (a multiple of 20 below 1000, from the user name): a user's
+# quickstart lab takes the shared labs' ports moved by one of these, so no port below
+# QUICKSTART_LOWEST_PORT.
+QUICKSTART_PORT_OFFSETS = range(0, 1000, 20)
+QUICKSTART_LOWEST_PORT = min(p for pair in SHARED_LAB_PORTS.values() for p in pair)
+# The offsets scripts/run-tests tries for a run's labs, in this order (pick_offset). The first
+# two put every port of the run below QUICKSTART_LOWEST_PORT, so a run's labs and any user's
+# quickstart lab can never meet, whichever of them starts first (README's two commands in
+# order: a run at 0 once took topo-host's slurmd port 17241 that a quickstart lab held). 0
+# comes last, for a third run at once, and only when none of its ports is taken now.
+RUN_TESTS_PORT_OFFSETS = (-3000, -6000, 0)
+
+
+def register_own_labs() -> None:
+    """Import every test module that defines OwnLabs, so that all of them are in OWN_LABS."""
+    import importlib.util
+
+    tests = Path(__file__).resolve().parent
+    for path in sorted(tests.rglob("test_*.py")):
+        if "OwnLab(" in path.read_text():
+            spec = importlib.util.spec_from_file_location(f"_ports_{path.stem}", path)
+            assert spec is not None
+            assert spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.path.insert(0, str(path.parent))
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                sys.path.remove(str(path.parent))
+
+
+# The labs' slurmrestd and sshd (scripts/slurm-lab rest-up, ssh-up: remote_port), and the
+# REST port tests/test_slurm_lab.py gives its down-trixie lab (SLURMFM_LAB_REST_PORT).
+REMOTE_LAB_PORTS = {
+    "host:rest": 19171,
+    "host:ssh": 19173,
+    "trixie:rest": 19175,
+    "sid:rest": 19177,
+    "down-trixie:rest": 19179,
+}
+
+
+def run_ports() -> dict[int, str]:
+    """Every port a test run's labs may take at offset 0, with the lab that takes it: the shared
+    suites (up to MAX_NODES slurmds), every OwnLab, and the observability servers.
+
+    Why all of them: a port check of slurmctld's ports alone let a run start at an offset
+    whose slurmd ports a quickstart lab held, and two tests failed on "already in use"."""
+    register_own_labs()
+    taken: dict[int, str] = {}
+    for suite, (ctld, slurmd) in SHARED_LAB_PORTS.items():
+        for port in [ctld, *range(slurmd, slurmd + MAX_NODES)]:
+            taken[port] = suite
+    for lab in OWN_LABS:
+        for port in lab.ports:
+            taken.setdefault(port, lab.name)
+    for port in OBS_PORTS:
+        taken.setdefault(port, "observe")
+    for name, port in REMOTE_LAB_PORTS.items():
+        taken.setdefault(port, name)
+    return taken
+
+
+def listening_ports() -> set[int]:
+    """The TCP ports something listens on now, on any address (/proc/net/tcp and tcp6: the
+    local address's port in hex, state 0A is LISTEN; proc(5))."""
+    ports: set[int] = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def pick_offset(
+    listening: set[int],
+    ports: Iterable[int],
+    offsets: Sequence[int] = RUN_TESTS_PORT_OFFSETS,
+    own: int | None = None,
+) -> int | None:
+    """The first of ``offsets`` at which none of ``ports`` is in ``listening``, or ``own`` (the
+    offset an earlier run of the same lab root chose: its labs, still up, hold those very
+    ports) when it comes first; None when every offset is taken (pure, for tests)."""
+    wanted = list(ports)
+    for off in offsets:
+        if off == own or not any(p + off in listening for p in wanted):
+            return off
+    return None
+
+
+def pick_offset_now(own: str = "") -> int | None:
+    """:func:`pick_offset` against this machine's listening ports (scripts/run-tests)."""
+    return pick_offset(listening_ports(), run_ports(), own=int(own) if own else None)
 
 
 NOT_REQUESTED = (
@@ -112,6 +218,8 @@ GROUP_SECONDS = {
     "shared-trixie": 390,
     "resil": 365,
     "host-b": 305,  # host-only: the README example, owner requeue, reasons, shared FSx, Ray
+    # launcher ray's cluster (~100 s) and its killed worker node (~230 s), loaded host
+    "ray-host": 330,
     "shared-sid": 290,
     # restart cap ~30 s, slurmctld away ~45 s, late save ~125 s, the gate in the launch ~25 s
     "resil2": 225,
@@ -124,8 +232,9 @@ GROUP_SECONDS = {
     "sim72-host": 80,
     "sim-host": 60,
     "nudge-host": 50,
-    # real vLLM: waits for its install if need be, ~60-110 s to healthy, completions, cancel
-    "vllm-host": 120,
+    # real vLLM: waits for its install if need be, ~60-110 s to healthy, completions, cancel;
+    # then two servers across the lab's two nodes (tp 2, no Ray): about twice that (issue 44)
+    "vllm-host": 330,
     # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle), the env, NeMo
     "pyxis-host": 45,
     "pyxis-trixie": 35,
@@ -135,6 +244,8 @@ GROUP_SECONDS = {
     "plan-sid": 30,
     "plan-trixie": 25,
     "topo-trixie": 25,
+    # 36 nodes up; the 26.05 rank order under tree and block, with and without TopologyParam
+    "newer-sid": 40,
 }
 
 
@@ -658,3 +769,33 @@ def own_lab_fixture(*labs: OwnLab) -> Callable[[F], F]:
         return func
 
     return mark
+
+
+def job_record(lab: SlurmLab, job_id: str) -> dict[str, str]:
+    """``scontrol show job -o JOB`` as a record."""
+    from slurmfm.backends.slurm_cli import parse_scontrol_record
+
+    return parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+
+
+def wait_job_done(lab: SlurmLab, job_id: str, timeout: float) -> dict[str, str]:
+    """The job's record once it ended. Slurm holds a requeued job for about two minutes
+    before it is eligible again; releasing it at once fails it ("Job credential revoked": the
+    last run is still being cleaned up), so a hold is released only after 20 s, once KillWait
+    and the cleanup have passed."""
+    deadline = time.monotonic() + timeout
+    rec: dict[str, str] = {}
+    held_since: float | None = None
+    while time.monotonic() < deadline:
+        rec = job_record(lab, job_id)
+        if rec.get("JobState") in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}:
+            return rec
+        if rec.get("JobState") == "PENDING" and rec.get("Reason") == "BeginTime":
+            held_since = held_since or time.monotonic()
+            if time.monotonic() - held_since > 20:
+                lab.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
+                held_since = None
+        else:
+            held_since = None
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} not done after {timeout} s: {rec}")

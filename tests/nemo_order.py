@@ -139,6 +139,8 @@ def run_nemo(
         assert int(got["world"]) == 3 * PER_NODE
     # Slurm's own first host is not the planned first host: the order really moved.
     assert lab.hostnames(fields["NodeList"])[0] != planned[0]
-    assert ('"$slurmfm_checked" node' in text) is not bool(container)
+    # every task runs the runtime's node entry, in the image's python3 in a container (issue 37)
+    assert '"$slurmfm_checked" node' in text
+    assert ('sh -c "$slurmfm_in_container"' in text) is bool(container)
     assert ("via=environment" in log) is not real  # 22.05's ranks came from Lightning itself
     return log

@@ -166,13 +166,13 @@ def test_history_is_owner_only_under_any_umask_and_follows_no_link(tmp_path: Pat
     victim.write_text("")
     link = tmp_path / "h" / "link.jsonl"
     link.symlink_to(victim)
-    with pytest.raises(HistoryError, match="cannot open"):
+    with pytest.raises(HistoryError, match=r"link\.jsonl: is a symbolic link"):
         record(Submission("2", "x"), link)
     with pytest.raises(HistoryError):
         read(link)
     hard = tmp_path / "h" / "hard.jsonl"
     os.link(victim, hard)
-    with pytest.raises(HistoryError, match="2 links"):
+    with pytest.raises(HistoryError, match="has 2 hard links"):
         record(Submission("3", "x"), hard)
     assert victim.read_text() == ""
     shared = tmp_path / "shared"
@@ -231,3 +231,50 @@ def test_one_default_backend_everywhere() -> None:
     def cmd(backend: str) -> None: ...
 
     assert cmd.__click_params__[0].default == "cli"  # type: ignore[attr-defined]
+
+
+def test_every_user_facing_error_is_in_the_api() -> None:
+    """A script catches slurmfm's errors by name from one place (``fm.PlanError``, ...): every
+    subclass of SlurmfmError that the non-runtime modules define is exported by slurmfm.api
+    and by the package root, as the very class that is raised."""
+    import importlib
+    import pkgutil
+
+    import slurmfm
+    from slurmfm import api
+    from slurmfm.errors import SlurmfmError
+
+    for mod in pkgutil.walk_packages(slurmfm.__path__, "slurmfm."):
+        if not mod.name.startswith("slurmfm.job") and not mod.name.endswith("__main__"):
+            importlib.import_module(mod.name)
+
+    def subclasses(cls: type) -> set[type]:
+        out = set(cls.__subclasses__())
+        for sub in list(out):
+            out |= subclasses(sub)
+        return out
+
+    for cls in subclasses(SlurmfmError) | {SlurmfmError}:
+        if not cls.__module__.startswith("slurmfm."):
+            continue  # a test's own subclass
+        assert cls.__name__ in api.__all__, cls
+        assert getattr(api, cls.__name__) is cls
+        assert getattr(slurmfm, cls.__name__) is cls
+
+
+def test_the_package_root_is_the_api_and_stays_lazy() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, slurmfm\n"
+        "assert 'slurmfm.api' not in sys.modules\n"
+        "assert slurmfm.load is __import__('slurmfm.api').api.load\n"
+        "assert 'submit' in dir(slurmfm)\n"
+        "try:\n"
+        "    slurmfm.nothing\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "has no attribute 'nothing'" in out.stdout

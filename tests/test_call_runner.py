@@ -92,7 +92,7 @@ def test_a_call_dir_others_could_write_or_a_linked_pickle_is_refused(
     other.write_bytes(pickle.dumps((divmod, (1, 1), {})))
     (d / CALL).symlink_to(other)
     assert main([str(d)]) == 1  # O_NOFOLLOW: the call fails, its reason recorded
-    assert "Too many levels of symbolic links" in (d / "error-r0.txt").read_text()
+    assert "is a symbolic link" in (d / "error-r0.txt").read_text()
     with pytest.raises(FileExistsError):
         write_new(d / META, b"{}")  # never written over
 

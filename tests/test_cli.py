@@ -480,3 +480,24 @@ def test_status_shows_a_long_checkpoint_path_whole_and_says_when_events_are_left
     code, out, _ = run("status", "42", "--events", "0")
     assert "event=note 0" in out
     assert "older" not in out
+
+
+def test_validate_warns_of_a_c10d_rendezvous_with_the_fix() -> None:
+    """Issue 42 item 1: a launcher's own words asking torchrun for a c10d rendezvous (which
+    ranks nodes by sorted host name) get a warning at validation and at render, with the fix;
+    the recipe stays valid."""
+    code, out, err = run(
+        "validate", QUICK, "--set", 'launcher.args=["--rdzv_backend", "c10d", "--steps", "1"]'
+    )
+    assert code == 0, err
+    assert "ok: quickstart" in out
+    assert (
+        "warning: launcher.args: --rdzv_backend c10d makes torchrun rank the nodes by its "
+        "rendezvous, which sorts them by host name"
+    ) in err
+    assert "static rendezvous gives each node --node-rank from the job's host order" in err
+    code, _, err = run("render", QUICK, "--set", "launcher.script=wrap.sh --rdzv-backend=c10d")
+    assert code == 0, err
+    assert "warning: launcher.script: --rdzv-backend=c10d makes torchrun" in err
+    code, _, err = run("validate", QUICK)
+    assert "rdzv" not in err

@@ -220,6 +220,12 @@ def test_processes_per_node_match_gpus(path: Path, flavor: str, version: str) ->
         p = recipe.parallelism
         assert p.tp * p.pp == recipe.resources.nodes * expected
         return
+    if recipe.launcher.kind == "ray":
+        # One Ray head or worker per node; Ray finds the node's GPUs itself (veRL's sample
+        # starts `ray start` once per node: volcengine/verl:examples/slurm/ray_on_slurm.slurm).
+        assert "--ntasks-per-node=1" in srun.split()
+        assert "--nproc-per-node" not in text
+        return
     if recipe.launcher.kind == "nemo":
         # NeMo runs one Slurm task per GPU instead of torchrun's per-node launcher.
         assert f"--ntasks-per-node={expected}" in srun.split()

@@ -187,3 +187,22 @@ def test_recipe_run_id_and_checkpoint_dir_are_one_definition(recipes: Path) -> N
     assert api.endpoint_path(named) == recipes / "logs" / "endpoints" / "r1.json"
     tasks = api.sweep_tasks(api.load(recipes / "sw.yaml"))
     assert [t.checkpoint_dir for t in tasks] == [f"{recipes / 'logs'}/sw/sw-t{i}" for i in range(3)]
+
+
+def test_reprs_are_short_and_say_what_is_sent() -> None:
+    """``repr`` of the quickstart's request was 445,117 characters (the embedded runtime): a
+    notebook or a log line printed the whole script. Now its sizes stand for the bytes."""
+    import slurmfm.api as fm
+
+    req = fm.dry_run(fm.load(Path(__file__).parent.parent / "recipes" / "quickstart.yaml"))
+    text = repr(req)
+    assert len(text) < 1000, text
+    assert text.startswith("SubmitRequest(job_name='quickstart', script=<")
+    assert f"<{len(req.script):,} bytes, {req.text.count(chr(10)):,} lines>" in text
+    assert "slurmfm-runtime" not in text
+    assert req.rendered is not None
+    rendered = repr(req.rendered)
+    assert len(rendered) < 1000
+    assert repr(req.rendered.launch) in rendered
+    rf = req.rendered.files[0]
+    assert repr(rf) == f"RuntimeFile({rf.name!r}, <{len(rf.data):,} bytes>)"

@@ -57,7 +57,7 @@ def test_the_record_is_keyed_on_the_resolved_directory(tmp_path: Path) -> None:
     assert a == b == c
 
 
-def test_a_planted_link_as_record_is_never_written_through(tmp_path: Path) -> None:
+def test_a_planted_link_as_record_is_refused_never_written_through(tmp_path: Path) -> None:
     r = recipe(tmp_path)
     victim = tmp_path / "victim"
     victim.write_text("root only\n")
@@ -65,22 +65,24 @@ def test_a_planted_link_as_record_is_never_written_through(tmp_path: Path) -> No
     path = run_lock.record_path(r)
     path.parent.mkdir(parents=True)
     path.symlink_to(victim)
-    with run_lock.exclusive(r, {}.get) as record:
-        record("5")
+    with (
+        pytest.raises(SlurmfmError, match=r"storage.run_id: the run record .* is a symbolic link"),
+        run_lock.exclusive(r, {}.get),
+    ):
+        pass
     assert victim.read_text() == "root only\n"
 
 
-def test_another_users_record_is_read_but_never_written(tmp_path: Path) -> None:
+def test_another_users_record_neither_blocks_nor_is_written(tmp_path: Path) -> None:
     r = recipe(tmp_path)
     path = run_lock.record_path(r)
     path.parent.mkdir(parents=True)
     path.write_text("9\n")
     os.chown(path, NOBODY, NOBODY)
-    with pytest.raises(RunDirInUse, match="job 9"), run_lock.exclusive(r, {"9": "RUNNING"}.get):
-        pass
-    with run_lock.exclusive(r, {}.get) as record:
+    with run_lock.exclusive(r, {"9": "RUNNING"}.get) as record:
         record("10")
-    assert path.read_text() == "9\n"
+    assert path.read_text() == "10\n"  # ours now, under the same name
+    assert path.stat().st_uid == os.geteuid()
 
 
 def test_another_users_run_directory_is_refused_before_anything_is_queued(

@@ -7,7 +7,6 @@ Newer suites via the factory:    SLURMFM_LAB_SUITES=trixie,sid python -m pytest 
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import os
 import re
@@ -24,23 +23,34 @@ from lab import (
     APP_PORTS,
     EPHEMERAL_PORTS,
     LAB_SCRIPT,
+    MAX_NODES,
     NOT_REQUESTED,
+    OBS_PORTS,
     OWN_LABS,
+    QUICKSTART_LOWEST_PORT,
+    QUICKSTART_PORT_OFFSETS,
     REFUSED_BINDS,
+    REMOTE_LAB_PORTS,
     RENDEZVOUS_PORTS_START,
+    RUN_TESTS_PORT_OFFSETS,
+    SHARED_LAB_PORTS,
     OwnLab,
     SlurmLab,
     SuiteLabFactory,
     interpreter_files,
     lab_requested,
+    listening_ports,
     live_pids,
     own_lab_fixture,
+    pick_offset,
+    port_offset,
+    register_own_labs,
+    run_ports,
     select_binds,
     slurm_required,
 )
 
-# The port offsets scripts/run-tests tries, in order, for a run's labs (pick_offset).
-RUN_TESTS_PORT_OFFSETS = (0, -3000, -6000)
+from slurmfm.job import hosts
 
 
 def _job_dir(lab: SlurmLab) -> Path:
@@ -269,8 +279,9 @@ NUDGE = OwnLab(
     nodes=3,
     extra_env=(("SLURMFM_LAB_HOLD_SLURMD", "node002"), ("SLURMFM_LAB_NUDGE_AFTER", "3")),
 )
-# A lab of the trixie chroot that the down test starts and stops.
+# A lab of the trixie chroot that the down test starts and stops, and its slurmrestd's port.
 DOWN = OwnLab("down-trixie", ctld_port=16987, slurmd_port=17901, nodes=2, suite="trixie")
+DOWN_REST_PORT = REMOTE_LAB_PORTS["down-trixie:rest"]
 
 
 @pytest.fixture
@@ -340,6 +351,18 @@ def test_down_leaves_no_daemon_and_no_mount_of_the_lab(down_lab: SlurmLab) -> No
     assert built.returncode == 0, built.stdout + built.stderr
     assert _mounts_naming(down_lab.lab_dir), built.stdout + built.stderr
     assert down_lab.run(["squeue", "-h", "-j", job.stdout.strip()]).stdout.strip()
+    # its slurmrestd (rest-up) goes down with it
+    rest = subprocess.run(
+        [str(LAB_SCRIPT), "--lab", str(DOWN.dir), "rest-up"],
+        env={**DOWN.env(), "SLURMFM_LAB_REST_PORT": str(DOWN_REST_PORT + port_offset())},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert rest.returncode == 0, rest.stdout + rest.stderr
+    restd = int((down_lab.lab_dir / "run" / "slurmrestd.pid").read_text())
+    assert restd in _marked_pids(down_lab.lab_dir)
     down = DOWN.command("down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert _marked_pids(down_lab.lab_dir) == []
@@ -383,52 +406,118 @@ def test_purge_refuses_while_something_is_mounted(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ ports
-def _import_real_test_modules() -> None:
-    """Import every test module that defines OwnLabs, so that they register."""
-    tests = Path(__file__).resolve().parent
-    for path in sorted(tests.rglob("test_*.py")):
-        if "OwnLab(" in path.read_text():
-            spec = importlib.util.spec_from_file_location(f"_ports_{path.stem}", path)
-            assert spec is not None
-            assert spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.path.insert(0, str(path.parent))
-            try:
-                spec.loader.exec_module(module)
-            finally:
-                sys.path.remove(str(path.parent))
-
-
 def test_lab_ports_stay_out_of_the_ephemeral_range_and_apart() -> None:
     """Every lab's ports (tests' own and the shared suites') lie below the ports jobs take
     (rendezvous from 20000; the ephemeral range from 32768), above the servers' APP_PORTS, and
     no two labs share one, with every offset that scripts/run-tests picks."""
-    _import_real_test_modules()
+    register_own_labs()
     labs = {lab.name: lab for lab in OWN_LABS}
     assert {"resil", "topo-host", "plan-sid", "sim-host", "nudge-host", "down-trixie"} <= set(labs)
     taken: dict[int, str] = {}
-    shared = {"host": (16817, 17001), "trixie": (16827, 18001), "sid": (16837, 19001)}
-    for suite, (ctld, slurmd) in shared.items():
-        for port in [ctld, *range(slurmd, slurmd + 72)]:  # 72: slurm-lab's MAX_NODES
+    for suite, (ctld, slurmd) in SHARED_LAB_PORTS.items():
+        for port in [ctld, *range(slurmd, slurmd + MAX_NODES)]:
             taken[port] = suite
+    # the shared labs' slurmrestd and sshd (slurm-lab rest-up, ssh-up: remote_port)
+    script = LAB_SCRIPT.read_text()
+    remote = {k: p for k, p in REMOTE_LAB_PORTS.items() if not k.startswith("down-")}
+    for key, port in remote.items():
+        assert f"{key}) base={port} ;;" in script, key
+    for key, port in REMOTE_LAB_PORTS.items():
+        assert port not in taken, f"{key} and {taken[port]} share port {port}"
+        taken[port] = key
     for lab in labs.values():
         for port in lab.ports:
             assert port not in taken, f"{lab.name} and {taken[port]} share port {port}"
             taken[port] = lab.name
-    obs = range(19190, 19190 + 2 * 8)  # tests/observe: 2 ports per xdist worker, up to 8
+    obs = OBS_PORTS
     assert not set(obs) & set(taken)
+    assert set(run_ports()) == set(taken) | set(obs)  # what run-tests checks is all of it
     span = range(min(taken), max(*taken, obs.stop) + 1)
     for offset in RUN_TESTS_PORT_OFFSETS:
         assert span.stop + offset <= RENDEZVOUS_PORTS_START < EPHEMERAL_PORTS.start, offset
         assert span.start + offset >= APP_PORTS.stop, offset
-    for a, b in itertools.pairwise(RUN_TESTS_PORT_OFFSETS):
+    for a, b in itertools.combinations(RUN_TESTS_PORT_OFFSETS, 2):
         assert abs(a - b) >= len(span), (a, b)  # two runs' labs never overlap
-    # Each lab numbers its jobs from its own block of 250 ids, from its slurmctld port
-    # (slurm-lab's first_job_id): jobs of labs running side by side never share an id, and so
-    # never a rendezvous port (20000 + id % 20000).
+    # Each lab numbers its jobs from its own block of 200 ids, from its slurmctld port
+    # (slurm-lab's first_job_id), and a job's rendezvous port is 20000 + (7 x id + 131 x
+    # restart) mod 6000 (slurmfm.job.hosts.choose_port): the blocks of the labs of a run, at
+    # each of run-tests' offsets, must be different modulo 6000, or two labs' jobs (host-b's
+    # 3002 and resil's 27002 under the old blocks) take the same port at once.
     ctlds = [16817, 16827, 16837, *(lab.ctld_port for lab in labs.values())]
-    blocks = [(c + off) // 10 % 160 for c in ctlds for off in RUN_TESTS_PORT_OFFSETS]
-    assert len(blocks) == len(set(blocks)), sorted(blocks)
+    assert "first_job_id() { echo $(( 1 + (CTLD_PORT / 10 % 30) * 200 )); }" in script
+    for off in RUN_TESTS_PORT_OFFSETS:
+        ids = [1 + (c + off) // 10 % 30 * 200 + i for c in ctlds for i in range(200)]
+        assert len({j % 6000 for j in ids}) == len(ids), off
+        ports = {hosts.choose_port(j, 0, 20000, 6000, (32768, 60999), lambda p: True) for j in ids}
+        assert len(ports) == len(ids), off
+
+
+def quickstart_lab_ports(offset: int) -> set[int]:
+    """Every port a user's quickstart lab may take at ``offset``: any suite's lab of up to
+    MAX_NODES (scripts/quickstart starts the host's; its user may start the others)."""
+    return {
+        p + offset
+        for ctld, slurmd in SHARED_LAB_PORTS.values()
+        for p in [ctld, *range(slurmd, slurmd + MAX_NODES)]
+    }
+
+
+def test_a_run_and_a_quickstart_lab_never_share_a_port() -> None:
+    """The README's two commands in order: a quickstart lab left up, then run-tests. The
+    offsets run-tests tries first keep every port of its labs below any quickstart lab's, so
+    neither can take the other's port, whichever starts first."""
+    assert set(QUICKSTART_PORT_OFFSETS) == set(range(0, 1000, 20))  # scripts/quickstart
+    quickstart = set().union(*(quickstart_lab_ports(q) for q in QUICKSTART_PORT_OFFSETS))
+    assert min(quickstart) == QUICKSTART_LOWEST_PORT
+    ports = run_ports()
+    first, second, *_ = RUN_TESTS_PORT_OFFSETS
+    for off in (first, second):
+        assert max(ports) + off < QUICKSTART_LOWEST_PORT, off
+    # what went wrong at offset 0: the quickstart lab's slurmd held topo-host's 17241
+    assert 17241 in ports
+    assert 17241 in quickstart
+
+
+def test_pick_offset_checks_every_port_of_the_run() -> None:
+    ports = run_ports()
+    # a quickstart lab at 400 (slurmctld 17217, slurmd 17401-17416): offset 0 is taken even
+    # though no slurmctld port of the run's labs is held
+    held = quickstart_lab_ports(400)
+    assert pick_offset(held, ports, offsets=(0, -3000)) == -3000
+    assert pick_offset(held, ports) == RUN_TESTS_PORT_OFFSETS[0]
+    # another run's labs (any one port of them) hold the first offset: the next one
+    for port, lab in sorted(ports.items())[:: max(1, len(ports) // 7)]:
+        busy = {port + RUN_TESTS_PORT_OFFSETS[0]}
+        assert pick_offset(busy, ports) == RUN_TESTS_PORT_OFFSETS[1], lab
+    # this root's own labs of an earlier run hold the ports of its offset: that one is fine
+    busy = {p + RUN_TESTS_PORT_OFFSETS[0] for p in ports}
+    assert pick_offset(busy, ports, own=RUN_TESTS_PORT_OFFSETS[0]) == RUN_TESTS_PORT_OFFSETS[0]
+    everything = {p + off for p in ports for off in RUN_TESTS_PORT_OFFSETS}
+    assert pick_offset(everything, ports) is None
+    assert pick_offset(everything, ports, own=-6000) == -6000
+
+
+def test_pick_offset_sees_a_real_listening_socket() -> None:
+    """What run-tests reads (/proc/net/tcp) shows a socket that listens on one slurmd port of
+    the first offset, and that offset is ruled out (which one is taken instead depends on what
+    else listens on this machine)."""
+    import socket
+
+    ports = run_ports()
+    first, second, *_ = RUN_TESTS_PORT_OFFSETS
+    port = first + min(p for p, lab in ports.items() if lab == "topo-host" and p > 17201)
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:  # held already (another run's topo-host lab): the same for the check
+            pass
+        else:
+            s.listen()
+        listening = listening_ports()
+        assert port in listening
+        assert pick_offset(listening, ports, offsets=(first,)) is None
+        assert pick_offset(listening, ports, offsets=(first, second)) != first
 
 
 # ------------------------------------------------------------------ what a chroot gets of the host

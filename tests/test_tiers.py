@@ -73,3 +73,17 @@ def test_longest_lab_groups_start_first() -> None:
     assert {"sim-host", "nudge-host"} <= set(groups), out[-3000:]
     weights = [GROUP_SECONDS.get(g, 0) for g in groups]
     assert weights == sorted(weights, reverse=True), groups
+
+
+def test_a_test_that_waits_for_a_build_runs_last_in_its_group() -> None:
+    """``last_in_group`` (the pyslurm tests, which wait for run-tests' background build) moves a
+    test behind the rest of its lab's group, although its file is collected first here."""
+    out = pytest_run(
+        "-p", "xdist", "-n", "1", "--dist", "loadgroup", "--no-loadscope-reorder", "-m", "real",
+        "-v", "tests/backends/test_pyslurm_backend.py", "tests/test_slurm_lab.py",
+    )  # fmt: skip
+    host = [t for t, g in re.findall(r"\[gw\d+\] .*? (\S+?)@(\S+)", out) if g == "shared-host"]
+    waits = [i for i, t in enumerate(host) if "test_pyslurm_backend.py" in t]
+    assert waits, out[-3000:]
+    assert len(host) > len(waits)
+    assert waits == list(range(len(host) - len(waits), len(host))), host

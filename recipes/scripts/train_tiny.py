@@ -56,7 +56,7 @@ def main() -> int:
     start = 0
     resume = ck.latest(ckpt_dir)
     if resume is not None:
-        state = torch.load(resume / "state.pt", weights_only=False)
+        state = torch.load(resume / "state.pt", weights_only=True)  # tensors only, no code
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["optim"])
         start = int(state["step"])

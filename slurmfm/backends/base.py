@@ -89,3 +89,15 @@ class Backend(Protocol):
     def status(self, job_id: str) -> JobStatus: ...
 
     def cancel(self, job_id: str) -> None: ...
+
+
+SUBMIT_TOKEN_PREFIX = "slurmfm-submit-"  # noqa: S105 - a marker, not a secret
+
+
+def new_submit_token() -> str:
+    """A fresh token for a job's comment (``sbatch --comment``), by which a remote backend
+    finds its submission again when the answer to it was lost (slurmfm.backends.ssh, .rest):
+    random, so no two submissions share one, and free of anything a shell or Slurm parses."""
+    import secrets
+
+    return SUBMIT_TOKEN_PREFIX + secrets.token_hex(8)

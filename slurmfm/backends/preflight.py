@@ -146,7 +146,12 @@ def require_files(recipes: Sequence[Recipe]) -> None:
 
 
 def preflight(
-    recipe: Recipe, script: str, cli: SlurmCLI, extra_args: Sequence[str] = ()
+    recipe: Recipe,
+    script: str,
+    cli: SlurmCLI,
+    extra_args: Sequence[str] = (),
+    *,
+    files: bool = True,
 ) -> PreflightReport:
     """Run every check against the live cluster (read-only: ``--test-only`` queues nothing);
     ``extra_args``: command-line options of the submission that the test must see too.
@@ -156,7 +161,8 @@ def preflight(
     from slurmfm.recipe.schema import parse_time_limit
 
     report = PreflightReport()
-    report.checks.extend(file_checks(recipe))
+    if files:
+        report.checks.extend(file_checks(recipe))
     if recipe.container is not None and not cli.has_pyxis():
         report.checks.append(
             Check(

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -108,34 +107,55 @@ class SlurmCLI:
         file with the submitting umask (sbatch passes it as ``SLURM_UMASK``), before the job
         script's own ``umask`` runs, and the log directory may be shared (docs/security.md).
         """
-        check_slurm_conf(env or self.env)
-        exe = shutil.which(argv[0], path=(env or self.env).get("PATH"))
-        if exe is None:
-            raise BackendError(
-                f"{argv[0]}: command not found; run slurmfm on a Slurm login node "
-                "(or set PATH/SLURM_CONF)",
-                command=list(argv),
-            )
+        child_env = env or self.env
+        command = self._command(argv, child_env)
         try:
             proc = subprocess.run(
-                [exe, *argv[1:]],
+                command,
                 input=stdin,
                 capture_output=True,
-                env=env or self.env,
+                env=child_env,
                 timeout=self.timeout,
                 check=False,
                 umask=_closed_umask(),
             )
         except subprocess.TimeoutExpired:
             raise BackendError(
-                f"{argv[0]} did not answer within {self.timeout:.0f} s", command=list(argv)
+                f"{self._where(argv[0])} did not answer within {self.timeout:.0f} s",
+                command=list(argv),
             ) from None
-        return subprocess.CompletedProcess(
-            proc.args,
-            proc.returncode,
-            proc.stdout.decode("utf-8", errors="replace"),
-            proc.stderr.decode("utf-8", errors="replace"),
+        return self._checked(
+            subprocess.CompletedProcess(
+                proc.args,
+                proc.returncode,
+                proc.stdout.decode("utf-8", errors="replace"),
+                proc.stderr.decode("utf-8", errors="replace"),
+            ),
+            argv,
         )
+
+    # How a Slurm command is run: here, on this machine. The SSH backend
+    # (slurmfm.backends.ssh) runs the same argv on a login node by overriding these three.
+    def _command(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+        """The argv to execute for the Slurm command ``argv``."""
+        check_slurm_conf(env)
+        exe = shutil.which(argv[0], path=env.get("PATH"))
+        if exe is None:
+            raise BackendError(
+                f"{argv[0]}: command not found; run slurmfm on a Slurm login node "
+                "(or set PATH/SLURM_CONF)",
+                command=list(argv),
+            )
+        return [exe, *argv[1:]]
+
+    def _where(self, command: str) -> str:
+        return command
+
+    def _checked(
+        self, proc: subprocess.CompletedProcess[str], argv: Sequence[str]
+    ) -> subprocess.CompletedProcess[str]:
+        """The finished command, or an error when it could not run at all."""
+        return proc
 
     @staticmethod
     def _fail(proc: subprocess.CompletedProcess[str], argv: Sequence[str]) -> BackendError:
@@ -307,13 +327,18 @@ class SlurmCLI:
         if proc.returncode or "error" in proc.stderr:
             raise self._fail(proc, argv)
 
-    def wait(self, job_id: str, *, timeout: float = 3600.0, interval: float = 0.5) -> JobStatus:
-        """Poll until the job reaches a terminal state (``sbatch --wait`` polls too slowly)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            st = self.status(job_id)
-            if st.done:
-                return st
-            if time.monotonic() > deadline:
-                raise BackendError(f"job {job_id} still {st.state} after {timeout:.0f} s")
-            time.sleep(interval)
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout: float = 3600.0,
+        interval: float = 1.0,
+        max_interval: float = 60.0,
+    ) -> JobStatus:
+        """Poll until the job reaches a terminal state (``sbatch --wait`` polls too slowly),
+        with backoff (:mod:`slurmfm.polling`)."""
+        from slurmfm.polling import wait_for_end
+
+        return wait_for_end(
+            lambda: self.status(job_id), job_id, timeout=timeout, first=interval, most=max_interval
+        )

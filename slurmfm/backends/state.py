@@ -77,11 +77,15 @@ def read_state(status: JobStatus) -> JobState | None:
         st = JobState()
     else:
         st = parse_state(text)
-    st.ignored = [f"{why} (not the job's user's)" for why in ignored]
+    st.ignored = [f"state file {why} (not the job's user's)" for why in ignored]
     if st.checkpoint_dir:
         from slurmfm.checkpoint import latest
 
-        cur = latest(checkpoint_dir(st.checkpoint_dir, status))
+        try:  # the job user's run directory and checkpoints only (docs/security.md)
+            cur = latest(checkpoint_dir(st.checkpoint_dir, status), uid)
+        except fsafe.Refused as exc:
+            st.ignored.append(f"checkpoint directory {exc}")
+            cur = None
         st.last_checkpoint = str(cur) if cur else ""
     return st
 

@@ -47,6 +47,7 @@ from packaging.version import InvalidVersion, Version
 from slurmfm.catalog.instances import InstanceType
 
 __all__ = [
+    "BLACKWELL_FAMILIES",
     "FORBIDDEN",
     "LEGACY_ONLY",
     "RULES",
@@ -624,6 +625,17 @@ class _Minimum:
 
 
 SRC_P5_MIN = f"{SRC_CHEATSHEET} (p5.48xlarge minimums)"
+SRC_NCCL_BLACKWELL = (
+    'https://github.com/NVIDIA/nccl/releases/tag/v2.25.1-1 ("Add Blackwell/SM100 support", '
+    "with the IMEX checks MNNVL needs; NVIDIA/nccl commit 80f6bda4); "
+    'https://github.com/NVIDIA/nccl/issues/1611 ("GB200 and Blackwell were officially supported '
+    'in the NCCL 2.25.1 and later releases")'
+)
+BLACKWELL_FAMILIES: tuple[str, ...] = ("p6-b200", "p6-b300", "p6e-gb200")
+"""Instance families with Blackwell GPUs (B200, B300, GB200): one NCCL floor for all of them.
+
+B300 is SM 10.3: NCCL's sm_100 cubins run on it (CUDA runs a cubin on any later minor revision
+of its major one), so the floor that added SM100 is the floor for it too."""
 _MINIMUMS: tuple[_Minimum, ...] = (
     _Minimum(("p5", "p5e", "p5en"), "nccl", Version("2.18.0"), "2.18.5 recommended", SRC_P5_MIN),
     _Minimum(
@@ -631,11 +643,12 @@ _MINIMUMS: tuple[_Minimum, ...] = (
     ),
     _Minimum(("p5", "p5e", "p5en"), "efa_installer", Version("1.29.0"), "", SRC_P5_MIN),
     _Minimum(
-        ("p6-b200",),
+        BLACKWELL_FAMILIES,
         "nccl",
-        Version("2.29"),
-        "with a matching aws-ofi-nccl/EFA stack (NeMo 25.11 container)",
-        f"{SRC_VJEPA} (comment)",
+        Version("2.25.1"),
+        "the NCCL release that added Blackwell support; AWS's B200 sample runs 2.29 with a "
+        f"matching aws-ofi-nccl/EFA stack ({SRC_VJEPA})",
+        SRC_NCCL_BLACKWELL,
     ),
 )
 
@@ -660,7 +673,11 @@ def check_minimums(instance: InstanceType, stack: StackVersions) -> list[str]:
         have: Version | None = getattr(stack, m.component)
         if have is not None and _base(have) < m.minimum:
             extra = f"; {m.note}" if m.note else ""
-            floor = "" if instance.family == m.families[0] else " (p5 minimum used as a floor)"
+            floor = (
+                " (p5 minimum used as a floor)"
+                if m.families[0] == "p5" and instance.family != "p5"
+                else ""
+            )
             warnings.append(
                 f"{instance.name}: {m.component} {have} is below the minimum {m.minimum}"
                 f"{extra}{floor} [{m.source}]"

@@ -8,7 +8,7 @@ per problem (``FILE:LINE: field: message``) on stderr and exits with status 2.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -24,8 +24,11 @@ from slurmfm.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from slurmfm.api import Job
+    from slurmfm.backends.base import Backend
     from slurmfm.plan.types import Placement
     from slurmfm.recipe.schema import Recipe
+    from slurmfm.request import SubmitRequest
 
 
 def _load(recipe: str, sets: tuple[str, ...]) -> Recipe:
@@ -183,11 +186,23 @@ def validate(recipe: str, sets: tuple[str, ...], as_json: bool) -> None:
     # The files the job needs, as this machine sees them: a warning here (a recipe may be
     # written away from the cluster), a refusal at submit.
     _warn([f"{c.name}: {c.message}" for c in file_checks(r)])
+    from slurmfm.job.masking import env_warnings
+
+    _warn(env_warnings(r.env))  # a token under env: instead of secrets:
+    from slurmfm.recipe.rdzv import c10d_warnings
+
+    _warn(c10d_warnings(r))  # a c10d rendezvous in the launcher's words discards the order
     # Which save protocol the job uses at the time limit, and whether its window holds a save.
     click.echo(r.save_mode)
     window = r.save_window_warning()
     if window:
         click.echo(f"warning: {window}", err=True)
+    if r.resilience.expected_failure_interval is not None:
+        # Megatron's save interval is a launcher argument: the Young/Daly interval beside it
+        from slurmfm.observe.goodput import last_run, validate_advice
+
+        for line in validate_advice(r, last_run(r)):
+            click.echo(line)
     if r.sweep is not None:
         from slurmfm.api import sweep_tasks
 
@@ -320,6 +335,7 @@ def submit(
     dry_run: bool,
     output: str | None,
     backend: str,
+    host: str | None,
     wait: bool,
     timeout: float,
     slurm_version: str | None,
@@ -367,6 +383,7 @@ def submit(
             dry_run=dry_run,
             output_dir=output,
             backend=backend,
+            host=host,
             wait=wait,
             timeout=timeout,
             slurm_version=slurm_version,
@@ -381,41 +398,19 @@ def submit(
         raise SlurmfmError(f"-o {output}: exists and is not a directory")  # before Slurm is asked
     if check_only:
         if slurm_version is None and topology_src is not None:
-            slurm_version = api.get_backend("cli").version()  # plan for the cluster's Slurm
+            # plan for the cluster's Slurm
+            slurm_version = api.get_backend(backend, host=host).version()  # type: ignore[arg-type]
         placement = _placement(
             r, topology_src, mode, unavailable, topology_order, slurm_version, risk
         )
-        report = api.check(r, placement=placement)
-        for line in report.lines():
-            click.echo(line, err=not report.ok)
-        sys.exit(0 if report.ok else 2)
-    be = None
-    if not dry_run:
-        api.require_secrets({"": r})  # before Slurm is asked anything
-        if not no_check:
-            from slurmfm.backends.preflight import require_files
-
-            require_files([r])  # the script and the image: this login node can tell
-        # Asked once: the plan and the script are made for the cluster's real Slurm.
-        be = api.get_backend(backend)  # type: ignore[arg-type]
-        slurm_version = be.version()
-    elif r.cluster.slurm_version == "auto":
-        # The dry run is the submission: rendered for the same Slurm that submit would ask.
-        slurm_version = cluster_version(slurm_version, backend)
+        _check_and_exit(r, placement, backend, host)
+    be, slurm_version = _backend_for(r, dry_run, no_check, backend, host, slurm_version)
     placement = _placement(r, topology_src, mode, unavailable, topology_order, slurm_version, risk)
     install_template_cache()
     request = api.render(r, slurm_version=slurm_version, placement=placement)
     _warn(request.warnings)
     if dry_run:
-        if output:
-            write_requests(output, [(r.name, request)])
-        for line in request.header():
-            click.echo(line)
-        if request.env_names:
-            missing = api.missing_secrets(r)
-            state = f"; missing now: {', '.join(missing)}" if missing else ""
-            click.echo(f"# needs from the environment: {', '.join(request.env_names)}{state}")
-        click.echo(request.text, nl=False)
+        _show_dry_run(r, request, output)
         return
     job = api.submit_request(
         request,
@@ -428,15 +423,72 @@ def submit(
         write_requests(output, [(r.name, job.request)])
     click.echo(job.job_id)
     if wait:
-        st = job.wait(timeout=timeout)
-        click.echo(f"{st.job_id} {st.state} exit={st.exit_code} nodes={st.nodes}", err=True)
-        if st.stdout:
-            click.echo(f"output: {st.stdout}", err=True)
-        sys.exit(0 if st.ok else 1)
+        _wait_and_exit(job, timeout)
+
+
+def _backend_for(
+    r: Recipe, dry_run: bool, no_check: bool, backend: str, host: str | None, version: str | None
+) -> tuple[Backend | None, str | None]:
+    """The backend a submission goes through (none for a dry run) and the Slurm version the
+    script is rendered for, asked of the cluster once. A submission first checks the secrets
+    and what this login node can tell (the script, the image; a remote backend's paths are
+    the cluster's)."""
+    from slurmfm import api
+
+    if dry_run:
+        if r.cluster.slurm_version == "auto":
+            # The dry run is the submission: rendered for the same Slurm that submit would ask.
+            version = cluster_version(version, backend, host)
+        return None, version
+    api.require_secrets({"": r})  # before Slurm is asked anything
+    if not no_check and backend not in ("ssh", "rest"):
+        from slurmfm.backends.preflight import require_files
+
+        require_files([r])
+    be = api.get_backend(backend, host=host)  # type: ignore[arg-type]
+    return be, be.version()
+
+
+def _check_and_exit(
+    r: Recipe, placement: Placement | None, backend: str, host: str | None
+) -> NoReturn:
+    """``submit --check``: the preflight's answer, exit 0 when the job could run, else 2."""
+    from slurmfm import api
+
+    report = api.check(r, placement=placement, backend=backend, host=host)  # type: ignore[arg-type]
+    for line in report.lines():
+        click.echo(line, err=not report.ok)
+    sys.exit(0 if report.ok else 2)
+
+
+def _show_dry_run(r: Recipe, request: SubmitRequest, output: str | None) -> None:
+    """``submit --dry-run``: the header, what the job needs from the environment, and the
+    exact script that submit would send (written under ``-o`` too)."""
+    from slurmfm import api
+
+    if output:
+        write_requests(output, [(r.name, request)])
+    for line in request.header():
+        click.echo(line)
+    if request.env_names:
+        missing = api.missing_secrets(r)
+        state = f"; missing now: {', '.join(missing)}" if missing else ""
+        click.echo(f"# needs from the environment: {', '.join(request.env_names)}{state}")
+    click.echo(request.text, nl=False)
+
+
+def _wait_and_exit(job: Job, timeout: float) -> NoReturn:
+    """``submit --wait``: the job's end on stderr; exit 0 when it completed, else 1."""
+    st = job.wait(timeout=timeout)
+    click.echo(f"{st.job_id} {st.state} exit={st.exit_code} nodes={st.nodes}", err=True)
+    if st.stdout:
+        click.echo(f"output: {st.stdout}", err=True)
+    sys.exit(0 if st.ok else 1)
 
 
 @main.command()
 @click.argument("job_id")
+@backend_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
     "--events",
@@ -446,11 +498,11 @@ def submit(
     help="Show the last N events of the job's state file (0: all).",
 )
 @friendly
-def status(job_id: str, as_json: bool, events: int) -> None:
+def status(job_id: str, backend: str, host: str | None, as_json: bool, events: int) -> None:
     """Show the state of JOB_ID (scontrol, or sacct for older jobs)."""
     from slurmfm import api
 
-    st = api.status(job_id)
+    st = api.status(job_id, backend=backend, host=host)  # type: ignore[arg-type]
     if as_json:
         import json
         from dataclasses import asdict
@@ -492,17 +544,18 @@ def status(job_id: str, as_json: bool, events: int) -> None:
         for line in shown:
             click.echo(f"  {line}")
     for why in st.ignored:
-        click.echo(f"slurmfm: ignored state file {why}", err=True)
+        click.echo(f"slurmfm: ignored {why}", err=True)
 
 
 @main.command()
 @click.argument("job_id")
+@backend_option
 @friendly
-def cancel(job_id: str) -> None:
+def cancel(job_id: str, backend: str, host: str | None) -> None:
     """Cancel JOB_ID."""
     from slurmfm import api
 
-    api.cancel(job_id)
+    api.cancel(job_id, backend=backend, host=host)  # type: ignore[arg-type]
     click.echo(f"cancelled {job_id}")
 
 

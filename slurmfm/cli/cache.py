@@ -11,7 +11,8 @@ The key covers everything the output depends on: the recipe's path and bytes, ov
 requested Slurm version, every file of the slurmfm package (path, size, mtime), the files of
 the libraries that shape the output (jinja2, pydantic, pydantic_core, ruamel.yaml) and the
 Python version. Only successful renders are stored, with their warnings, which are replayed.
-Nothing secret is stored: scripts never contain secret values. Disable with ``--no-cache`` or
+``secrets:`` values are never in a script; ``env:`` values are, so the directory is 0700 and
+its entries 0600, as the history is. Disable with ``--no-cache`` or
 ``SLURMFM_NO_CACHE=1``; the location is ``$SLURMFM_CACHE_DIR`` or
 ``${XDG_CACHE_HOME:-~/.cache}/slurmfm/render``.
 """
@@ -107,9 +108,29 @@ def key(recipe_path: str, overrides: tuple[str, ...], slurm_version: str | None)
     return h.hexdigest()
 
 
+def _private_dir() -> Path:
+    """The cache directory, made 0700 (an older one closed): a script holds the recipe's
+    ``env:`` values, and a token put there instead of under ``secrets:`` must not be readable
+    by the rest of the machine (as the history, slurmfm/history.py). Raises OSError when it
+    is a link or another user's."""
+    from slurmfm.job import fsafe
+
+    d = cache_dir()
+    d.parent.mkdir(parents=True, exist_ok=True)
+    if fsafe.private_dir(str(d)):  # it was open: close what an older slurmfm left
+        for e in os.scandir(d):  # entries an older slurmfm made 0644
+            if e.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.chmod(e.path, 0o600)
+    return d
+
+
 def get(k: str) -> Entry | None:
+    from slurmfm.job import fsafe
+
     try:
-        raw = json.loads((cache_dir() / f"{k}.json").read_text(encoding="utf-8"))
+        path = _private_dir() / f"{k}.json"
+        raw = json.loads(fsafe.read(str(path), limit=64 << 20).decode("utf-8"))
         return Entry(text=str(raw["text"]), warnings=tuple(str(w) for w in raw["warnings"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -119,10 +140,10 @@ def put(k: str, text: str, warnings: tuple[str, ...]) -> None:
     """Store an entry atomically; a cache that cannot be written is silently skipped."""
     from slurmfm.job import fsafe
 
-    d = cache_dir()
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        fsafe.replace(str(d / f"{k}.json"), json.dumps({"text": text, "warnings": list(warnings)}))
+        d = _private_dir()
+        data = json.dumps({"text": text, "warnings": list(warnings)})
+        fsafe.replace(str(d / f"{k}.json"), data, mode=0o600)
         _prune(d)
     except OSError:
         return

@@ -15,13 +15,27 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 # The Slurm clients of slurmfm.api.get_backend (api.BackendKind; not imported here, see above).
-backend_option = click.option(
+_backend_choice = click.option(
     "--backend",
-    type=click.Choice(["cli", "pyslurm", "auto"]),
+    type=click.Choice(["cli", "pyslurm", "auto", "ssh", "rest"]),
     default="cli",
     show_default=True,
-    help="How to talk to Slurm.",
+    help="How to talk to Slurm: its commands here (cli), pyslurm, or from elsewhere: over "
+    "ssh on a login node (--host), or through slurmrestd (rest: $SLURMFM_REST_URL, token "
+    "in $SLURM_JWT).",
 )
+_host_option = click.option(
+    "--host",
+    envvar="SLURMFM_SSH_HOST",
+    metavar="USER@LOGIN",
+    help="With --backend ssh: the login node, as ssh takes it (also $SLURMFM_SSH_HOST).",
+)
+
+
+def backend_option(fn: F) -> F:
+    """--backend and --host (the login node of --backend ssh)."""
+    return _host_option(_backend_choice(fn))
+
 
 # slurmfm.plan.planner.PlanRequest.risk (plan.guard.Risk; not imported here, see above).
 risk_option = click.option(
@@ -37,7 +51,7 @@ risk_option = click.option(
 )
 
 
-def cluster_version(given: str | None, backend: str = "cli") -> str | None:
+def cluster_version(given: str | None, backend: str = "cli", host: str | None = None) -> str | None:
     """The Slurm version a dry run renders for: ``given`` (``--slurm-version``), else the
     reachable cluster's (``sbatch --version``, as ``submit`` asks), else None with a warning
     that says why, so the dry run is the script ``submit`` would send.
@@ -53,7 +67,7 @@ def cluster_version(given: str | None, backend: str = "cli") -> str | None:
     from slurmfm.errors import SlurmfmError
 
     try:
-        return api.get_backend(backend).version()  # type: ignore[arg-type]
+        return api.get_backend(backend, host=host).version()  # type: ignore[arg-type]
     except SlurmfmError as exc:
         click.echo(
             f"warning: Slurm version: could not ask the cluster ({exc}); a recipe with "

@@ -14,20 +14,32 @@ from typing import TYPE_CHECKING
 
 import click
 
-from slurmfm.cli.common import friendly
+from slurmfm.cli.common import backend_option, friendly
 
 if TYPE_CHECKING:
-    from slurmfm.backends.base import JobStatus
+    from slurmfm.backends.base import Backend, JobStatus
 
 
-def _job(job_id: str, log_dir: str | None, name: str | None) -> tuple[JobStatus, Path, str]:
-    """Slurm's record of the job, its log directory and its job name."""
-    from slurmfm.backends.slurm_cli import SlurmCLI
+def _job(
+    job_id: str, log_dir: str | None, name: str | None, backend: Backend
+) -> tuple[JobStatus, Path, str]:
+    """Slurm's record of the job, its log directory and its job name, as this machine reads
+    them: over ssh, a private local copy of the job's files (slurmfm.api._remote_logs)."""
+    from slurmfm.api import _as_local, _remote_logs
     from slurmfm.observe.logs import locate
 
-    st = SlurmCLI().status(job_id)
+    st = backend.status(job_id)
     directory, job_name = locate(st.job_id, st.stdout, st.name, log_dir, name)
-    return st, directory, job_name
+    local = _remote_logs(backend, st, directory, job_name)
+    if local != directory:
+        st = _as_local(st, directory, local)
+    return st, local, job_name
+
+
+def _backend(backend: str, host: str | None) -> Backend:
+    from slurmfm import api
+
+    return api.get_backend(backend, host=host)  # type: ignore[arg-type]
 
 
 _log_dir_option = click.option(
@@ -43,8 +55,16 @@ _name_option = click.option("--name", help="The job name (default: from Slurm)."
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @_log_dir_option
 @_name_option
+@backend_option
 @friendly
-def report_command(job_id: str, as_json: bool, log_dir: str | None, name: str | None) -> None:
+def report_command(
+    job_id: str,
+    as_json: bool,
+    log_dir: str | None,
+    name: str | None,
+    backend: str,
+    host: str | None,
+) -> None:
     """What JOB_ID ran where, its restarts, checkpoints, NCCL transport, EFA use, wall time.
 
     \b
@@ -52,13 +72,10 @@ def report_command(job_id: str, as_json: bool, log_dir: str | None, name: str | 
     checkpoints written during the job, what NCCL chose (EFA or sockets), the EFA hardware
     counters' change per node (end minus start), and the wall time.
     """
-    from slurmfm.observe.report import build_report, render_text
+    from slurmfm import api
+    from slurmfm.observe.report import render_text
 
-    st, directory, job_name = _job(job_id, log_dir, name)
-    record = dict(st.raw)
-    record.setdefault("JobState", st.state)
-    record.setdefault("Restarts", str(st.restarts))
-    rep = build_report(st.job_id, record=record, log_dir=directory, name=job_name)
+    rep = api.report(job_id, backend=_backend(backend, host), log_dir=log_dir, name=name)
     if as_json:
         click.echo(rep.to_json())
     else:
@@ -78,16 +95,23 @@ def _rank_task(job_id: str, rank: int, directory: Path, job_name: str, st: JobSt
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
 @click.option("--rank", type=int, help="Only the output of this global rank's task.")
 @click.option("--restart", type=int, help="Only this restart (0 is the first run).")
+@click.option(
+    "--raw", is_flag=True, help="Print control characters as written (default: shown as \\xNN)."
+)
 @_log_dir_option
 @_name_option
+@backend_option
 @friendly
 def logs_command(
     job_id: str,
     follow: bool,
     rank: int | None,
     restart: int | None,
+    raw: bool,
     log_dir: str | None,
     name: str | None,
+    backend: str,
+    host: str | None,
 ) -> None:
     """Print JOB_ID's output, per restart and optionally for one rank.
 
@@ -96,39 +120,86 @@ def logs_command(
     an error (exit status 2). --rank R needs a job run with observability on
     (observability.enabled: on): its launch step labels every line with its Slurm task
     (srun --label); with one torchrun per node, rank R's task is its node, shown with the
-    node's other ranks.
+    node's other ranks. Only the job's user's files are read ("ignored FILE (uid N)" for the
+    rest), at most 32 MiB in all (the newest output), and control characters are shown as
+    \\xNN unless --raw.
     """
-    from slurmfm.observe.logs import check_restart, filter_task, log_files, restarts_in, select
+    be = _backend(backend, host)
+    _print_logs(job_id, be, follow, rank, restart, log_dir, name, raw)
 
-    st, directory, job_name = _job(job_id, log_dir, name)
-    task = _rank_task(st.job_id, rank, directory, job_name, st) if rank is not None else None
-    files = log_files(directory, job_name, st.job_id, st.stdout)
-    if not files and not follow:
-        from slurmfm.errors import SlurmfmError
 
-        raise SlurmfmError(f"job {job_id}: no log in {directory} yet")
-    if restart is not None and (not follow or st.done):
-        check_restart(st.job_id, restart, restarts_in(files, st.job_id))
-    printed: dict[int, int] = {}
-    while True:
-        files = log_files(directory, job_name, st.job_id, st.stdout)
-        for n, lines in select(files, st.job_id, restart):
-            shown = list(filter_task(lines, task)) if task is not None else lines
-            start = printed.get(n, 0)
-            if start == 0 and shown:
-                click.echo(f"== restart {n} ==")
-            for line in shown[start:]:
-                click.echo(line, nl=not line.endswith("\n"))
-            printed[n] = len(shown)
-        if not follow:
-            return
-        if st.done:
-            return
-        time.sleep(2)
-        from slurmfm.backends.slurm_cli import SlurmCLI
+def _print_logs(
+    job_id: str,
+    be: Backend,
+    follow: bool,
+    rank: int | None,
+    restart: int | None,
+    log_dir: str | None,
+    name: str | None,
+    raw: bool = False,
+) -> None:
+    """The loop of ``logs``. Over ssh each poll reads a fresh private local copy of the job's
+    files (the last one is removed at the end). Only the job's user's files are read, and
+    control characters are shown as ``\\xNN`` unless ``raw`` (docs/security.md)."""
+    import shutil
 
-        try:
-            st = SlurmCLI().status(st.job_id)
-        except Exception:
-            return
-        sys.stdout.flush()
+    from slurmfm.backends.state import job_uid
+    from slurmfm.errors import SlurmfmError
+    from slurmfm.observe.logs import (
+        check_restart,
+        filter_task,
+        log_files,
+        restarts_in,
+        select,
+        visible,
+    )
+
+    remote = bool(getattr(be, "remote", False))
+    st, directory, job_name = _job(job_id, log_dir, name, be)
+    ignored: list[str] = []
+    said: set[str] = set()
+
+    def say_ignored() -> None:
+        for why in ignored:
+            if why not in said:
+                said.add(why)
+                click.echo(f"slurmfm: {visible(why)}", err=True)
+
+    try:
+        uid = job_uid(st)
+        task = _rank_task(st.job_id, rank, directory, job_name, st) if rank is not None else None
+        files = log_files(directory, job_name, st.job_id, st.stdout, uid, ignored)
+        say_ignored()
+        if not files and not follow:
+            where = "its log directory on the cluster" if remote else str(directory)
+            raise SlurmfmError(f"job {job_id}: no log in {where} yet")
+        if restart is not None and (not follow or st.done):
+            check_restart(st.job_id, restart, restarts_in(files, st.job_id, uid))
+        printed: dict[int, int] = {}
+        while True:
+            files = log_files(directory, job_name, st.job_id, st.stdout, uid, ignored)
+            say_ignored()
+            for n, lines in select(files, st.job_id, restart, uid):
+                shown = list(filter_task(lines, task)) if task is not None else lines
+                start = printed.get(n, 0)
+                if start == 0 and shown:
+                    click.echo(f"== restart {n} ==")
+                for line in shown[start:]:
+                    click.echo(line if raw else visible(line), nl=not line.endswith("\n"))
+                printed[n] = len(shown)
+            if not follow or st.done:
+                return
+            time.sleep(2)
+            sys.stdout.flush()
+            try:
+                if remote:
+                    shutil.rmtree(directory, ignore_errors=True)
+                    st, directory, job_name = _job(job_id, log_dir, name, be)
+                else:
+                    st = be.status(st.job_id)
+                uid = job_uid(st)
+            except SlurmfmError:
+                return
+    finally:
+        if remote:
+            shutil.rmtree(directory, ignore_errors=True)

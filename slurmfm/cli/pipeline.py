@@ -77,6 +77,7 @@ def _run(
     dry_run: bool,
     output_dir: str | None,
     backend: str,
+    host: str | None,
     wait: bool,
     timeout: float,
     slurm_version: str | None,
@@ -90,13 +91,13 @@ def _run(
         from slurmfm.cli.common import cluster_version
 
         if any(st.recipe.cluster.slurm_version == "auto" for st in pipeline.stages):
-            slurm_version = cluster_version(slurm_version, backend)
+            slurm_version = cluster_version(slurm_version, backend, host)
         _show_dry_run(pipeline, slurm_version, output_dir, as_json)
         return
     install_template_cache()
     run = api.submit_pipeline(
         pipeline,
-        backend=backend,  # type: ignore[arg-type]
+        backend=api.get_backend(backend, host=host),  # type: ignore[arg-type]
         preflight=not no_check,
         keep_submitted=keep_submitted,
     )
@@ -196,7 +197,7 @@ def validate_cmd(file: str) -> None:
 @backend_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @friendly
-def status_cmd(target: str, backend: str, as_json: bool) -> None:
+def status_cmd(target: str, backend: str, host: str | None, as_json: bool) -> None:
     """Each stage's job, state and verdict (waiting, running, completed, skipped, failed).
 
     TARGET is a pipeline file (its latest submission, from the record that ``pipeline submit``
@@ -220,7 +221,7 @@ def status_cmd(target: str, backend: str, as_json: bool) -> None:
             )
         path = found
     ids = read_record(path)
-    be = api.get_backend(backend)  # type: ignore[arg-type]
+    be = api.get_backend(backend, host=host)  # type: ignore[arg-type]
     states = {name: be.status(job_id) for name, job_id in ids.items()}
     if as_json:
         import json

@@ -14,8 +14,8 @@ import click
 from slurmfm.cli.common import friendly, risk_option
 
 if TYPE_CHECKING:
+    from slurmfm.launchers import MegatronLauncher
     from slurmfm.plan.planner import Plan
-    from slurmfm.recipe.schema import MegatronLauncher
 
 
 def _unavailable(value: str | None) -> list[str]:
@@ -63,7 +63,7 @@ def _print_plan(p: Plan, *, as_json: bool, explain: bool) -> None:
 
 
 def _is_megatron(launcher: object) -> TypeGuard[MegatronLauncher]:
-    from slurmfm.recipe.schema import MegatronLauncher
+    from slurmfm.launchers import MegatronLauncher
 
     return isinstance(launcher, MegatronLauncher)
 

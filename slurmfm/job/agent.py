@@ -49,10 +49,11 @@ import math
 import os
 import re
 import signal
-import stat
 import subprocess
 import sys
 import time
+
+from . import fsafe
 
 PREFIX = "slurmfm_"
 STALE_TEXTFILE_S = 3 * 3600.0
@@ -128,23 +129,11 @@ def write_atomic(path: str, text: str) -> None:
     """Write to a hidden temporary name in the same directory, then rename over ``path``.
 
     node_exporter reads only ``*.prom``, so the temporary name is never read half-written.
+    The write is slurmfm's one atomic write (:func:`slurmfm.job.fsafe.replace`: an exclusive
+    temporary file with a random name, renamed over ``path``, so a planted link is replaced,
+    never followed), mode 0644 for the readers (node_exporter, dcgm-exporter).
     """
-    # The agent runs on its own too (python3 -c SOURCE): the same rules as slurmfm.job.fsafe,
-    # written out here: an exclusive temporary file with a random name, renamed over ``path``
-    # (a planted link is replaced, never followed).
-    import tempfile
-
-    directory, base = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=directory or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            os.fchmod(fh.fileno(), 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    fsafe.replace(path, text, mode=0o644)
 
 
 # ---------------------------------------------------------------- node facts
@@ -243,18 +232,12 @@ def efa_counters(sysfs: str) -> dict[str, dict[str, dict[str, int]]]:
 def read_own_json(path: str) -> dict[str, object]:
     """The JSON object in ``path`` ({} when there is none): the progress the training writes,
     an earlier agent's node file. Both are in the shared log directory, where a link, a FIFO
-    or another user's file is not ours (the rules of slurmfm.job.fsafe.read, written out here:
-    this module runs without the rest of the runtime)."""
+    or another user's file is not ours: read as every shared file is
+    (:func:`slurmfm.job.fsafe.read`)."""
     if not path:
         return {}
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        fd = os.open(path, flags)
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                return {}
-            data = json.loads(fh.read(1 << 20).decode("utf-8", "replace"))
+        data = json.loads(fsafe.read(path).decode("utf-8", "replace"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -282,6 +265,9 @@ def map_gpus(directory: str, job_id: str, gpus: list[int]) -> list[int]:
             if job_id not in jobs:
                 write_atomic(path, "".join(j + "\n" for j in [*jobs, job_id]))
                 written.append(idx)
+        except fsafe.Refused as exc:  # a link, a FIFO, another user's file: never followed
+            warn("dcgm " + path, f"ignored DCGM job mapping file {exc}; GPU {idx} not mapped")
+            continue
         except OSError as exc:
             warn("dcgm", f"cannot write DCGM job mapping in {directory}: {exc}; skipped")
             break
@@ -299,18 +285,35 @@ def unmap_gpus(directory: str, job_id: str, gpus: list[int]) -> None:
                 continue
             if rest:
                 write_atomic(path, "".join(j + "\n" for j in rest))
-            else:
+            elif os.lstat(path).st_uid == os.geteuid():  # still our own file
                 os.unlink(path)
         except OSError:
             continue
 
 
 def _read_jobs(path: str) -> list[str]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return [line.strip() for line in fh if line.strip()]
-    except FileNotFoundError:
-        return []
+    """The job ids in a GPU's mapping file, read as every shared file is (:mod:`.fsafe`: no
+    link, no FIFO, this user's own or root's, one link, bounded); raises
+    :class:`.fsafe.Refused`.
+
+    Why: the mapping directory is shared by every job of the node (1777, or group-writable).
+    A plain ``open()`` followed a planted link to one of our files (its contents were then
+    written, with our job id, into a 0644 file the planter reads) and blocked on a FIFO."""
+    refused: fsafe.Refused | None = None
+    for owner in (None, 0):  # ours, or root's (a Slurm prolog that maintains the directory)
+        try:
+            data = fsafe.read(path, owner, limit=1 << 16)
+            break
+        except FileNotFoundError:
+            return []
+        except fsafe.Refused as exc:
+            refused = refused or exc
+            if "belongs to uid" not in str(exc):
+                raise
+    else:
+        raise refused or fsafe.Refused(path)
+    text = data.decode("utf-8", "replace")
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 # ---------------------------------------------------------------- the agent
@@ -430,7 +433,68 @@ class Agent:
             value = progress.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 fams.append(format_family(PREFIX + name, help_text, "gauge", [(base, value)]))
+        if self.rank == 0:
+            fams.extend(self.goodput_families())
         return "".join(fams)
+
+    def goodput_families(self) -> list[str]:
+        """The run's goodput ledger (:mod:`.goodput`) as gauges, on the job's first node.
+
+        From this job's state file and progress history, counted from the job's first batch
+        start: the time queued before it is Slurm's to tell (``slurmfm report`` adds it), so
+        ``slurmfm_goodput_ratio`` here is the ETTR of the allocation so far.
+        """
+        try:
+            from . import goodput
+            from .fsafe import read_text
+            from .state import events
+        except ImportError:  # run alone (python3 -c SOURCE), without the rest of the runtime
+            return []
+
+        path = self.env.get("SLURMFM_STATE_FILE", "")
+        text = read_text(path, limit=16 << 20) if path else None
+        if not text:
+            return []
+        history = ""
+        if self.progress_file:
+            history = read_text(goodput.history_path(self.progress_file), limit=64 << 20) or ""
+        job = goodput.Job(self.job_id, None, tuple(goodput.attempts(self.job_id, events(text))))
+        try:
+            led = goodput.ledger([job], goodput.parse_history(history), time.time())
+        except (ValueError, ArithmeticError) as exc:
+            warn("goodput", "goodput ledger not computed: %s" % exc)
+            return []
+        base = self.labels
+        fams = [
+            format_family(
+                PREFIX + "goodput_seconds",
+                "Where the run's wall time went, per part of the goodput ledger (seconds).",
+                "gauge",
+                [(dict(base, part=k), round(v, 3)) for k, v in led["parts"].items()],
+            ),
+            format_family(
+                PREFIX + "goodput_wall_seconds",
+                "Wall time the goodput ledger covers (from the job's first batch start).",
+                "gauge",
+                [(base, round(led["wall_s"], 3))],
+            ),
+            format_family(
+                PREFIX + "goodput_failures",
+                "Failures the goodput ledger counts (relaunches and requeues after a failure).",
+                "gauge",
+                [(base, len(led["failures"]))],
+            ),
+        ]
+        if led.get("ettr") is not None:
+            fams.append(
+                format_family(
+                    PREFIX + "goodput_ratio",
+                    "ETTR: productive training time over wall time (0 to 1).",
+                    "gauge",
+                    [(base, round(led["ettr"], 5))],
+                )
+            )
+        return fams
 
     def remove_stale_textfiles(self, max_age_s: float = STALE_TEXTFILE_S) -> list[str]:
         """Remove this node's textfiles of jobs that stopped updating them long ago.

@@ -26,12 +26,23 @@ next save puts the copy back as ``step_N`` (:func:`slurmfm.checkpoint.clean`). T
 read through
 :mod:`.fsafe` (never followed as a link, another user's file ignored): a forged pointer must
 not choose what the job loads.
+
+**The chain** (:func:`open_run_dir`, docs/security.md): the run directory is
+``<checkpoint_root>/<name>/<run_id>`` (:attr:`slurmfm.recipe.schema.Recipe.checkpoint_dir`),
+and a checkpoint root is often a team's directory. Whoever may rename entries anywhere on
+that chain may put a link, or another of our own runs, where the run directory is expected.
+So the run directory is opened once, each of ``<name>`` and ``<run_id>`` with
+``O_NOFOLLOW`` relative to the one above, and each, the root included, checked on its
+descriptor (ours or root's, writable by nobody else unless sticky); ``step_N``, ``latest``
+and ``DONE`` are then resolved relative to that descriptor, and only our own ``step_N``
+directories count.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import NamedTuple
 
 from . import fsafe
@@ -41,6 +52,27 @@ DONE = "DONE"
 STEP = re.compile(r"^step_(\d+)$")
 # A complete copy of step N moved aside while step N is saved again (slurmfm.checkpoint.save).
 ASIDE = re.compile(r"^\.step_(\d+)\.\d+\.old$")
+
+
+# The run directory's components below the checkpoint root: <name>/<run_id>.
+RUN_DEPTH = 2
+
+
+def open_run_dir(directory: str, create: bool = False, uid: int | None = None) -> int:
+    """The run directory of ``uid`` (default: this user), opened through its whole chain (the
+    module's docstring; :func:`.fsafe.open_chain`). Raises :class:`.fsafe.Refused` (one
+    line) or OSError."""
+    return fsafe.open_chain(directory, RUN_DEPTH, uid=uid, create=create)
+
+
+def ensure_run_dir(directory: str) -> None:
+    """Make the run directory (0755) and any missing part of its chain below the root,
+    creating the root too when it is missing; raise :class:`.fsafe.Refused` when any part of
+    the chain is a link, another user's or open to others' renames (module docstring)."""
+    top, _ = fsafe.split_chain(directory, RUN_DEPTH)
+    if not os.path.lexists(top):
+        os.makedirs(top, 0o755, exist_ok=True)
+    os.close(open_run_dir(directory, create=True))
 
 
 class ResumePoint(NamedTuple):
@@ -54,41 +86,68 @@ class ResumePoint(NamedTuple):
     path: str | None
     step: int | None
     message: str
+    # Why the run directory is not trusted (its chain, :func:`open_run_dir`); "" when it is.
+    refused: str = ""
 
 
-def complete(directory: str) -> dict[int, str]:
+def _own_dir_entry(e: os.DirEntry[str], uid: int | None = None) -> bool:
+    try:
+        st = e.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == (os.geteuid() if uid is None else uid)
+
+
+def complete(directory: str, dir_fd: int | None = None, uid: int | None = None) -> dict[int, str]:
     """Complete checkpoints by step: every ``step_N`` directory, and an aside copy of a step
-    while ``step_N`` itself is missing (see the module's docstring)."""
+    while ``step_N`` itself is missing (see the module's docstring); only our own, never
+    through a link. ``dir_fd``: the run directory, opened (:func:`open_run_dir`)."""
     found: dict[int, str] = {}
     asides: dict[int, str] = {}
     try:
-        entries = list(os.scandir(directory))
+        entries = list(os.scandir(dir_fd if dir_fd is not None else directory))
     except OSError:
         return found
     for e in entries:
-        m = STEP.match(e.name)
-        if m and e.is_dir(follow_symlinks=False):
-            found[int(m.group(1))] = e.path
+        m = STEP.match(e.name) or ASIDE.match(e.name)
+        if not m or not _own_dir_entry(e, uid):
             continue
-        m = ASIDE.match(e.name)
-        if m and e.is_dir(follow_symlinks=False):
-            asides[int(m.group(1))] = e.path
+        path = os.path.join(directory, e.name)
+        if m.re is STEP:
+            found[int(m.group(1))] = path
+        else:
+            asides[int(m.group(1))] = path
     for step, path in asides.items():
         found.setdefault(step, path)
     return found
 
 
-def resume_point(directory: str) -> ResumePoint:
+def resume_point(directory: str, uid: int | None = None) -> ResumePoint:
     """The checkpoint a job must resume from; reads only.
 
     Normally the one ``latest`` names. When ``latest`` is missing, empty, garbage or names a
     checkpoint that is gone (a kill during a save or a prune, a file system restored from a
     snapshot), the newest complete checkpoint instead: restarting from step 0 would retrain
-    everything and then overwrite the older complete checkpoints.
+    everything and then overwrite the older complete checkpoints. ``uid``: whose run
+    directory it is (default: this user; ``slurmfm status`` gives the job's user).
     """
-    found = complete(directory)
     try:
-        raw = fsafe.read(os.path.join(directory, POINTER)).decode("utf-8", "replace")
+        fd = open_run_dir(directory, uid=uid)
+    except FileNotFoundError:
+        return ResumePoint(None, None, "no checkpoint in %s: starting from step 0" % directory)
+    except OSError as exc:  # fsafe.Refused: a link, another user's, open to others
+        why = str(exc) if isinstance(exc, fsafe.Refused) else (exc.strerror or str(exc))
+        return ResumePoint(None, None, "not resuming from %s: %s" % (directory, why), refused=why)
+    try:
+        return _resume_point(directory, fd, uid)
+    finally:
+        os.close(fd)
+
+
+def _resume_point(directory: str, fd: int, uid: int | None) -> ResumePoint:
+    found = complete(directory, fd, uid)
+    try:
+        raw = fsafe.read(POINTER, uid, dir_fd=fd).decode("utf-8", "replace")
         pointer: str | None = raw.splitlines()[0].strip() if raw.strip() else ""
     except FileNotFoundError:
         pointer = None
@@ -166,11 +225,30 @@ def marker_stamp(checkpoint_dir: str) -> tuple[int, int, int] | None:
     a new inode) can be told from one left by an earlier run without comparing clocks of
     nodes and file servers.
     """
+    st = _done_lstat(checkpoint_dir)
+    return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _done_lstat(checkpoint_dir: str) -> os.stat_result | None:
+    """The ``lstat`` of ``DONE`` in the run directory opened through its chain
+    (:func:`open_run_dir`); None where either is missing or refused."""
     try:
-        st = os.stat(os.path.join(checkpoint_dir, DONE))
+        fd = open_run_dir(checkpoint_dir)
     except OSError:
         return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+    try:
+        return os.stat(DONE, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def done_here(checkpoint_dir: str) -> bool:
+    """Whether a ``DONE`` marker of this user's is in the run directory (opened through its
+    chain, :func:`open_run_dir`): a link, a FIFO or another user's file is no marker."""
+    st = _done_lstat(checkpoint_dir)
+    return st is not None and fsafe.problem(st) is None
 
 
 def marker_verdict(
@@ -190,15 +268,23 @@ def marker_verdict(
     import json
 
     try:
-        text = fsafe.read(os.path.join(checkpoint_dir, DONE), limit=65536).decode(
-            "utf-8", "replace"
-        )
+        fd = open_run_dir(checkpoint_dir)
+    except FileNotFoundError:
+        return "absent", ""
+    except fsafe.Refused as exc:  # the run directory's chain: nothing in it is this run's word
+        return "stale", "DONE marker ignored (%s)" % exc
+    except OSError:
+        return "absent", ""
+    try:
+        text = fsafe.read(DONE, limit=65536, dir_fd=fd).decode("utf-8", "replace")
     except FileNotFoundError:
         return "absent", ""
     except fsafe.Refused as exc:  # a link, a FIFO, another user's file: not this run's word
         return "stale", "DONE marker ignored (%s)" % exc
     except OSError:
         return "absent", ""
+    finally:
+        os.close(fd)
     try:
         data = json.loads(text)
     except ValueError:

@@ -12,8 +12,8 @@ order (docs/resilience.md, "Failure classification" has the same table):
  #   evidence                                                    verdict
 ===  ==========================================================  ==========================
  1   a node did not answer, or sacct says NODE_FAIL              retry (off that node)
- 1a  the hang watch stopped it (no progress for hang_timeout)    retry; twice without
-                                                                 progress: crash loop
+ 1a  the hang watch stopped it (no progress for hang_timeout,    retry; twice without
+     or none yet within startup_timeout)                         progress: crash loop
  2   the exit code is listed in ``resilience.retry_exit_codes``  retry (the override)
  3   srun failed before any task started (bad option, no Pyxis)  fail at once
  4   ImportError / ModuleNotFoundError / SyntaxError / argument  fail at once, naming the
@@ -39,6 +39,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
+
+# How the hang watch's reason for a launch stopped before its first progress begins
+# (:meth:`.hang.HangWatch.reason`): "no first progress within 1h: ..."
+STARTUP = "no first progress within"
 
 # Errors that repeat identically on every retry when they happen before the training did
 # anything: the code or its environment is wrong, not the machine.
@@ -152,6 +156,23 @@ def _where(f: NodeReport | None, ev: Evidence) -> str:
     return " on %s" % own[0].host if own else ""
 
 
+def _hang_verdict(ev: Evidence) -> Verdict:
+    """A launch the hang watch stopped (:mod:`.hang`): retried, unless it is the same stop
+    again with no progress since. A stop in start-up has its own signature: after a hang it
+    is no repeat, and one after progress (of the launch before) is not either."""
+    kind = "start-up" if ev.hang.startswith(STARTUP) else "hang"
+    hsig = digest("hang" if kind == "hang" else "startup")
+    htag = " [signature %s]" % hsig
+    if ev.previous == hsig and not ev.progress:
+        return Verdict(
+            False,
+            "crash loop: %s again with no progress since the last attempt: %s%s"
+            % ("stopped in start-up" if kind == "start-up" else "hang", ev.hang, htag),
+            hsig,
+        )
+    return Verdict(True, "%s: %s%s" % (kind, ev.hang, htag), hsig)
+
+
 def classify(ev: Evidence) -> Verdict:
     """Retry or fail a launch that ended non-zero, with the reason and its signature."""
     f = first_failure(ev.nodes)
@@ -173,16 +194,7 @@ def classify(ev: Evidence) -> Verdict:
             True, "step failed with exit %d; unresponsive: %s" % (ev.rc, lost), sig, ev.lost[0]
         )
     if ev.hang:
-        hsig = digest("hang")
-        htag = " [signature %s]" % hsig
-        if ev.previous == hsig and not ev.progress:
-            return Verdict(
-                False,
-                "crash loop: hang again with no progress since the last attempt: %s%s"
-                % (ev.hang, htag),
-                hsig,
-            )
-        return Verdict(True, "hang: %s%s" % (ev.hang, htag), hsig)
+        return _hang_verdict(ev)
     first_exit = f.exit if f is not None else ev.rc
     if ev.retryable is None or ev.rc in ev.retryable or first_exit in ev.retryable:
         # The recipe's override: these exit codes (srun's, or the first failed launcher's:

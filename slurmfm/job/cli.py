@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from . import rankorder
 from .options import (
     BatchOptions,
     ContainerRemoveOptions,
@@ -97,27 +98,24 @@ def storage_ok(a: PrepareOptions, ckpt: str, st: StateFile) -> bool:
 
 
 def own_checkpoint_dir(path: str) -> str | None:
-    """None when the run's checkpoint directory is this user's own, else why not.
+    """None when the run's checkpoint directory and its whole chain from the checkpoint root
+    are safe (made when missing), else why not, in words.
 
     The job resumes from what is there (``latest``, ``DONE``, the framework's files): a
-    directory another user owns, or may write, could hand it forged checkpoints. Our own
-    directory made group-writable by an umask of 002 is closed to the group here.
+    directory another user owns, or may write, or a link put where it was (another user's,
+    or another of our own runs) could hand it forged or foreign checkpoints
+    (:func:`.checkpoint.ensure_run_dir`). Our own directories made group-writable by an
+    umask of 002 are closed to the group here.
     """
-    import stat
+    from . import fsafe
+    from .checkpoint import ensure_run_dir
 
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None  # nothing there to trust or distrust
-    except OSError as exc:
-        return "cannot be read (%s)" % (exc.strerror or exc)
-    if st.st_uid != os.geteuid():
-        return "belongs to uid %d, not this job's user (uid %d)" % (st.st_uid, os.geteuid())
-    if st.st_mode & 0o022:
-        try:
-            os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
-        except OSError as exc:
-            return "is writable by others and cannot be closed (%s)" % (exc.strerror or exc)
+        ensure_run_dir(path)
+    except fsafe.Refused as exc:
+        return "is not safe: %s" % exc
+    except OSError:
+        return None  # not there and not makeable here: nothing to trust (as before)
     return None
 
 
@@ -192,22 +190,60 @@ def _prepare(
     late: Callable[[], dict[str, str]],
 ) -> int:
     """Prepare's work; ``late()`` gives the exports of the copy with bytecode, called once
-    everything else is known (:func:`bytecode_copy`)."""
-    from . import fsafe, install
-    from . import hosts as hs
+    everything else is known (:func:`bytecode_copy`). Each part adds its exports in the
+    order the job needs them: placement, rendezvous, serving, observe, checkpoint."""
     from . import slurm as sl
-    from .checkpoint import resume_from
-    from .health import run_command
 
     alloc = sl.hostnames(env["SLURM_JOB_NODELIST"])
-    topo: dict[str, str] | None = None
-    if a.topo_addr and not a.planned and not a.rank_map:
-        _rc, text = run_command([*sl.srun_per_node(len(alloc)), *install.argv(), "whoami"], 120)
-        topo = {}
-        for line in text.splitlines():
-            parts = line.split(None, 1)
-            if len(parts) >= 1 and parts[0] in alloc:
-                topo[parts[0]] = parts[1] if len(parts) > 1 else ""
+    exports: dict[str, str] = {}
+    placed = _placement(a, env, alloc, exports)
+    if placed is None:
+        return 2
+    order, spare_order, serve_order, _topo = placed
+    if not _rendezvous(a, env, restart, order, serve_order, spare_order, exports):
+        return 2
+    exports["SLURMFM_STATE_FILE"] = st.path  # this job's own record (state.claim)
+    _observe_dir(env, exports)
+    ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
+    if not _checkpoint(a, ckpt, st, exports):
+        return 2
+    st.record("start", "nodes={}".format(env.get("SLURM_JOB_NODELIST", "")))
+    st.record("checkpoint-dir", ckpt)
+    st.record("hosts", exports["SLURMFM_HOST_ORDER"])
+    _announce(env, exports, st, placed)
+    exports.update(late())
+    for k in sorted(exports):
+        out.append(f"export {k}={shlex.quote(exports[k])}")
+    return 0
+
+
+def _topology(a: PrepareOptions, alloc: list[str]) -> dict[str, str] | None:
+    """Each node's network address in the topology (``whoami`` on every node), where the
+    order is to follow it: neither planned nor a rank map given."""
+    from . import install
+    from . import slurm as sl
+    from .health import run_command
+
+    if not (a.topo_addr and not a.planned and not a.rank_map):
+        return None
+    _rc, text = run_command([*sl.srun_per_node(len(alloc)), *install.argv(), "whoami"], 120)
+    topo: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) >= 1 and parts[0] in alloc:
+            topo[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return topo
+
+
+def _placement(
+    a: PrepareOptions, env: dict[str, str], alloc: list[str], exports: dict[str, str]
+) -> tuple[list[str], list[str], list[str], dict[str, str] | None] | None:
+    """(training order, spares, serving nodes, the nodes' topology addresses); None where
+    the order cannot be made (said on stderr). The spares' exports are added to ``exports``."""
+    from . import hosts as hs
+    from . import slurm as sl
+
+    topo = _topology(a, alloc)
     planned = a.planned.split()
     if planned and a.spare_nodes:
         # the plan names the N training nodes; Slurm added the spares to them (--nodelist
@@ -217,14 +253,13 @@ def _prepare(
         order = hs.host_order(alloc, planned, _kv(a.rank_map), topo)
     except hs.OrderError as exc:
         print(f"slurmfm: {exc}", file=sys.stderr)
-        return 2
-    exports: dict[str, str] = {}
+        return None
     spare_order: list[str] = []
     if a.spare_nodes:
         # resources.spare_nodes: the last K of the order stand by (slurmfm/job/spares.py)
         split = _split_tail(order, a.spare_nodes, "spare node(s)")
         if split is None:
-            return 2
+            return None
         order, spare_order = split
         exports["SLURMFM_SPARES"] = " ".join(spare_order)
         if topo:
@@ -235,12 +270,29 @@ def _prepare(
     if a.serve == "split":
         split = _split_tail(order, a.serve_nodes, "serving node(s)")
         if split is None:
-            return 2
+            return None
         order, serve_order = split
     elif a.serve == "hetjob":
         serve_order = sl.hostnames(env["SLURM_JOB_NODELIST_HET_GROUP_1"])
     elif a.serve == "all":
         serve_order = list(order)
+    return order, spare_order, serve_order, topo
+
+
+def _rendezvous(
+    a: PrepareOptions,
+    env: dict[str, str],
+    restart: int,
+    order: list[str],
+    serve_order: list[str],
+    spare_order: list[str],
+    exports: dict[str, str],
+) -> bool:
+    """The order's and the rendezvous' exports (nodes' addresses, port, tasks) and a
+    server's; False where a port cannot be used (said on stderr)."""
+    from . import hosts as hs
+    from .health import run_command
+
     every = sorted(set(order) | set(serve_order) | set(spare_order))
     _, text = run_command(["scontrol", "-o", "show", "node", ",".join(every)], 60)
     addrs = hs.parse_node_addrs(text)
@@ -248,13 +300,8 @@ def _prepare(
     eph = hs.ephemeral_range()
     local = env.get("SLURMD_NODENAME", "")
     head = order[0]
-    rdzv_port = a.rdzv_port or hs.choose_port(
-        job_id,
-        restart,
-        a.port_base,
-        a.port_span,
-        eph,
-        is_free=hs.port_is_free if head == local else (lambda p: True),
+    rdzv_port = a.rdzv_port or hs.rendezvous_port(
+        job_id, restart, a.port_base, a.port_span, eph, here=head == local
     )
     exports.update(
         SLURMFM_HOST_ORDER=" ".join(order),
@@ -274,52 +321,71 @@ def _prepare(
         )
     exports["MASTER_ADDR"] = exports["SLURMFM_RDZV_HOST"]
     exports["MASTER_PORT"] = exports["SLURMFM_RDZV_PORT"]
-    if serve_order:
-        shead = addrs.get(serve_order[0], serve_order[0])
-        exports.update(
-            SLURMFM_SERVE_ORDER=" ".join(serve_order),
-            SLURMFM_SERVE_NODELIST=",".join(serve_order),
-            SLURMFM_SERVE_HEAD=shead,
-            SLURMFM_SERVE_PORT=str(a.serve_port),
-            SLURMFM_SERVE_URL="http://%s:%d" % (shead, a.serve_port),
-        )
-        if a.dist_port >= 0:
-            # SGLang derives ports from both its dist port and its HTTP port (hs.SGLANG_*):
-            # a picked port keeps clear of them all; a recipe's fixed port must.
-            def clash(p: int) -> str | None:
-                return hs.sglang_port_clash(p, a.serve_port, a.serve_dp, (rdzv_port,), eph)
+    if not a.rdzv_port:
+        # the range a relaunch in this allocation picks its new port from (Batch.move_port)
+        exports["SLURMFM_RDZV_RANGE"] = "%d+%d" % (a.port_base, a.port_span)
+    if not serve_order:
+        return True
+    shead = addrs.get(serve_order[0], serve_order[0])
+    exports.update(
+        SLURMFM_SERVE_ORDER=" ".join(serve_order),
+        SLURMFM_SERVE_NODELIST=",".join(serve_order),
+        SLURMFM_SERVE_HEAD=shead,
+        SLURMFM_SERVE_PORT=str(a.serve_port),
+        SLURMFM_SERVE_URL="http://%s:%d" % (shead, a.serve_port),
+    )
+    if a.dist_port < 0:
+        return True
 
-            dist = a.dist_port or hs.choose_port(
-                job_id,
-                restart,
-                a.port_base + a.port_span,
-                a.port_span,
-                eph,
-                is_free=lambda p: True,
-                usable=lambda p: clash(p) is None,
-            )
-            why = clash(dist)
-            if why:
-                print(f"slurmfm: SGLang dist port {dist}: {why}", file=sys.stderr)
-                return 2
-            exports["SLURMFM_SERVE_DIST_PORT"] = str(dist)
-    exports["SLURMFM_STATE_FILE"] = st.path  # this job's own record (state.claim)
+    # SGLang derives ports from both its dist port and its HTTP port (hs.SGLANG_*): a picked
+    # port keeps clear of them all; a recipe's fixed port must.
+    def clash(p: int) -> str | None:
+        return hs.sglang_port_clash(p, a.serve_port, a.serve_dp, (rdzv_port,), eph)
+
+    dist = a.dist_port or hs.choose_port(
+        job_id,
+        restart,
+        a.port_base + a.port_span,
+        a.port_span,
+        eph,
+        is_free=lambda p: True,
+        usable=lambda p: clash(p) is None,
+    )
+    why = clash(dist)
+    if why:
+        print(f"slurmfm: SGLang dist port {dist}: {why}", file=sys.stderr)
+        return False
+    exports["SLURMFM_SERVE_DIST_PORT"] = str(dist)
+    return True
+
+
+def _observe_dir(env: dict[str, str], exports: dict[str, str]) -> None:
+    """The job's observe directory, its own even when another user made the name first."""
+    from . import fsafe
+
     obs = env.get("SLURMFM_OBS_DIR", "")
-    if obs:
-        try:
-            mine = fsafe.claim_dir(obs)
-        except OSError as exc:
-            print(f"slurmfm: observability: cannot create {obs}: {exc}", file=sys.stderr)
-            mine = obs
-        if mine != obs:
-            print(f"slurmfm: ignoring {obs} (not this job's user's); using {mine}", file=sys.stderr)
-            stop = os.path.basename(env.get("SLURMFM_OBS_STOP", "")) or "stop"
-            exports.update(
-                SLURMFM_OBS_DIR=mine,
-                SLURMFM_OBS_STOP=os.path.join(mine, stop),
-                SLURMFM_PROGRESS_FILE=os.path.join(mine, "progress.json"),
-            )
-    ckpt = env.get("SLURMFM_CHECKPOINT_DIR", "")
+    if not obs:
+        return
+    try:
+        mine = fsafe.claim_dir(obs)
+    except OSError as exc:
+        print(f"slurmfm: observability: cannot create {obs}: {exc}", file=sys.stderr)
+        mine = obs
+    if mine != obs:
+        print(f"slurmfm: ignoring {obs} (not this job's user's); using {mine}", file=sys.stderr)
+        stop = os.path.basename(env.get("SLURMFM_OBS_STOP", "")) or "stop"
+        exports.update(
+            SLURMFM_OBS_DIR=mine,
+            SLURMFM_OBS_STOP=os.path.join(mine, stop),
+            SLURMFM_PROGRESS_FILE=os.path.join(mine, "progress.json"),
+        )
+
+
+def _checkpoint(a: PrepareOptions, ckpt: str, st: StateFile, exports: dict[str, str]) -> bool:
+    """The checkpoint directory checked (the job's own, its storage) and the resume pointer
+    exported; False where the job must not start (recorded)."""
+    from .checkpoint import resume_from
+
     why = own_checkpoint_dir(ckpt) if ckpt else None
     if why:
         print(
@@ -327,38 +393,64 @@ def _prepare(
             file=sys.stderr,
         )
         st.record("fail", f"checkpoint directory {why}")
-        return 2
+        return False
     if ckpt and not storage_ok(a, ckpt, st):
-        return 2
+        return False
     res = resume_from(ckpt) if ckpt else None
     if res:
         exports["SLURMFM_RESUME_FROM"] = res
         print(f"slurmfm: resuming from {res}", file=sys.stderr)
-    st.record("start", "nodes={}".format(env.get("SLURM_JOB_NODELIST", "")))
-    st.record("checkpoint-dir", ckpt)
-    st.record("hosts", exports["SLURMFM_HOST_ORDER"])
+    return True
+
+
+def _announce(
+    env: dict[str, str],
+    exports: dict[str, str],
+    st: StateFile,
+    placed: tuple[list[str], list[str], list[str], dict[str, str] | None],
+) -> None:
+    """The job log's lines on the order (by leaf: :mod:`.rankorder`), the rendezvous, the
+    spares and the servers; the order by leaf is recorded in the state file too."""
+    order, spare_order, serve_order, topo = placed
+    leaf_of, source = _leaves(topo)
+    by_leaf = rankorder.summary(order, leaf_of, source)
+    st.record("order", by_leaf)
     print(
-        "slurmfm: job {} host order: {}; rendezvous {}:{}".format(
+        "slurmfm: job {} host order: {}; rendezvous {}:{}; {}".format(
             env.get("SLURM_JOB_ID", "?"),
             exports["SLURMFM_HOST_ORDER"],
             exports["MASTER_ADDR"],
             exports["MASTER_PORT"],
+            by_leaf,
         ),
         file=sys.stderr,
     )
     if spare_order:
         print("slurmfm: spare hosts: " + " ".join(spare_order), file=sys.stderr)
     if serve_order:
+        serve_by_leaf = rankorder.summary(serve_order, leaf_of, source)
+        if len(serve_order) > 1:
+            st.record("serve-order", serve_by_leaf)
         print(
-            "slurmfm: serving hosts: {}; endpoint will be {}".format(
-                exports["SLURMFM_SERVE_ORDER"], exports["SLURMFM_SERVE_URL"]
+            "slurmfm: serving hosts: {}; endpoint will be {}{}".format(
+                exports["SLURMFM_SERVE_ORDER"],
+                exports["SLURMFM_SERVE_URL"],
+                "; " + serve_by_leaf if len(serve_order) > 1 else "",
             ),
             file=sys.stderr,
         )
-    exports.update(late())
-    for k in sorted(exports):
-        out.append(f"export {k}={shlex.quote(exports[k])}")
-    return 0
+
+
+def _leaves(topo: dict[str, str] | None) -> tuple[dict[str, str], str]:
+    """Each node's leaf (or block) for the order line, and where it came from: the nodes'
+    ``SLURM_TOPOLOGY_ADDR`` when prepare asked them, else one ``scontrol show topology``
+    (:mod:`.rankorder`)."""
+    from .health import run_command
+
+    if topo:
+        return rankorder.leaves_from_addrs(topo), "SLURM_TOPOLOGY_ADDR"
+    rc, text = run_command(["scontrol", "show", "topology"], 30)
+    return rankorder.leaves_from_scontrol(text if rc == 0 else ""), "scontrol show topology"
 
 
 def bytecode_copy(runtime: str, env: dict[str, str]) -> dict[str, str]:
@@ -437,6 +529,87 @@ def _rest(argv: Sequence[str]) -> list[str]:
     return words[1:] if words[:1] == ["--"] else words
 
 
+def _batch(a: argparse.Namespace, env: dict[str, str]) -> int:
+    """``batch``: the batch step, under its supervisor unless told not to (:mod:`.supervise`)."""
+    from .batch import Batch
+
+    o = BatchOptions.from_namespace(a)
+    if not o.runtime:
+        o = o._replace(runtime=sys.argv[0])
+    words = _rest(a.argv)
+    k = o.serve_words
+    serve_argv, launch = words[:k], words[k:]
+    if env.get("SLURMFM_SUPERVISED") == "1":  # the supervisor's child
+        return Batch(o, env).main(serve_argv, launch)
+    if not o.supervise:
+        try:
+            return Batch(o, env).main(serve_argv, launch)
+        finally:
+            remove_everywhere(o.runtime, env)
+    from .state import StateFile, state_path
+    from .supervise import supervise
+
+    state = StateFile(
+        env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env),
+        int(env.get("SLURM_RESTART_COUNT", "0") or 0),
+    )
+    try:
+        return supervise(
+            lambda: Batch(o, dict(env, SLURMFM_SUPERVISED="1")).main(serve_argv, launch),
+            state,
+            env,
+            o.max_restarts,
+            o.requeue,
+        )
+    finally:
+        remove_everywhere(o.runtime, env)
+
+
+def _forward(a: argparse.Namespace, env: dict[str, str]) -> int:
+    """``forward``: the save signal to this node's training processes until the launch ends."""
+    import signal
+
+    from .node import forward_until_done
+
+    fo = ForwardOptions.from_namespace(a)
+    node = env.get("SLURMD_NODENAME", "")
+    sent = forward_until_done(
+        env.get("SLURM_JOB_ID", ""),
+        getattr(signal, "SIG" + fo.signal),
+        node,
+        poll_s=fo.poll_s,
+        tasks=fo.tasks,
+    )
+    print(
+        "slurmfm: %s: SIG%s to %d training process(es); the launch ended"
+        % (node or "?", fo.signal, sent),
+        flush=True,
+    )
+    return 0
+
+
+def _health(a: argparse.Namespace, env: dict[str, str]) -> int:
+    """``health``: this node's checks, one ``slurmfm-health NODE OK|FAIL why`` line."""
+    node = env.get("SLURMD_NODENAME", "unknown")
+    ho = HealthOptions.from_namespace(a)
+    from .health import check_node
+
+    bad = check_node(
+        ho.gpus,
+        ho.efa,
+        ho.dcgm,
+        ho.imex,
+        sysfs=env.get("SLURMFM_SYSFS", "/sys"),
+        efa_tries=ho.efa_tries,
+        efa_delay_s=ho.efa_delay_s,
+    )
+    if bad:
+        print(f"slurmfm-health {node} FAIL {bad}", flush=True)
+        return 1
+    print(f"slurmfm-health {node} OK", flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     a = parser(words[0] if words else None).parse_args(words)
@@ -448,70 +621,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(out))
         return rc
     if a.cmd == "batch":
-        from .batch import Batch
-
-        o = BatchOptions.from_namespace(a)
-        if not o.runtime:
-            o = o._replace(runtime=sys.argv[0])
-        words = _rest(a.argv)
-        k = o.serve_words
-        serve_argv, launch = words[:k], words[k:]
-        if env.get("SLURMFM_SUPERVISED") == "1":  # the supervisor's child
-            return Batch(o, env).main(serve_argv, launch)
-        if not o.supervise:
-            try:
-                return Batch(o, env).main(serve_argv, launch)
-            finally:
-                remove_everywhere(o.runtime, env)
-        from .state import StateFile, state_path
-        from .supervise import supervise
-
-        state = StateFile(
-            env.get("SLURMFM_STATE_FILE") or state_path(env.get("SLURMFM_LOG_DIR", "."), env),
-            int(env.get("SLURM_RESTART_COUNT", "0") or 0),
-        )
-        try:
-            return supervise(
-                lambda: Batch(o, dict(env, SLURMFM_SUPERVISED="1")).main(serve_argv, launch),
-                state,
-                env,
-                o.max_restarts,
-                o.requeue,
-            )
-        finally:
-            remove_everywhere(o.runtime, env)
+        return _batch(a, env)
     if a.cmd == "node":
         from .node import main as node_main
 
         no = NodeOptions.from_namespace(a)
         env["SLURMFM_HOST_ORDER"] = env.get(no.order_var, "")
         return node_main(
-            _rest(a.argv), no.prefix, no.forward, no.ray_settings(), env, no.forward_tasks
+            _rest(a.argv),
+            no.prefix,
+            no.forward,
+            no.ray_settings(),
+            env,
+            no.forward_tasks,
+            no.numa,
+            vllm=(no.vllm, no.vllm_dp, no.vllm_dp_local),
         )
     if a.cmd == "forward":
-        import signal
-
-        from .node import forward_until_done
-
-        fo = ForwardOptions.from_namespace(a)
-        node = env.get("SLURMD_NODENAME", "")
-        sent = forward_until_done(
-            env.get("SLURM_JOB_ID", ""),
-            getattr(signal, "SIG" + fo.signal),
-            node,
-            poll_s=fo.poll_s,
-            tasks=fo.tasks,
-        )
-        print(
-            "slurmfm: %s: SIG%s to %d training process(es); the launch ended"
-            % (node or "?", fo.signal, sent),
-            flush=True,
-        )
-        return 0
+        return _forward(a, env)
     if a.cmd == "container-remove":
         from .node import container_remove
 
-        gone = container_remove(ContainerRemoveOptions.from_namespace(a).name)
+        co = ContainerRemoveOptions.from_namespace(a)
+        gone = container_remove(co.name, earlier=co.earlier)
         if gone is None:
             return 1
         print(
@@ -530,24 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             abort_workers(job, node)
         return 0
     if a.cmd == "health":
-        node = env.get("SLURMD_NODENAME", "unknown")
-        ho = HealthOptions.from_namespace(a)
-        from .health import check_node
-
-        bad = check_node(
-            ho.gpus,
-            ho.efa,
-            ho.dcgm,
-            ho.imex,
-            sysfs=env.get("SLURMFM_SYSFS", "/sys"),
-            efa_tries=ho.efa_tries,
-            efa_delay_s=ho.efa_delay_s,
-        )
-        if bad:
-            print(f"slurmfm-health {node} FAIL {bad}", flush=True)
-            return 1
-        print(f"slurmfm-health {node} OK", flush=True)
-        return 0
+        return _health(a, env)
     if a.cmd == "observe":
         from .agent import main as agent_main
 

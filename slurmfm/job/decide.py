@@ -146,3 +146,18 @@ def megatron_finished(checkpoint_dir: str, train_iters: int) -> bool | None:
         return int(text) >= train_iters
     except ValueError:
         return False
+
+
+MEGATRON_END = "[after training is done]"
+"""Megatron-LM's end-of-training line (slurmfm/launchers/megatron.py ``END_LINE``)."""
+
+
+def megatron_log_finished(lines: Sequence[str]) -> bool:
+    """Megatron-LM: finished when its launch printed the end-of-training line.
+
+    ``print_datetime('after training is done')`` runs only after ``train`` returned with
+    every iteration done; the save signal, ``--exit-interval`` and ``--exit-duration-in-mins``
+    leave through ``sys.exit`` before it (NVIDIA/Megatron-LM megatron/training/training.py).
+    Used where the recipe does not fix the iteration count the tracker could be held to.
+    """
+    return any(MEGATRON_END in line for line in lines)

@@ -47,16 +47,11 @@ def attempt_dir(log_dir: str, env: dict[str, str], restart: int, launch: int) ->
 
 
 def private_dir(path: str) -> bool:
-    """Create ``path`` (and its parent) mode 0700 and check it is a directory of ours."""
+    """Create ``path`` (and its parent) mode 0700 and check it is a directory of ours
+    (:func:`.fsafe.private_dir`); False when it is not."""
     try:
         for p in (os.path.dirname(path), path):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(p, 0o700)
-            st = os.lstat(p)
-            if not os.path.isdir(p) or os.path.islink(p) or st.st_uid != os.getuid():
-                return False
-            if st.st_mode & 0o077:
-                os.chmod(p, 0o700)
+            fsafe.private_dir(p)
         return True
     except OSError:
         return False

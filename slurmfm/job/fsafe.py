@@ -39,11 +39,19 @@ __all__ = [
     "append",
     "claim_dir",
     "clean_temporaries",
+    "create",
     "dir_problem",
+    "dir_stat_problem",
     "find_dir",
     "kind",
+    "open_chain",
+    "open_dir",
+    "own_dir_problem",
+    "owned",
+    "private_dir",
     "problem",
     "read",
+    "read_tail",
     "read_text",
     "replace",
     "touch",
@@ -51,6 +59,9 @@ __all__ = [
 
 # Files slurmfm writes itself: the owner writes, the team reads.
 FILE_MODE = 0o644
+# Files only their owner may read: a pickled call (code), a script with the job's environment,
+# the submission history. A file opened ``private`` must have none of the group/other bits.
+PRIVATE_MODE = 0o600
 # ``uid`` for files that are only shown, whoever wrote them (a job's output to its reader):
 # still never a link, a FIFO or a device.
 ANY_OWNER = -1
@@ -95,9 +106,16 @@ def problem(st: os.stat_result, uid: int | None = None) -> str | None:
     return None
 
 
-def _open(path: str, flags: int, uid: int | None = None, mode: int = FILE_MODE) -> int:
+def _open(
+    path: str,
+    flags: int,
+    uid: int | None = None,
+    mode: int = FILE_MODE,
+    dir_fd: int | None = None,
+    private: bool = False,
+) -> int:
     try:
-        fd = os.open(path, flags | _BASE_FLAGS, mode & ~0o022)  # never group-writable
+        fd = os.open(path, flags | _BASE_FLAGS, mode & ~0o022, dir_fd=dir_fd)  # never g/o-w
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link
             raise Refused("%s: is a symbolic link" % path) from None
@@ -105,7 +123,10 @@ def _open(path: str, flags: int, uid: int | None = None, mode: int = FILE_MODE) 
             raise Refused("%s: is a FIFO" % path) from None
         raise
     try:
-        why = problem(os.fstat(fd), uid)
+        st = os.fstat(fd)
+        why = problem(st, uid)
+        if not why and private and st.st_mode & 0o077:
+            why = "is not owner-only (mode %04o)" % stat.S_IMODE(st.st_mode)
         if why:
             raise Refused("%s: %s" % (path, why))
     except BaseException:
@@ -114,19 +135,39 @@ def _open(path: str, flags: int, uid: int | None = None, mode: int = FILE_MODE) 
     return fd
 
 
-def _private(fd: int) -> None:
-    """Our own file: drop group/other write (a umask of 002 would have left them)."""
+def _private(fd: int, mode: int = FILE_MODE) -> None:
+    """Our own file: drop group/other write (a umask of 002 would have left them), and every
+    group/other bit when ``mode`` is owner-only (an older file made before it was)."""
     perms = stat.S_IMODE(os.fstat(fd).st_mode)
-    if perms & 0o022:
-        os.fchmod(fd, perms & ~0o022)
+    drop = 0o077 if not mode & 0o077 else 0o022
+    if perms & drop:
+        os.fchmod(fd, perms & ~drop)
 
 
 def append(path: str, text: str, mode: int = FILE_MODE) -> None:
-    """Append ``text`` to ``path`` (created with ``mode`` when missing). Raises OSError."""
+    """Append ``text`` to ``path`` (created with ``mode`` when missing; an owner-only
+    ``mode`` closes an existing file too). Raises OSError."""
     fd = _open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode=mode)
     try:
-        _private(fd)
+        _private(fd, mode)
         os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def create(path: str, data: bytes, mode: int = PRIVATE_MODE) -> None:
+    """A new file at ``path`` holding exactly ``data``, with ``mode`` whatever the umask.
+
+    Created exclusively (``O_EXCL``: an existing name, a planted link included, is
+    ``FileExistsError``, never written through), for what is read back as trusted: a pickled
+    call, a script pyslurm reads by its path. Raises OSError.
+    """
+    fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode=mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
@@ -175,12 +216,22 @@ def clean_temporaries(path: str) -> list[str]:
     return removed
 
 
-def read(path: str, uid: int | None = None, limit: int = MAX_READ) -> bytes:
-    """The bytes of ``path`` when it is a regular file of ``uid`` (default: this user).
+def read(
+    path: str,
+    uid: int | None = None,
+    limit: int = MAX_READ,
+    dir_fd: int | None = None,
+    private: bool = False,
+    cut: bool = False,
+) -> bytes:
+    """The bytes of ``path`` when it is a regular file of ``uid`` (default: this user);
+    ``dir_fd``: ``path`` is relative to that opened directory (:func:`open_chain`);
+    ``private``: only when no one else may read it either (a pickle is code); ``cut``: the
+    first ``limit`` bytes of a longer file instead of refusing it.
 
     Raises :class:`Refused` (with the reason) for anything else, OSError when it is missing.
     """
-    fd = _open(path, os.O_RDONLY, uid)
+    fd = _open(path, os.O_RDONLY, uid, dir_fd=dir_fd, private=private)
     try:
         chunks: list[bytes] = []
         size = 0
@@ -191,6 +242,8 @@ def read(path: str, uid: int | None = None, limit: int = MAX_READ) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
+            if cut:
+                return b"".join(chunks)[:limit]
             raise Refused("%s: is more than %d bytes" % (path, limit))
         return b"".join(chunks)
     finally:
@@ -240,3 +293,195 @@ def claim_dir(path: str) -> str:
     fresh = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", dir=os.path.dirname(path) or ".")
     os.chmod(fresh, 0o755)  # noqa: S103 - the team reads job metrics; only we write
     return str(fresh)
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def own_dir_problem(st: os.stat_result, owner_only: bool = False) -> str | None:
+    """Why a directory with status ``st`` (``lstat``: a link is not one) is not this user's
+    own that no one else may write, or, ``owner_only``, enter; None when it is. For the
+    private directories of one user (the history, a call's pickles, the ssh control socket),
+    which unlike :func:`dir_stat_problem` admit neither root's nor a sticky directory."""
+    if not stat.S_ISDIR(st.st_mode):
+        what = "a file" if stat.S_ISREG(st.st_mode) else kind(st.st_mode)
+        return "is %s, not a directory" % what
+    if st.st_uid != os.geteuid():
+        return "belongs to another user (uid %d)" % st.st_uid
+    if owner_only and st.st_mode & 0o077:
+        return "is not owner-only (mode %04o)" % stat.S_IMODE(st.st_mode)
+    if st.st_mode & 0o022:
+        return "is writable by others"
+    return None
+
+
+def private_dir(path: str) -> bool:
+    """Make ``path`` a directory only this user may enter (0700; made when missing): the
+    render cache, the job's evidence directory. Our own one left open (an umask, an older
+    slurmfm) is closed, and True says it was (its entries may need closing too). Raises
+    :class:`Refused` when ``path`` is a link, not a directory or another user's
+    (:func:`own_dir_problem`), OSError when it cannot be made."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    why = own_dir_problem(st, owner_only=True)
+    if why is None:
+        return False
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+        os.chmod(path, 0o700)
+        return True
+    raise Refused("%s: %s" % (path, why))
+
+
+def dir_stat_problem(st: os.stat_result, uid: int | None = None) -> str | None:
+    """Why a directory with status ``st`` (``lstat`` or ``fstat``, never through a link) is
+    not one whose entries slurmfm trusts, or None: it must be a directory of ``uid`` (default:
+    this user) or root's, that nobody else may write unless it is sticky (then others may add
+    entries but never rename or remove ours; ``/tmp``, a 3775 team root)."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "is " + kind(st.st_mode)
+    want = os.geteuid() if uid is None else uid
+    if st.st_uid not in (0, want):
+        return "belongs to uid %d, not uid %d or root" % (st.st_uid, want)
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        who = "others" if st.st_mode & 0o002 else "its group"
+        return "is writable by %s without the sticky bit (chmod +t)" % who
+    return None
+
+
+def open_dir(
+    path: str,
+    dir_fd: int | None = None,
+    uid: int | None = None,
+    follow: bool = False,
+    close_own: bool = False,
+) -> int:
+    """An opened directory ``path`` (relative to ``dir_fd`` when given) that passes
+    :func:`dir_stat_problem`, checked on the descriptor: ``O_NOFOLLOW`` unless ``follow``,
+    so a link is refused, and a swap after the check changes nothing for what is resolved
+    relative to the descriptor. ``close_own``: our own directory left group- or
+    other-writable (an umask of 002, an older slurmfm) is closed first. Raises
+    :class:`Refused` with the reason, OSError (FileNotFoundError) when it is missing."""
+    flags = _DIR_FLAGS | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            try:
+                mode = os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode
+                what = "a file, not a directory" if stat.S_ISREG(mode) else kind(mode)
+            except OSError:
+                what = "not a directory"
+            raise Refused("%s: is %s" % (path, what)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        want = os.geteuid() if uid is None else uid
+        if close_own and st.st_uid == want and st.st_mode & 0o022 and not st.st_mode & 0o1000:
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~0o022)
+            st = os.fstat(fd)
+        why = dir_stat_problem(st, uid)
+        if why:
+            raise Refused("%s: %s" % (path, why))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def split_chain(path: str, depth: int) -> tuple[str, list[str]]:
+    """``(top, [names below it])``: the last ``depth`` components of ``path`` and what is
+    above them (``.`` for a relative path that has no more)."""
+    head = os.path.normpath(path)
+    names: list[str] = []
+    for _ in range(depth):
+        up, tail = os.path.split(head)
+        if tail in ("", ".", ".."):
+            break
+        names.insert(0, tail)
+        head = up
+    return head or ".", names
+
+
+def open_chain(
+    path: str,
+    depth: int,
+    uid: int | None = None,
+    create: bool = False,
+    mode: int = 0o755,
+) -> int:
+    """The directory ``path`` opened through its last ``depth`` components, each checked on
+    its own descriptor (:func:`open_dir`): the top (``path`` less those components) is
+    reached as named (the links of whoever set it up are followed) and must pass
+    :func:`dir_stat_problem` itself; each component below is opened with ``O_NOFOLLOW``
+    relative to the one above, so no link, no other user's directory and no directory that
+    others may rename entries in lies anywhere on the way. ``create``: missing components
+    are made (``mode``, never group- or other-writable) and our own open ones are closed.
+    Raises :class:`Refused` (one line: which component, why), OSError when one is missing
+    and not ``create``. The caller closes the descriptor."""
+    top, names = split_chain(path, depth)
+    fd = open_dir(top, uid=uid, follow=True)
+    where = top
+    try:
+        for name in names:
+            where = os.path.join(where, name)
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, mode & ~0o022, dir_fd=fd)
+            try:
+                nfd = open_dir(name, dir_fd=fd, uid=uid, close_own=create)
+            except Refused as exc:
+                raise Refused("%s%s" % (where, str(exc)[len(name) :])) from None
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def owned(paths: list[str], uid: int | None = None) -> tuple[list[str], list[str]]:
+    """``(kept, ignored)``: the ``paths`` that are regular files of ``uid`` (default: this
+    user; :data:`ANY_OWNER`: anyone's, still no link, FIFO or device), by ``lstat``, and one
+    ``ignored PATH (uid N)`` / ``ignored PATH (is a FIFO)`` note for each of the rest.
+
+    Why: a name in a shared log directory says nothing about who wrote it; ``slurmfm logs``,
+    ``report`` and ``status`` show only what the job's user wrote, and say what they skipped.
+    """
+    kept: list[str] = []
+    ignored: list[str] = []
+    want = os.geteuid() if uid is None else uid
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            ignored.append("ignored %s (is %s)" % (path, kind(st.st_mode)))
+        elif want not in (ANY_OWNER, st.st_uid):
+            ignored.append("ignored %s (uid %d)" % (path, st.st_uid))
+        else:
+            kept.append(path)
+    return kept, ignored
+
+
+def read_tail(path: str, uid: int | None = None, limit: int = MAX_READ) -> tuple[bytes, int]:
+    """The last ``limit`` bytes of ``path`` (a regular file of ``uid``, as :func:`read`) and
+    how many bytes before them were skipped. Seeks rather than reads past what is skipped: a
+    sparse file of hundreds of megabytes costs neither time nor memory."""
+    fd = _open(path, os.O_RDONLY, uid)
+    try:
+        size = os.fstat(fd).st_size
+        skipped = max(0, size - limit)
+        os.lseek(fd, skipped, os.SEEK_SET)
+        chunks: list[bytes] = []
+        got = 0
+        while got < limit:
+            chunk = os.read(fd, min(1 << 16, limit - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks), skipped
+    finally:
+        os.close(fd)

@@ -2,15 +2,9 @@
 
 A rank stuck in a collective keeps the whole allocation idle until the time limit (NCCL's
 own watchdog aborts only after the process group's timeout, 10 minutes by default, and gloo
-waits 30). Progress is any of, since the step started:
-
-* a new report in ``$SLURMFM_PROGRESS_FILE`` (:func:`slurmfm.checkpoint.report_progress`;
-  the runtime exports it for every launch);
-* a new complete checkpoint, or a moved Megatron tracker (:mod:`.evidence`);
-* an iteration line of an unmodified framework in the job log: Megatron-LM's
-  ``iteration N/ M |`` (NVIDIA/Megatron-LM megatron/training/training.py ``training_log``)
-  and NeMo 2's ``Training epoch E, iteration N/M`` (NVIDIA/NeMo
-  nemo/lightning/pytorch/callbacks/progress_printer.py).
+waits 30). Progress is defined once, in :mod:`.progress` (a report, a checkpoint, a
+framework's own step line in the job log); before a launch's first progress the start-up
+allowance (``resilience.startup_timeout``) applies instead of ``hang_timeout``.
 
 On a hang the batch step runs two overlapping steps on every node, one after the other.
 ``RUNTIME stacks`` dumps each worker's Python stack with py-spy where it is installed (``py-spy
@@ -33,17 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 
+from .classify import STARTUP
 from .node import children, environ, launch_tops, stat_fields
+from .progress import CHECK_S, Progress, span
 
-ITERATION = re.compile(r"\biteration\s+\d+\s*/\s*\d+")
-CHECK_S = 5.0
 STOP_WAIT_S = 5.0  # how long a hang's first phase waits for its workers to stop
 
 
@@ -57,27 +50,17 @@ def hang_env(env: dict[str, str], evidence_dir: str) -> dict[str, str]:
     return {k: v for k, v in out.items() if k not in env}
 
 
-def read_new(path: str, offset: int, cap: int = 1 << 20) -> tuple[list[str], int]:
-    """Lines appended to ``path`` since ``offset`` (at most the last ``cap`` bytes) and the
-    new offset."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
-    except OSError:
-        return [], offset
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            size = os.fstat(fh.fileno()).st_size
-            if size <= offset:
-                return [], size
-            fh.seek(max(offset, size - cap))
-            data = fh.read(cap)
-        except OSError:
-            return [], offset
-    return data.decode("utf-8", "replace").splitlines(), size
-
-
 class HangWatch:
-    """Tells when a launch has made no progress for ``timeout_s`` (see the module docstring)."""
+    """Tells when a launch has made no progress (:mod:`.progress`, the same definition the
+    failure judgement uses) for ``timeout_s``, or, before its first progress, for
+    ``startup_s`` (``resilience.startup_timeout``; 0: ``timeout_s`` from the start).
+
+    Why an allowance: at scale the first iteration line can take longer than the hang
+    timeout (an Enroot import of a 20-30 GB image on 128 nodes, a multi-TB ``torch_dist``
+    checkpoint load, Megatron building its data index on a first run); stopped at
+    ``hang_timeout``, relaunched and stopped again, such a start was a crash loop and the
+    index build began again each time.
+    """
 
     def __init__(
         self,
@@ -85,34 +68,48 @@ class HangWatch:
         clock: Callable[[], float],
         mark: Callable[[], dict[str, str]],
         log: tuple[str, int] | None,
+        startup_s: float = 0.0,
+        progress: Progress | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        self.startup_s = startup_s
         self.clock = clock
-        self.mark_fn = mark
-        self.mark = mark()
-        self.log_path, self.offset = log if log is not None else ("", 0)
-        self.last = clock()
-        self.next_check = self.last + min(CHECK_S, timeout_s / 4)
-        self.what = "none since the step started"
+        self.progress = progress if progress is not None else Progress(mark, log, clock)
+        self.next_check = clock() + min(CHECK_S, timeout_s / 4)
+
+    @property
+    def what(self) -> str:
+        return self.progress.what
+
+    @property
+    def starting(self) -> bool:
+        """No progress yet, and the start-up allowance is what applies."""
+        return self.progress.first_s is None and self.startup_s > 0
+
+    def limit_s(self) -> float:
+        return self.startup_s if self.starting else self.timeout_s
 
     def idle_s(self) -> float:
-        return self.clock() - self.last
+        return self.clock() - self.progress.last
 
     def hung(self) -> bool:
         now = self.clock()
         if now < self.next_check:
             return False
         self.next_check = now + min(CHECK_S, self.timeout_s / 4)
-        mark = self.mark_fn()
-        if mark != self.mark:
-            self.mark, self.last = mark, now
-            self.what = "progress report or checkpoint"
-        if self.log_path:
-            lines, self.offset = read_new(self.log_path, self.offset)
-            if any(ITERATION.search(x) for x in lines):
-                self.last = now
-                self.what = "iteration line in the log"
-        return now - self.last >= self.timeout_s
+        self.progress.poll(force=True)
+        return self.idle_s() >= self.limit_s()
+
+    def reason(self) -> str:
+        """What the log and the state file say of the stop (:mod:`.classify` tells a start-up
+        stop by its first words, :data:`.classify.STARTUP`)."""
+        if self.starting:
+            return "%s %s: %d s since the launch started" % (
+                STARTUP,
+                span(self.startup_s),
+                self.idle_s(),
+            )
+        return "no progress for %d s (last: %s)" % (self.idle_s(), self.what)
 
 
 def descendants(pid: int, proc: str = "/proc") -> list[int]:

@@ -17,13 +17,51 @@ class OrderError(Exception):
     """The planned order does not fit the allocation."""
 
 
-def natural_key(text: str) -> tuple[object, ...]:
-    """Digits compare as numbers (``node2`` < ``node10``), like ``sort -V`` on these names."""
-    return tuple(
-        (0, int(part), "") if part.isdigit() else (1, 0, part)
-        for part in re.split(r"(\d+)", text)
-        if part
-    )
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def _encode_run(m: re.Match[str]) -> str:
+    run = m.group()
+    # A run with a leading zero compares digit by digit ("left-aligned"), and ends before any
+    # longer run it is a prefix of: keep it and close it with NUL (below every character).
+    # Others compare as numbers: "1", then the length, then the digits (longer is larger).
+    return run + "\0" if run[0] == "0" else f"1{len(run):04d}{run}"
+
+
+def natural_key(name: str) -> str:
+    """The one sort key for host and switch names: Slurm's ``strnatcmp`` order, as a string.
+
+    Slurm sorts its node table and its hostlists with ``strnatcmp`` (SchedMD/slurm
+    ``src/slurmctld/read_config.c`` ``_sort_nodes_by_name``, ``src/common/hostlist.c``
+    ``hostrange_prefix_cmp``; the algorithm is ``src/common/strnatcmp.c``): runs of digits
+    compare as numbers (``node2`` < ``node10``), except that a run starting with ``0`` compares
+    digit by digit (``node01`` < ``node1``), and everything else compares by character code
+    (``node-1`` < ``node1``, since ``-`` < ``1``). Encoding each digit run so that plain
+    string comparison gives that order makes the key one ``str`` (fast to build and compare).
+    Leading spaces, which ``strnatcmp`` skips, do not occur in host names.
+
+    Fast path (a 64k-node plan sorts every name): a name is a stem and a trailing digit run
+    (``p5-`` + ``00017``); the stem's key is computed by the regex once per distinct stem and
+    cached, the trailing run is encoded inline. Same result as the regex on the whole name.
+    """
+    stem = name.rstrip("0123456789")
+    if stem and stem[-1].isdecimal():  # a non-ASCII digit (``\d``) continues the run
+        return _DIGIT_RUN.sub(_encode_run, name)
+    head = _STEM_KEYS.get(stem)
+    if head is None:
+        if len(_STEM_KEYS) >= _STEM_KEYS_MAX:
+            _STEM_KEYS.clear()
+        head = _STEM_KEYS[stem] = _DIGIT_RUN.sub(_encode_run, stem)
+    if len(stem) == len(name):
+        return head
+    run = name[len(stem) :]
+    if run[0] == "0":
+        return head + run + "\0"
+    return f"{head}1{len(run):04d}{run}"
+
+
+_STEM_KEYS: dict[str, str] = {}
+_STEM_KEYS_MAX = 65536  # distinct stems are few (one per name prefix); bound a long-lived cache
 
 
 def host_order(
@@ -66,6 +104,42 @@ def insert_rank(argv: Sequence[str], prefix: int, rank: int) -> list[str]:
     return words[:prefix] + ["--node-rank=%d" % rank] + words[prefix:]
 
 
+def expand_hostlist(text: str) -> list[str]:
+    """A Slurm host list (``n[001-003,7],gpu-a``) as host names, without ``scontrol``: a node
+    entry in a container has no Slurm commands. Each bracket holds comma-separated numbers or
+    ``lo-hi`` ranges, zero-padded to the width written (Slurm's hostlist syntax,
+    https://slurm.schedmd.com/slurm.conf.html#SECTION_NODE-CONFIGURATION); several brackets
+    in one name multiply. A part it cannot read is returned as written."""
+    out: list[str] = []
+    depth, part = 0, ""
+    for ch in text + ",":
+        if ch == "," and depth == 0:
+            if part:
+                out.extend(_expand_one(part))
+            part = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        part += ch
+    return out
+
+
+def _expand_one(name: str) -> list[str]:
+    head, bracket, rest = name.partition("[")
+    if not bracket:
+        return [name]
+    body, close, tail = rest.partition("]")
+    if not close:
+        return [name]
+    values: list[str] = []
+    for item in body.split(","):
+        lo, dash, hi = item.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            return [name]
+        width = len(lo)
+        values.extend(str(i).zfill(width) for i in range(int(lo), int(hi or lo) + 1))
+    return [head + v + t for v in values for t in _expand_one(tail)]
+
+
 def replayed_order(order: Sequence[str], step_nodes: Sequence[str]) -> list[str]:
     """The host order of a step HyperPod's auto-resume replayed on replaced nodes.
 
@@ -103,6 +177,21 @@ def with_master(argv: Sequence[str], old: str, new: str) -> list[str]:
     return out
 
 
+def with_port(argv: Sequence[str], old: int, new: int) -> list[str]:
+    """``argv`` with the rendezvous port ``old`` replaced by ``new`` in torchrun's
+    ``--master-port``/``--master_port`` and the port of ``--rdzv-endpoint``/``--rdzv_endpoint``."""
+    out = []
+    for word in argv:
+        key, eq, val = word.partition("=")
+        if eq and key in ("--master-port", "--master_port") and val == str(old):
+            out.append("%s=%d" % (key, new))
+        elif eq and key in ("--rdzv-endpoint", "--rdzv_endpoint") and val.endswith(":%d" % old):
+            out.append("%s=%s:%d" % (key, val.rpartition(":")[0], new))
+        else:
+            out.append(word)
+    return out
+
+
 def parse_node_addrs(scontrol_show_node: str) -> dict[str, str]:
     """``NodeName -> NodeAddr`` from ``scontrol -o show node`` output."""
     from .slurm import node_records
@@ -134,6 +223,16 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def rendezvous_port(
+    job_id: int, restart: int, base: int, span: int, ephemeral: tuple[int, int], here: bool
+) -> int:
+    """The launch's rendezvous port (:func:`choose_port`), checked free only where the first
+    node of the order is this host (``here``): no other node's ports can be seen from here.
+    One rule for prepare's pick and a relaunch's (``move_port``)."""
+    free: Callable[[int], bool] = port_is_free if here else (lambda p: True)
+    return choose_port(job_id, restart, base, span, ephemeral, is_free=free)
 
 
 # SGLang's own ports (sgl-project/sglang:python/sglang/srt/server_args.py, PortArgs.init_new):

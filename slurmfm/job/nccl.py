@@ -5,8 +5,9 @@ Lines matched, newest plugin first (aws/aws-ofi-nccl ``src/nccl_ofi_net.c`` and 
 NCCL's own ``Using network AWS Libfabric`` / ``Using network Libfabric`` / ``Using network OFI``
 (NVIDIA/nccl ``src/init.cc`` prints the plugin's name). A socket fallback prints ``Using network
 Socket`` or ``NET/Socket : Using``. Only jobs whose launcher writes an NCCL log are checked (the
-batch step sets ``NCCL_DEBUG_FILE`` on node 0 for torchrun-family launchers; vLLM and SGLang
-jobs are not checked, so they never get a false "no NCCL line" warning).
+per-node entry sets ``NCCL_DEBUG_FILE`` on node 0 for torchrun-family launchers, and for vLLM
+and SGLang servers that span nodes, whose worker processes inherit it; a one-node server is
+not checked, so it never gets a false "no NCCL line" warning).
 """
 
 from __future__ import annotations

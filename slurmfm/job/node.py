@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -25,12 +24,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from . import gate
-from .evidence import LaunchWatch
+from . import gate, masking
+from .evidence import LaunchWatch, write_private
 from .health import run_command
-from .hosts import insert_rank, node_rank, replayed_order, with_master
+from .hosts import expand_hostlist, insert_rank, node_rank, replayed_order, with_master
 from .serve import ray_alive
 
 if TYPE_CHECKING:
@@ -41,6 +40,9 @@ if TYPE_CHECKING:
 # the node's first task) runs the node's observability agent (:func:`.agent.fork`) instead of
 # an agents' step; not passed on to the launch.
 IN_ENTRY = "SLURMFM_OBS_IN_ENTRY"
+# Set by each node's entry in its launcher's environment: the entry's pid. The launch task
+# Slurm started is the entry (in a container too), and the launcher its child.
+ENTRY_PID = "SLURMFM_ENTRY_PID"
 
 
 def children(pid: int, proc: str = "/proc") -> list[int]:
@@ -175,8 +177,10 @@ def forward_to_workers(
     sent: set[tuple[int, str]] | None = None,
     tasks: bool = False,
 ) -> list[int]:
-    """Send ``sig`` to the children of this node's launch tasks (``tasks``: to the tasks
-    themselves, NeMo's training processes); the pids signalled.
+    """Send ``sig`` to the children of this node's launchers (``tasks``: to the launched
+    processes themselves, NeMo's training processes); the pids signalled. A launch task is
+    the runtime's node entry, whose launcher is its child (:func:`entry_launcher`), or, in
+    an image without python3, the launcher itself.
 
     The host-side half of the save signal for a launch in a container (docs/features.md,
     "Containers"):
@@ -190,7 +194,12 @@ def forward_to_workers(
     done: set[tuple[int, str]] = set() if sent is None else sent
     out: list[int] = []
     for top in launch_tops(job, node, proc):
-        for kid in [top] if tasks else children(top, proc):
+        launcher = entry_launcher(top, proc)
+        if launcher:  # the task is the runtime's node entry: its launcher is the one meant
+            kids = [launcher] if tasks else children(launcher, proc)
+        else:
+            kids = [top] if tasks else children(top, proc)
+        for kid in kids:
             if not tasks and not started_by(kid, top, job, proc):
                 continue
             key = (kid, start_time(kid, proc))
@@ -201,6 +210,16 @@ def forward_to_workers(
                 out.append(kid)
                 done.add(key)
     return out
+
+
+def entry_launcher(task: int, proc: str = "/proc") -> int:
+    """The launcher the node entry ``task`` started (its child marked with
+    :data:`ENTRY_PID`), or 0 where ``task`` is the launcher itself (no entry: an image
+    without python3)."""
+    for kid in children(task, proc):
+        if environ(kid, proc).get(ENTRY_PID) == str(task):
+            return kid
+    return 0
 
 
 def forward_until_done(
@@ -235,9 +254,14 @@ def forward_until_done(
         sleep(poll_s)
 
 
-def container_remove(name: str, run: Runner = run_command) -> list[str] | None:
+def container_remove(
+    name: str, run: Runner = run_command, earlier: bool = False
+) -> list[str] | None:
     """Remove this node's Enroot containers of the Pyxis container name ``name``; their names
-    (None: ``enroot list`` failed, e.g. no ``enroot`` on the job's PATH).
+    (None: ``enroot list`` failed, e.g. no ``enroot`` on the job's PATH). ``earlier``: those
+    of the job's earlier attempts in the same role instead (``slurmfm-JOB-K-ROLE``, K below
+    this attempt's): a scancel past KillWait or a node reboot left them, each with a whole
+    unpacked image (render.container.container_name).
 
     Pyxis keeps a named container after its step: as ``pyxis_NAME``, or ``pyxis_JOBID_NAME``
     where the admin set ``container_scope=job`` (then Pyxis removes it itself at the job's
@@ -248,8 +272,16 @@ def container_remove(name: str, run: Runner = run_command) -> list[str] | None:
     if rc != 0:
         print("slurmfm: enroot list: " + out.strip(), file=sys.stderr, flush=True)
         return None
-    scoped = re.compile(r"pyxis_[0-9]+_" + re.escape(name))
-    mine = [c for c in out.split() if c == "pyxis_" + name or scoped.fullmatch(c)]
+    scoped = re.compile(r"pyxis_(?:[0-9]+_)?" + re.escape(name))
+    mine = [c for c in out.split() if scoped.fullmatch(c)]
+    attempt = re.fullmatch(r"(slurmfm-[0-9]+-)([0-9]+)(-.+)", name)
+    if earlier:
+        if attempt is None:
+            return []
+        head, now, role = attempt.groups()
+        pattern = re.compile(r"pyxis_(?:[0-9]+_)?%s([0-9]+)%s" % (re.escape(head), re.escape(role)))
+        found = [(c, pattern.fullmatch(c)) for c in out.split()]
+        mine = [c for c, m in found if m is not None and int(m.group(1)) < int(now)]
     return [c for c in mine if run(["enroot", "remove", "--force", c], 120)[0] == 0]
 
 
@@ -275,9 +307,11 @@ def run_launcher(
     watch: LaunchWatch | None = None,
     stdin: int | None = None,
     forward_tasks: bool = False,
+    first_on_term: Callable[[], object] | None = None,
 ) -> int:
     """Run ``argv`` with USR2 ignored; on USR2 send ``forward`` to its children (with
     ``forward_tasks``: to the launched process itself, NeMo's training process).
+    ``first_on_term`` runs at a TERM before the launcher is told (a Ray head's own Ray).
 
     With ``watch`` its stderr passes through a pipe (copied to ours line by line) so that the
     node's report names the exception and rank (:mod:`.evidence`), and a TERM from srun
@@ -285,6 +319,8 @@ def run_launcher(
     the launcher's standard input (the gate's channel, :mod:`.gate`, is not the training's).
     """
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # inherited by the child across exec
+    # the host's `forward` step finds the launcher below this entry by it (forward_to_workers)
+    env = dict(env, **{ENTRY_PID: str(os.getpid())})
     if watch is not None:
         env = watch.environ(env)
     child: subprocess.Popen[bytes] | None = None
@@ -292,6 +328,8 @@ def run_launcher(
 
     def on_term(signum: int, frame: object) -> None:
         # Slurm signals the whole step; the launcher gets TERM itself. Wait for its status.
+        if first_on_term is not None:
+            first_on_term()
         if child is None:
             early.append(signum)  # passed on once Popen has returned (below)
             return
@@ -413,6 +451,10 @@ def run_ray_node(
     launch: Callable[[Sequence[str], str, dict[str, str]], int] = run_launcher,
     stop: Callable[[str], object] = stop_own_ray,
     make_temp: Callable[[str], str] = lambda prefix: tempfile.mkdtemp(prefix=prefix, dir="/tmp"),
+    what: str = "the server",
+    head_args: Sequence[str] = (),
+    head_retry: bool = False,
+    count: Callable[[str, str, int, float, Runner], int] | None = None,
 ) -> int:
     """vLLM across nodes (vLLM examples/online_serving/multi-node-serving.sh, run_cluster.sh).
 
@@ -431,11 +473,13 @@ def run_ray_node(
     the host shares, and whose ``ray_current_cluster`` names the last head started there. The server
     and the readiness count connect by address (``RAY_ADDRESS``, which ``ray.init`` takes
     before any file: ray/_private/services.py ``get_ray_address_from_environment``), so they
-    join this job's cluster, never another one on the host.
+    join this job's cluster, never another one on the host. A Ray cluster for a driver
+    (launcher ray) runs the same sequence with its own parameters (:func:`run_ray_driver`).
     """
     deadline = clock() + timeout_s
     job = env.get("SLURM_JOB_ID", "")
-    owner = "%s.%s.%s" % (job, env.get("SLURM_STEP_ID", ""), own_addr)
+    # by Slurm node name: lab nodes share 127.0.0.1 (a stop by address stopped the head's Ray)
+    owner = "%s.%s.%s" % (job, env.get("SLURM_STEP_ID", ""), env.get("SLURMD_NODENAME") or own_addr)
     addr = "%s:%d" % (head, port)
     env = dict(env, VLLM_HOST_IP=own_addr, RAY_ADDRESS=addr, **{RAY_OWNER: owner})
     private = make_temp("slurmfm-ray-%s-" % job)
@@ -444,72 +488,315 @@ def run_ray_node(
     temp = os.path.join(private, "r")
     try:
         if rank != 0:
-            # Slurm ends the step with TERM (scancel, the job's end): stop this node's Ray then,
-            # since its daemons leave the step's process tree.
-            old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-            try:
-                while (
-                    call(
-                        [
-                            ray,
-                            "start",
-                            "--address=" + addr,
-                            "--node-ip-address=" + own_addr,
-                            "--temp-dir=" + temp,
-                            "--block",
-                        ],
-                        env,
-                    )
-                    != 0
-                ):
-                    if clock() >= deadline:
-                        print(
-                            f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
-                            file=sys.stderr,
-                        )
-                        return 1
-                    sleep(retry_s)
-                return 0
-            finally:
-                stop(owner)
-                signal.signal(signal.SIGTERM, old)
-        if (
-            call(
-                [
-                    ray,
-                    "start",
-                    "--head",
-                    "--port=%d" % port,
-                    "--node-ip-address=" + own_addr,
-                    "--temp-dir=" + temp,
-                ],
+            join = [ray, "start", "--address=" + addr, "--node-ip-address=" + own_addr]
+            return _ray_worker(
+                [*join, "--temp-dir=" + temp, "--block"],
                 env,
+                call,
+                lambda: clock() >= deadline,
+                lambda: sleep(retry_s),
+                lambda: stop(owner),
+                f"slurmfm: Ray worker could not join {addr} within {timeout_s:g} s",
             )
-            != 0
+        start = [ray, "start", "--head", "--port=%d" % port, "--node-ip-address=" + own_addr]
+        late: Callable[[], bool] = lambda: clock() >= deadline  # noqa: E731
+        if not _ray_head(
+            [*start, "--temp-dir=" + temp, *head_args],
+            env,
+            call,
+            lambda: not head_retry or late(),
+            lambda: sleep(retry_s),
+            lambda: stop(owner),
         ):
-            print("slurmfm: ray start --head failed", file=sys.stderr)
-            stop(owner)
             return 1
         while True:
-            alive = ray_alive(python, addr, run)
+            if count is not None:  # one process that waits (run_ray_driver)
+                alive = count(python, addr, nnodes, max(deadline - clock(), 1.0), run)
+            else:
+                alive = ray_alive(python, addr, run)
             if alive >= nnodes:
                 break
-            if clock() >= deadline:
-                print(
-                    "slurmfm: only %d of %d Ray nodes joined within %g s"
-                    % (alive, nnodes, timeout_s),
-                    file=sys.stderr,
-                )
+            if late():
+                msg = "slurmfm: only %d of %d Ray nodes joined within %g s"
+                print(msg % (alive, nnodes, timeout_s), file=sys.stderr)
                 stop(owner)
                 return 1
             sleep(poll_s)
-        print("slurmfm: Ray cluster has %d nodes; starting the server" % nnodes, flush=True)
-        try:
-            return launch(argv, "none", env)
-        finally:
-            stop(owner)
+        print("slurmfm: Ray cluster has %d nodes; starting %s" % (nnodes, what), flush=True)
+        return _ray_launch(launch, argv, env, lambda: stop(owner))
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def _ray_launch(
+    launch: Callable[[Sequence[str], str, dict[str, str]], int],
+    argv: Sequence[str],
+    env: dict[str, str],
+    stop: Callable[[], object],
+) -> int:
+    """The head's launch once every node joined, its own Ray stopped at the end. Slurm gives
+    a cancelled step KillWait (30 s by default; the lab's 5 s) before SIGKILL, and the head's
+    launcher may take longer to end: the Ray daemons, which left the step's process tree, go
+    at the TERM itself (with the entry's own launcher; an injected one ends them after)."""
+    try:
+        if launch is run_launcher:
+            return run_launcher(argv, "none", env, first_on_term=stop)
+        return launch(argv, "none", env)
+    finally:
+        stop()
+
+
+def _ray_worker(
+    join: Sequence[str],
+    env: dict[str, str],
+    call: Callable[[Sequence[str], dict[str, str]], int],
+    late: Callable[[], bool],
+    pause: Callable[[], None],
+    stop: Callable[[], object],
+    why: str,
+) -> int:
+    """A worker node of :func:`run_ray_node`: ``ray start --block`` until it joins (tried
+    again while the head starts, until ``late()``), its own Ray stopped at the end. Slurm ends
+    the step with TERM (scancel, the job's end): this node's Ray is stopped then too, since
+    its daemons leave the step's process tree."""
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        while call(join, env) != 0:
+            if late():
+                print(why, file=sys.stderr)
+                return 1
+            pause()
+        return 0
+    finally:
+        stop()
+        signal.signal(signal.SIGTERM, old)
+
+
+def _ray_head(
+    start: Sequence[str],
+    env: dict[str, str],
+    call: Callable[[Sequence[str], dict[str, str]], int],
+    give_up: Callable[[], bool],
+    pause: Callable[[], None],
+    stop: Callable[[], object],
+) -> bool:
+    """The head node's ``ray start --head`` of :func:`run_ray_node`, tried again until
+    ``give_up()`` (what a failed start left is stopped first: its GCS holds the port)."""
+    while call(start, env) != 0:
+        stop()
+        if give_up():
+            print("slurmfm: ray start --head failed", file=sys.stderr)
+            return False
+        print("slurmfm: ray start --head failed; starting it again", file=sys.stderr)
+        pause()
+    return True
+
+
+def head_listening(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Whether the Ray head's GCS port takes a connection (one TCP connect, closed at once)."""
+    import socket  # here: only a Ray worker's entry asks
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+# A worker's try to join before the head's GCS port answered (:func:`follow_head`).
+HEAD_NOT_UP = 75
+
+
+def follow_head(
+    head: str,
+    port: int,
+    popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
+    up: Callable[[str, int], bool] = head_listening,
+    sleep: Callable[[float], None] = time.sleep,
+    poll_s: float = 2.0,
+    misses: int = 2,
+    stop: Callable[[str], object] = stop_own_ray,
+    ended: Callable[[], bool] = lambda: True,
+    ready: Callable[[], bool] = lambda: True,
+) -> Callable[[Sequence[str], dict[str, str]], int]:
+    """A Ray worker's ``ray start --block`` that ends when the head is gone.
+
+    Why: a served model's step ends by Slurm's TERM, but a driver's step ends when its tasks
+    do, and a worker's ``ray start --block`` would outlive the head by the raylet's own wait
+    for the GCS (``gcs_rpc_server_reconnect_timeout_s``, 60 s by default: ray-project/ray
+    src/ray/common/ray_config_def.h), then exit 1, failing a finished job. The head stops its
+    Ray once the driver ended (:func:`run_ray_node`); ``misses`` polls in a row without the
+    head's GCS port, once ``ended`` says the driver did, end this worker with 0. Why both: a
+    head whose start failed stops its Ray and starts it again (``head_retry``), and its port
+    closes then too; ``ended`` is the head's report in the attempt's evidence directory, which
+    its entry writes when the driver ends, before it stops its Ray (:func:`run_ray_driver`).
+    Meanwhile the worker's raylet, without its GCS, ends ``ray start``, and the worker joins
+    the new head. ``ray start`` itself ending gives its exit (non-zero before the head was up:
+    :func:`run_ray_node` retries).
+
+    No ``ray start`` before the head's GCS port answers: each try is a Python start that
+    imports Ray (seconds of CPU), and on the lab's two cores, where every node runs, the
+    workers' tries while the head started made its raylet miss its own start-up timeout.
+    Nor before ``ready``: the head's mark in the attempt's evidence directory that its own
+    ``ray start --head`` returned (its raylet registered): a worker that joins a GCS whose head
+    raylet is still starting fails ("No node info found for head node in GCS") and loads the
+    head's cores meanwhile. Until then the answer is :data:`HEAD_NOT_UP`, which
+    :func:`run_ray_node` retries until its deadline.
+    """
+
+    def call(argv: Sequence[str], env: dict[str, str]) -> int:
+        if not ready() or not up(head, port):
+            return HEAD_NOT_UP
+        child = popen(list(argv), env=env)
+        gone = 0
+        while True:
+            rc = child.poll()
+            if rc is not None:
+                if rc != 0 and env.get(RAY_OWNER):
+                    stop(env[RAY_OWNER])  # a failed join's agents, before the next try
+                return int(rc)
+            if up(head, port):
+                gone = 0
+            else:
+                gone += 1
+                if gone >= misses and ended():
+                    print(
+                        "slurmfm: the Ray head %s:%d is gone (its driver ended); this worker "
+                        "stops" % (head, port),
+                        flush=True,
+                    )
+                    return 0
+            sleep(poll_s)
+
+    return call
+
+
+# One Python that imports Ray and connects once, then counts the alive nodes every second
+# until there are enough or its time is up, printing each count (the last is the answer).
+RAY_WAIT = (
+    "import ray, sys, time\n"
+    "ray.init(address=sys.argv[1])\n"
+    "n, end = int(sys.argv[2]), time.monotonic() + float(sys.argv[3])\n"
+    "while True:\n"
+    "    alive = sum(bool(x['Alive']) for x in ray.nodes())\n"
+    "    print(alive, flush=True)\n"
+    "    if alive >= n or time.monotonic() >= end:\n"
+    "        break\n"
+    "    time.sleep(1)\n"
+)
+
+
+def ray_wait_alive(python: str, address: str, nnodes: int, wait_s: float, run: Runner) -> int:
+    """The Ray nodes alive once ``nnodes`` joined or ``wait_s`` passed: one process that waits,
+    where :func:`.serve.ray_alive` (vLLM's count) starts Python and connects at every poll.
+    Why: each of those starts imports Ray (seconds of CPU); on the lab's two cores, where
+    every node's Ray starts too, the polls slowed the workers' raylets past Ray's own fixed
+    start-up windows (:func:`run_ray_node`)."""
+    from .safepath import program
+
+    rc, out = run(
+        [python, "-c", program(RAY_WAIT), address, str(nnodes), "%g" % wait_s], wait_s + 120
+    )
+    last = (out.strip().splitlines() or ["0"])[-1].strip()
+    return int(last) if rc == 0 and last.isdigit() else 0
+
+
+# ``--ray-port rdzv``: the Ray head takes the job's rendezvous port (``SLURMFM_RDZV_PORT``).
+RDZV = "rdzv"
+
+
+def run_ray_driver(
+    argv: Sequence[str],
+    rank: int,
+    me: str,
+    own_addr: str,
+    ray: dict[str, str],
+    env: dict[str, str],
+    run_node: Callable[..., int] = run_ray_node,
+    stop: Callable[[str], object] = stop_own_ray,
+) -> int:
+    """``launcher.kind: ray`` (slurmfm/launchers/ray.py): the Ray cluster of
+    :func:`run_ray_node` on the job's own rendezvous host and port (node 0 of the host order,
+    a port picked out of the ephemeral range unless the recipe fixes one), the driver on the
+    head, watched like a training launch (its exit and exception are the node's report in the
+    attempt's evidence: .evidence), the workers ending with the head (:func:`follow_head`).
+
+    It runs :func:`run_ray_node`'s sequence
+    with its own ``call`` on the workers, ``launch`` and ``head_args`` on the head (``what``:
+    the log's name of what starts once every node joined), and ``head_retry``: a failed
+    ``ray start --head`` is tried again until the deadline, as a worker's join is. Why: the
+    raylet gives its dashboard agent a fixed 15 s to write its port files and aborts past
+    them ("Timed out waiting for file .../metrics_agent_port_...", ray-project/ray
+    src/ray/raylet/node_manager.cc ``WaitForDashboardAgentPorts``; Ray 2.60 does not take
+    ``RAY_agent_register_timeout_ms`` there); an agent whose imports are slow (a cold page
+    cache, a busy node: the lab's two cores) misses it, and the next try, warm, does not.
+    ``count`` replaces the head's poll of :func:`.serve.ray_alive` (a Python start that
+    imports Ray and connects, every ``poll_s``) with one call that waits.
+    """
+    head = env.get("SLURMFM_RDZV_HOST", "")
+    port = int(env.get("SLURMFM_RDZV_PORT", "0") if ray["port"] == RDZV else ray["port"])
+    evidence = env.get("SLURMFM_EVIDENCE_DIR", "")
+
+    def driver(words: Sequence[str], _forward: str, denv: dict[str, str]) -> int:
+        watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
+        return run_launcher(words, "none", denv, watch)
+
+    # No dashboard: the driver runs on the head itself (no `ray job submit`), and the
+    # dashboard's fixed ports (8265; its agent's 52365) would be taken by the first of two
+    # jobs sharing a node. No usage report: compute nodes often have no way out (Ray's
+    # usage-stats page: https://docs.ray.io/en/latest/cluster/usage-stats.html).
+    head_args = ["--include-dashboard=false", "--disable-usage-stats"]
+    # the head's report (LaunchWatch.finish) is written once the driver ended: the workers'
+    # sign that a closed GCS port is the end, not the head starting its Ray again
+    order = env.get("SLURMFM_HOST_ORDER", "").split()
+    report = os.path.join(evidence, "%s.json" % order[0]) if evidence and order else ""
+    # the head's mark that its Ray started (its raylet registered): the workers' go
+    started = os.path.join(evidence, "%s.ray-head" % order[0]) if evidence and order else ""
+
+    def count(python: str, addr: str, nnodes: int, wait_s: float, run: Runner) -> int:
+        if started and not os.path.exists(started):  # called once `ray start --head` returned
+            write_private(started, addr + "\n")
+        return ray_wait_alive(python, addr, nnodes, wait_s, run)
+
+    extra: dict[str, Any] = {
+        "launch": driver,
+        "what": "the driver",
+        "head_args": head_args,
+        "head_retry": True,
+        "count": count,
+    }
+    if rank != 0:
+        extra["call"] = follow_head(
+            head,
+            port,
+            ended=(lambda: os.path.exists(report)) if report else (lambda: True),
+            ready=(lambda: os.path.exists(started)) if started else (lambda: True),
+        )
+    # Slurm ends a cancelled job's step with TERM: the head stops its Ray then too (its
+    # daemons leave the step's process tree; a worker's entry does so already, run_ray_node)
+    owner = "%s.%s.%s" % (
+        env.get("SLURM_JOB_ID", ""),
+        env.get("SLURM_STEP_ID", ""),
+        env.get("SLURMD_NODENAME") or own_addr,
+    )
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        return run_node(
+            argv,
+            rank,
+            head,
+            own_addr,
+            ray["ray"],
+            ray["python"],
+            port,
+            int(ray["nodes"]),
+            float(ray["timeout"]),
+            env,
+            **extra,
+        )
+    finally:
+        stop(owner)
+        signal.signal(signal.SIGTERM, old)
 
 
 def replayed(
@@ -527,7 +814,8 @@ def replayed(
     if not was or not now or was == now:
         return words, order
     rc, out = run(["scontrol", "show", "hostnames", now], 30.0)
-    nodes = out.split() if rc == 0 else []
+    # in a container there is no scontrol: the host list read here
+    nodes = out.split() if rc == 0 else expand_hostlist(now)
     if not nodes:
         return words, order
     new = replayed_order(order, nodes)
@@ -539,6 +827,83 @@ def replayed(
     return words, new
 
 
+def _check_order(
+    env: dict[str, str],
+    order: list[str],
+    rank: int,
+    final: Sequence[str],
+    prefix: int,
+    first_task: bool,
+) -> None:
+    """Whether the launch's ranks follow the job's order (:mod:`.rankorder`, issue 42 item 1).
+
+    One task per GPU: Slurm's ``SLURM_PROCID`` against the order, at once. A launcher given
+    ``--node-rank`` (``prefix``): a c10d rendezvous in its words discards the node rank (said
+    on node 0); its workers' ``GROUP_RANK`` is checked on a daemon thread once they start.
+    Only a difference is said, so a job whose order held logs nothing more.
+    """
+    from . import rankorder
+
+    me = env.get("SLURMD_NODENAME", "")
+    if first_task:
+        line = rankorder.launch_differs(env, order, rank)
+        if line:
+            print(line, flush=True)
+    if prefix <= 0:
+        return
+    word = rankorder.c10d(final)
+    if word and rank == 0:
+        print(
+            "slurmfm: the launch asks for %s: torchrun then ranks nodes by its rendezvous "
+            "(host names sorted as text), not by the job's order; remove it (the static "
+            "rendezvous with --node-rank keeps the order)" % word,
+            flush=True,
+        )
+    if first_task:
+        import threading
+
+        threading.Thread(
+            target=rankorder.check_workers,
+            args=(me, rank, children, environ, os.getpid()),
+            kwargs={"say": lambda s: print(s, flush=True)},
+            daemon=True,
+        ).start()
+
+
+def vllm_node(
+    argv: Sequence[str],
+    rank: int,
+    nnodes: int,
+    vllm: tuple[str, int, int],
+    env: dict[str, str],
+) -> tuple[list[str], bool]:
+    """vLLM across nodes: this node's command and whether it goes over Ray.
+
+    ``vllm``: the recipe's mode (``auto``: the installed vLLM's gate, :mod:`.vllm`), the
+    data-parallel replicas and those on each node. Without Ray every node gets its own flags
+    (:func:`.vllm.node_words`: rank, ``--headless`` off node 0, node 0's address and the
+    job's dist port, picked out of the ephemeral range by ``prepare``) and is pinned to its
+    own Slurm NodeAddr (``VLLM_HOST_IP``, as the Ray path does); over Ray the server is told
+    so (``--distributed-executor-backend ray``) and :func:`run_ray_node` runs it.
+    """
+    from . import vllm as v
+
+    mode, dp, dp_local = vllm
+    if mode == "auto":
+        ok, found = v.native_supported(argv[0] if argv else "vllm", env)
+        mode = "native" if ok else "ray"
+        if rank == 0:
+            how = "without Ray" if ok else "over Ray"
+            print("slurmfm: vLLM across nodes %s (%s)" % (how, found), flush=True)
+    if mode == "ray":
+        return [*argv, "--distributed-executor-backend", "ray"], True
+    me = env.get("SLURMD_NODENAME", "")
+    env["VLLM_HOST_IP"] = node_addrs(env.get("SLURMFM_NODE_ADDRS", "")).get(me, me)
+    head = env.get("SLURMFM_SERVE_HEAD", "")
+    port = int(env.get("SLURMFM_SERVE_DIST_PORT", "0") or 0)
+    return v.node_words(argv, rank, nnodes, head, port, dp, dp_local), False
+
+
 def main(
     argv: Sequence[str],
     prefix: int,
@@ -546,6 +911,8 @@ def main(
     ray: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
     forward_tasks: bool = False,
+    numa: str = "",
+    vllm: tuple[str, int, int] = ("", 1, 1),
 ) -> int:
     env = dict(os.environ if env is None else env)
     me = env.get("SLURMD_NODENAME", "")
@@ -560,7 +927,11 @@ def main(
         env.update(
             NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET", NCCL_DEBUG_FILE=env["SLURMFM_NCCL_LOG"]
         )
-    if ray:
+    driver = bool(ray and ray.get("driver"))
+    if vllm[0]:
+        argv, over_ray = vllm_node(argv, rank, len(order), vllm, env)
+        ray = ray if over_ray else None
+    if ray and not driver:
         addrs = node_addrs(env.get("SLURMFM_NODE_ADDRS", ""))
         return run_ray_node(
             argv,
@@ -575,6 +946,12 @@ def main(
             env,
         )
     final = insert_rank(argv, prefix, rank)
+    if numa:  # torchrun's --numa-binding where this launch's torch has it (.numa)
+        from .numa import with_binding
+
+        final, note = with_binding(final, prefix, numa, env)
+        if note and rank == 0:
+            print(note, flush=True)
     evidence = env.get("SLURMFM_EVIDENCE_DIR", "")
     first_task = env.get("SLURM_LOCALID", "0") in ("", "0")
     value = env.pop(gate.ENV, "")
@@ -589,7 +966,10 @@ def main(
         print("slurmfm: %s did not start the launch (the health gate did not pass)" % me)
         return gate.NOT_STARTED
     if rank == 0:
-        print("slurmfm: node 0 runs: " + " ".join(shlex.quote(w) for w in final), flush=True)
+        from .safepath import RUN_MODULE, SHELL_VAR
+
+        shown = masking.line(final, env, named={RUN_MODULE: f'"${SHELL_VAR}"'})
+        print("slurmfm: node 0 runs: " + shown, flush=True)
     agent = None
     if env.pop(IN_ENTRY, "") == "1" and first_task:
         # this node's observability agent, forked before any thread (batch.Batch.run_step);
@@ -597,9 +977,14 @@ def main(
         from .agent import fork
 
         agent = fork(env)
-    watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
-    stdin = subprocess.DEVNULL if value else None
+    # after the agent's fork: its thread must not exist when the agent forks
+    _check_order(env, order, rank, final, prefix, first_task)
     try:
+        if ray and driver:  # a Ray cluster: after the gate, as any training launch
+            addrs = node_addrs(env.get("SLURMFM_NODE_ADDRS", ""))
+            return run_ray_driver(final, rank, me, addrs.get(me, me), ray, env)
+        watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
+        stdin = subprocess.DEVNULL if value else None
         return run_launcher(final, forward, env, watch, stdin=stdin, forward_tasks=forward_tasks)
     finally:
         if agent is not None:

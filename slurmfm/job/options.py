@@ -37,8 +37,8 @@ __all__ = [
 
 _T = TypeVar("_T", bound="Options")
 SIGNALS = ("TERM", "USR2", "INT")
-# $0 of a container launch's first program (``srun ... sh -c PROGRAM slurmfm-node COMMAND``):
-# the renderer writes it and the batch step finds node 0's command after it.
+# $0 of a container launch's first program (``srun ... sh -c PROGRAM slurmfm-node ENTRY``),
+# which error messages of ``sh`` name.
 CONTAINER_ENTRY = "slurmfm-node"
 
 
@@ -217,6 +217,7 @@ class _Batch(NamedTuple):
     restart_in_job: bool = True
     supervise: bool = True
     hang_timeout_s: float = 1800.0
+    startup_timeout_s: float = 3600.0
     requeue: bool = True
     expedite: bool = False
     requeue_tries: int = 3
@@ -245,6 +246,13 @@ class _Batch(NamedTuple):
     stop_query_s: float = 3.0
     poll_s: float = 0.5
     done_check: str = "none"
+    fabric_test: str = "off"
+    fabric_cmd: str = "all_reduce_perf"
+    fabric_args: str = ""
+    fabric_floor_gbs: float = 0.0
+    fabric_tasks: int = 1
+    fabric_mpi: str = ""
+    fabric_timeout_s: float = 1800.0
     observe: bool = False
     observe_job_json: str = "{}"
     observe_start_s: float = 30.0
@@ -254,6 +262,7 @@ class _Batch(NamedTuple):
     health_path: str = "/health"
     ready_timeout_s: float = 1800.0
     ready_poll_s: float = 5.0
+    unhealthy_timeout_s: float = 300.0
     secret: tuple[str, ...] = ()
     component: tuple[str, ...] = ()
     component_env: tuple[str, ...] = ()
@@ -274,6 +283,8 @@ class BatchOptions(_Batch, Options):
         "restart_in_job": "relaunch inside the allocation when every node answers",
         "supervise": "a parent that outlives a kill",
         "hang_timeout_s": "0: no hang detection",
+        "startup_timeout_s": "before a launch's first progress, instead of the hang timeout "
+        "(0: the hang timeout from the start)",
         "expedite": "submitted with --requeue=expedite (a non-zero end sets Requeue=0 first)",
         "requeue_away_s": "keep trying while slurmctld is away",
         "retry_exit": "'any', 'none' or a comma list of exit codes (exits > 128 always retry)",
@@ -286,7 +297,11 @@ class BatchOptions(_Batch, Options):
         "not their children",
         "stop_query_s": "how long to wait for slurmctld at a TERM (the stop reason), before "
         "KillWait",
-        "done_check": "none | marker | megatron:ITERS",
+        "done_check": "none | marker | megatron:ITERS | megatron-log",
+        "fabric_test": "nccl-tests all_reduce_perf before the attempt's first launch (.fabric)",
+        "fabric_floor_gbs": "peak bus bandwidth floor in GB/s; 0: log the figures only",
+        "fabric_tasks": "ranks per node (one per GPU)",
+        "fabric_mpi": "srun --mpi for the test; empty: the cluster's MpiDefault",
         "serve_words": "the first N words of the command start the server",
         "secret": "a variable whose value the log masks",
         "component": "a heterogeneous component beyond the first: 'G nodes=N health=0|1 "
@@ -296,6 +311,7 @@ class BatchOptions(_Batch, Options):
     }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
         "nccl_check": ("off", "warn", "fail"),
+        "fabric_test": ("off", "warn", "fail"),
         "container_forward": ("none",) + SIGNALS,
     }
 
@@ -321,6 +337,11 @@ class _Node(NamedTuple):
     ray_port: str = "6379"
     ray_nodes: str = "1"
     ray_timeout_s: str = "300"
+    numa: str = ""
+    ray_driver: bool = False
+    vllm: str = ""
+    vllm_dp: int = 1
+    vllm_dp_local: int = 1
 
 
 class NodeOptions(_Node, Options):
@@ -331,9 +352,20 @@ class NodeOptions(_Node, Options):
         "prefix": "words of the command after which --node-rank goes (0: none)",
         "forward_tasks": "signal the launched process itself (NeMo)",
         "order_var": "where the host order is",
-        "ray": "vLLM across nodes: the ray command",
+        "ray": "vLLM across nodes, or a Ray cluster (ray_driver): the ray command",
+        "ray_port": "the Ray head's GCS port; rdzv: the job's rendezvous port (a Ray cluster)",
+        "ray_driver": "a Ray cluster (launcher ray): the launch is its driver, on the head",
+        "numa": "torchrun --numa-binding mode where the launch's torch has it (.numa); empty: none",
+        "vllm": "vLLM across nodes: native (--nnodes/--headless), ray, or auto (.vllm's gate)",
+        "vllm_dp": "vLLM data-parallel replicas (--data-parallel-size)",
+        "vllm_dp_local": "vLLM replicas on each node (--data-parallel-size-local)",
     }
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"forward": ("none",) + SIGNALS}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "forward": ("none",) + SIGNALS,
+        "numa": ("", "node"),
+        "vllm": ("", "auto", "native", "ray"),
+    }
+    BARE: ClassVar[frozenset[str]] = frozenset({"ray_driver"})
 
     def ray_settings(self) -> dict[str, str] | None:
         """What :func:`.node.main` needs to start Ray first (None: no Ray)."""
@@ -345,6 +377,7 @@ class NodeOptions(_Node, Options):
             "port": self.ray_port,
             "nodes": self.ray_nodes,
             "timeout": self.ray_timeout_s,
+            "driver": "1" if self.ray_driver else "",
         }
 
 
@@ -368,14 +401,19 @@ class ForwardOptions(_Forward, Options):
 
 class _ContainerRemove(NamedTuple):
     name: str = ""
+    earlier: bool = False
 
 
 class ContainerRemoveOptions(_ContainerRemove, Options):
     """``container-remove``: remove this node's named container (:func:`.node.container_remove`)."""
 
     __slots__ = ()
-    HELP: ClassVar[dict[str, str]] = {"name": "the Pyxis --container-name"}
+    HELP: ClassVar[dict[str, str]] = {
+        "name": "the Pyxis --container-name",
+        "earlier": "the job's earlier attempts' containers of the same role instead",
+    }
     REQUIRED: ClassVar[frozenset[str]] = frozenset({"name"})
+    BARE: ClassVar[frozenset[str]] = frozenset({"earlier"})
 
 
 class _Task(NamedTuple):

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from . import fsafe
+from .safepath import program
 
 
 def http_ok(url: str, timeout_s: float = 5.0) -> bool:
@@ -91,7 +92,7 @@ def ray_alive(
     python: str, address: str, run: Callable[..., tuple[int, str]], timeout_s: float = 60.0
 ) -> int:
     """Alive Ray nodes, counted as vLLM's multi-node-serving.sh does."""
-    rc, out = run([python, "-c", RAY_ALIVE, address], timeout_s)
+    rc, out = run([python, "-c", program(RAY_ALIVE), address], timeout_s)
     if rc != 0:
         return 0
     last = (out.strip().splitlines() or ["0"])[-1].strip()

@@ -18,6 +18,7 @@ from pydantic import Field
 from slurmfm.launchers.base import LauncherSpec, LaunchLine
 from slurmfm.launchers.megatron import MEGATRON, MegatronLauncher
 from slurmfm.launchers.nemo import NEMO, NemoLauncher
+from slurmfm.launchers.ray import RAY, RayLauncher
 from slurmfm.launchers.serving import ServerSpec
 from slurmfm.launchers.sglang import SGLANG, SglangLauncher
 from slurmfm.launchers.torchrun import TORCHRUN, TorchrunLauncher
@@ -32,6 +33,7 @@ __all__ = [
     "LauncherSpec",
     "MegatronLauncher",
     "NemoLauncher",
+    "RayLauncher",
     "ServeLauncher",
     "ServerSpec",
     "SglangLauncher",
@@ -42,12 +44,17 @@ __all__ = [
 ]
 
 Launcher = Annotated[
-    TorchrunLauncher | MegatronLauncher | NemoLauncher | VllmLauncher | SglangLauncher,
+    TorchrunLauncher
+    | MegatronLauncher
+    | NemoLauncher
+    | VllmLauncher
+    | SglangLauncher
+    | RayLauncher,
     Field(discriminator="kind"),
 ]
 ServeLauncher = Annotated[VllmLauncher | SglangLauncher, Field(discriminator="kind")]
 
-SPECS: dict[str, LauncherSpec] = {s.kind: s for s in (TORCHRUN, MEGATRON, NEMO, VLLM, SGLANG)}
+SPECS: dict[str, LauncherSpec] = {s.kind: s for s in (TORCHRUN, MEGATRON, NEMO, VLLM, SGLANG, RAY)}
 SERVE_KINDS = tuple(k for k, s in SPECS.items() if s.server)
 # Launchers whose training saves when signalled (their spec's save_signal).
 SAVE_ON_SIGNAL_LAUNCHERS = tuple(k for k, s in SPECS.items() if s.save_signal)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
+    from slurmfm.job.options import NodeOptions
     from slurmfm.recipe.schema import Recipe
 
 
@@ -63,6 +64,9 @@ class LauncherSpec:
     # Its tensor-parallel group may span nodes over EFA by the user's choice (SGLang's
     # multi-node guide does), so the planner applies no NVLink-unit rule to it.
     tp_spans_nodes: ClassVar[bool] = False
+    # The launch runs torchrun (python -m torch.distributed.run): worker binding by its own
+    # --numa-binding (slurmfm/catalog/binding.py).
+    torchrun: ClassVar[bool] = False
 
     def tasks_per_node(self, recipe: Recipe) -> int:
         """Slurm tasks per node of the launch step."""
@@ -71,6 +75,12 @@ class LauncherSpec:
     def launch(self, recipe: Recipe, checkpoint_dir_expr: str) -> LaunchLine:
         """The training launch (servers: :mod:`slurmfm.render.serve`)."""
         raise NotImplementedError(f"launcher {self.kind}: no training launch")
+
+    def node_options(self, recipe: Recipe, base: NodeOptions) -> NodeOptions:
+        """The per-node entry's options of the training launch (``base``: the renderer's
+        prefix, forward and binding); a launcher whose nodes do more than run the launch
+        line (a Ray cluster: slurmfm/launchers/ray.py) adds its own."""
+        return base
 
     def driver(self, recipe: Recipe, checkpoint_dir_expr: str) -> str | None:
         """Program text the launch runs from a heredoc (NeMo's driver), or None."""
@@ -95,6 +105,15 @@ class LauncherSpec:
         """The checkpoint format for the Lustre layout (slurmfm/catalog/storage.py)."""
         return None
 
+    def save_interval(self, recipe: Recipe) -> int | None:
+        """The periodic checkpoint interval in steps where the launcher's own argument sets it
+        (Megatron-LM's ``--save-interval``), for the Young/Daly advice of ``validate``
+        (slurmfm/observe/goodput.py); None where the user's script decides."""
+        return None
+
+    #: whether the launcher has such an argument (the advice names it)
+    save_interval_arg: str | None = None
+
     def check(self, recipe: Recipe, inst: InstanceType) -> None:
         """Cross-section checks of this launcher against the recipe on ``inst``; a
         ValueError says what is wrong."""
@@ -102,12 +121,24 @@ class LauncherSpec:
             raise ValueError(f"launcher.kind: {self.kind} needs GPUs; {inst.name} has none")
 
 
+def python_module(python: str, module: str) -> list[str]:
+    """Shell words that run ``python -m module`` with the job's working directory off
+    ``sys.path`` (:mod:`slurmfm.job.safepath`: a package planted in a shared submit directory
+    must not be imported as the job's user). The program is the script's
+    ``$slurmfm_run_module``, defined once above the launch (slurmfm.render.script), so that
+    the launch line reads as ``python3 -c "$slurmfm_run_module" torch.distributed.run``."""
+    from slurmfm.job.safepath import SHELL_VAR, module_words
+    from slurmfm.render.quote import sh_quote
+
+    py, c, _code, mod = module_words(python, module)
+    return [sh_quote(py, what="launcher.python"), c, f'"${SHELL_VAR}"', sh_quote(mod)]
+
+
 def torchrun_words(recipe: Recipe, python: str) -> tuple[list[str], list[str]]:
     """torchrun itself, and its options for a static rendezvous on the job's host order
     (shared by the torchrun and Megatron-LM launchers)."""
-    from slurmfm.render.quote import sh_quote
 
-    torchrun = [sh_quote(python, what="launcher.python"), "-m", "torch.distributed.run"]
+    torchrun = python_module(python, "torch.distributed.run")
     common = [
         f"--nnodes={recipe.train_nodes}",
         f"--nproc-per-node={recipe.procs_per_node}",

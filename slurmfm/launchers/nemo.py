@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator
 
 from slurmfm.launchers.base import LauncherSpec, LaunchLine, section
-from slurmfm.recipe.strict import _Strict
+from slurmfm.strict import _Strict
 
 if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
@@ -93,7 +93,11 @@ class NemoSpec(LauncherSpec):
         }
         # json.dumps gives valid Python literals for str/int/float; true/false/null are mapped.
         lit = json.dumps(settings, sort_keys=True)
+        from slurmfm.job.safepath import SAFE_PATH
+
+        # `python -c` puts the working directory first on sys.path (slurmfm/job/safepath.py)
         return (
+            SAFE_PATH + "\n"
             "import json, os\n"
             "from nemo.collections import llm\n"
             "import nemo_run as run\n"

@@ -1,8 +1,10 @@
 """What the model servers (vLLM, SGLang) share: their recipe fields and their spec's rules.
 
 A server has no training state: no save protocol (the job requeues at the pre-timeout
-signal), no completion check (it serves until cancelled) and no NCCL log under the node
-entry (the server sets up NCCL itself). Its launch lines are built by its own spec's
+signal) and no completion check (it serves until cancelled). It sets up NCCL itself, so its
+NCCL log is not the node entry's own (``nccl_log`` False); a server across nodes still gets
+the transport check, its processes inheriting node 0's ``NCCL_DEBUG_FILE``
+(slurmfm/render/script.py). Its launch lines are built by its own spec's
 :meth:`ServerSpec.serve_lines`; :func:`slurmfm.render.serve.serve_launch` adds what every
 server group shares (port, readiness wait, endpoint file).
 """
@@ -15,7 +17,7 @@ from pydantic import Field
 
 from slurmfm.job.options import NodeOptions
 from slurmfm.launchers.base import LauncherSpec
-from slurmfm.recipe.strict import _Strict
+from slurmfm.strict import _Strict
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
@@ -41,10 +43,51 @@ class _ServeLauncher(_Strict):
     health_path: str = Field(default="/health", pattern=r"^/[A-Za-z0-9_./-]*$")
     ready_timeout_s: int = Field(default=1800, ge=1, description="model load can take long")
     ready_poll_s: int = Field(default=5, ge=1)
+    unhealthy_timeout_s: int = Field(
+        default=300,
+        ge=0,
+        description=(
+            "a server alone in its job whose health endpoint stops answering for this long is "
+            "stopped and relaunched in the allocation, its stderr tail in the job log (the job "
+            "fails with it once max_restarts is used up); 0: not watched"
+        ),
+    )
+
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=4096,
+        description=(
+            "data-parallel replicas of the model behind one endpoint (vLLM "
+            "--data-parallel-size: each replica has tp x pp GPUs; SGLang --dp-size with "
+            "--enable-dp-attention: the replicas divide --tp)"
+        ),
+    )
 
     def dp_size(self) -> int:
         """The server's data-parallel ranks beside its own port (1 unless it has them)."""
-        return 1
+        return self.replicas
+
+
+def flag_value(args: list[str], flags: tuple[str, ...]) -> str | None:
+    """The value of the first of ``flags`` in ``args`` (``--flag V`` or ``--flag=V``; ``""``
+    for a flag given without one), None when none is there."""
+    for i, a in enumerate(args):
+        for flag in flags:
+            if a.startswith(flag + "="):
+                return a[len(flag) + 1 :]
+            if a == flag:
+                return args[i + 1] if i + 1 < len(args) else ""
+    return None
+
+
+def refuse_own_flags(args: list[str], own: dict[str, str], where: str) -> None:
+    """``extra_args`` must not repeat a flag slurmfm gives the server itself (``own``: flag
+    to the recipe field that sets it): the server would get it twice, or with a value that
+    contradicts the node's own."""
+    for flag, field in own.items():
+        if flag_value(args, (flag,)) is not None:
+            raise ValueError(f"{where}.extra_args: {flag} is set by slurmfm ({field}); remove it")
 
 
 class ServeLines(NamedTuple):
@@ -76,6 +119,23 @@ class ServerSpec(LauncherSpec):
         """The lines of ``launcher`` on ``nodes`` nodes; ``model`` and ``extra`` (the
         server's own further arguments) are already quoted."""
         raise NotImplementedError
+
+    def nvlink_span(self, p: Parallelism) -> int:
+        """GPUs of one model replica's model-parallel group, as this server defines it: the
+        GPUs that should share one NVLink domain (``--segment`` on a GB200 UltraServer).
+        vLLM: ``tp x pp`` (one replica; its tensor- and pipeline-parallel ranks)."""
+        return p.tp * p.pp
+
+    def gpus(self, launcher: _ServeLauncher, p: Parallelism) -> int:
+        """GPUs the server's replicas use together (vLLM: ``replicas x tp x pp``)."""
+        return launcher.replicas * p.tp * p.pp
+
+    def check_replicas(
+        self, launcher: _ServeLauncher, p: Parallelism, nodes: int, per_node: int, where: str
+    ) -> None:
+        """This server's rules for ``launcher.replicas`` (``where``: the launcher's recipe
+        field) and for flags in ``extra_args`` that slurmfm sets itself; ValueError says
+        what."""
 
     def check_group(self, p: Parallelism, per_node: int, inst: InstanceType, where: str) -> None:
         """This server's rules for its group's parallelism (``where``: the recipe field),

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, model_validator
 
 from slurmfm.job.options import NodeOptions
-from slurmfm.launchers.serving import ServeLines, ServerSpec, _ServeLauncher
+from slurmfm.launchers.base import python_module
+from slurmfm.launchers.serving import (
+    ServeLines,
+    ServerSpec,
+    _ServeLauncher,
+    flag_value,
+    refuse_own_flags,
+)
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
@@ -38,16 +45,12 @@ class SglangLauncher(_ServeLauncher):
     )
 
     def dp_size(self) -> int:
-        """SGLang's data-parallel size from ``extra_args`` (``--dp-size N`` / ``--dp N``)."""
-        args = self.extra_args
-        for i, a in enumerate(args):
-            for flag in ("--dp-size", "--dp"):
-                value = a[len(flag) + 1 :] if a.startswith(flag + "=") else None
-                if a == flag and i + 1 < len(args):
-                    value = args[i + 1]
-                if value is not None and value.isdigit():
-                    return max(1, int(value))
-        return 1
+        """SGLang's data-parallel size: ``replicas``, or ``--dp-size N`` / ``--dp N`` in
+        ``extra_args``."""
+        if self.replicas > 1:
+            return self.replicas
+        value = flag_value(self.extra_args, ("--dp-size", "--dp"))
+        return max(1, int(value)) if value is not None and value.isdigit() else 1
 
     @model_validator(mode="after")
     def _ports_apart(self) -> SglangLauncher:
@@ -70,27 +73,62 @@ class SglangSpec(ServerSpec):
     def serve_lines(
         self, launcher: _ServeLauncher, par: Parallelism, nodes: int, model: str, extra: list[str]
     ) -> ServeLines:
-        from slurmfm.render.quote import sh_quote
 
         if not isinstance(launcher, SglangLauncher):
             raise TypeError(f"internal: the sglang spec asked about {type(launcher).__name__}")
+        server = python_module(launcher.python, "sglang.launch_server")
         lines = [
-            f"{sh_quote(launcher.python, what='launcher.python')} -m sglang.launch_server",
+            " ".join(server),
             f"--model-path {model} --tp {par.tp}"
             + (f" --pp-size {par.pp}" if par.pp > 1 else "")
-            + (f" --ep-size {par.ep}" if par.ep > 1 else ""),
+            + (f" --ep-size {par.ep}" if par.ep > 1 else "")
+            + (
+                f" --dp-size {launcher.replicas} --enable-dp-attention"
+                if launcher.replicas > 1
+                else ""
+            ),
         ]
         prefix, dist_port = 0, None
         if nodes > 1:
             lines.append(
                 f'--nnodes {nodes} --dist-init-addr "$SLURMFM_SERVE_HEAD:$SLURMFM_SERVE_DIST_PORT"'
             )
-            prefix = 3
+            prefix = len(server)  # --node-rank=R after the server's module
             dist_port = launcher.dist_port or 0
         lines.append('--host 0.0.0.0 --port "$SLURMFM_SERVE_PORT"')
         if extra:
             lines.append(" ".join(extra))
         return ServeLines(lines, prefix, dist_port, NodeOptions(prefix=0))
+
+    def nvlink_span(self, p: Parallelism) -> int:
+        """SGLang's model-parallel group is ``--tp``: ``--ep-size`` divides it and reuses the
+        same GPUs (SGLang's "Server Arguments": expert parallelism within the TP group), so the
+        span is ``tp``, never ``tp x ep``."""
+        return p.tp
+
+    def gpus(self, launcher: _ServeLauncher, p: Parallelism) -> int:
+        """With DP attention the replicas share ``--tp``'s GPUs: ``tp x pp``."""
+        return p.tp * p.pp
+
+    def check_replicas(
+        self, launcher: _ServeLauncher, p: Parallelism, nodes: int, per_node: int, where: str
+    ) -> None:
+        """``replicas`` is SGLang's ``--dp-size`` with ``--enable-dp-attention``: the
+        attention runs data parallel inside the ``--tp`` group, so ``--dp-size`` must divide
+        ``--tp`` (sgl-project/sglang:python/sglang/srt/server_args.py, ``dp_size`` and
+        ``enable_dp_attention``; docs "Server Arguments", "Data parallelism attention")."""
+        r = launcher.replicas
+        if r > 1:
+            refuse_own_flags(
+                launcher.extra_args,
+                {"--dp-size": f"{where}.replicas", "--dp": f"{where}.replicas"},
+                where,
+            )
+            if p.tp % r:
+                raise ValueError(
+                    f"{where}.replicas: SGLang's DP attention runs the {r} replicas inside the "
+                    f"--tp {p.tp} group: replicas must divide parallelism.tp"
+                )
 
     def check_group(self, p: Parallelism, per_node: int, inst: InstanceType, where: str) -> None:
         """``--tp`` is the total and may span nodes (SGLang's multi-node guide runs --tp 16

@@ -10,8 +10,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from slurmfm.launchers.base import LauncherSpec, LaunchLine, section, torchrun_words
-from slurmfm.recipe.strict import _Strict
+from slurmfm.launchers.base import (
+    LauncherSpec,
+    LaunchLine,
+    python_module,
+    section,
+    torchrun_words,
+)
+from slurmfm.strict import _Strict
 
 if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
@@ -31,6 +37,7 @@ class TorchrunLauncher(_Strict):
 
 
 class TorchrunSpec(LauncherSpec):
+    torchrun = True
     kind = "torchrun"
 
     def launch(self, recipe: Recipe, checkpoint_dir_expr: str) -> LaunchLine:
@@ -39,7 +46,15 @@ class TorchrunSpec(LauncherSpec):
         L = section(recipe, TorchrunLauncher)
         torchrun, common = torchrun_words(recipe, L.python)
         script = sh_quote(L.script, what="launcher.script")
-        target = ["-m", script] if L.module else [script]
+        # torchrun's own -m runs each worker as `python -u -m MODULE`, which puts the working
+        # directory first on sys.path: the worker runs the module off it instead (torchrun's
+        # --no-python runs `training_script training_script_args` as given; pytorch/pytorch:
+        # torch/distributed/run.py, config_from_args).
+        if L.module:
+            py, c, code, mod = python_module(L.python, L.script)
+            target = ["--no-python", py, "-u", c, code, mod]
+        else:
+            target = [script]
         user_args = " ".join(sh_quote(a, what="launcher.args") for a in L.args)
         return LaunchLine(
             [

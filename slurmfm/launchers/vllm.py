@@ -1,10 +1,15 @@
-"""vLLM's OpenAI-compatible server: one node alone, or across nodes over Ray.
+"""vLLM's OpenAI-compatible server: one node alone, or across nodes with or without Ray.
 
-Across nodes: a Ray head on node 0, Ray workers on the others, then ``vllm serve`` on the
-head once every node joined (vLLM docs "Parallelism and Scaling" and
-``examples/online_serving/multi-node-serving.sh``); each node's runtime entry runs its part
-(slurmfm/job/node.py ``run_ray_node``). One node needs no Ray. The server listens on 8000 by
-default (vLLM's CLI default).
+Across nodes, by default without Ray where the installed vLLM can (>= 0.11.1, the gate and
+its sources in slurmfm/job/vllm.py): ``vllm serve`` on every node with its own
+``--nnodes/--node-rank/--master-addr/--master-port`` and ``--headless`` off node 0
+(vllm-project/vllm ``docs/serving/parallelism_scaling.md``). Over Ray (``multinode: ray``, or
+an older vLLM): a Ray head on node 0, Ray workers on the others, then ``vllm serve`` on the
+head once every node joined (the same page and ``examples/online_serving/multi-node-serving.sh``).
+Each node's runtime entry adds its own part (slurmfm/job/node.py ``vllm_node``). Data parallel
+replicas (``replicas``) run one engine each, ``--data-parallel-size-local`` of them per node
+(``docs/serving/data_parallel_deployment.md``); the API server on node 0 is the one endpoint.
+The server listens on 8000 by default (vLLM's CLI default).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator
 
 from slurmfm.job.options import NodeOptions
-from slurmfm.launchers.serving import ServeLines, ServerSpec, _ServeLauncher
+from slurmfm.launchers.serving import ServeLines, ServerSpec, _ServeLauncher, refuse_own_flags
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
@@ -48,6 +53,22 @@ class VllmLauncher(_ServeLauncher):
     )
     ray_port: int = Field(default=6379, ge=1024, le=65535, description="Ray's default GCS port")
     ray_timeout_s: int = Field(default=300, ge=1, description="wait for all Ray nodes to join")
+    multinode: Literal["auto", "native", "ray"] = Field(
+        default="auto",
+        description=(
+            "across nodes: native (--nnodes/--node-rank/--headless, vLLM >= 0.11.1), ray, or "
+            "auto (native where the installed vLLM has it, else Ray)"
+        ),
+    )
+    master_port: int | None = Field(
+        default=None,
+        ge=1024,
+        le=65535,
+        description="--master-port / --data-parallel-rpc-port; default: one per job",
+    )
+    expert_parallel: bool = Field(
+        default=False, description="--enable-expert-parallel (MoE: experts across tp x replicas)"
+    )
 
     @field_validator("ray_port")
     @classmethod
@@ -81,38 +102,101 @@ class VllmSpec(ServerSpec):
             f"--tensor-parallel-size {par.tp}",
             f"--pipeline-parallel-size {par.pp}",
         ]
+        if launcher.expert_parallel:
+            opts.append("--enable-expert-parallel")
         node = NodeOptions(prefix=0)
+        dp, dist_port = launcher.replicas, None
         if nodes > 1:
-            # Each node's runtime entry starts the Ray head (node 0, then `vllm serve` once
-            # every node joined) or a Ray worker (slurmfm/job/node.py run_ray_node).
-            sh_quote(launcher.ray, what="launcher.ray")  # refused here when bash cannot carry it
-            sh_quote(launcher.python, what="launcher.python")
-            node = node._replace(
-                ray=launcher.ray,
-                ray_python=launcher.python,
-                ray_port=str(launcher.ray_port),
-                ray_nodes=str(nodes),
-                ray_timeout_s=str(launcher.ray_timeout_s),
+            # Each node's runtime entry adds its own flags (slurmfm/job/node.py vllm_node):
+            # without Ray its rank, --headless and node 0's address and port; over Ray it
+            # starts the Ray head (node 0, then `vllm serve` once every node joined) or a
+            # Ray worker (run_ray_node). Data parallel needs no Ray.
+            mode = "native" if dp > 1 else launcher.multinode
+            if mode != "native":
+                sh_quote(launcher.ray, what="launcher.ray")  # refused when bash cannot carry it
+                sh_quote(launcher.python, what="launcher.python")
+                node = node._replace(
+                    ray=launcher.ray,
+                    ray_python=launcher.python,
+                    ray_port=str(launcher.ray_port),
+                    ray_nodes=str(nodes),
+                    ray_timeout_s=str(launcher.ray_timeout_s),
+                )
+            node = node._replace(vllm=mode, vllm_dp=dp, vllm_dp_local=max(1, dp // nodes))
+            dist_port = launcher.master_port or 0  # 0: the runtime picks one per job
+        elif dp > 1:
+            opts.append(f"--data-parallel-size {dp}")
+        lines = [" ".join(serve), " ".join(opts)]
+        return ServeLines([*lines, *([" ".join(extra)] if extra else [])], 0, dist_port, node)
+
+    def check_replicas(
+        self, launcher: _ServeLauncher, p: Parallelism, nodes: int, per_node: int, where: str
+    ) -> None:
+        """Data parallel across nodes runs ``replicas / nodes`` whole replicas on each node
+        (``--data-parallel-size-local``, vLLM's data parallel deployment guide): a replica's
+        ``tp x pp`` must fit inside one node and the replicas must split evenly over the
+        nodes. Flags the node entry sets are refused in ``extra_args``."""
+        if not isinstance(launcher, VllmLauncher):
+            raise TypeError(f"internal: the vllm spec asked about {type(launcher).__name__}")
+        field = f"{where}.replicas"
+        own = {
+            "--data-parallel-size": field,
+            "-dp": field,
+            "--enable-expert-parallel": f"{where}.expert_parallel",
+            "-ep": f"{where}.expert_parallel",
+            "--tensor-parallel-size": "parallelism.tp",
+            "-tp": "parallelism.tp",
+            "--pipeline-parallel-size": "parallelism.pp",
+            "-pp": "parallelism.pp",
+        }
+        if nodes > 1 or launcher.replicas > 1:
+            for flag in ("--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--headless"):
+                own[flag] = "the node entry, per node"
+            own["--master-port"] = f"{where}.master_port"
+            own["--distributed-executor-backend"] = f"{where}.multinode"
+            for flag in (
+                "--data-parallel-size-local",
+                "-dpl",
+                "--data-parallel-address",
+                "-dpa",
+                "--data-parallel-rpc-port",
+                "-dpp",
+                "--data-parallel-start-rank",
+                "-dpr",
+            ):
+                own[flag] = "the node entry, per node"
+        refuse_own_flags(launcher.extra_args, own, where)
+        r, span = launcher.replicas, p.tp * p.pp
+        if r == 1:
+            return
+        if launcher.multinode == "ray" and nodes > 1:
+            raise ValueError(
+                f"{where}.multinode: data parallel replicas across nodes run without Ray "
+                "(one engine per replica, --data-parallel-size-local per node); use native"
             )
-            lines = [" ".join(serve), " ".join([*opts, "--distributed-executor-backend ray"])]
-        else:
-            lines = [" ".join(serve), " ".join(opts)]
-        return ServeLines([*lines, *([" ".join(extra)] if extra else [])], 0, None, node)
+        if nodes > 1 and (per_node % span or r % nodes):
+            raise ValueError(
+                f"{field}: {r} replicas of tp x pp = {span} GPUs do not split into whole "
+                f"replicas per node over {nodes} nodes of {per_node} GPUs: each replica must "
+                "fit inside one node and the replicas must divide evenly among the nodes"
+            )
 
     def check_group(self, p: Parallelism, per_node: int, inst: InstanceType, where: str) -> None:
         """``tp`` inside a node or NVLink domain, ``pp`` across nodes (vLLM's parallelism and
         scaling guide: "set tensor_parallel_size to the number of GPUs per node and
-        pipeline_parallel_size to the number of nodes")."""
-        domain = inst.nvlink.max_gpus if inst.gpus else per_node
-        if p.tp > max(domain, 1):
+        pipeline_parallel_size to the number of nodes"). A type without GPUs has no NVLink
+        domain to keep: vLLM's CPU build runs tensor parallel over gloo, across nodes too
+        (the lab's real two-node test does)."""
+        domain = inst.nvlink.max_gpus
+        if inst.gpus and p.tp > max(domain, 1):
             raise ValueError(
                 f"{where}.tp: vLLM tensor parallel {p.tp} exceeds the NVLink domain of "
                 f"{inst.name} ({domain} GPUs); use pp across nodes"
             )
         if p.ep != 1:
             raise ValueError(
-                f"{where}.ep: for vLLM pass --enable-expert-parallel in launcher.extra_args "
-                "(its expert parallel size follows tp x dp)"
+                f"{where}.ep: for vLLM set launcher.expert_parallel: true (its expert "
+                "parallel size follows tp x replicas)"
             )
 
 

@@ -19,7 +19,7 @@ Every query is filtered by the ``$jobid`` variable:
   ``slurmfm_job_info`` series on the host part of ``instance``, so they need both exporters
   scraped under the same host name (as the HyperPod and ParallelCluster samples do). On a
   node shared by several jobs the EFA traffic is the node's, not the job's.
-* Progress and restarts come from the textfile metrics the job's agent writes.
+* Progress, restarts and goodput come from the textfile metrics the job's agent writes.
 """
 
 from __future__ import annotations
@@ -110,6 +110,25 @@ PANELS: tuple[PanelSpec, ...] = (
         "Bps",
         ((_efa("tx_bytes"), "{{host}} tx"), (_efa("rx_bytes"), "{{host}} rx")),
         description="Node EFA traffic (EFA node exporter) on the job's nodes.",
+    ),
+    PanelSpec(
+        "Goodput (ETTR)",
+        "percentunit",
+        (('max by (jobid) (slurmfm_goodput_ratio{jobid="$jobid"})', "ETTR"),),
+        kind="stat",
+        description=(
+            "Productive training time over wall time since the job's first start (the goodput "
+            "ledger, slurmfm/job/goodput.py); `slurmfm report` adds the time queued."
+        ),
+    ),
+    PanelSpec(
+        "Where the time went",
+        "s",
+        (('max by (jobid, part) (slurmfm_goodput_seconds{jobid="$jobid"})', "{{part}}"),),
+        description=(
+            "The goodput ledger's parts: start-up, productive training, checkpoint saves, "
+            "failure detection, restart, recomputed steps, requeue waits."
+        ),
     ),
 )
 

@@ -15,6 +15,7 @@ order, G processes per node), together with that node's other local ranks.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -26,16 +27,50 @@ def _start_marker(job_id: str) -> re.Pattern[str]:
     return re.compile(rf"^slurmfm: job {re.escape(job_id)} start (\d+)\b")
 
 
-def log_files(log_dir: Path, name: str, job_id: str, stdout: str = "") -> list[tuple[int, Path]]:
-    """``(restart, path)`` of every log of the job: -1 for the main log, N for ``_rN.out``."""
+# What `slurmfm logs` reads of a job's logs in all, whatever their number and size: the
+# newest bytes (each file's tail). Two sparse 300 MB files, which cost their writer no quota,
+# took the command to 917 MiB resident before.
+MAX_TOTAL = 32 << 20
+
+# Control characters (C0 but tab and newline, DEL, C1): shown as \xNN, never sent to the
+# terminal as they are. An escape sequence in a log line (a planted file, or a program's
+# output) could set the window title, write the clipboard (OSC 52) or hide lines.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters made visible (``\\x1b``), tab and newline kept."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def log_files(
+    log_dir: Path,
+    name: str,
+    job_id: str,
+    stdout: str = "",
+    uid: int | None = None,
+    ignored: list[str] | None = None,
+) -> list[tuple[int, Path]]:
+    """``(restart, path)`` of every log of the job: -1 for the main log, N for ``_rN.out``.
+
+    ``uid``: the job's user (from Slurm): only that user's regular files count; each other
+    one is added to ``ignored`` as ``ignored FILE (uid N)`` (a name in a shared log directory
+    says nothing about who wrote it). None: anyone's (still no link, FIFO or device).
+    """
+    from slurmfm.job import fsafe
+
     main = Path(stdout) if stdout else log_dir / f"{name}_{job_id}.out"
-    out: list[tuple[int, Path]] = []
-    if main.exists():
-        out.append((-1, main))
+    found: list[tuple[int, Path]] = []
+    if os.path.lexists(main):
+        found.append((-1, main))
     for p in log_dir.glob(f"{name}_{job_id}_r*.out"):
         m = re.fullmatch(rf"{re.escape(name)}_{re.escape(job_id)}_r(\d+)\.out", p.name)
         if m:
-            out.append((int(m.group(1)), p))
+            found.append((int(m.group(1)), p))
+    kept, skipped = fsafe.owned([str(p) for _, p in found], fsafe.ANY_OWNER if uid is None else uid)
+    if ignored is not None:
+        ignored.extend(w for w in skipped if w not in ignored)
+    out = [(n, p) for n, p in found if str(p) in kept]
     return sorted(out, key=lambda rp: (rp[0], str(rp[1])))
 
 
@@ -82,17 +117,42 @@ def filter_task(lines: Iterable[str], task: int) -> Iterator[str]:
 
 
 def select(
-    files: list[tuple[int, Path]], job_id: str, restart: int | None
+    files: list[tuple[int, Path]],
+    job_id: str,
+    restart: int | None,
+    uid: int | None = None,
+    limit: int = MAX_TOTAL,
 ) -> list[tuple[int, list[str]]]:
-    """``(restart, lines)`` for every restart (or only ``restart``), in order."""
+    """``(restart, lines)`` for every restart (or only ``restart``), in order.
+
+    At most ``limit`` bytes are read in all (:data:`MAX_TOTAL`), the newest first: the last
+    files get their whole tail, an older part cut is said in a line of its own. ``uid``: the
+    files are read only when they are still that user's (None: anyone's).
+    """
     by_restart: dict[int, list[str]] = {}
     from slurmfm.job import fsafe
 
-    for n, path in files:
+    texts: dict[int, str] = {}
+    left = limit
+    for i in reversed(range(len(files))):  # the newest output first, within the cap
+        path = files[i][1]
         try:  # never blocks on a FIFO planted in a shared log directory
-            text = fsafe.read(str(path), fsafe.ANY_OWNER, 1 << 30).decode("utf-8", "replace")
+            data, skipped = fsafe.read_tail(
+                str(path), fsafe.ANY_OWNER if uid is None else uid, max(left, 0)
+            )
         except OSError:
             continue
+        left -= len(data)
+        text = data.decode("utf-8", "replace")
+        if skipped:
+            text = (
+                f"[slurmfm: {skipped} earlier bytes of {path} not read]\n" + text.partition("\n")[2]
+            )
+        texts[i] = text
+    for i, (n, _path) in enumerate(files):
+        if i not in texts:
+            continue
+        text = texts[i]
         if n == -1:
             for k, lines in split_restarts(text, job_id).items():
                 by_restart.setdefault(k, []).extend(lines)
@@ -174,6 +234,6 @@ def check_restart(job_id: str, restart: int, found: Iterable[int]) -> None:
     raise SlurmfmError(f"job {job_id}: restart {restart} never happened; {had}")
 
 
-def restarts_in(files: list[tuple[int, Path]], job_id: str) -> set[int]:
+def restarts_in(files: list[tuple[int, Path]], job_id: str, uid: int | None = None) -> set[int]:
     """The restarts that have output in ``files``."""
-    return {n for n, lines in select(files, job_id, None) if lines}
+    return {n for n, lines in select(files, job_id, None, uid) if lines}

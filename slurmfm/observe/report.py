@@ -43,6 +43,10 @@ class Run:
     hosts: list[str] = field(default_factory=list)
     signals: list[str] = field(default_factory=list)
     seconds: float | None = None
+    # The ranks' order by leaf as the job's prepare step logged it, and whether that is
+    # topology order (slurmfm/job/rankorder.py: issue 42 item 1); the serving group's too.
+    order: str = ""
+    serve_order: str = ""
 
 
 @dataclass
@@ -77,6 +81,8 @@ class Report:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     progress: dict[str, Any] = field(default_factory=dict)
     nccl: list[NcclSeen] = field(default_factory=list)
+    # the pre-flight fabric test per run: (restart, "ok: ..." or "failed: ...")
+    fabric: list[tuple[int, str]] = field(default_factory=list)
     # node -> "r<restart>:<device>:<port>" -> counter -> end minus start
     efa_delta: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     efa_totals: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -87,6 +93,7 @@ class Report:
     log_dir: str = ""
     logs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    goodput: dict[str, Any] = field(default_factory=dict)  # slurmfm.observe.goodput.build
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +124,10 @@ def parse_runs(state_text: str, now: datetime | None = None) -> list[Run]:
             run.start = run.start or ts
         elif event == "hosts":
             run.hosts = rest.split()
+        elif event == "order":
+            run.order = rest
+        elif event == "serve-order":
+            run.serve_order = rest
         elif event == "signal":
             run.signals.append(rest)
         elif event in TERMINAL_EVENTS:
@@ -174,19 +185,29 @@ def efa_delta(start: dict[str, Any], end: dict[str, Any]) -> dict[str, dict[str,
     return out
 
 
-def nccl_transport(log_dir: Path, job_id: str) -> list[NcclSeen]:
+def nccl_transport(
+    log_dir: Path, job_id: str, uid: int | None = None, ignored: list[str] | None = None
+) -> list[NcclSeen]:
     """What NCCL chose per restart, from the transport check's logs (``nccl-JOB-rN-*``).
 
     The line patterns are the job runtime's (:mod:`slurmfm.job.nccl`), so the report and the
     running job's transport check never disagree about which plugin versions' lines mean EFA.
+    ``uid``: the job's user: another user's file of that name is skipped and added to
+    ``ignored`` (a planted log must not say which transport the job used).
     """
     seen: dict[int, NcclSeen] = {}
-    for path in sorted(log_dir.glob(f"nccl-{job_id}-r*-*")):
+    want = fsafe.ANY_OWNER if uid is None else uid
+    paths, skipped = fsafe.owned(
+        [str(p) for p in sorted(log_dir.glob(f"nccl-{job_id}-r*-*"))], want
+    )
+    if ignored is not None:
+        ignored.extend(skipped)
+    for path in map(Path, paths):
         m = re.match(rf"nccl-{re.escape(job_id)}-r(\d+)-", path.name)
         if not m:
             continue
         n = int(m.group(1))
-        text = fsafe.read_text(str(path), fsafe.ANY_OWNER, 64 << 20)
+        text = fsafe.read_text(str(path), want, 64 << 20)
         if text is None:
             continue
         for pattern, kind in ((_NCCL_EFA, "efa"), (_NCCL_SOCKET, "socket")):
@@ -199,18 +220,23 @@ def nccl_transport(log_dir: Path, job_id: str) -> list[NcclSeen]:
     return [seen[k] for k in sorted(seen)]
 
 
-def checkpoints(directory: Path, since: datetime | None) -> tuple[str, list[Checkpoint]]:
-    """The ``latest`` pointer and the ``step_N`` checkpoints written since ``since``."""
+def checkpoints(
+    directory: Path, since: datetime | None, uid: int | None = None
+) -> tuple[str, list[Checkpoint]]:
+    """The ``latest`` pointer and the ``step_N`` checkpoints written since ``since``: the
+    job user's (``uid``) only, in a run directory whose chain is safe (the runtime's rule)."""
     from slurmfm import checkpoint as ck
 
-    latest = ck.latest(directory)
     found: list[Checkpoint] = []
     try:
+        latest = ck.latest(directory, uid)
         entries = sorted(directory.iterdir())
     except OSError:
-        return (str(latest) if latest else "", found)
+        return ("", found)
     for p in entries:
-        if not re.fullmatch(r"step_\d+", p.name) or not p.is_dir():
+        if not re.fullmatch(r"step_\d+", p.name) or p.is_symlink() or not p.is_dir():
+            continue
+        if uid is not None and p.lstat().st_uid != uid:
             continue
         mtime = datetime.fromtimestamp(p.stat().st_mtime, tz=timezone.utc)
         if since is not None and mtime < since:
@@ -219,9 +245,11 @@ def checkpoints(directory: Path, since: datetime | None) -> tuple[str, list[Chec
     return (str(latest) if latest else "", found)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path, uid: int | None = None) -> dict[str, Any]:
     try:
-        data = json.loads(fsafe.read_text(str(path), fsafe.ANY_OWNER) or "{}")
+        data = json.loads(
+            fsafe.read_text(str(path), fsafe.ANY_OWNER if uid is None else uid) or "{}"
+        )
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
@@ -241,9 +269,26 @@ def build_report(
     rep.slurm_nodes = record.get("NodeList", "")
     rep.restarts = int(record.get("Restarts", "0") or 0)
     rep.slurm_run_time = record.get("RunTime", record.get("Elapsed", ""))
-    base = f"{name}_{job_id}"
-    state_file = log_dir / state_name(name, job_id)
     uid = user_id(record)
+    _add_state(rep, log_dir / state_name(name, job_id), uid)
+    _add_observed(rep, log_dir, f"{name}_{job_id}", uid)
+    ignored_files: list[str] = []
+    rep.nccl = nccl_transport(log_dir, job_id, uid, ignored_files)
+    if rep.checkpoint_dir:
+        since = _ts(rep.start) if rep.start else None
+        rep.latest_checkpoint, rep.checkpoints = checkpoints(Path(rep.checkpoint_dir), since, uid)
+    from slurmfm.observe.logs import log_files
+
+    logs = log_files(log_dir, name, job_id, record.get("StdOut", ""), uid, ignored_files)
+    rep.logs = [str(p) for _, p in logs]
+    rep.notes.extend(ignored_files)
+    rep.goodput = goodput_ledger(job_id, record, log_dir, name, uid)
+    return rep
+
+
+def _add_state(rep: Report, state_file: Path, uid: int | None) -> None:
+    """The runs, restarts, checkpoint directory and fabric tests from the job's state file
+    (only the job's user's: another user's planted file is named and ignored)."""
     found, ignored = find_state(str(state_file), uid)
     state_text = (fsafe.read_text(found, uid, 16 << 20) if found else None) or ""
     rep.notes.extend(f"ignored state file {why} (not the job's user's)" for why in ignored)
@@ -255,29 +300,36 @@ def build_report(
     for e in events(state_text):
         if e.event == "checkpoint-dir":
             rep.checkpoint_dir = e.detail
+        elif e.event == "fabric":  # slurmfm/job/fabric.py, recorded by the batch step
+            rep.fabric.append((e.restart, e.detail))
     if rep.runs:
         rep.nodes = next((r.hosts for r in reversed(rep.runs) if r.hosts), [])
         rep.start = rep.runs[0].start
         rep.end = rep.runs[-1].end
         done = [r.seconds for r in rep.runs if r.seconds is not None]
         rep.wall_time_s = sum(done) if done else None
+
+
+def _add_observed(rep: Report, log_dir: Path, base: str, uid: int | None) -> None:
+    """What the node agents wrote (``BASE.observe``): each node's topology address in the last
+    run, the progress, and each node's EFA counters over each run."""
     obs = Path(fsafe.find_dir(str(log_dir / f"{base}.observe"), uid) or log_dir / f"{base}.observe")
     last = rep.runs[-1].restart if rep.runs else 0
     for path in sorted(obs.glob(f"node_*_r{last}.json")):
-        info = _read_json(path)
+        info = _read_json(path, uid)
         if info.get("node"):
             rep.topology[str(info["node"])] = str(info.get("topology_addr", ""))
     rep.topology_summary = topology_summary(rep.topology)
-    rep.progress = _read_json(obs / "progress.json")
+    rep.progress = _read_json(obs / "progress.json", uid)
     for start_path in sorted(obs.glob("efa_start_*.json")):
         m = re.fullmatch(r"efa_start_(.+)_r(\d+)\.json", start_path.name)
         if not m:
             continue
         node, restart = m.group(1), m.group(2)
-        end = _read_json(obs / f"efa_end_{node}_r{restart}.json")
+        end = _read_json(obs / f"efa_end_{node}_r{restart}.json", uid)
         if not end:
             continue
-        delta = efa_delta(_read_json(start_path), end)
+        delta = efa_delta(_read_json(start_path, uid), end)
         rep.efa_delta.setdefault(node, {}).update(
             {
                 f"r{restart}:{dev}:{port}": c
@@ -290,14 +342,18 @@ def build_report(
             for counters in ports.values():
                 for k in EFA_SUMMARY:
                     totals[k] += counters.get(k, 0)
-    rep.nccl = nccl_transport(log_dir, job_id)
-    if rep.checkpoint_dir:
-        since = _ts(rep.start) if rep.start else None
-        rep.latest_checkpoint, rep.checkpoints = checkpoints(Path(rep.checkpoint_dir), since)
-    from slurmfm.observe.logs import log_files
 
-    rep.logs = [str(p) for _, p in log_files(log_dir, name, job_id, record.get("StdOut", ""))]
-    return rep
+
+def goodput_ledger(
+    job_id: str, record: dict[str, str], log_dir: Path, name: str, uid: int | None
+) -> dict[str, Any]:
+    """The run's goodput ledger (:mod:`slurmfm.observe.goodput`); it never stops a report."""
+    from slurmfm.observe import goodput
+
+    try:
+        return goodput.build(job_id, record=record, log_dir=log_dir, name=name, uid=uid)
+    except (OSError, ValueError) as exc:
+        return {"notes": [f"goodput ledger not computed: {exc}"]}
 
 
 def _human_bytes(n: float) -> str:
@@ -337,6 +393,10 @@ def render_text(rep: Report) -> str:
         if r.seconds is not None:
             line += f" ({_duration(r.seconds)})"
         out.append(line)
+        if r.order:
+            out.append(f"    rank order {r.order}")
+        if r.serve_order:
+            out.append(f"    serving order {r.serve_order}")
         for s in r.signals:
             out.append(f"    signal: {s}")
     out.append(f"checkpoints: {rep.checkpoint_dir or '?'}")
@@ -358,6 +418,10 @@ def render_text(rep: Report) -> str:
             out.append(f"  run {seen.restart}: {seen.transport}{why}")
     else:
         out.append("NCCL transport: not checked (no NCCL transport-check logs)")
+    if rep.fabric:
+        out.append("fabric test (nccl-tests all_reduce_perf):")
+        for restart, detail in rep.fabric:
+            out.append(f"  run {restart}: {detail}")
     if rep.efa_totals:
         out.append("EFA counters (end - start, all devices):")
         for node, totals in sorted(rep.efa_totals.items()):
@@ -369,6 +433,13 @@ def render_text(rep: Report) -> str:
         out.append("EFA counters: none recorded")
     if rep.logs:
         out.append("logs: " + " ".join(rep.logs))
+    if rep.goodput:
+        from slurmfm.observe.goodput import render
+
+        out.extend(render(rep.goodput))
     for note in rep.notes:
         out.append(f"note: {note}")
-    return "\n".join(out) + "\n"
+    from slurmfm.observe.logs import visible
+
+    # what the job's files said (reasons, NCCL lines) reaches the terminal without escapes
+    return visible("\n".join(out) + "\n")

@@ -41,7 +41,7 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,7 +138,14 @@ class CostParams:
     # under the switch times the NIC over the oversubscription, a fair share of a fabric other
     # jobs also use; "switch": all the nodes under it, as on an otherwise idle fabric. The
     # planner cannot see other jobs' traffic, so it checks a placement under both.
+    # "busy": the physical uplinks (every node under the switch times the NIC over the
+    # oversubscription) shared max-min with the other jobs' nodes under it (``busy_under``),
+    # each of which is taken to send at its NIC rate: the job gets
+    # ``all * job / (job + busy)`` nodes' worth, between "job" (every other node busy) and
+    # "switch" (none). The guard sets it from the nodes that are not free (issue 42 item 4:
+    # Slurm's choice compared under other jobs' traffic on physical uplinks).
     uplink_share: str = "job"
+    busy_under: Mapping[str, int] | None = None
 
     @classmethod
     def default(cls) -> CostParams:
@@ -670,7 +677,7 @@ def _one_per_shape(ranges: list[range], g: int) -> list[range]:
     """``ranges`` cut to one per length when every group stays inside one node, else as is.
 
     Why: such a group (TP=8 on 8-GPU nodes) costs the same wherever it is: NVLink inside
-    its node, never a violation. The TP/CP/EP loop of :func:`evaluate` keeps the worst and
+    its node, never a violation. :func:`_nvlink_dim` (TP/CP/EP) keeps the worst and
     the first bound, so one representative per length gives the same report without
     16k identical groups on a 64k-node plan.
     """
@@ -692,14 +699,37 @@ def _ring_edges(nodes: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(seq[i], seq[(i + 1) % len(seq)]) for i in range(len(seq))]
 
 
-def evaluate(
-    topology: Topology,
-    order: Sequence[str],
-    job: JobShape,
-    params: CostParams | None = None,
-) -> CostReport:
-    """Cost of running ``job`` with node ``i`` of ``order`` holding ranks ``i*G..i*G+G-1``."""
-    params = params or CostParams.default()
+@dataclass(frozen=True)
+class _DimTime:
+    """One dimension's slowest group: its predicted and its ideal time, and the tier that
+    bounds it (None when the dimension has no group, so :class:`CostReport` leaves it out)."""
+
+    worst: float = 0.0
+    best: float = 0.0
+    bound: str | None = None
+
+
+@dataclass
+class _DpRings:
+    """The DP groups as directed node edges, and the load all of them put on each uplink.
+
+    Why one value: the congestion pass needs every group's load before it can charge any
+    group, so the edges are walked once here and kept (with each edge's shared path prefix)
+    for :func:`_dp_time` instead of being recomputed per group.
+    """
+
+    # (switch, upwards?) -> ring-edge loads; per ring: (a, b, level or -1, shared prefix)
+    load: dict[tuple[str, bool], float] = field(default_factory=dict)
+    edges: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = field(default_factory=dict)
+    algo: dict[tuple[int, ...], str] = field(default_factory=dict)
+    ring_edges: int = 0
+    cross_leaf: int = 0
+    cross_spine: int = 0
+
+
+def _check_order(order: Sequence[str], job: JobShape) -> None:
+    """Refuse a shape or an order the model cannot charge: a wrong node count or a repeated
+    host would put ranks on nodes the job does not have, and the report would look valid."""
     bad = job.problems()
     if bad:
         raise ValueError("; ".join(bad))
@@ -707,71 +737,80 @@ def evaluate(
         raise ValueError(f"order has {len(order)} hosts, the job needs {job.nodes}")
     if len(set(order)) != len(order):
         raise ValueError("order names a host twice")
-    fab = _Fabric(topology, order)
-    spans = _spans(topology)
-    tiers = params.tiers
-    nbytes = params.message_bytes
-    g = job.gpus_per_node
-    groups = _groups(job)
-    per_group: dict[str, float] = {}
-    ideal_group: dict[str, float] = {}
+
+
+def _nvlink_dim(
+    fab: _Fabric,
+    spans: _Spans,
+    ranges: list[range],
+    g: int,
+    dim: str,
+    params: CostParams,
+) -> tuple[_DimTime, int]:
+    """TP, CP or EP: collectives that must stay inside an NVLink domain; the time and how
+    many groups leave their domain (the NVLink violations).
+
+    A group's time depends only on (size, level), so it is computed once per pair: a
+    64k-node plan has 16k TP groups.
+    """
+    tiers, nbytes = params.tiers, params.message_bytes[dim]
+    fn = _alltoall if dim == "ep" else _ring
+    worst = best = 0.0
+    bound: str | None = None
     violations = 0
+    memo: dict[tuple[int, int], float] = {}
+    for nodes, count in _node_groups(_one_per_shape(ranges, g), g).items():
+        p = len(nodes)
+        level = fab.lca_level(nodes)
+        if level >= 0:
+            violations += count
+        ilevel = spans.ideal_level(len(set(nodes)))
+        t = memo.get((p, level))
+        if t is None:
+            t = memo[(p, level)] = fn(p, nbytes, _tier_at(tiers, level))
+        if t > worst or bound is None:
+            worst, bound = max(worst, t), _tier_name(level)
+        ti = memo.get((p, ilevel))
+        if ti is None:
+            ti = memo[(p, ilevel)] = fn(p, nbytes, _tier_at(tiers, ilevel))
+        best = max(best, ti)
+    return _DimTime(worst, best, bound), violations
 
-    # TP, CP, EP: collectives that must stay inside an NVLink domain. A group's time depends
-    # only on (size, level): computed once per pair (a 64k-node plan has 16k TP groups).
-    bound_by: dict[str, str] = {}
-    for dim in ("tp", "cp", "ep"):
-        worst = best = 0.0
-        fn = _alltoall if dim == "ep" else _ring
-        memo: dict[tuple[int, int], float] = {}
-        for nodes, count in _node_groups(_one_per_shape(groups[dim], g), g).items():
-            p = len(nodes)
-            level = fab.lca_level(nodes)
-            if level >= 0:
-                violations += count
-            ilevel = spans.ideal_level(len(set(nodes)))
-            t = memo.get((p, level))
-            if t is None:
-                t = memo[(p, level)] = fn(p, nbytes[dim], _tier_at(tiers, level))
-            if t > worst or dim not in bound_by:
-                worst, bound_by[dim] = max(worst, t), _tier_name(level)
-            ti = memo.get((p, ilevel))
-            if ti is None:
-                ti = memo[(p, ilevel)] = fn(p, nbytes[dim], _tier_at(tiers, ilevel))
-            best = max(best, ti)
-        per_group[dim], ideal_group[dim] = worst, best
 
-    # DP: all-reduce (ring or NCCL's double binary tree, as NCCL's tuner would pick) with
-    # uplink congestion from all DP groups at once.
-    dp_nodes = _node_groups(groups["dp"], g)
-    load: dict[tuple[str, bool], float] = {}
-    edge_info: dict[tuple[int, ...], list[tuple[int, int, int, int]]] = {}
-    algo_of: dict[tuple[int, ...], str] = {}
+def _dp_directed(
+    nodes: tuple[int, ...], seq: tuple[int, ...], algo: str
+) -> list[tuple[int, int, float, bool]]:
+    """(a, b, weight, counted) per directed edge of one DP all-reduce: how many ring-edge
+    loads it carries and whether it counts in the edge counts.
+
+    A tree edge moves n/2 each way (each of the two trees carries half), a ring edge about
+    2n, so a tree edge loads an uplink a quarter as much; it counts once, not per way.
+    """
+    if algo == "tree":
+        return [
+            (seq[x], seq[y], 0.25, x == c)
+            for tree in double_binary_tree(len(seq))
+            for c, par in tree
+            for x, y in ((c, par), (par, c))
+        ]
+    return [(a, b, 1.0, True) for a, b in _ring_edges(nodes)]
+
+
+def _dp_rings(fab: _Fabric, dp_nodes: Counter[tuple[int, ...]], params: CostParams) -> _DpRings:
+    """Every DP group's edges (ring or NCCL's double binary tree, as NCCL's tuner would
+    pick) and the uplink load of all DP groups at once, for the congestion pass."""
+    rings = _DpRings()
+    load = rings.load
     ring_edges = cross_leaf = cross_spine = 0
     paths, doms, level_of = fab.paths, fab.domains, fab._level
     for nodes, count in dp_nodes.items():
         seq = _distinct_ring(nodes)
         algo = params.dp_algorithm
         if algo == "auto":
-            algo = nccl_allreduce_algorithm(len(seq), params.dp_bucket_bytes, tiers["leaf"])
-        algo_of[nodes] = algo
-        # (a, b, weight): each directed edge and how many ring-edge loads it carries. A tree
-        # edge moves n/2 each way (each of the two trees carries half), a ring edge about 2n,
-        # so a tree edge loads an uplink a quarter as much.
-        # (a, b, weight, counted): each directed edge, how many ring-edge loads it carries,
-        # and whether it counts in the edge counts (a tree edge counts once, not per way).
-        directed: list[tuple[int, int, float, bool]]
-        if algo == "tree":
-            directed = [
-                (seq[x], seq[y], 0.25, x == c)
-                for tree in double_binary_tree(len(seq))
-                for c, par in tree
-                for x, y in ((c, par), (par, c))
-            ]
-        else:
-            directed = [(a, b, 1.0, True) for a, b in _ring_edges(nodes)]
+            algo = nccl_allreduce_algorithm(len(seq), params.dp_bucket_bytes, params.tiers["leaf"])
+        rings.algo[nodes] = algo
         info = []
-        for a, b, w, counted in directed:
+        for a, b, w, counted in _dp_directed(nodes, seq, algo):
             # fab.pair_level(a, b) inlined, keeping the shared prefix length for the uplinks
             # below and the congestion pass (16k ring edges on a 64k-node plan).
             if doms[a] == doms[b]:
@@ -790,54 +829,104 @@ def evaluate(
                 load[(sw, True)] = load.get((sw, True), 0.0) + count * w
             for sw in pb[c:]:
                 load[(sw, False)] = load.get((sw, False), 0.0) + count * w
-        edge_info[nodes] = info
+        rings.edges[nodes] = info
+    rings.ring_edges, rings.cross_leaf, rings.cross_spine = ring_edges, cross_leaf, cross_spine
+    return rings
+
+
+def _job_under(topology: Topology, fab: _Fabric, params: CostParams) -> Mapping[str, float]:
+    """Nodes whose share of each switch's uplinks the job gets (``CostParams.uplink_share``):
+    its own nodes under the switch, all of them on an otherwise idle fabric, or its max-min
+    share of the physical uplinks with the busy nodes under the switch sending too."""
+    if params.uplink_share == "switch":
+        return _all_under(topology)
     job_under: Counter[str] = Counter()
     for path in fab.paths:
         for sw in path:
             job_under[sw] += 1
-    if params.uplink_share == "switch":
-        job_under = _all_under(topology)
+    if params.uplink_share == "busy":
+        busy = params.busy_under or {}
+        under = _all_under(topology)
+        return {sw: under[sw] * c / (c + busy.get(sw, 0)) for sw, c in job_under.items()}
+    return job_under
+
+
+def _uplink_ratio(
+    topology: Topology,
+    tiers: Mapping[str, Tier],
+    load: Mapping[tuple[str, bool], float],
+    job_under: Mapping[str, float],
+    g: int,
+    nic_load: float = 1.0,
+) -> dict[str, float]:
+    """Per switch, the worst direction's load over what its uplinks carry at full rate
+    (``job_under * G / o``), beyond the ``nic_load`` each node's NIC carries anyway: the
+    factor by which a send across that uplink slows down (> 1: congested)."""
     ratio: dict[str, float] = {}
     for (sw, _up), flows in load.items():
         o = tiers[_tier_of_level(topology.level(sw))].oversubscription
-        cap = job_under[sw] * g / o
-        ratio[sw] = max(ratio.get(sw, 0.0), flows / cap)
+        share = flows / (job_under[sw] * g / o) / nic_load
+        ratio[sw] = max(ratio.get(sw, 0.0), share)
+    return ratio
+
+
+def _ring_congestion(
+    info: list[tuple[int, int, int, int]], paths: list[tuple[str, ...]], ratio: dict[str, float]
+) -> float:
+    """The worst uplink ratio on any inter-node edge of one DP ring (1.0: uncongested)."""
+    congestion = 1.0
+    for a, b, lvl, c in info:
+        if lvl < 0:
+            continue
+        pa, pb = paths[a], paths[b]
+        for sw in (*pa[c:], *pb[c:]):
+            congestion = max(congestion, ratio.get(sw, 0.0))
+    return congestion
+
+
+def _dp_time(
+    fab: _Fabric, spans: _Spans, rings: _DpRings, ratio: dict[str, float], params: CostParams
+) -> _DimTime:
+    """DP's all-reduce: each ring (or tree) at its tier, slowed by its worst uplink."""
+    tiers, nbytes = params.tiers, params.message_bytes["dp"]
+    buckets = max(1, math.ceil(nbytes / params.dp_bucket_bytes))
     worst = best = 0.0
-    buckets = max(1, math.ceil(nbytes["dp"] / params.dp_bucket_bytes))
-    for nodes, info in edge_info.items():
+    bound: str | None = None
+    for nodes, info in rings.edges.items():
         p = len(nodes)
         level = fab.lca_level(nodes)
-        congestion = 1.0
-        for a, b, lvl, c in info:
-            if lvl < 0:
-                continue
-            pa, pb = paths[a], paths[b]
-            for sw in (*pa[c:], *pb[c:]):
-                congestion = max(congestion, ratio.get(sw, 0.0))
+        congestion = _ring_congestion(info, fab.paths, ratio)
         ilevel = spans.ideal_level(len(set(nodes)))
-        if algo_of[nodes] == "tree":
+        tree = rings.algo[nodes] == "tree"
+        if tree:
             k = len(_distinct_ring(nodes))
-            t = _tree(k, nbytes["dp"], buckets, _tier_at(tiers, level), congestion)
-            ti = _tree(k, nbytes["dp"], buckets, _tier_at(tiers, ilevel))
+            t = _tree(k, nbytes, buckets, _tier_at(tiers, level), congestion)
+            ti = _tree(k, nbytes, buckets, _tier_at(tiers, ilevel))
         else:
-            t = _ring(p, nbytes["dp"], _tier_at(tiers, level), congestion)
-            ti = _ring(p, nbytes["dp"], _tier_at(tiers, ilevel))
-        if t > worst or "dp" not in bound_by:
+            t = _ring(p, nbytes, _tier_at(tiers, level), congestion)
+            ti = _ring(p, nbytes, _tier_at(tiers, ilevel))
+        if t > worst or bound is None:
             worst = max(worst, t)
-            bound_by["dp"] = (
+            bound = (
                 _tier_name(level)
-                + (" tree" if algo_of[nodes] == "tree" else "")
+                + (" tree" if tree else "")
                 + (f" x{congestion:.2f}" if congestion > 1 + 1e-9 else "")
             )
         best = max(best, ti)
-    per_group["dp"], ideal_group["dp"] = worst, best
+    return _DimTime(worst, best, bound)
 
-    # PP: point-to-point between neighbouring stages along each pipeline. Every pipeline
-    # sends at once (activations forward, gradients back), so the pairs that cross an uplink
-    # share it like DP edges do: a pair's send is slowed by the worst uplink on its path.
+
+def _pp_pairs(
+    fab: _Fabric, pp_groups: Counter[tuple[int, ...]]
+) -> tuple[dict[tuple[int, int], int], Counter[tuple[str, bool]]]:
+    """Each distinct pair of neighbouring stages with its level, and the sends on each uplink.
+
+    Every pipeline sends at once (activations forward, gradients back), so the pairs that
+    cross an uplink share it like DP edges do.
+    """
     pairs: dict[tuple[int, int], int] = {}  # distinct PP pair -> its level
-    pp_groups = _node_groups(groups["pp"], g)
     pp_load: Counter[tuple[str, bool]] = Counter()
+    paths = fab.paths
     for nodes, count in pp_groups.items():
         for a, b in itertools.pairwise(nodes):
             lvl = pairs[(a, b)] = fab.pair_level(a, b)
@@ -851,25 +940,23 @@ def evaluate(
             for sw in pb[c:]:
                 pp_load[(sw, False)] += count
                 pp_load[(sw, True)] += count
-    # A middle stage's node sends both ways, so its own NIC already carries two pairs per GPU:
-    # an uplink is a bottleneck only beyond what the busiest NIC carries anyway.
-    nic_load = 2.0 if job.pp > 2 else 1.0
-    pp_ratio: dict[str, float] = {}
-    for (sw, _up), flows in pp_load.items():
-        o = tiers[_tier_of_level(topology.level(sw))].oversubscription
-        share = flows / (job_under[sw] * g / o) / nic_load
-        pp_ratio[sw] = max(pp_ratio.get(sw, 0.0), share)
-    worst = best = 0.0
-    top_congestion = 1.0
+    return pairs, pp_load
 
+
+def _pp_sender(
+    fab: _Fabric, tiers: Mapping[str, Tier], nbytes: float, pp_ratio: dict[str, float]
+) -> Callable[[int, int, int], tuple[float, float]]:
+    """``send(a, b, level)``: one PP send's time and its slowdown, the worst uplink on its
+    path. With no uplink beyond its share a send costs its tier alone, once per level."""
+    paths = fab.paths
     congested = any(r > 1 + 1e-12 for r in pp_ratio.values())
     send_memo: dict[int, float] = {}  # level -> an uncongested send's time
 
     def send(a: int, b: int, level: int) -> tuple[float, float]:
-        if not congested:  # no uplink beyond its share: a send costs its tier alone
+        if not congested:
             t = send_memo.get(level)
             if t is None:
-                t = send_memo[level] = _p2p(nbytes["pp"], _tier_at(tiers, level))
+                t = send_memo[level] = _p2p(nbytes, _tier_at(tiers, level))
             return t, 1.0
         tier = _tier_at(tiers, level)
         slow = 1.0
@@ -878,10 +965,28 @@ def evaluate(
             c = len(pa) if pa is pb else _common(pa, pb)
             for sw in (*pa[c:], *pb[c:]):
                 slow = max(slow, pp_ratio.get(sw, 0.0))
-        return tier.alpha_s + nbytes["pp"] * tier.beta_s_per_byte * slow, slow
+        return tier.alpha_s + nbytes * tier.beta_s_per_byte * slow, slow
 
+    return send
+
+
+def _pp_time(
+    fab: _Fabric,
+    spans: _Spans,
+    pp_groups: Counter[tuple[int, ...]],
+    pairs: dict[tuple[int, int], int],
+    pp_ratio: dict[str, float],
+    params: CostParams,
+) -> _DimTime:
+    """PP: point-to-point between neighbouring stages along each pipeline, summed per
+    pipeline; a pair's send is slowed by the worst uplink on its path."""
+    tiers, nbytes = params.tiers, params.message_bytes["pp"]
+    send = _pp_sender(fab, tiers, nbytes, pp_ratio)
     ideal_pair, ideal_self = spans.ideal_level(2), spans.ideal_level(1)
-    ideal_send = {lvl: _p2p(nbytes["pp"], _tier_at(tiers, lvl)) for lvl in {ideal_pair, ideal_self}}
+    ideal_send = {lvl: _p2p(nbytes, _tier_at(tiers, lvl)) for lvl in {ideal_pair, ideal_self}}
+    worst = best = 0.0
+    bound: str | None = None
+    top_congestion = 1.0
     for nodes in pp_groups:
         t = tb = 0.0
         top = -1
@@ -893,29 +998,65 @@ def evaluate(
             t += dt
             slowest = max(slowest, slow)
             tb += ideal_send[ideal_pair if a != b else ideal_self]
-        if t > worst or "pp" not in bound_by:
-            bound_by["pp"] = _tier_name(top)
+        if t > worst or bound is None:
+            bound = _tier_name(top)
             top_congestion = slowest
         worst, best = max(worst, t), max(best, tb)
-    if top_congestion > 1 + 1e-9 and "pp" in bound_by:
-        bound_by["pp"] += f" x{top_congestion:.2f}"
-    per_group["pp"], ideal_group["pp"] = worst, best
-    pp_cross = sum(1 for lvl in pairs.values() if lvl >= 1)
+    if top_congestion > 1 + 1e-9 and bound is not None:
+        bound += f" x{top_congestion:.2f}"
+    return _DimTime(worst, best, bound)
 
-    predicted = sum(per_group.values())
-    ideal = sum(ideal_group.values())
+
+def evaluate(
+    topology: Topology,
+    order: Sequence[str],
+    job: JobShape,
+    params: CostParams | None = None,
+) -> CostReport:
+    """Cost of running ``job`` with node ``i`` of ``order`` holding ranks ``i*G..i*G+G-1``.
+
+    One step per kind of traffic (module docstring): the groups that must stay inside an
+    NVLink domain (TP, CP, EP), DP's all-reduce with the uplink congestion of all DP groups
+    at once, then PP's sends, congested the same way.
+    """
+    params = params or CostParams.default()
+    _check_order(order, job)
+    fab = _Fabric(topology, order)
+    spans = _spans(topology)
+    g = job.gpus_per_node
+    groups = _groups(job)
+    times: dict[str, _DimTime] = {}
+    violations = 0
+    for dim in ("tp", "cp", "ep"):
+        times[dim], outside = _nvlink_dim(fab, spans, groups[dim], g, dim, params)
+        violations += outside
+    rings = _dp_rings(fab, _node_groups(groups["dp"], g), params)
+    job_under = _job_under(topology, fab, params)
+    ratio = _uplink_ratio(topology, params.tiers, rings.load, job_under, g)
+    times["dp"] = _dp_time(fab, spans, rings, ratio, params)
+    pp_groups = _node_groups(groups["pp"], g)
+    pairs, pp_load = _pp_pairs(fab, pp_groups)
+    # A middle stage's node sends both ways, so its own NIC already carries two pairs per GPU:
+    # an uplink is a bottleneck only beyond what the busiest NIC carries anyway.
+    nic_load = 2.0 if job.pp > 2 else 1.0
+    pp_ratio = _uplink_ratio(topology, params.tiers, pp_load, job_under, g, nic_load)
+    times["pp"] = _pp_time(fab, spans, pp_groups, pairs, pp_ratio, params)
+
+    predicted = sum(times[d].worst for d in DIMS)
+    ideal = sum(times[d].best for d in DIMS)
+    bound_by = {d: b for d in DIMS if (b := times[d].bound) is not None and times[d].worst > 0}
     return CostReport(
         predicted_s=predicted,
         ideal_s=ideal,
         slowdown=predicted / ideal if ideal > 0 else 1.0,
         leaves_used=len({p[-1] for p in fab.paths}),
-        dp_ring_edges=ring_edges,
-        dp_edges_cross_leaf=cross_leaf,
-        dp_edges_cross_spine=cross_spine,
+        dp_ring_edges=rings.ring_edges,
+        dp_edges_cross_leaf=rings.cross_leaf,
+        dp_edges_cross_spine=rings.cross_spine,
         pp_pairs=len(pairs),
-        pp_pairs_cross_leaf=pp_cross,
+        pp_pairs_cross_leaf=sum(1 for lvl in pairs.values() if lvl >= 1),
         nvlink_violations=violations,
-        per_group={d: per_group[d] for d in DIMS},
-        bound_by={d: bound_by[d] for d in DIMS if d in bound_by and per_group[d] > 0},
         # per_group keeps a fixed key order (tp, cp, ep, dp, pp) for stable JSON.
+        per_group={d: times[d].worst for d in DIMS},
+        bound_by=bound_by,
     )

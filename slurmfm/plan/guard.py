@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from slurmfm.plan.cost import CostParams, CostReport, JobShape, evaluate
@@ -33,6 +34,7 @@ Risk = Literal["none", "model"]
 
 __all__ = [
     "MIN_GAIN",
+    "busy_counts",
     "guard_rule_sets",
     "keep_slurm_unless_robust",
     "robust_gains",
@@ -85,6 +87,202 @@ def guard_rule_sets(slurm_version: SlurmVersion | None) -> tuple[Rules, ...]:
     return ("24.05.3",) if supports("tree_selection_rules_2405_3", slurm_version) else ("21.08",)
 
 
+# (nodes, origin, whether it is one of Slurm's own choices): a node set the guard judges
+_NodeSet = tuple[Sequence[str], str, bool]
+
+
+@dataclass(frozen=True)
+class _GuardInputs:
+    """What every step of :func:`slurm_guard` reads: one value instead of eight arguments
+    per helper, so each step's signature shows only what it adds."""
+
+    topology: Topology
+    st: _Static
+    free: frozenset[str]
+    job: JobShape
+    mode: Mode
+    params: CostParams | None
+    switch_order: Sequence[str] | None
+
+    @property
+    def table(self) -> list[str]:
+        """Slurm's node table (cached by ``_Static``)."""
+        return self.st.slurm_node_table()
+
+
+@dataclass
+class _Judged:
+    """The candidates' judgement: the best so far, every placement that passed citizenship
+    (for pin mode's robustness check) and the faster ones refused (for the note)."""
+
+    best: CostReport | None
+    pool: list[tuple[list[str], str]]
+    found: tuple[list[str], CostReport, str] | None = None
+    skipped: list[tuple[float, str]] = field(default_factory=list)  # (predicted s, why)
+
+
+def _tree_choices(
+    g: _GuardInputs,
+    rule_sets: Sequence[Rules],
+    sets: list[_NodeSet],
+    slurm_sets: list[tuple[str, list[str]]],
+) -> list[int]:
+    """Slurm's ``topology/tree`` choice under each rule set, added to ``sets`` and
+    ``slurm_sets``; each one's leaf count (1 << 30 when Slurm would not start the job)."""
+    from slurmfm.plan.planner import PlanError
+    from slurmfm.plan.slurm_sim import select_tree
+
+    counts: list[int] = []
+    for rules in rule_sets:
+        try:
+            chosen = select_tree(
+                g.topology,
+                g.free,
+                g.job.nodes,
+                rules=rules,
+                node_order=g.table,
+                switch_order=g.switch_order,
+            )
+        except ValueError as exc:  # pragma: no cover - switch_order is checked by the caller
+            raise PlanError(f"switch_order: {exc}") from exc
+        if chosen is not None:
+            sets.append((chosen, f"Slurm's own choice ({rules} rules)", True))
+            slurm_sets.append((f"{rules} rules", chosen))
+            counts.append(len({g.st.leaf_of[n] for n in chosen}))
+        else:  # pragma: no cover - one root: Slurm starts the job whenever it fits
+            counts.append(1 << 30)
+    return counts
+
+
+def _block_sets(
+    g: _GuardInputs, sets: list[_NodeSet], slurm_sets: list[tuple[str, list[str]]]
+) -> None:
+    """Slurm's ``topology/block`` choices (``-N`` alone and with ``--segment``, under both
+    block rule sets), each distinct one added to ``sets`` and ``slurm_sets``."""
+    from slurmfm.plan.slurm_sim import BLOCK_RULE_SETS, block_choices
+
+    seen_block: set[tuple[str, tuple[str, ...]]] = set()
+    for block_rules in BLOCK_RULE_SETS:  # the block rule sets differ only on one-node jobs
+        for job_label, chosen in block_choices(
+            g.topology, g.free, g.job.nodes, rules=block_rules, node_order=g.table
+        ):
+            if (job_label, tuple(chosen)) in seen_block:
+                continue
+            seen_block.add((job_label, tuple(chosen)))
+            label = job_label
+            if block_rules != BLOCK_RULE_SETS[0]:
+                label = f"{job_label}, {block_rules} rules"
+            sets.append((chosen, f"Slurm's topology/block choice ({label})", True))
+            slurm_sets.append(
+                (f"topology/block, {label.removeprefix('block').strip() or '-N only'}", chosen)
+            )
+
+
+def _room_floor(g: _GuardInputs, sets: Sequence[_NodeSet]) -> tuple[int, int]:
+    """The free room a candidate must leave: the smallest of Slurm's choices' free runs.
+
+    Nor may a candidate leave less free room behind than Slurm's choice: the largest free run
+    of nodes in one leaf and under one spine (level-1 switch) after the job starts, which is
+    what the next large job needs (the referee's held-out set: the fewest-leaves choice took
+    the largest free leaves and left a smaller free spine run than Slurm in 25 of 40 held-out
+    cases). With the version unknown, the smaller of the rule sets' runs (either may be the
+    cluster's).
+    """
+    runs = [_free_runs(g.topology, g.st, g.free, nodes) for nodes, _, slurms in sets if slurms]
+    return (min((r[0] for r in runs), default=0), min((r[1] for r in runs), default=0))
+
+
+def _roomy(g: _GuardInputs, nodes: Sequence[str], floor: tuple[int, int]) -> bool:
+    """Whether allocating ``nodes`` leaves at least the free room ``floor`` behind."""
+    got = _free_runs(g.topology, g.st, g.free, nodes)
+    return got[0] >= floor[0] and got[1] >= floor[1]
+
+
+def _orders_of(
+    g: _GuardInputs, nodes: Sequence[str], slurms: bool
+) -> list[tuple[list[str], str, bool]]:
+    """The rank orders a node set competes in, as (order, how, strict).
+
+    A strict candidate must be predicted faster; the tie-breaks of _better (fewer DP ring
+    edges crossing a leaf, fewer leaves) do not count for it.
+    """
+    from slurmfm.plan.planner import _ALT_ORDER_MAX_NODES, _fuller_first, order_nodes
+    from slurmfm.plan.slurm_sim import rank_order
+
+    topology, job, mode = g.topology, g.job, g.mode
+    cands: list[tuple[list[str], str, bool]] = []
+    if slurms:
+        # Slurm's own set in its topology (leaf) order first: on Slurm's nodes the plan
+        # changes the rank order only where the model predicts a gain. Ties keep Slurm's
+        # order: they are decided by what the model leaves out (NCCL's trees, other jobs'
+        # traffic), where the referee found either order can lose.
+        leaf_order = rank_order(
+            nodes, topology, policy="leaf", node_order=g.table, switch_order=g.switch_order
+        )
+        cands.append((leaf_order, "in Slurm's topology order", False))
+    cands.append((order_nodes(topology, nodes, job), "in the planner's rank order", slurms))
+    if mode == "pin" and not slurms:
+        cands.append((list(nodes), "in stage order", False))
+    if mode == "pin" and job.pp > 1 and job.nodes <= _ALT_ORDER_MAX_NODES:
+        cands.append((_fuller_first(g.st, nodes), "fuller subtrees first", slurms))
+    if mode == "pin" and slurms:
+        # Pin mode keeps the planned order, so Slurm's name order competes too (PP blocks).
+        cands.append((rank_order(nodes, topology, policy="name", node_order=g.table), "", True))
+    if mode != "pin" and slurms:
+        # Constrain mode: the job sorts whatever it gets by the rank key (planner order).
+        cands = [(cands[1][0], cands[1][1], False)]
+    return cands
+
+
+def _judge(
+    g: _GuardInputs,
+    sets: Sequence[_NodeSet],
+    limit: int,
+    floor: tuple[int, int],
+    judged: _Judged,
+    seen: set[tuple[str, ...]],
+) -> None:
+    """Every node set that passes citizenship, in each of its orders, against the best so
+    far (:func:`_better`); the refused ones are kept in ``judged.skipped`` with their time."""
+    from slurmfm.plan.planner import order_nodes
+
+    topology, job, params = g.topology, g.job, g.params
+    for nodes, origin, slurms in sets:
+        too_many = len({g.st.leaf_of[n] for n in nodes}) > limit
+        if too_many or (not slurms and not _roomy(g, nodes, floor)):
+            rep = evaluate(topology, order_nodes(topology, nodes, job), job, params)
+            judged.skipped.append(
+                (rep.predicted_s, "more leaves" if too_many else "it leaves less free room")
+            )
+            continue
+        for cand, how, strict in _orders_of(g, nodes, slurms):
+            if tuple(cand) in seen:
+                continue
+            seen.add(tuple(cand))
+            judged.pool.append((cand, f"{origin} {how or 'in its own rank order'}"))
+            rep = evaluate(topology, cand, job, params)
+            best = judged.best
+            if (
+                best is None
+                or (strict and rep.predicted_s < best.predicted_s * (1 - 1e-9))
+                or (not strict and _better(rep, best))
+            ):
+                judged.best = rep
+                judged.found = (cand, rep, f"{origin} {how or 'in its own rank order'}")
+
+
+def _note_refused(judged: _Judged, report: CostReport, notes: list[str]) -> None:
+    """Say when citizenship refused a placement predicted faster than the one chosen."""
+    final = judged.best.predicted_s if judged.best is not None else report.predicted_s
+    faster = [x for x in judged.skipped if x[0] < final * (1 - 1e-9)]
+    if faster:
+        t, reason = min(faster)
+        notes.append(
+            f"citizenship: a placement predicted {t * 1e3:.3f} ms/step (vs "
+            f"{final * 1e3:.3f}) was not used: {reason} than Slurm's choice"
+        )
+
+
 def slurm_guard(
     topology: Topology,
     st: _Static,
@@ -128,130 +326,92 @@ def slurm_guard(
     the two rule sets' counts when the version is unknown) are not considered (see the comment
     at the check).
     """
-    from slurmfm.plan.planner import _ALT_ORDER_MAX_NODES, PlanError, _fuller_first, order_nodes
-    from slurmfm.plan.slurm_sim import BLOCK_RULE_SETS, block_choices, rank_order, select_tree
-
-    free = frozenset(free_nodes)
-    table = st.slurm_node_table()
-    sets: list[tuple[Sequence[str], str, bool]] = [
-        (a, "the selection under a lower switch", False) for a in alternatives
-    ]
-    counts: list[int] = []
-    for rules in rule_sets:
-        try:
-            chosen = select_tree(
-                topology, free, job.nodes, rules=rules, node_order=table, switch_order=switch_order
-            )
-        except ValueError as exc:  # pragma: no cover - switch_order is checked by the caller
-            raise PlanError(f"switch_order: {exc}") from exc
-        if chosen is not None:
-            sets.append((chosen, f"Slurm's own choice ({rules} rules)", True))
-            slurm_sets.append((f"{rules} rules", chosen))
-            counts.append(len({st.leaf_of[n] for n in chosen}))
-        else:  # pragma: no cover - one root: Slurm starts the job whenever it fits
-            counts.append(1 << 30)
-    seen_block: set[tuple[str, tuple[str, ...]]] = set()
-    for block_rules in BLOCK_RULE_SETS:  # the block rule sets differ only on one-node jobs
-        for job_label, chosen in block_choices(
-            topology, free, job.nodes, rules=block_rules, node_order=table
-        ):
-            if (job_label, tuple(chosen)) in seen_block:
-                continue
-            seen_block.add((job_label, tuple(chosen)))
-            label = job_label
-            if block_rules != BLOCK_RULE_SETS[0]:
-                label = f"{job_label}, {block_rules} rules"
-            sets.append((chosen, f"Slurm's topology/block choice ({label})", True))
-            slurm_sets.append(
-                (f"topology/block, {label.removeprefix('block').strip() or '-N only'}", chosen)
-            )
+    g = _GuardInputs(topology, st, frozenset(free_nodes), job, mode, params, switch_order)
+    sets: list[_NodeSet] = [(a, "the selection under a lower switch", False) for a in alternatives]
+    counts = _tree_choices(g, rule_sets, sets, slurm_sets)
+    _block_sets(g, sets, slurm_sets)
     # Cluster citizenship: no candidate may use more leaf switches than Slurm's own choice
-    # (with the version unknown, the larger of the two rule sets' counts: either may be the
-    # cluster's). Extra leaves fragment the cluster for the next
+    # (with the version unknown, the smaller of the two rule sets' counts: either may be the
+    # cluster's, and a plan must not spread wider than the one it runs; with the larger, an
+    # independent referee found plans on 8 leaves where the 24.05.3 rules took 4, issue 42
+    # item 4). Extra leaves fragment the cluster for the next
     # job, and whether they pay for this one depends on other jobs' traffic and the fabric's
-    # oversubscription, which the planner cannot see (the referee, slurmfm.referee, judges
+    # oversubscription, which the planner cannot see (the referee, bench.referee, judges
     # that from outside: scripts/bench_referee.py). The planner's own choice holds the job in
     # the fewest leaves of the fabric, so it always passes.
-    limit = max(counts, default=1 << 30)
-    # Nor may it leave less free room behind than Slurm's choice: the largest free run of
-    # nodes in one leaf and under one spine (level-1 switch) after the job starts, which is
-    # what the next large job needs (the referee's held-out set: the fewest-leaves choice takes the
-    # largest free
-    # leaves and left a smaller free spine run than Slurm in 25 of 40 held-out cases). With
-    # the version unknown, the smaller of the rule sets' runs (either may be the cluster's).
-    runs = [_free_runs(topology, st, free, nodes) for nodes, _, slurms in sets if slurms]
-    floor = (min((r[0] for r in runs), default=0), min((r[1] for r in runs), default=0))
-
-    def roomy(nodes: Sequence[str]) -> bool:
-        got = _free_runs(topology, st, free, nodes)
-        return got[0] >= floor[0] and got[1] >= floor[1]
-
-    own_ok = roomy(order)
+    limit = min(counts, default=1 << 30)
+    # Nor may it leave less free room behind than Slurm's choice (_room_floor).
+    floor = _room_floor(g, sets)
+    own_ok = _roomy(g, order, floor)
     # Every placement that passes citizenship, for the robustness check after the loop.
-    pool: list[tuple[list[str], str]] = [(order, "the planner's own choice")] if own_ok else []
-    best: CostReport | None = report if own_ok else None
-    found: tuple[list[str], CostReport, str] | None = None
-    seen: set[tuple[str, ...]] = {tuple(order)}
-    skipped: list[tuple[float, str]] = []  # (predicted s, why) of refused faster sets
-    for nodes, origin, slurms in sets:
-        too_many = len({st.leaf_of[n] for n in nodes}) > limit
-        if too_many or (not slurms and not roomy(nodes)):
-            rep = evaluate(topology, order_nodes(topology, nodes, job), job, params)
-            skipped.append(
-                (rep.predicted_s, "more leaves" if too_many else "it leaves less free room")
-            )
-            continue
-        # (order, how, strict): a strict candidate must be predicted faster; the tie-breaks
-        # of _better (fewer DP ring edges crossing a leaf, fewer leaves) do not count for it.
-        cands: list[tuple[list[str], str, bool]] = []
-        if slurms:
-            # Slurm's own set in its topology (leaf) order first: on Slurm's nodes the plan
-            # changes the rank order only where the model predicts a gain. Ties keep Slurm's
-            # order: they are decided by what the model leaves out (NCCL's trees, other jobs'
-            # traffic), where the referee found either order can lose.
-            leaf_order = rank_order(
-                nodes, topology, policy="leaf", node_order=table, switch_order=switch_order
-            )
-            cands.append((leaf_order, "in Slurm's topology order", False))
-        cands.append((order_nodes(topology, nodes, job), "in the planner's rank order", slurms))
-        if mode == "pin" and not slurms:
-            cands.append((list(nodes), "in stage order", False))
-        if mode == "pin" and job.pp > 1 and job.nodes <= _ALT_ORDER_MAX_NODES:
-            cands.append((_fuller_first(st, nodes), "fuller subtrees first", slurms))
-        if mode == "pin" and slurms:
-            # Pin mode keeps the planned order, so Slurm's name order competes too (PP blocks).
-            cands.append((rank_order(nodes, topology, policy="name", node_order=table), "", True))
-        if mode != "pin" and slurms:
-            # Constrain mode: the job sorts whatever it gets by the rank key (planner order).
-            cands = [(cands[1][0], cands[1][1], False)]
-        for cand, how, strict in cands:
-            if tuple(cand) in seen:
-                continue
-            seen.add(tuple(cand))
-            pool.append((cand, f"{origin} {how or 'in its own rank order'}"))
-            rep = evaluate(topology, cand, job, params)
-            if (
-                best is None
-                or (strict and rep.predicted_s < best.predicted_s * (1 - 1e-9))
-                or (not strict and _better(rep, best))
-            ):
-                best = rep
-                found = (cand, rep, f"{origin} {how or 'in its own rank order'}")
-    final = best.predicted_s if best is not None else report.predicted_s
-    faster = [x for x in skipped if x[0] < final * (1 - 1e-9)]
-    if faster:
-        t, reason = min(faster)
-        notes.append(
-            f"citizenship: a placement predicted {t * 1e3:.3f} ms/step (vs "
-            f"{final * 1e3:.3f}) was not used: {reason} than Slurm's choice"
-        )
-    baseline = next(((o, nodes) for nodes, o, slurms in sets if slurms), None)
+    judged = _Judged(
+        best=report if own_ok else None,
+        pool=[(order, "the planner's own choice")] if own_ok else [],
+    )
+    _judge(g, sets, limit, floor, judged, seen={tuple(order)})
+    _note_refused(judged, report, notes)
+    baseline = _baseline(g, sets)
     if mode == "pin" and baseline is not None:
         pinned, kept = keep_slurm_unless_robust(
-            topology, st, job, params, baseline, pool, table, switch_order, notes, risk
+            topology,
+            st,
+            job,
+            params,
+            baseline,
+            judged.pool,
+            g.table,
+            switch_order,
+            notes,
+            risk,
+            busy_under=busy_counts(topology, g.free),
         )
         return pinned, counts, None, kept
-    return found, counts, (None if own_ok else floor), False
+    return judged.found, counts, (None if own_ok else floor), False
+
+
+def _baseline(g: _GuardInputs, sets: Sequence[_NodeSet]) -> tuple[str, Sequence[str]] | None:
+    """The Slurm choice pin mode keeps unless beaten robustly.
+
+    With one choice (the version known), that one. With several (the version unknown: each
+    rule set's), the one on the fewest leaves, so a kept choice never spreads wider than
+    either rule set's; on a tie, the one whose worst predicted time over the scenarios
+    (:func:`scenarios_for`, other jobs' traffic included) is lowest, then the first.
+    """
+    from slurmfm.plan.slurm_sim import rank_order
+
+    own = [(nodes, o) for nodes, o, slurms in sets if slurms]
+    if len(own) <= 1:
+        return (own[0][1], own[0][0]) if own else None
+
+    def leaves(nodes: Sequence[str]) -> int:
+        return len({g.st.leaf_of[n] for n in nodes})
+
+    fewest = min(leaves(nodes) for nodes, _ in own)
+    tied = [(nodes, o) for nodes, o in own if leaves(nodes) == fewest]
+    if len(tied) > 1:
+        qs = scenarios_for(g.params, busy_counts(g.topology, g.free))
+
+        def worst(nodes: Sequence[str]) -> float:
+            order = rank_order(
+                nodes, g.topology, policy="leaf", node_order=g.table, switch_order=g.switch_order
+            )
+            return max(evaluate(g.topology, order, g.job, q).predicted_s for q in qs)
+
+        tied.sort(key=lambda no: worst(no[0]))  # stable: the first on a tie
+    nodes, origin = tied[0]
+    return origin, nodes
+
+
+def busy_counts(topology: Topology, free: frozenset[str]) -> dict[str, int]:
+    """Per switch, the nodes under it that are not free: other jobs' nodes (or drained ones,
+    which the planner cannot tell apart), whose traffic shares the switch's physical uplinks
+    in the ``uplink_share="busy"`` scenario."""
+    out: Counter[str] = Counter()
+    for n in topology.nodes:
+        if n not in free:
+            for sw in topology.path(n):
+                out[sw] += 1
+    return dict(out)
 
 
 def keep_slurm_unless_robust(
@@ -265,6 +425,8 @@ def keep_slurm_unless_robust(
     switch_order: Sequence[str] | None,
     notes: list[str],
     risk: Risk = "none",
+    *,
+    busy_under: Mapping[str, int] | None = None,
 ) -> tuple[tuple[list[str], CostReport, str], bool]:
     """Pin mode's choice: Slurm's own choice in topology order, unless a placement of ``pool``
     robustly beats it over the scenarios of :func:`robust_gains`. ``risk="none"``: predicted
@@ -288,15 +450,25 @@ def keep_slurm_unless_robust(
     scenarios = "ring and tree all-reduce, oversubscription " + " and ".join(
         f"{o:g}" for o in scenario_oversubscriptions(params)
     )
-    scenarios += ", the job's share of each uplink or the whole switch"
+    scenarios += ", the job's share of each uplink or the whole switch" + (
+        " or its share of the physical uplinks with the busy nodes' traffic" if busy_under else ""
+    )
     pick: tuple[float, float, list[str], str] | None = None
-    base_times = [evaluate(topology, base, job, q).predicted_s for q in scenarios_for(params)]
+    qs = scenarios_for(params, busy_under)
+    base_times = [evaluate(topology, base, job, q).predicted_s for q in qs]
     floor = MIN_GAIN if risk == "none" else -1e-9
     for cand, origin in pool:
         if cand == base:
             continue
         worst, top = robust_gains(
-            topology, cand, base, job, params, base_times=base_times, floor=floor
+            topology,
+            cand,
+            base,
+            job,
+            params,
+            base_times=base_times,
+            floor=floor,
+            busy_under=busy_under,
         )
         ok = worst >= floor and top >= MIN_GAIN
         if ok and (pick is None or (worst, top) > pick[:2]):
@@ -341,12 +513,18 @@ def scenario_oversubscriptions(params: CostParams | None) -> tuple[float, ...]:
     return (1.0, 4.0) if given == {1.0} else tuple(sorted(given))
 
 
-def scenarios_for(params: CostParams | None) -> list[CostParams]:
+def scenarios_for(
+    params: CostParams | None, busy_under: Mapping[str, int] | None = None
+) -> list[CostParams]:
     """The cost parameters of every scenario the planner cannot tell apart: ring or tree DP
     all-reduce (NCCL's crossover constants vary between releases; a forced ``dp_algorithm`` is
     kept), each plausible oversubscription (:func:`scenario_oversubscriptions`, the lowest
     first), and the job's share of each uplink (its own nodes' share of a busy fabric, or the
     whole switch's capacity on an idle one: the planner does not see other jobs' traffic).
+    With ``busy_under`` (the nodes under each switch that are not free, :func:`busy_counts`)
+    a third share: the physical uplinks shared max-min with those nodes' traffic, each at its
+    NIC rate (``CostParams.uplink_share="busy"``), the model of other jobs the independent
+    referee judges with (issue 42 item 4).
     """
     p = params or CostParams.default()
     algos = (p.dp_algorithm,) if p.dp_algorithm != "auto" else ("ring", "tree")
@@ -355,8 +533,12 @@ def scenarios_for(params: CostParams | None) -> list[CostParams]:
     for o in scenario_oversubscriptions(p):
         scen = p.with_oversubscription(o) if unknown else p
         for algo in algos:
-            for share in ("job", "switch"):
-                out.append(dataclasses.replace(scen, dp_algorithm=algo, uplink_share=share))
+            for share in ("job", "switch", "busy") if busy_under else ("job", "switch"):
+                out.append(
+                    dataclasses.replace(
+                        scen, dp_algorithm=algo, uplink_share=share, busy_under=busy_under
+                    )
+                )
     return out
 
 
@@ -369,6 +551,7 @@ def robust_gains(
     *,
     base_times: Sequence[float] | None = None,
     floor: float | None = None,
+    busy_under: Mapping[str, int] | None = None,
 ) -> tuple[float, float]:
     """The smallest and largest predicted gain ``1 - t(order)/t(base)`` over
     :func:`_scenarios`.
@@ -379,7 +562,7 @@ def robust_gains(
     lowest oversubscription up, where gains are smallest, so a strict rule rejects most
     candidates after one evaluation.
     """
-    scenarios = scenarios_for(params)
+    scenarios = scenarios_for(params, busy_under)
     if base_times is None:
         base_times = [evaluate(topology, base, job, q).predicted_s for q in scenarios]
     gains: list[float] = []

@@ -633,11 +633,11 @@ def _guard_step(
             else "; Slurm version unknown: both rule sets"
         )
     )
-    limit = max(counts)
+    limit = min(counts)
     if limit < 1 << 30:
         why.append(
             f"citizenship: at most {limit} leaf switches, as many as Slurm's own choice "
-            "(the larger count when the version is unknown); placements on more leaves "
+            "(the smaller count when the version is unknown); placements on more leaves "
             "are never used, whatever the cost model predicts, because they fragment the "
             "cluster and their gain depends on other jobs' traffic, which the planner "
             "cannot see"

@@ -155,6 +155,114 @@ def _nic_bytes_per_s(topology: Topology, order: Sequence[str], params: SimParams
     return NIC_GBPS.get(itype or "", DEFAULT_NIC_GBPS) * 1e9 / 8
 
 
+class _Routes:
+    """The scenario's hosts, links and the one-way routes between job nodes.
+
+    Why a class: the DP and PP groups ask for routes as they go, and the worker wants each
+    route once (keyed by host pair) with its latency known to the group that asked.
+    """
+
+    def __init__(self, topology: Topology, order: Sequence[str], params: SimParams, g: int) -> None:
+        from slurmfm.plan.cost import nvlink_domain
+
+        self.params = params
+        self.paths = [topology.path(h) for h in order]
+        self.domains = [nvlink_domain(topology, h) for h in order]
+        self.hosts = [f"n{i}" for i in range(len(order))]
+        self.links = self._links(topology, order, g)
+        self.routes: list[list[Any]] = []
+        self._latency: dict[tuple[int, int], float] = {}
+
+    def _links(self, topology: Topology, order: Sequence[str], g: int) -> list[list[Any]]:
+        """Each node's NIC, NVLink for nodes that share a domain, and one uplink per switch
+        (but the root) the job uses: its own nodes' NICs over the tier's oversubscription."""
+        params, domains = self.params, self.domains
+        nic = _nic_bytes_per_s(topology, order, params)
+        dom_size = Counter(domains)
+        under: Counter[str] = Counter()
+        for p in self.paths:
+            under.update(p)
+        links: list[list[Any]] = [[f"nic{i}", nic, params.nic_latency_s] for i in range(len(order))]
+        nvl_bw = g * params.nvlink_GBps_per_gpu * 1e9
+        links += [
+            [f"nvl{i}", nvl_bw, params.nvlink_latency_s]
+            for i in range(len(order))
+            if dom_size[domains[i]] > 1
+        ]
+        self.sw_index: dict[str, int] = {}
+        for sw, cnt in under.items():
+            if topology.parent_of.get(sw) is None:
+                continue  # the root has no uplink
+            o = params.oversubscription.get(_tier(topology.level(sw)), 1.0)
+            self.sw_index[sw] = len(self.sw_index)
+            links.append([f"up{self.sw_index[sw]}", cnt * nic / o, params.hop_latency_s])
+        return links
+
+    def route(self, a: int, b: int) -> float:
+        """Add the one-way route a->b once; its latency."""
+        hit = self._latency.get((a, b))
+        if hit is not None:
+            return hit
+        params = self.params
+        if self.domains[a] == self.domains[b]:
+            hops: list[list[str]] = [[f"nvl{a}", "UP"], [f"nvl{b}", "DOWN"]]
+            lat = 2 * params.nvlink_latency_s
+        else:
+            pa, pb = self.paths[a], self.paths[b]
+            c = 0
+            while c < min(len(pa), len(pb)) and pa[c] == pb[c]:
+                c += 1
+            ups = [[f"up{self.sw_index[s]}", "UP"] for s in reversed(pa[c:])]
+            downs = [[f"up{self.sw_index[s]}", "DOWN"] for s in pb[c:]]
+            hops = [[f"nic{a}", "UP"], *ups, *downs, [f"nic{b}", "DOWN"]]
+            lat = 2 * params.nic_latency_s + (len(ups) + len(downs)) * params.hop_latency_s
+        self.routes.append([self.hosts[a], self.hosts[b], hops])
+        self._latency[(a, b)] = lat
+        return lat
+
+
+def _dp_groups(
+    rt: _Routes, ranges: list[range], g: int, nbytes: float, max_rounds: int
+) -> tuple[list[dict[str, Any]], list[tuple[str, float]]]:
+    """One group per distinct DP node ring, run in lock-step rounds, and its (dimension,
+    latency the rounds leave out) for the caller to add back."""
+    groups_json: list[dict[str, Any]] = []
+    meta: list[tuple[str, float]] = []
+    hosts = rt.hosts
+    for nodes, count in _node_groups(ranges, g).items():
+        edges = _ring_edges(nodes)
+        if not edges:
+            continue
+        ranks = len(nodes)
+        steps = 2 * (ranks - 1)
+        rounds = max(1, min(steps, max_rounds))
+        per_round = count * steps / ranks * nbytes / rounds
+        lat = max(rt.route(a, b) for a, b in edges)
+        groups_json.append(
+            {"rounds": rounds, "edges": [[hosts[a], hosts[b], per_round] for a, b in edges]}
+        )
+        meta.append(("dp", (steps - rounds) * lat))
+    return groups_json, meta
+
+
+def _pp_edges(rt: _Routes, ranges: list[range], g: int, nbytes: float) -> list[list[Any]]:
+    """Every pipeline's sends between neighbouring stages on two nodes, both ways.
+
+    They start at once and take one round, so all of them are one group: the slowest pair
+    is the PP time (one actor instead of thousands).
+    """
+    pp_edges: list[list[Any]] = []
+    hosts = rt.hosts
+    for nodes, count in _node_groups(ranges, g).items():
+        for a, b in itertools.pairwise(nodes):
+            if a == b:
+                continue
+            for x, y in ((a, b), (b, a)):
+                rt.route(x, y)
+                pp_edges.append([hosts[x], hosts[y], count * nbytes])
+    return pp_edges
+
+
 def build_scenario(
     topology: Topology,
     order: Sequence[str],
@@ -167,8 +275,6 @@ def build_scenario(
     Message sizes are the cost model's (``cost.message_bytes``), so model and simulation
     describe the same step.
     """
-    from slurmfm.plan.cost import nvlink_domain
-
     cost = cost or CostParams.default()
     params = params or SimParams()
     bad = job.problems()
@@ -177,83 +283,16 @@ def build_scenario(
     if len(order) != job.nodes or len(set(order)) != len(order):
         raise ValueError("order must name each of the job's nodes once")
     g = job.gpus_per_node
-    nic = _nic_bytes_per_s(topology, order, params)
-    paths = [topology.path(h) for h in order]
-    domains = [nvlink_domain(topology, h) for h in order]
-    dom_size = Counter(domains)
-    hosts = [f"n{i}" for i in range(len(order))]
-    under: Counter[str] = Counter()
-    for p in paths:
-        under.update(p)
-    links: list[list[Any]] = [[f"nic{i}", nic, params.nic_latency_s] for i in range(len(order))]
-    nvl_bw = g * params.nvlink_GBps_per_gpu * 1e9
-    links += [
-        [f"nvl{i}", nvl_bw, params.nvlink_latency_s]
-        for i in range(len(order))
-        if dom_size[domains[i]] > 1
-    ]
-    sw_index: dict[str, int] = {}
-    for sw, cnt in under.items():
-        if topology.parent_of.get(sw) is None:
-            continue  # the root has no uplink
-        o = params.oversubscription.get(_tier(topology.level(sw)), 1.0)
-        sw_index[sw] = len(sw_index)
-        links.append([f"up{sw_index[sw]}", cnt * nic / o, params.hop_latency_s])
-    routes: dict[tuple[int, int], float] = {}
-    route_list: list[list[Any]] = []
-
-    def route(a: int, b: int) -> float:
-        """Add the one-way route a->b once; its latency."""
-        hit = routes.get((a, b))
-        if hit is not None:
-            return hit
-        if domains[a] == domains[b]:
-            hops: list[list[str]] = [[f"nvl{a}", "UP"], [f"nvl{b}", "DOWN"]]
-            lat = 2 * params.nvlink_latency_s
-        else:
-            pa, pb = paths[a], paths[b]
-            c = 0
-            while c < min(len(pa), len(pb)) and pa[c] == pb[c]:
-                c += 1
-            ups = [[f"up{sw_index[s]}", "UP"] for s in reversed(pa[c:])]
-            downs = [[f"up{sw_index[s]}", "DOWN"] for s in pb[c:]]
-            hops = [[f"nic{a}", "UP"], *ups, *downs, [f"nic{b}", "DOWN"]]
-            lat = 2 * params.nic_latency_s + (len(ups) + len(downs)) * params.hop_latency_s
-        route_list.append([hosts[a], hosts[b], hops])
-        routes[(a, b)] = lat
-        return lat
-
-    groups_json: list[dict[str, Any]] = []
-    meta: list[tuple[str, float]] = []
+    rt = _Routes(topology, order, params, g)
     all_groups = _groups(job)
     nbytes = cost.message_bytes
-    for nodes, count in _node_groups(all_groups["dp"], g).items():
-        edges = _ring_edges(nodes)
-        if not edges:
-            continue
-        ranks = len(nodes)
-        steps = 2 * (ranks - 1)
-        rounds = max(1, min(steps, params.max_rounds or _auto_rounds(len(order))))
-        per_round = count * steps / ranks * nbytes["dp"] / rounds
-        lat = max(route(a, b) for a, b in edges)
-        groups_json.append(
-            {"rounds": rounds, "edges": [[hosts[a], hosts[b], per_round] for a, b in edges]}
-        )
-        meta.append(("dp", (steps - rounds) * lat))
-    # Every pipeline's sends start at once and take one round, so all of them are one group:
-    # the slowest pair is the PP time (one actor instead of thousands).
-    pp_edges: list[list[Any]] = []
-    for nodes, count in _node_groups(all_groups["pp"], g).items():
-        for a, b in itertools.pairwise(nodes):
-            if a == b:
-                continue
-            for x, y in ((a, b), (b, a)):
-                route(x, y)
-                pp_edges.append([hosts[x], hosts[y], count * nbytes["pp"]])
+    max_rounds = params.max_rounds or _auto_rounds(len(order))
+    groups_json, meta = _dp_groups(rt, all_groups["dp"], g, nbytes["dp"], max_rounds)
+    pp_edges = _pp_edges(rt, all_groups["pp"], g, nbytes["pp"])
     if pp_edges:
         groups_json.append({"rounds": 1, "edges": pp_edges})
         meta.append(("pp", 0.0))
-    scenario = {"links": links, "hosts": hosts, "routes": route_list, "groups": groups_json}
+    scenario = {"links": rt.links, "hosts": rt.hosts, "routes": rt.routes, "groups": groups_json}
     return scenario, meta
 
 

@@ -27,8 +27,8 @@ tree routine: ``_eval_nodes_topo`` in SchedMD/slurm:src/plugins/topology/tree/ev
 CPU and GRES demand are implied by the node count for such
 jobs and are not modelled.
 
-``topology/block`` (https://slurm.schedmd.com/topology.html#block) is :func:`select_block`,
-transcribed from SchedMD/slurm
+``topology/block`` (https://slurm.schedmd.com/topology.html#block) is :func:`select_block`
+(:mod:`slurmfm.plan.slurm_block`, re-exported here), transcribed from SchedMD/slurm
 ``src/plugins/topology/block/eval_nodes_block.c`` (the ``<=`` tie on block size, the cap on
 llblocks and the "same llblock" preference come from the code, not from the outline in the
 documentation), with two rule sets (``rules="24.11"``/``"26.05"``: they differ on one-node
@@ -40,15 +40,14 @@ cannot run ``topology/block``, which needs 23.11+).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from slurmfm.plan.slurm_block import BLOCK_RULE_SETS, BlockRules, select_block
 from slurmfm.topology.model import Topology, natural_key
 
 Rules = Literal["21.08", "24.05.3"]
-BlockRules = Literal["24.11", "26.05"]
 RankPolicy = Literal["name", "leaf"]
 
 __all__ = [
@@ -205,41 +204,12 @@ def _compare(t: _Table, i: int, j: int, rem: int, cnt: list[int]) -> tuple[int, 
     return 0, i_fit
 
 
-def select_tree(
-    topology: Topology,
-    free: set[str] | frozenset[str],
-    nodes: int,
-    *,
-    rules: Rules,
-    switches: int | None = None,
-    node_order: Sequence[str] | None = None,
-    switch_order: Sequence[str] | None = None,
-) -> list[str] | None:
-    """The nodes Slurm's ``topology/tree`` would give an exclusive ``-N nodes`` job now.
-
-    ``free``: nodes available to the job (idle, in the partition). ``rules``: ``"21.08"`` for
-    Slurm 21.08-24.05.2, ``"24.05.3"`` for 24.05.3 and later (SchedMD commits 2ec1d02624,
-    64263118c3). ``switches``: the
-    job's ``--switches=K``; an allocation over more than K leaves is not started now (it waits
-    up to ``max_switch_wait``: https://slurm.schedmd.com/sbatch.html#OPT_switches), so the result
-    is None. ``node_order``:
-    Slurm's node table (default: natural name order, as slurmctld sorts it:
-    SchedMD/slurm:src/slurmctld/read_config.c).
-    ``switch_order``: the switch lines of ``topology.conf`` in file order (default:
-    :func:`config_switch_order`); leaf scans and tie-breaks follow it.
-
-    Returns the chosen nodes in node-table order (Slurm's allocation/hostlist order), or None
-    when Slurm would not start the job now (not enough free nodes under one switch, or more
-    leaves than ``switches``).
-    """
-    if nodes <= 0:
-        raise ValueError("nodes must be positive")
-    t = _build_table(topology, switch_order or config_switch_order(topology), node_order)
-    nsw = len(t.names)
-    # Step 3: free nodes per switch; the top is the highest-level switch with enough of them,
-    # ties to the last in config order (the comparison is level >= current).
+def _free_counts(
+    t: _Table, free: set[str] | frozenset[str]
+) -> tuple[dict[int, list[str]], list[int]]:
+    """Each leaf's free nodes (node-table order), and free nodes under every switch."""
     leaf_free = {lf: [n for n in ns if n in free] for lf, ns in t.leaf_nodes.items()}
-    cnt = [0] * nsw
+    cnt = [0] * len(t.names)
     for lf, ns in leaf_free.items():
         if not ns:
             continue
@@ -249,20 +219,36 @@ def select_tree(
             if t.parent[i] == i:
                 break
             i = t.parent[i]
+    return leaf_free, cnt
+
+
+def _top_switch(t: _Table, cnt: list[int], nodes: int) -> int:
+    """Step 3: the highest-level switch with enough free nodes, ties to the last in config
+    order (the comparison is level >= current); -1 when none has enough."""
     top = -1
-    for i in range(nsw):
+    for i in range(len(t.names)):
         if cnt[i] >= nodes and (top == -1 or t.level[i] >= t.level[top]):
             top = i
-    if top == -1:
-        return None
-    # Step 4: prune to the top switch's subtree and recount.
-    under_top = [False] * nsw
+    return top
+
+
+def _prune_to(t: _Table, cnt: list[int], top: int) -> None:
+    """Step 4: forget the free nodes outside the top switch's subtree."""
+    under_top = [False] * len(t.names)
     for s in t.topdown:
         under_top[s] = s == top or (t.parent[s] != s and under_top[t.parent[s]])
-    for i in range(nsw):
+    for i in range(len(t.names)):
         if not under_top[i]:
             cnt[i] = 0
-    # Steps 5-7: the leaf choice loop.
+
+
+def _take_leaves(
+    t: _Table, leaf_free: dict[int, list[str]], cnt: list[int], nodes: int, rules: Rules
+) -> tuple[list[str], int]:
+    """Steps 5-7, the leaf choice loop: the best leaf by hop distance to the leaves already
+    chosen, then :func:`_compare`'s fit, until ``nodes`` are taken. The chosen nodes and how
+    many are missing."""
+    nsw = len(t.names)
     dist = [0] * nsw
     rem = nodes
     chosen: list[str] = []
@@ -295,6 +281,45 @@ def select_tree(
                 i = t.parent[i]
                 cnt[i] -= used
         cnt[best] = 0
+    return chosen, rem
+
+
+def select_tree(
+    topology: Topology,
+    free: set[str] | frozenset[str],
+    nodes: int,
+    *,
+    rules: Rules,
+    switches: int | None = None,
+    node_order: Sequence[str] | None = None,
+    switch_order: Sequence[str] | None = None,
+) -> list[str] | None:
+    """The nodes Slurm's ``topology/tree`` would give an exclusive ``-N nodes`` job now.
+
+    ``free``: nodes available to the job (idle, in the partition). ``rules``: ``"21.08"`` for
+    Slurm 21.08-24.05.2, ``"24.05.3"`` for 24.05.3 and later (SchedMD commits 2ec1d02624,
+    64263118c3). ``switches``: the
+    job's ``--switches=K``; an allocation over more than K leaves is not started now (it waits
+    up to ``max_switch_wait``: https://slurm.schedmd.com/sbatch.html#OPT_switches), so the result
+    is None. ``node_order``:
+    Slurm's node table (default: natural name order, as slurmctld sorts it:
+    SchedMD/slurm:src/slurmctld/read_config.c).
+    ``switch_order``: the switch lines of ``topology.conf`` in file order (default:
+    :func:`config_switch_order`); leaf scans and tie-breaks follow it.
+
+    Returns the chosen nodes in node-table order (Slurm's allocation/hostlist order), or None
+    when Slurm would not start the job now (not enough free nodes under one switch, or more
+    leaves than ``switches``).
+    """
+    if nodes <= 0:
+        raise ValueError("nodes must be positive")
+    t = _build_table(topology, switch_order or config_switch_order(topology), node_order)
+    leaf_free, cnt = _free_counts(t, free)
+    top = _top_switch(t, cnt, nodes)
+    if top == -1:
+        return None
+    _prune_to(t, cnt, top)
+    chosen, rem = _take_leaves(t, leaf_free, cnt, nodes, rules)
     if rem > 0:
         return None
     if switches is not None:
@@ -321,11 +346,13 @@ def rank_order(
 ) -> list[str]:
     """The node order in which Slurm lays out ``SLURM_PROCID`` for an allocation.
 
-    ``policy="name"``: node-table order (natural name order), which is every release up to
-    25.11 and 26.05 with ``CR_NO_DIST_TOPO_BLOCK`` (https://slurm.schedmd.com/topology.html; checked
-    on the lab's 22.05.8). ``policy="leaf"``: 26.05's default topology order for
-    tree, leaves in ``topology.conf`` order and node-table order inside a leaf
-    (``topology_p_get_rank`` in SchedMD/slurm:src/plugins/topology/tree/topology_tree.c).
+    ``policy="name"``: node-table order (natural name order), which a batch job's steps get
+    on every release, 26.05 included, unless the cluster sets a ``TopologyParam`` below
+    (checked on the lab's 22.05.8, and on 26.05.5 under tree and block:
+    tests/catalog/test_newer_slurm.py). ``policy="leaf"``: tree with
+    ``TopologyParam=SwitchAsNodeRank`` (slurm.conf(5), 26.05), leaves in ``topology.conf``
+    order and node-table order inside a leaf (``topology_p_get_rank`` in
+    SchedMD/slurm:src/plugins/topology/tree/topology_tree.c; measured on 26.05.5).
     """
     table = _node_table(topology, node_order)
     pos = {n: k for k, n in enumerate(table)}
@@ -340,203 +367,7 @@ def rank_order(
 
 
 # ---------------------------------------------------------------------------- topology/block
-def _block_level(rem: int, levels: Sequence[bool], base: int) -> tuple[int, int]:
-    """(block level or -1 for "the whole system", llblock level): ``_get_block_level``."""
-    per = -(-rem // base)
-    want = math.ceil(math.log2(per)) if per > 0 else -1
-    ll = 0
-    if want > 0:
-        below = [k for k in range(min(want - 1, len(levels) - 1), -1, -1) if levels[k]]
-        ll = below[0] if below else -1
-    if want < 0:
-        return -1, ll
-    above = [k for k in range(want, len(levels)) if levels[k]]
-    return (above[0] if above else -1), ll
-
-
-# Both block rule sets, oldest first: what a caller simulates when the Slurm version is unknown.
-BLOCK_RULE_SETS: tuple[BlockRules, ...] = ("24.11", "26.05")
-
-
-def select_block(
-    blocks: Sequence[Sequence[str]],
-    free: set[str] | frozenset[str],
-    nodes: int,
-    *,
-    block_sizes: Sequence[int],
-    rules: BlockRules,
-    segment: int | None = None,
-    node_order: Sequence[str] | None = None,
-) -> list[str] | None:
-    """The nodes Slurm's ``topology/block`` would give an exclusive ``-N nodes`` job now.
-
-    A transcription of ``eval_nodes_block`` (SchedMD/slurm
-    ``src/plugins/topology/block/eval_nodes_block.c``; the algorithm
-    https://slurm.schedmd.com/topology.html describes) for whole-node exclusive jobs with
-    uniform node weights, no ``-w`` required nodes, no ``--consolidate-segments`` or
-    ``--spread-segments`` and no hierarchical resources. Checked against ``sbatch --test-only``
-    on real Slurm 24.11.5 and 26.05.5 (``tests/plan/test_slurm_sim.py``, random base blocks,
-    BlockSizes, busy nodes, job sizes and segments), where it agreed on every multi-node job.
-
-    * ``rules``: ``"24.11"`` (as Slurm 24.11.5 does) or ``"26.05"`` (as 26.05.5 does). They
-      differ in two places. A ``--segment`` larger than the base block size: 24.11 refuses
-      the job ("segment (%u) > bblock_node_cnt (%u) is not supported" in its
-      ``eval_nodes_block``), 26.05 places it (and ignores a segment larger than the job). A
-      one-node job: 24.11 places it with ``eval_nodes_block`` like any other (the tightest
-      base block, later on ties), 26.05 does not run ``eval_nodes_block`` for it at all
-      (slurmctld logs no ``SelectType`` "Best nodes" line) and gives it the first free node of
-      the node table; the code path that skips the block plugin there was not located in the
-      source, the rule is what the lab showed on every busy pattern tried.
-
-    * ``blocks``: the base blocks in ``BlockName`` line order (the block index), each its
-      nodes; ``block_sizes``: ``BlockSizes`` (B0, then B0*2^k: level k enforced). An
-      aggregated block of level k is the aligned run of 2^k consecutive base blocks.
-    * The job (or each ``--segment``, in turn, over the nodes still free) needs the smallest
-      enforced level whose blocks hold ``ceil(ceil(n / B0))`` base blocks, log2; with no such
-      level the whole system is one block. Of the blocks that can hold it (counting only the
-      ``ceil(n / llblock size)`` fullest lower-level blocks, "llblocks", when the level is not
-      an exact multiple), the one with the fewest free nodes wins, later blocks on ties.
-    * Inside it, base blocks are taken one at a time (``_choose_best_bblock``): first one in
-      an llblock already used, then one in an llblock that can hold the rest (the emptiest
-      such), else in the fullest llblock; then a base block that holds the rest (the
-      emptiest), else the fullest; later base blocks on ties. At most
-      ``ceil(n / llblock size)`` llblocks. Nodes of a base block in node-table order.
-
-    Returns the nodes in node-table order, or None when Slurm would not start the job now
-    (``ESLURM_TOPO_*``: no block fits, a segment does not fit, or the llblock cap).
-    """
-    if nodes <= 0:
-        raise ValueError("nodes must be positive")
-    if not block_sizes or not blocks:
-        raise ValueError("select_block needs base blocks and BlockSizes")
-    base = block_sizes[0]
-    levels = [False] * 32
-    for s in block_sizes:
-        k = int(math.log2(s // base))
-        if s % base or (1 << k) * base != s:
-            raise ValueError(f"BlockSizes: {s} is not {base}*2^k")
-        levels[k] = True
-    table = (
-        sorted((n for b in blocks for n in b), key=natural_key)
-        if node_order is None
-        else node_order
-    )
-    pos = {n: k for k, n in enumerate(table)}
-    if nodes == 1 and rules == "26.05":
-        # 26.05 does not run eval_nodes_block for a one-node job (see the docstring)
-        in_blocks = {n for b in blocks for n in b}
-        first = [n for n in table if n in free and n in in_blocks][:1]
-        return first or None
-    bnodes = [sorted(b, key=pos.__getitem__) for b in blocks]
-    count = len(bnodes)
-    if rules == "24.11" and segment and segment > base:
-        # 24.11's eval_nodes_block: "segment (%u) > bblock_node_cnt (%u) is not supported"
-        return None  # ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE
-    # 26.05: "Ignoring segment_size (%u): larger than job size (%u)"; 24.11 has no such
-    # exception, and the divisibility check below refuses the job
-    seg = segment if segment and (segment <= nodes or rules == "24.11") else None
-    if seg is not None and nodes % seg:
-        return None  # ESLURM_REQUESTED_TOPO_CONFIG_UNAVAILABLE
-    seg_cnt = nodes // seg if seg else 1
-    rem_job = seg or nodes
-    block_level, ll_level = _block_level(rem_job, levels, base)
-    if block_level < 0:
-        per_block, block_cnt = count, 1
-    else:
-        per_block = 1 << block_level
-        block_cnt = -(-count // per_block)
-    per_ll = 1 << ll_level
-    ll_size = per_ll * base
-    avail = set(free)
-    chosen: list[str] = []
-    for s in range(seg_cnt):
-        rem = rem_job
-        max_ll = -(-rem // ll_size)
-        use_ll = per_block != per_ll * max_ll
-        ll_cnt = -(-count // per_ll)
-        on_bb = [sum(1 for n in b if n in avail) for b in bnodes]
-        on_block = [0] * block_cnt
-        on_ll = [0] * ll_cnt
-        for i, c in enumerate(on_bb):
-            on_block[i // per_block] += c
-            on_ll[i // per_ll] += c
-        # Choose the block: lowest weight (uniform here), then the fewest sufficient free
-        # nodes, later blocks on ties (``bnc <= block_node_cnt``).
-        pick = -1
-        segments = 0
-        for b in range(block_cnt):
-            if use_ll:
-                lls = sorted(
-                    on_ll[b * (per_block // per_ll) : (b + 1) * (per_block // per_ll)],
-                    reverse=True,
-                )
-                room = sum(lls[:max_ll])
-            else:
-                room = on_block[b]
-            if room < rem:
-                continue
-            if s == 0 and seg_cnt > 1:
-                segments += on_block[b] // rem
-            if on_block[b] and (pick == -1 or on_block[b] <= on_block[pick]):
-                pick = b
-        if pick == -1:
-            return None  # ESLURM_TOPO_NO_FIT / ESLURM_TOPO_SEGMENT_NO_FIT
-        if s == 0 and seg_cnt > 1 and segments < seg_cnt:
-            return None  # "blocks fit %d of %d requested segments"
-        members = [i for i in range(count) if i // per_block == pick]
-        required: set[int] = set()
-        prev = rem + 1
-        while rem > 0 and prev != rem:
-            prev = rem
-            best, best_fit, best_same = -1, False, True
-            for i in members:
-                if i in required:
-                    continue
-                fit = on_bb[i] >= rem
-                if use_ll and (best == -1 or (best >> ll_level) != (i >> ll_level)):
-                    lo = i & (-1 << ll_level)
-                    same = any(j in required for j in range(lo, min(count, lo + per_ll)))
-                    if best == -1 or (same and not best_same):
-                        best, best_fit, best_same = i, fit, same
-                        continue
-                    if not same and best_same:
-                        continue
-                    c_i, c_b = on_ll[i >> ll_level], on_ll[best >> ll_level]
-                    f_i, f_b = c_i >= rem, c_b >= rem
-                    if f_i != f_b:
-                        if f_i:
-                            best, best_fit, best_same = i, fit, same
-                        continue
-                    if c_i != c_b:
-                        if (c_i < c_b) == f_i:  # both fit: emptier; neither: fuller
-                            best, best_fit, best_same = i, fit, same
-                        continue
-                if (
-                    best == -1
-                    or (fit and not best_fit)
-                    or (not fit and not best_fit and on_bb[i] >= on_bb[best])
-                    or (fit and on_bb[i] <= on_bb[best])
-                ):
-                    best, best_fit = i, fit
-            if best == -1:
-                break
-            if max_ll <= 0 and not best_same:
-                break  # "can't add more bblocks due to llblock limit"
-            required.add(best)
-            for n in bnodes[best]:
-                if rem == 0:
-                    break
-                if n in avail:
-                    avail.discard(n)
-                    chosen.append(n)
-                    rem -= 1
-            if not best_same:
-                max_ll -= 1
-        if rem > 0:
-            return None  # ESLURM_TOPO_INSUFFICIENT_RESOURCES
-    return sorted(chosen, key=pos.__getitem__)
-
-
+# The selection itself is slurmfm.plan.slurm_block (select_block, re-exported here).
 def segment_for(nodes: int, base: int) -> int:
     """The ``--segment`` a job on ``base``-node blocks would ask: the largest divisor of its
     size that fits one base block, so each segment can share one NVLink domain

@@ -1,7 +1,7 @@
 """Recipe schema and loading: ``recipe.yaml`` -> validated :class:`Recipe`.
 
-The names below are loaded on first use (PEP 562), so that importing a submodule (the
-launcher modules import :mod:`slurmfm.recipe.strict`) does not import the whole schema.
+The names below are loaded on first use (PEP 562), so that importing a submodule does not
+import the whole schema.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from slurmfm.errors import Problem, RecipeError
+from slurmfm.launchers import SPECS
 from slurmfm.recipe.schema import Recipe
 
 Path_ = tuple[str | int, ...]
@@ -182,10 +183,8 @@ def _locate(loc: Sequence[str | int], data: Any, lines: LineMap) -> tuple[str, i
             idx = int(part)
             path.append(idx)
             cur = cur[idx] if idx < len(cur) else None
-        elif isinstance(part, str) and (
-            part in {"torchrun", "megatron", "nemo"} or "[" in part or "function-" in part
-        ):
-            continue
+        elif isinstance(part, str) and (part in SPECS or "[" in part or "function-" in part):
+            continue  # a launcher's tag (the registry's kinds), a union member, a validator
         else:
             path.append(part)
             cur = None
@@ -234,7 +233,7 @@ def _problems(exc: ValidationError, data: Any, lines: LineMap, source: str) -> l
             loc.append(str(ctx.get("discriminator", "kind")).strip("'"))
             msg = (
                 f"unknown launcher kind {ctx.get('tag')!r}; expected one of: "
-                f"{ctx.get('expected_tags', 'torchrun, megatron, nemo')}"
+                f"{ctx.get('expected_tags', ', '.join(SPECS))}"
             )
         field, line = _locate(loc, data, lines)
         problems.append(Problem(source, line, field or "(recipe)", msg))

@@ -21,27 +21,29 @@ from pydantic import (
 )
 
 from slurmfm.job.options import BatchOptions
+
+# The launcher sections live with their launchers (slurmfm/launchers/), which is the only
+# list of kinds (``SPECS``): the schema names none of them (issue 43).
 from slurmfm.launchers import (
     SAVE_ON_SIGNAL_LAUNCHERS,
     SERVE_KINDS,
+    SPECS,
     Launcher,
     ServeLauncher,
     server_spec,
     spec,
 )
-
-# The launcher sections live with their launchers (slurmfm/launchers/); named here too, as
-# the recipe's other sections are.
-from slurmfm.launchers import MegatronLauncher as MegatronLauncher  # noqa: PLC0414
-from slurmfm.launchers import NemoLauncher as NemoLauncher  # noqa: PLC0414
-from slurmfm.launchers import SglangLauncher as SglangLauncher  # noqa: PLC0414
-from slurmfm.launchers import TorchrunLauncher as TorchrunLauncher  # noqa: PLC0414
-from slurmfm.launchers import VllmLauncher as VllmLauncher  # noqa: PLC0414
-from slurmfm.recipe.strict import _Strict
 from slurmfm.recipe.sweep import Sweep
+from slurmfm.strict import _Strict
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
+
+
+def _words(names: tuple[str, ...]) -> str:
+    """``a, b and c``: a list of the registry's kinds in a field's description."""
+    return " and ".join(filter(None, (", ".join(names[:-1]), names[-1] if names else "")))
+
 
 Flavor = Literal["parallelcluster", "pcs", "hyperpod", "generic"]
 
@@ -165,6 +167,14 @@ class Resources(_Strict):
         description=(
             "--dependency=singleton: at most one job of this name and user runs at a time "
             "(chained training segments that must never overlap)"
+        ),
+    )
+    cpu_binding: Literal["auto", "off"] = Field(
+        default="auto",
+        description=(
+            "auto: bind each worker to its GPU's NUMA node (torchrun --numa-binding=node where "
+            "the image's torch >= 2.9 has it; srun --cpu-bind=map_ldom for one task per GPU, "
+            "NeMo); off: leave placement to the launcher (slurmfm/catalog/binding.py)"
         ),
     )
     segments: Literal["auto", "consolidate", "spread"] = Field(
@@ -431,6 +441,17 @@ class Resilience(_Strict):
             "own 10-minute collective timeout and a large model's checkpoint save"
         ),
     )
+    startup_timeout: str = Field(
+        default=f"{int(_RUNTIME.startup_timeout_s) // 3600}h",
+        description=(
+            "until a launch's first progress the hang watch waits this long instead of "
+            "hang_timeout: an image import on many nodes, a large checkpoint load or a first "
+            "data index build can take longer than hang_timeout before the first iteration "
+            "line. A launch stopped in start-up says 'no first progress within ...' with the "
+            "workers' stacks; the job log prints each launch's time to first progress. Same "
+            "form as hang_timeout; 'none': hang_timeout from the start"
+        ),
+    )
     restart_in_job: bool = Field(
         default=_RUNTIME.restart_in_job,
         description=(
@@ -456,6 +477,30 @@ class Resilience(_Strict):
         default="auto", description="auto: fail on EFA instance types, off elsewhere"
     )
     nccl_check_timeout_s: int = Field(default=int(_RUNTIME.nccl_timeout_s), ge=10)
+    fabric_test: Literal["off", "warn", "fail"] = Field(
+        default="off",
+        description=(
+            "before the first launch of an attempt, run nccl-tests' all_reduce_perf across the "
+            "allocation (one rank per GPU, in the launch's container) and compare its peak bus "
+            "bandwidth with a floor: warn logs it, fail ends the attempt below it (a node the "
+            "test singles out is drained and the job requeued off it). slurmfm/catalog/fabric.py"
+        ),
+    )
+    fabric_test_command: str = Field(
+        default="all_reduce_perf",
+        min_length=1,
+        pattern=r"^[^\s]+$",
+        description="nccl-tests' all_reduce_perf: a name on the image's PATH, or a path",
+    )
+    fabric_min_busbw_gbs: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "peak bus bandwidth floor in GB/s; default: 0.8 x AWS's measured figure for the "
+            "instance type (slurmfm/catalog/fabric.py)"
+        ),
+    )
+    fabric_timeout_s: int = Field(default=1800, ge=60, le=86400)
     save_on_signal: bool | None = Field(
         default=None,
         description=(
@@ -463,7 +508,8 @@ class Resilience(_Strict):
             "Megatron-LM's --exit-signal-handler and NeMo 2.0's PreemptionCallback), then the "
             "job requeues; false: the training has no such handler, so the job requeues at once "
             "at the signal and resumes from its last periodic checkpoint. Default by launcher: "
-            "true for torchrun, megatron and nemo, false for vllm and sglang"
+            f"true for {_words(SAVE_ON_SIGNAL_LAUNCHERS)}, false for "
+            f"{_words(tuple(k for k in SPECS if k not in SAVE_ON_SIGNAL_LAUNCHERS))}"
         ),
     )
     retry_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
@@ -494,7 +540,39 @@ class Resilience(_Strict):
         ),
     )
 
-    @field_validator("hang_timeout", mode="before")
+    expected_failure_interval: str | None = Field(
+        default=None,
+        description=(
+            "the mean time between failures you expect for this job (e.g. 6h: one failure "
+            "every 6 hours; Llama 3 405B saw one about every 3 h on 16,384 GPUs). With it, "
+            "validate gives the Young/Daly checkpoint interval sqrt(2*C*M) for Megatron's "
+            "--save-interval. Seconds or NUMBER with s, m or h"
+        ),
+    )
+
+    @field_validator("expected_failure_interval", mode="before")
+    @classmethod
+    def _failure_interval(cls, v: object) -> str | None:
+        if v is None:
+            return None
+        text = str(v).strip().lower()
+        m = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([smh]?)", text)
+        if m is None or float(m.group(1)) <= 0:
+            raise ValueError(
+                f"{str(v)!r} is not a duration above 0: seconds, or a number with s, m or h"
+            )
+        return text
+
+    @property
+    def expected_failure_interval_s(self) -> float | None:
+        """The expected time between failures in seconds, None when not stated."""
+        text = self.expected_failure_interval
+        if text is None:
+            return None
+        unit = {"s": 1, "m": 60, "h": 3600}.get(text[-1], 1)
+        return float(text.rstrip("smh")) * unit
+
+    @field_validator("hang_timeout", "startup_timeout", mode="before")
     @classmethod
     def _hang_timeout(cls, v: object) -> str:
         text = str(v).strip().lower()
@@ -505,11 +583,20 @@ class Resilience(_Strict):
     @property
     def hang_timeout_s(self) -> int:
         """The hang timeout in seconds (0: off)."""
-        text = self.hang_timeout
-        if text == "none":
-            return 0
-        unit = {"s": 1, "m": 60, "h": 3600}.get(text[-1], 1)
-        return int(text.rstrip("smh")) * unit
+        return _duration_s(self.hang_timeout)
+
+    @property
+    def startup_timeout_s(self) -> int:
+        """The start-up allowance in seconds (0: none, hang_timeout from the start)."""
+        return _duration_s(self.startup_timeout)
+
+
+def _duration_s(text: str) -> int:
+    """A validated duration (``90``, ``30m``, ``1h``, ``none``) in seconds (none: 0)."""
+    if text == "none":
+        return 0
+    unit = {"s": 1, "m": 60, "h": 3600}.get(text[-1], 1)
+    return int(text.rstrip("smh")) * unit
 
 
 class Network(_Strict):
@@ -616,6 +703,50 @@ class Recipe(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _constraint_instance(self) -> Recipe:
+        """A ``--constraint`` naming another instance type than the recipe's is refused.
+
+        Why: ``--set cluster.instance_type=p6-b200.48xlarge`` on a recipe that says
+        ``constraints: p5.48xlarge&efa`` would keep asking Slurm for p5 nodes while every count
+        in the script (GPUs, EFA devices, the health gate) is for B200: the gate would drain
+        every node it lands on (slurmfm/catalog/flavors.py).
+        """
+        from slurmfm.catalog.flavors import foreign_instance_types
+
+        c = self.cluster
+        other = foreign_instance_types(c.constraints, c.instance_type)
+        if other:
+            raise ValueError(
+                f"cluster.constraints: {c.constraints!r} names instance type "
+                f"{', '.join(other)} but cluster.instance_type is {c.instance_type}; name "
+                f"{c.instance_type} there, or leave the instance type out of the constraint"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fabric_floor(self) -> Recipe:
+        """``fabric_test: fail`` needs a floor to fail below; a serving job has no launch to
+        test before."""
+        from slurmfm.catalog.fabric import floor_for
+        from slurmfm.catalog.instances import get_instance
+
+        res = self.resilience
+        if res.fabric_test == "off":
+            return self
+        if self.launcher.kind in SERVE_KINDS:
+            raise ValueError(
+                f"resilience.fabric_test: it runs before a training launch; a serving job "
+                f"(launcher.kind: {self.launcher.kind}) has none"
+            )
+        floor, why = floor_for(get_instance(self.cluster.instance_type), res.fabric_min_busbw_gbs)
+        if floor is None and res.fabric_test == "fail":
+            raise ValueError(
+                f"resilience.fabric_test: fail needs a bus bandwidth floor and there is {why}; "
+                "set resilience.fabric_min_busbw_gbs"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _layout(self) -> Recipe:
         from slurmfm.catalog.instances import get_instance
 
@@ -669,12 +800,10 @@ class Recipe(_Strict):
                 raise ValueError(
                     f"serve.procs_per_node: required, because {sinst.name} has no GPUs to count"
                 )
-            _check_serving(
-                s.launcher.kind, s.parallelism, s.nodes, per_node, sinst, "serve.parallelism"
-            )
+            _check_serving(s.launcher, s.parallelism, s.nodes, per_node, sinst, "serve.parallelism")
         if self.launcher.kind in SERVE_KINDS:
             _check_serving(
-                self.launcher.kind,
+                self.launcher,  # type: ignore[arg-type]  # a server: kind in SERVE_KINDS
                 self.parallelism,
                 self.resources.nodes,
                 self.procs_per_node,
@@ -741,6 +870,15 @@ class Recipe(_Strict):
             f"save mode: requeue-at-signal ({how}): {s} s before the time limit the job "
             "requeues at once and resumes from its last periodic checkpoint"
         )
+
+    @property
+    def save_estimate_s(self) -> float | None:
+        """Seconds one checkpoint takes at ``storage.write_mb_s``, from
+        ``resilience.model_params_b`` (None without it)."""
+        r = self.resilience
+        if r.model_params_b is None:
+            return None
+        return r.model_params_b * r.checkpoint_bytes_per_param * 1000 / self.storage.write_mb_s
 
     def save_window_warning(self) -> str | None:
         """A warning when the pre-timeout window cannot hold one save at the storage speed.
@@ -832,16 +970,34 @@ def _check_spares(recipe: Recipe) -> None:
 
 
 def _check_serving(
-    kind: str, p: Parallelism, nodes: int, per_node: int, inst: InstanceType, where: str
+    launcher: ServeLauncher,
+    p: Parallelism,
+    nodes: int,
+    per_node: int,
+    inst: InstanceType,
+    where: str,
 ) -> None:
-    """One server replica per group: its model-parallel layout must use every GPU; the
-    server's own rules on top (:meth:`slurmfm.launchers.serving.ServerSpec.check_group`)."""
+    """A server group's replicas must use every GPU: ``tp x pp`` for one replica,
+    ``replicas x tp x pp`` for vLLM's data parallel (SGLang's DP attention shares ``--tp``'s
+    GPUs); the server's own rules on top
+    (:meth:`slurmfm.launchers.serving.ServerSpec.check_replicas` and ``check_group``)."""
     gpus = nodes * per_node
+    spec_ = server_spec(launcher.kind)
+    lwhere = where.replace("parallelism", "launcher")
     if p.cp != 1:
         raise ValueError(f"{where}.cp: context parallelism is not a serving option here")
-    if p.tp * p.pp != gpus:
+    need = spec_.gpus(launcher, p)
+    if need != gpus and p.tp * p.pp == need:
         raise ValueError(
             f"{where}.tp: tp*pp = {p.tp}*{p.pp} = {p.tp * p.pp} must equal the serving group's "
-            f"{gpus} GPUs ({nodes} nodes x {per_node}); one server replica per job"
+            f"{gpus} GPUs ({nodes} nodes x {per_node}); one server replica per job, or set "
+            f"{lwhere}.replicas"
         )
-    server_spec(kind).check_group(p, per_node, inst, where)
+    if need != gpus:
+        raise ValueError(
+            f"{lwhere}.replicas: replicas x tp x pp = {launcher.replicas} x {p.tp} x {p.pp} = "
+            f"{need} GPUs must equal the serving group's {gpus} GPUs ({nodes} nodes x "
+            f"{per_node})"
+        )
+    spec_.check_replicas(launcher, p, nodes, per_node, lwhere)
+    spec_.check_group(p, per_node, inst, where)

@@ -35,6 +35,8 @@ from pydantic import (
     model_validator,
 )
 
+from slurmfm.launchers import SPECS
+
 if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
 
@@ -198,8 +200,6 @@ class SweepTask:
         return json.dumps(dict(self.overrides), sort_keys=True, separators=(",", ":"))
 
 
-_TAGS = {"torchrun", "megatron", "nemo"}
-
 # Fields whose keys are themselves dotted (NeMo recipe attributes): the rest of the path is one
 # key, not nested mappings.
 _DOTTED_KEY_FIELDS = ("launcher.overrides.",)
@@ -294,7 +294,7 @@ def expand(recipe: Recipe) -> list[SweepTask]:
             msgs: list[str] = []
             seen: set[str] = set()
             for err in exc.errors(include_url=False):
-                parts = [str(p) for p in err["loc"] if str(p) not in _TAGS]
+                parts = [str(p) for p in err["loc"] if str(p) not in SPECS]  # launcher tags
                 loc = ".".join(p for p in parts if not p.startswith("function-"))
                 if loc.rsplit(".", 1)[0] in seen:
                     continue  # one message per field, not one per member of a type union

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slurmfm.errors import RenderError
-from slurmfm.launchers import spec
 from slurmfm.render.quote import env_name, sbatch_value, sh_quote
 
 if TYPE_CHECKING:
@@ -66,25 +65,25 @@ class SweepTable:
 def _fixed_parts(recipe: Recipe, target: Target, placement: Placement | None) -> object:
     """Everything of a task's script that the table cannot carry: the ``#SBATCH`` options and
     the runtime's prepare and batch options. Equal for every task, or the sweep is refused."""
-    from slurmfm.catalog.instances import get_instance
-    from slurmfm.plan.types import Placement as _Placement
     from slurmfm.render import script as sc
     from slurmfm.render.directives import _directives
     from slurmfm.render.runtime_opts import _batch_opts, _prepare_opts
+    from slurmfm.resolve import resolve
 
-    inst = get_instance(recipe.cluster.instance_type)
-    place = placement or _Placement()
-    serve = sc._serve(recipe)
-    directives, _ = _directives(recipe, inst, target, place)
+    job = resolve(recipe, target, placement)
+    inst = job.inst
+    serve = sc._serve(job)
+    directives, _ = _directives(job)
     batch = _batch_opts(
         recipe,
         inst,
         sc._health(recipe, inst),
         sc._nccl_check(recipe, inst),
-        sc._observe(recipe, inst),
+        sc._observe(job),
         serve,
+        launcher=job.launcher,
     )
-    prepare, _ = _prepare_opts(recipe, place, serve)
+    prepare, _ = _prepare_opts(recipe, job.placement, serve, job.launcher)
     return (tuple(directives), tuple(batch), tuple(prepare), serve, recipe.launcher.kind)
 
 
@@ -92,19 +91,20 @@ def sweep_table(
     recipe: Recipe, tasks: list[SweepTask], target: Target, placement: Placement | None
 ) -> SweepTable:
     """The per-task values of ``tasks`` as a :class:`SweepTable` (pure)."""
-    from slurmfm.catalog.instances import get_instance
     from slurmfm.recipe.sweep import array_spec
     from slurmfm.render import script as sc
+    from slurmfm.resolve import resolve
 
     if recipe.sweep is None:
         raise RenderError("sweep: the recipe has no sweep section")
-    inst = get_instance(recipe.cluster.instance_type)
+    job = resolve(recipe, target, placement)  # the sweep's instance type and launcher, once
+    inst = job.inst
     fixed = _fixed_parts(tasks[0].recipe, target, placement)
     envs: list[dict[str, str]] = []
     datas: list[dict[str, str]] = []
     launches: list[list[str]] = []
     warnings: list[str] = []
-    launcher = spec(recipe.launcher.kind)
+    launcher = job.launcher
     nemo = launcher.task_per_gpu
     head = 0 if nemo else 2  # torchrun's python -m torch.distributed.run and its options
     # task 0's launch: what every task's fixed part must equal

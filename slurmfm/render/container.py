@@ -15,33 +15,41 @@ if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
 
 
-def _container_entry(tasks_per_node: int, torchrun: bool, nccl_log: bool) -> str:
-    """The first program of a training launch in a Pyxis container: fixed POSIX ``sh`` text
-    (no user value), then ``exec`` of the launch command; slurmfm's runtime stays on the host.
+def _container_entry(torchrun: bool, nccl_log: bool) -> str:
+    """The first program of a launch task in a Pyxis container: fixed POSIX ``sh`` text (no
+    user value). Its arguments are the runtime's node entry (``python3 -I -S -c CHECKED node
+    ... -- COMMAND``), which it ``exec``s with the image's ``python3``: the private runtime
+    copy is mounted read-only at the same path (:func:`_container_opts`) and checked there by
+    the same program as on the host, so node reports, error files, the launcher's stderr
+    tail, the rank from the host order (recomputed on a replay) and node 0's printed command
+    are the same in and out of a container.
 
-    What the per-node entry (``runtime node``) does on the host is done here by the shell
-    every image has, so the image needs no Python of a given version and never runs slurmfm:
+    The save signal ignored first: should a USR2 reach the whole step (``scancel
+    --signal=USR2`` of the step), the entry and the launcher ignore it (an ignored signal
+    stays ignored across ``exec``, POSIX execve(2)); the host step ``runtime forward``
+    delivers it (_container_forward).
 
-    * the save signal comes from a host step (``runtime forward``; docs/features.md) to
-      the training processes only (_container_forward); should a USR2 reach the whole step
-      (``scancel --signal=USR2`` of the step), the launcher ignores it (an ignored signal
-      stays ignored across ``exec``, POSIX execve(2)) and the training processes install
-      their own handler;
-    * the node rank: the launch lays its tasks out in the job's host order
-      (``--distribution=arbitrary``), so the task id says the node's rank; torchrun reads it
-      from ``PET_NODE_RANK`` (pytorch/pytorch:torch/distributed/argparse_util.py: an option
-      with ``action=env`` defaults to ``PET_<DEST>``; ``--node-rank`` is one);
-    * NCCL's network choice logged on node 0 for the runtime's transport check.
+    An image without ``python3`` runs the launch as it did before the entry moved into the
+    container, and task 0 says so in the job log in one line: the words up to ``--`` (the
+    entry) are dropped, the node rank is this node's place in the host order (torchrun reads
+    ``PET_NODE_RANK``: pytorch/pytorch:torch/distributed/argparse_util.py, an option with
+    ``action=env`` defaults to ``PET_<DEST>``; ``--node-rank`` is one), and node 0 logs NCCL's
+    network choice for the runtime's transport check.
     """
-    # NeMo: one task per GPU, so the node's rank is the task id over the tasks per node.
-    per = "" if tasks_per_node == 1 else f" / {tasks_per_node}"
-    rank = f'"$((SLURM_PROCID{per}))"' if per else '"$SLURM_PROCID"'
-    lines = ['trap "" USR2', f"export SLURMFM_NODE_RANK={rank}"]
-    if torchrun:
-        lines[-1] += f" PET_NODE_RANK={rank}"
+    lines = [
+        'trap "" USR2',
+        'command -v python3 >/dev/null 2>&1 && exec "$@"',
+        'if [ "${SLURM_PROCID:-0}" = 0 ]; then echo "slurmfm: $SLURMD_NODENAME: no python3 in'
+        " the container image: the launch runs without the runtime's node entry (no node"
+        ' reports, error files or progress from the nodes)" >&2; fi',
+        'while [ "$#" -gt 0 ]; do a=$1; shift; [ "$a" = -- ] && break; done',
+        "r=0; for h in $SLURMFM_HOST_ORDER; do"
+        ' [ "$h" = "$SLURMD_NODENAME" ] && break; r=$((r + 1)); done; export SLURMFM_NODE_RANK=$r'
+        + (" PET_NODE_RANK=$r" if torchrun else ""),
+    ]
     if nccl_log:
         lines.append(
-            'if [ "$SLURMFM_NODE_RANK" = 0 ]; then export NCCL_DEBUG=INFO'
+            'if [ "$r" = 0 ]; then export NCCL_DEBUG=INFO'
             ' NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi'
         )
     lines.append('exec "$@"')
@@ -108,9 +116,9 @@ def _container_opts(
         and not any(m.split(":", 1)[0].rstrip("/") == IMEX_CHANNELS_DIR for m in mounts)
     ):
         mounts.append(IMEX_CHANNELS_DIR)
-    # A server step that needs the per-node entry inside the image (vLLM's Ray sequence,
-    # SGLang's node rank) sees the runtime file read-only at the same path; a training launch
-    # runs no runtime in the container (_container_entry) and gets no such mount.
+    # A step that runs the per-node entry inside the image (every training launch:
+    # _container_entry; vLLM's Ray sequence, SGLang's node rank) sees the runtime file
+    # read-only at the same path, where the same check program checks it.
     mount_list = [sh_quote(",".join(mounts), what="container.mounts")] if mounts else []
     if mount_runtime:
         mount_list.append('"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"')

@@ -9,16 +9,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slurmfm.errors import RenderError, UnsupportedError
-from slurmfm.launchers import spec
-from slurmfm.plan.types import Placement
 from slurmfm.render.quote import sbatch_value
-from slurmfm.target import Target
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
     from slurmfm.catalog.slurm_features import SlurmVersion
     from slurmfm.recipe.schema import Recipe
     from slurmfm.render.array import SweepTable
+    from slurmfm.resolve import ResolvedJob
 
 
 SRC_HYPERPOD_AUTO_RESUME = (
@@ -43,19 +41,46 @@ class Directive:
         return f"--{self.option}" if self.value is None else f"--{self.option}={self.value}"
 
 
-def _directives(
-    recipe: Recipe, inst: InstanceType, target: Target, placement: Placement
-) -> tuple[list[Directive], list[str]]:
-    from slurmfm.catalog.slurm_features import supports
-
+def _directives(job: ResolvedJob) -> tuple[list[Directive], list[str]]:
+    """Every ``#SBATCH`` line of the job, in the script's order, and the warnings on them:
+    who and how long, where, what each node gives, requeue and save, placement, and the
+    dependencies and pins that come last."""
+    recipe, placement = job.recipe, job.placement
     warnings: list[str] = []
-    v = target.slurm_version
+    d = _job_shape(recipe, job.tasks_per_node, job.launcher.why_tasks)
+    d += _where(recipe, warnings)
+    d += _node_resources(job, warnings)
+    d += _requeue_and_save(job, warnings)
+    d += _placement_lines(job, warnings)
+    _check_spares_fit_the_segment(recipe, d)
+    if recipe.resources.singleton:
+        d.append(
+            Directive(
+                "dependency",
+                "singleton",
+                "at most one running job of this name and user (sbatch(1) --dependency): "
+                "a chained segment never overlaps the previous one",
+            )
+        )
+    if placement.mode == "pin" and placement.nodes:
+        from slurmfm.topology.hostlist import nodelist
+
+        d.append(
+            Directive(
+                "nodelist",
+                sbatch_value(nodelist(placement.nodes), what="nodelist"),
+                "pinned by the planner",
+            )
+        )
+    if recipe.serve is not None and recipe.serve.placement == "hetjob":
+        d.extend(_hetjob_component(job))
+    return d, warnings
+
+
+def _job_shape(recipe: Recipe, tasks_per_node: int, why_tasks: str) -> list[Directive]:
+    """Name, nodes (with what the spares and a split server take), tasks per node, time."""
     r = recipe.resources
-    c = recipe.cluster
-    launcher = spec(recipe.launcher.kind)
-    tasks_per_node = launcher.tasks_per_node(recipe)
-    why_tasks = launcher.why_tasks
-    d: list[Directive] = [
+    return [
         Directive("job-name", sbatch_value(recipe.name, what="name")),
         Directive(
             "nodes",
@@ -69,26 +94,42 @@ def _directives(
         Directive("ntasks-per-node", str(tasks_per_node), why_tasks),
         Directive("time", sbatch_value(r.time_limit, what="resources.time_limit")),
     ]
+
+
+def _where(recipe: Recipe, warnings: list[str]) -> list[Directive]:
+    """Partition, account, QoS, reservation, the flavor's constraint and excluded nodes."""
     from slurmfm.catalog.flavors import constraint_for_flavor
 
+    c, r = recipe.cluster, recipe.resources
     constraint, why_constraint = constraint_for_flavor(c.constraints, c.flavor)
     if why_constraint:
         warnings.append(why_constraint)
-    for opt, val, what in (
-        ("partition", c.partition, "cluster.partition"),
-        ("account", c.account, "cluster.account"),
-        ("qos", c.qos, "cluster.qos"),
-        ("reservation", c.reservation, "cluster.reservation"),
-        ("constraint", constraint, "cluster.constraints"),
-        ("exclude", r.exclude, "resources.exclude"),
-    ):
-        if val:
-            d.append(Directive(opt, sbatch_value(val, what=what)))
+    d = [
+        Directive(opt, sbatch_value(val, what=what))
+        for opt, val, what in (
+            ("partition", c.partition, "cluster.partition"),
+            ("account", c.account, "cluster.account"),
+            ("qos", c.qos, "cluster.qos"),
+            ("reservation", c.reservation, "cluster.reservation"),
+            ("constraint", constraint, "cluster.constraints"),
+            ("exclude", r.exclude, "resources.exclude"),
+        )
+        if val
+    ]
     if c.flavor == "hyperpod" and not c.partition:
         warnings.append(
             "cluster.partition: HyperPod's default partition 'dev' also holds login nodes; "
             "name a partition (docs/login-nodes.md)"
         )
+    return d
+
+
+def _node_resources(job: ResolvedJob, warnings: list[str]) -> list[Directive]:
+    """What each node gives the job (whole nodes, GPUs, CPUs, memory), the boot wait and the
+    output file."""
+    recipe, inst, tasks_per_node = job.recipe, job.inst, job.tasks_per_node
+    r, c = recipe.resources, recipe.cluster
+    d: list[Directive] = []
     if r.exclusive:
         d.append(Directive("exclusive", None, "whole nodes: NCCL/EFA tuning assumes it"))
     if inst.gpus:
@@ -98,7 +139,7 @@ def _directives(
                 "GRES and auto-resume needs --nodes with --exclusive ("
                 f"{SRC_HYPERPOD_AUTO_RESUME})"
             )
-        elif supports("gpus_per_node", v):
+        elif job.supports("gpus_per_node"):
             d.append(Directive("gpus-per-node", str(inst.gpus)))
         else:
             d.append(Directive("gres", f"gpu:{inst.gpus}"))
@@ -116,9 +157,17 @@ def _directives(
     d.append(Directive("wait-all-nodes", "1", "start only when every node has booted"))
     out = f"{sbatch_value(recipe.storage.log_dir, what='storage.log_dir').rstrip('/')}/%x_%j.out"
     d.append(Directive("output", out))
-    res = recipe.resilience
+    return d
+
+
+def _requeue_and_save(job: ResolvedJob, warnings: list[str]) -> list[Directive]:
+    """Requeue (expedited where asked and possible), appending output, and the pre-timeout
+    save signal."""
+    recipe, v = job.recipe, job.version
+    res, r, c = recipe.resilience, recipe.resources, recipe.cluster
+    d: list[Directive] = []
     if res.requeue and res.expedited_requeue:
-        if not supports("requeue_expedite", v):
+        if not job.supports("requeue_expedite"):
             raise UnsupportedError(
                 f"resilience.expedited_requeue: sbatch --requeue=expedite needs Slurm >= 25.11; "
                 f"target is {v}"
@@ -160,10 +209,19 @@ def _directives(
                 "https://github.com/facebookincubator/submitit/pull/1697)",
             )
         )
+    return d
+
+
+def _placement_lines(job: ResolvedJob, warnings: list[str]) -> list[Directive]:
+    """``--switches`` and ``--segment``: the plan's, or without a plan a segment that keeps
+    NVLink units in one UltraServer."""
+    recipe, inst, v, placement = job.recipe, job.inst, job.version, job.placement
+    r = recipe.resources
+    d: list[Directive] = []
     if placement.switches:
         d.append(Directive("switches", sbatch_value(placement.switches, what="switches")))
     if placement.segment is not None:
-        if not supports("segment", v):
+        if not job.supports("segment"):
             raise UnsupportedError(
                 f"--segment needs Slurm >= 24.05 (topology/block segments); target is {v}"
             )
@@ -171,77 +229,86 @@ def _directives(
         split = segment_split_warning(inst, r.nodes, placement.segment)
         if split:
             warnings.append(split)
-        d.extend(_segment_options(recipe, placement.segment, v))
+        d.extend(_segment_options(job, placement.segment))
     elif placement.mode == "none":
         # the spares too: they are best in the same NVLink domain as the nodes they replace
         alloc = r.nodes + r.spare_nodes
-        seg, seg_warning = default_segment(inst, alloc, v, _nvlink_unit_nodes(recipe, inst))
+        seg, seg_warning = default_segment(
+            inst, alloc, v, _nvlink_unit_nodes(job), has_segment=job.supports("segment")
+        )
         if seg is not None:
-            sizes = "/".join(str(n) for n in inst.nvlink.instances)
-            small = min(inst.nvlink.instances)
-            if seg == alloc:
-                fit = min(n for n in inst.nvlink.instances if n >= seg)
-                why = (
-                    "no topology plan: the whole job in one NVLink domain, one UltraServer of "
-                    f"{fit} instances"
+            d.append(
+                Directive(
+                    "segment",
+                    str(seg),
+                    f"{_why_segment(inst, seg, alloc)}; topology/block, Slurm >= 24.05",
                 )
-                if seg > small:
-                    why += f"; a {small}-instance one cannot hold it (lower --segment there)"
-            else:
-                why = (
-                    f"no topology plan: groups of {seg} nodes, each in one UltraServer "
-                    f"({sizes} instances)"
-                )
-            d.append(Directive("segment", str(seg), f"{why}; topology/block, Slurm >= 24.05"))
+            )
             split = segment_split_warning(inst, alloc, seg)
             if split:
                 warnings.append(split)
-            d.extend(_segment_options(recipe, seg, v))
+            d.extend(_segment_options(job, seg))
         if seg_warning:
             warnings.append(seg_warning)
+    return d
+
+
+def _why_segment(inst: InstanceType, seg: int, alloc: int) -> str:
+    """Why a job without a plan gets ``--segment=seg``: the whole job in one UltraServer, or
+    groups of ``seg`` nodes each in one."""
+    sizes = "/".join(str(n) for n in inst.nvlink.instances)
+    small = min(inst.nvlink.instances)
+    if seg != alloc:
+        return (
+            f"no topology plan: groups of {seg} nodes, each in one UltraServer ({sizes} instances)"
+        )
+    fit = min(n for n in inst.nvlink.instances if n >= seg)
+    why = (
+        f"no topology plan: the whole job in one NVLink domain, one UltraServer of {fit} instances"
+    )
+    if seg > small:
+        why += f"; a {small}-instance one cannot hold it (lower --segment there)"
+    return why
+
+
+def _check_spares_fit_the_segment(recipe: Recipe, d: list[Directive]) -> None:
+    """ "The requested node count must always be evenly divisible by the requested segment
+    size" (https://slurm.schedmd.com/sbatch.html#OPT_segment): spares count."""
+    r = recipe.resources
     seg_d = next((x for x in d if x.option == "segment" and x.value), None)
     if r.spare_nodes and seg_d is not None and (r.nodes + r.spare_nodes) % int(str(seg_d.value)):
-        # "The requested node count must always be evenly divisible by the requested segment
-        # size" (https://slurm.schedmd.com/sbatch.html#OPT_segment)
         raise RenderError(
             f"resources.spare_nodes: --segment={seg_d.value} must divide the "
             f"{r.nodes + r.spare_nodes} nodes allocated (nodes + spare_nodes); use a multiple "
             f"of {seg_d.value} spares, or plan the job with a segment that divides it"
         )
-    if r.singleton:
-        d.append(
-            Directive(
-                "dependency",
-                "singleton",
-                "at most one running job of this name and user (sbatch(1) --dependency): "
-                "a chained segment never overlaps the previous one",
-            )
-        )
-    if placement.mode == "pin" and placement.nodes:
-        from slurmfm.topology.hostlist import nodelist
-
-        d.append(
-            Directive(
-                "nodelist",
-                sbatch_value(nodelist(placement.nodes), what="nodelist"),
-                "pinned by the planner",
-            )
-        )
-    if recipe.serve is not None and recipe.serve.placement == "hetjob":
-        d.extend(_hetjob_component(recipe, inst, v))
-    return d, warnings
 
 
-def _nvlink_unit_nodes(recipe: Recipe, inst: InstanceType) -> int:
-    """Nodes a TP*CP or EP group covers: a segment must hold whole groups (planner's rule)."""
-    g = max(1, inst.gpus)
-    p = recipe.parallelism
-    block = math.lcm(p.tp * p.cp, p.tp * p.ep)
+def _nvlink_unit_nodes(job: ResolvedJob) -> int:
+    """Nodes a TP*CP or EP group covers: a segment must hold whole groups (planner's rule).
+
+    A serving launcher's group is its model-parallel span as the server defines it
+    (:meth:`slurmfm.launchers.serving.ServerSpec.nvlink_span`: SGLang ``tp``, whose
+    ``--ep-size`` divides it; vLLM ``tp x pp``), not Megatron's ``tp x ep`` blocks.
+    """
+    from slurmfm.launchers import ServerSpec
+
+    g = max(1, job.inst.gpus)
+    p = job.recipe.parallelism
+    if isinstance(job.launcher, ServerSpec):
+        block = job.launcher.nvlink_span(p)
+    else:
+        block = math.lcm(p.tp * p.cp, p.tp * p.ep)
     return max(1, math.lcm(block, g) // g)
 
 
 def default_segment(
-    inst: InstanceType, nodes: int, v: SlurmVersion, unit: int = 1
+    inst: InstanceType,
+    nodes: int,
+    v: SlurmVersion,
+    unit: int = 1,
+    *,
+    has_segment: bool | None = None,
 ) -> tuple[int | None, str | None]:
     """``--segment`` for a multi-node NVLink job that has no topology plan, or a warning.
 
@@ -254,10 +321,9 @@ def default_segment(
     larger job gets the largest segment that divides its node count, fits one UltraServer and
     holds whole ``unit``-node TP*CP/EP groups. Returns (segment, None), or (None, a warning)
     when no such segment exists or Slurm lacks it, and (None, None) for single-node jobs and
-    types without multi-node NVLink.
+    types without multi-node NVLink. ``has_segment``: whether ``v`` has ``--segment``, when
+    the caller has resolved it already (:class:`slurmfm.resolve.ResolvedJob`).
     """
-    from slurmfm.catalog.slurm_features import supports
-
     if not inst.needs_imex or nodes <= 1:
         return None, None
     largest = max(inst.nvlink.instances)
@@ -271,7 +337,11 @@ def default_segment(
             "topology file (slurmfm plan --topology)"
         )
     seg = fits[-1]
-    if not supports("segment", v):
+    if has_segment is None:
+        from slurmfm.catalog.slurm_features import supports
+
+        has_segment = supports("segment", v)
+    if not has_segment:
         return None, (
             f"resources.nodes: {where}; --segment={seg} would keep each group in one "
             f"UltraServer but needs Slurm >= 24.05 (target is {v})"
@@ -296,7 +366,7 @@ def segment_split_warning(inst: InstanceType, nodes: int, seg: int) -> str | Non
     )
 
 
-def _segment_options(recipe: Recipe, seg: int, v: SlurmVersion) -> list[Directive]:
+def _segment_options(job: ResolvedJob, seg: int) -> list[Directive]:
     """``--consolidate-segments``/``--spread-segments`` and the IMEX channel per segment.
 
     Slurm 25.11's topology/block options (SchedMD/slurm:RELEASE_NOTES.md, 25.11; sbatch(1)):
@@ -305,19 +375,18 @@ def _segment_options(recipe: Recipe, seg: int, v: SlurmVersion) -> list[Directiv
     own, ``--network=unique-channel-per-segment`` gives each segment its own IMEX channel
     (switch/nvidia_imex). Each is gated by version (slurmfm/catalog/slurm_features.py).
     """
-    from slurmfm.catalog.slurm_features import supports
-
+    recipe, v = job.recipe, job.version
     out: list[Directive] = []
     mode = recipe.resources.segments
     if recipe.resources.nodes > seg:
         if mode == "spread":
-            if not supports("spread_segments", v):
+            if not job.supports("spread_segments"):
                 raise UnsupportedError(
                     f"resources.segments: spread: --spread-segments needs Slurm >= 25.11; "
                     f"target is {v}"
                 )
             out.append(Directive("spread-segments", None, "each segment on a block of its own"))
-        elif supports("consolidate_segments", v):
+        elif job.supports("consolidate_segments"):
             out.append(
                 Directive(
                     "consolidate-segments",
@@ -331,7 +400,7 @@ def _segment_options(recipe: Recipe, seg: int, v: SlurmVersion) -> list[Directiv
                 f"target is {v}"
             )
     if recipe.network.imex_channel == "segment":
-        if not supports("network_unique_channel_per_segment", v):
+        if not job.supports("network_unique_channel_per_segment"):
             raise UnsupportedError(
                 "network.imex_channel: segment: --network=unique-channel-per-segment needs "
                 f"Slurm >= 25.11; target is {v}"
@@ -346,17 +415,14 @@ def _segment_options(recipe: Recipe, seg: int, v: SlurmVersion) -> list[Directiv
     return out
 
 
-def _hetjob_component(recipe: Recipe, inst: InstanceType, v: SlurmVersion) -> list[Directive]:
+def _hetjob_component(job: ResolvedJob) -> list[Directive]:
     """Directives of heterogeneous component 1: the server's own node shape."""
-    from slurmfm.catalog.instances import get_instance
-    from slurmfm.catalog.slurm_features import supports
-
+    recipe, sinst = job.recipe, job.serve_inst
     s = recipe.serve
-    if s is None:  # pragma: no cover - called only for hetjob serve sections
+    if s is None or sinst is None:  # pragma: no cover - called only for hetjob serve sections
         raise RenderError("serve: no hetjob component to render")
-    if not supports("hetjob", v):
-        raise UnsupportedError(f"#SBATCH hetjob needs Slurm >= 20.02; target is {v}")
-    sinst = get_instance(s.instance_type) if s.instance_type else inst
+    if not job.supports("hetjob"):
+        raise UnsupportedError(f"#SBATCH hetjob needs Slurm >= 20.02; target is {job.version}")
     c = recipe.cluster
     d = [
         Directive(
@@ -381,7 +447,7 @@ def _hetjob_component(recipe: Recipe, inst: InstanceType, v: SlurmVersion) -> li
     if recipe.resources.exclusive:
         d.append(Directive("exclusive"))
     if sinst.gpus:
-        if supports("gpus_per_node", v):
+        if job.supports("gpus_per_node"):
             d.append(Directive("gpus-per-node", str(sinst.gpus)))
         else:
             d.append(Directive("gres", f"gpu:{sinst.gpus}"))

@@ -14,11 +14,13 @@ argv, and never a file on the shared file system.
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import io
+import tokenize
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -46,8 +48,62 @@ class RuntimeFile:
     """A file the job needs beside its script (here: the runtime zipapp)."""
 
     name: str
-    data: bytes
+    data: bytes = field(repr=False)
     sha256: str
+
+    def __repr__(self) -> str:
+        return f"RuntimeFile({self.name!r}, <{len(self.data):,} bytes>)"
+
+
+def strip_source(source: str) -> str:
+    """``source`` without its comments and docstrings, every statement on its own line number.
+
+    Why: the payload is the script's last line (stored by slurmctld per job, and by slurmdbd
+    with ``AccountingStoreFlags=job_script``), and the runtime's prose (docstrings and
+    comments are over half of ``slurmfm/job``) is for its readers, who read the repository.
+    Line numbers stay those of the repository's files, so a traceback from a job points at
+    the reviewed source. A docstring becomes ``""`` on its first line (a body that held only
+    a docstring stays a body), its other lines blank; a comment is cut from its line. A
+    module that reads its own ``__doc__`` keeps its module docstring.
+    """
+    lines = source.splitlines(keepends=True)
+    cuts: dict[int, int] = {}  # 0-based line -> column where a comment starts
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            cuts[tok.start[0] - 1] = tok.start[1]
+    blank: set[int] = set()
+    keep_module_doc = "__doc__" in source
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.Module) and keep_module_doc:
+            continue
+        first = node.body[0] if node.body else None
+        if not (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+            and first.end_lineno is not None
+        ):
+            continue
+        start, end = first.lineno - 1, first.end_lineno - 1
+        head = lines[start][: first.col_offset]
+        tail = lines[end][first.end_col_offset or 0 :].strip()
+        if head.strip() or (tail and not tail.startswith("#")):
+            continue  # shares a line with code: left as it is
+        lines[start] = f'{head}""\n'
+        cuts.pop(start, None)
+        blank.update(range(start + 1, end + 1))
+    out = []
+    for i, line in enumerate(lines):
+        if i in blank:
+            out.append("\n")
+        elif i in cuts:
+            code = line[: cuts[i]].rstrip()
+            out.append(f"{code}\n" if code else "\n")
+        else:
+            out.append(line)
+    return "".join(out)
 
 
 def _zip_bytes() -> bytes:
@@ -56,7 +112,7 @@ def _zip_bytes() -> bytes:
     for path in sorted(src.glob("*.py")):
         if path.name == "__main__.py":
             continue
-        entries[f"{PACKAGE}/{path.name}"] = path.read_bytes()
+        entries[f"{PACKAGE}/{path.name}"] = strip_source(path.read_text("utf-8")).encode()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in sorted(entries):

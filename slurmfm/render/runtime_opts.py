@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from slurmfm.errors import RenderError
 from slurmfm.job import hetjob
 from slurmfm.job.options import BatchOptions, PrepareOptions, flag
-from slurmfm.launchers import spec
+from slurmfm.launchers import LauncherSpec, spec
 from slurmfm.plan.types import Placement
 from slurmfm.render.parts import Component, HealthGate, Observe, _wrap
 from slurmfm.render.quote import sh_quote
@@ -24,9 +24,13 @@ if TYPE_CHECKING:
 
 
 def _prepare_opts(
-    recipe: Recipe, placement: Placement, serve: ServeLaunch | None
+    recipe: Recipe,
+    placement: Placement,
+    serve: ServeLaunch | None,
+    launcher: LauncherSpec | None = None,
 ) -> tuple[PrepareOptions, str]:
-    """Options of ``runtime prepare``: where the host order comes from, ports, storage."""
+    """Options of ``runtime prepare``: where the host order comes from, ports, storage
+    (``launcher``: the recipe's spec, when resolved already)."""
     o: dict[str, object] = {}
     if placement.nodes:
         o["planned"] = " ".join(placement.nodes)
@@ -42,7 +46,8 @@ def _prepare_opts(
     port = getattr(recipe.launcher, "rdzv_port", None)
     if port:
         o["rdzv_port"] = port
-    if spec(recipe.launcher.kind).task_per_gpu:  # one task per GPU, laid out in host order
+    launcher = spec(recipe.launcher.kind) if launcher is None else launcher
+    if launcher.task_per_gpu:  # one task per GPU, laid out in host order
         o["tasks_per_node"] = recipe.procs_per_node
     if recipe.resources.spare_nodes:
         o["spare_nodes"] = recipe.resources.spare_nodes
@@ -53,7 +58,7 @@ def _prepare_opts(
             o["serve_dp"] = serve.dp
     s = recipe.storage
     if s.stripe == "auto":
-        layout = _checkpoint_layout(recipe)
+        layout = _checkpoint_layout(recipe, launcher)
         if layout.args:
             o["stripe_layout"] = " ".join(layout.args)
     if s.min_free_gb:
@@ -76,10 +81,23 @@ def _shell_words(words: list[str]) -> str:
 # (for the reader), the others when one of their values is not the runtime's default.
 _BATCH_LINES: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("max_restarts", "restart_in_job", "requeue", "drain", "hyperpod"), True),
-    (("retry_exit", "hang_timeout_s"), True),
+    # with the hang watch's, which a server-only job has not (no training to watch)
+    (("retry_exit", "hang_timeout_s", "startup_timeout_s"), True),
     (("expedite",), False),
     (("health", "gpus", "efa", "dcgm", "imex", "efa_tries", "efa_delay_s"), False),
     (("nccl_check", "nccl_timeout_s"), False),
+    (
+        (
+            "fabric_test",
+            "fabric_cmd",
+            "fabric_args",
+            "fabric_floor_gbs",
+            "fabric_tasks",
+            "fabric_mpi",
+            "fabric_timeout_s",
+        ),
+        False,
+    ),
     (("save_protocol", "resignal_s", "probe_timeout_s", "done_check"), True),
     (("observe", "observe_job_json"), False),
     (
@@ -90,6 +108,7 @@ _BATCH_LINES: tuple[tuple[tuple[str, ...], bool], ...] = (
             "health_path",
             "ready_timeout_s",
             "ready_poll_s",
+            "unhealthy_timeout_s",
         ),
         False,
     ),
@@ -106,12 +125,16 @@ def _serve_node_words(serve: ServeLaunch) -> str:
     return _shell_words(serve.node.to_argv(always=("prefix", *ray)))
 
 
-def _batch_lines(o: BatchOptions, components: tuple[Component, ...]) -> list[str]:
+def _batch_lines(
+    o: BatchOptions, components: tuple[Component, ...], trainer: bool = True
+) -> list[str]:
     """``o`` as the script's lines of shell words (:data:`_BATCH_LINES`).
 
     Two values only the job's bash knows are shell text here, not fields of ``o``: the
     number of words of the server's command (``${#slurmfm_serve[@]}``) and each component's
     environment values (the profile's shell words, as in the ``export`` lines).
+    ``trainer``: False for a server-only job, whose script then carries no hang watch option
+    (it watches a server by its health endpoint, not by training progress).
     """
     changed = set(o.changed())
     lines: list[str] = []
@@ -137,8 +160,10 @@ def _batch_lines(o: BatchOptions, components: tuple[Component, ...]) -> list[str
             continue
         if not always and not changed & set(names):
             continue
+        hang = ("hang_timeout_s", "startup_timeout_s")
+        shown = names if trainer else tuple(n for n in names if n not in hang)
         words = []
-        for name in names:
+        for name in shown:
             if name == "serve_words":
                 words.append(flag(name) + ' "${#slurmfm_serve[@]}"')
             else:
@@ -149,11 +174,11 @@ def _batch_lines(o: BatchOptions, components: tuple[Component, ...]) -> list[str
     return lines
 
 
-def _checkpoint_layout(recipe: Recipe) -> CheckpointLayout:
+def _checkpoint_layout(recipe: Recipe, launcher: LauncherSpec) -> CheckpointLayout:
     """The Lustre layout for this recipe's checkpoint format (slurmfm/catalog/storage.py)."""
     from slurmfm.catalog.storage import checkpoint_layout
 
-    fmt = spec(recipe.launcher.kind).checkpoint_format(recipe)
+    fmt = launcher.checkpoint_format(recipe)
     return checkpoint_layout(recipe.launcher.kind, fmt)
 
 
@@ -166,10 +191,12 @@ def _batch_opts(
     serve: ServeLaunch | None,
     components: tuple[Component, ...] = (),
     container: Mapping[str, object] = {},
+    launcher: LauncherSpec | None = None,
 ) -> BatchOptions:
-    """Options of ``runtime batch`` (the words: :func:`_batch_lines`)."""
+    """Options of ``runtime batch`` (the words: :func:`_batch_lines`; ``launcher``: the
+    recipe's spec, when resolved already)."""
     res = recipe.resilience
-    kind = recipe.launcher.kind
+    launcher = spec(recipe.launcher.kind) if launcher is None else launcher
     o: dict[str, object] = {
         "max_restarts": res.max_restarts,
         "restart_in_job": res.restart_in_job,
@@ -179,6 +206,7 @@ def _batch_opts(
         # Exits > 128 (killed by a signal) retry in the runtime whatever this list says.
         "retry_exit": ",".join(str(c) for c in sorted(set(res.retry_exit_codes))) or "none",
         "hang_timeout_s": res.hang_timeout_s,
+        "startup_timeout_s": res.startup_timeout_s,
         # an end it chooses must not be requeued held
         "expedite": res.requeue and res.expedited_requeue,
     }
@@ -197,8 +225,22 @@ def _batch_opts(
     # resilience.save_on_signal (default by launcher: servers have no state to save, scripts
     # without a USR2 handler have no save protocol): false requeues at once at the
     # signal, resuming from the last periodic checkpoint; true lets the training save first.
+    if res.fabric_test != "off":
+        from slurmfm.catalog.fabric import TEST_ARGS, floor_for
+
+        floor, _ = floor_for(inst, res.fabric_min_busbw_gbs)
+        o.update(
+            fabric_test=res.fabric_test,
+            fabric_cmd=res.fabric_test_command,
+            fabric_args=" ".join(TEST_ARGS),
+            fabric_floor_gbs=floor or 0.0,
+            fabric_tasks=recipe.procs_per_node,
+            # the AWS sample's --mpi=pmix (nccl-tests built with MPI); the CPU lab has none
+            fabric_mpi="" if inst.virtual else "pmix",
+            fabric_timeout_s=float(res.fabric_timeout_s),
+        )
     o["save_protocol"] = bool(recipe.save_on_signal)
-    o["done_check"] = spec(kind).done_check(recipe)
+    o["done_check"] = launcher.done_check(recipe)
     if observe.enabled:
         o.update(observe=True, observe_job_json=observe.job_json)
     if serve is not None:
@@ -208,6 +250,7 @@ def _batch_opts(
             health_path=serve.health_path,
             ready_timeout_s=serve.ready_timeout_s,
             ready_poll_s=serve.ready_poll_s,
+            unhealthy_timeout_s=serve.unhealthy_timeout_s,
         )
     o["component_unset"] = tuple(
         hetjob.unset_spec(c.group, n) for c in components[1:] for n in c.unset

@@ -23,7 +23,7 @@ from slurmfm.job.options import (
     PrepareOptions,
 )
 from slurmfm.job.state import state_name
-from slurmfm.launchers import LauncherSpec, spec
+from slurmfm.launchers import LauncherSpec
 from slurmfm.plan.types import Placement
 from slurmfm.render.container import _container_entry, _container_forward, _container_opts
 from slurmfm.render.directives import Directive, _array_directives, _directives
@@ -47,9 +47,10 @@ if TYPE_CHECKING:
     from slurmfm.recipe.schema import Recipe
     from slurmfm.render.array import SweepTable
     from slurmfm.render.serve import ServeLaunch
+    from slurmfm.resolve import ResolvedJob
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RenderedScript:
     """The result of rendering: the text plus its parts, for inspection and dry-runs."""
 
@@ -72,6 +73,19 @@ class RenderedScript:
     # lines, tests/job/test_options.py), as the typed values of slurmfm.job.options.
     prepare_options: PrepareOptions | None = None
     batch_options: BatchOptions | None = None
+    # What it was rendered from (slurmfm.resolve): a dry run's or a submission's request
+    # carries it (``SubmitRequest.resolved_job``); a sweep's is task 0's.
+    resolved: ResolvedJob | None = None
+
+    def __repr__(self) -> str:
+        """Short: the launch line and what to look at, not the text (its last line is the
+        whole runtime; ``.text`` has it)."""
+        lines = self.text.count("\n")
+        return (
+            f"RenderedScript(<{len(self.text):,} chars, {lines:,} lines>, launch={self.launch!r}, "
+            f"target={self.target!r}, directives={len(self.directives)}, "
+            f"warnings={self.warnings!r})"
+        )
 
 
 # Compiled templates kept on disk, as Python keeps ``__pycache__``, when a caller provides a
@@ -103,6 +117,30 @@ def _env() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+
+
+_RUN_MODULE_MARK = "# slurmfm: run-module definition"
+
+
+def _with_run_module(text: str) -> str:
+    """The script with ``slurmfm_run_module`` defined where its launches use it, and no line
+    where none does. Why a variable: the program that keeps the working directory off
+    ``sys.path`` (:mod:`slurmfm.job.safepath`) is a line of Python that would otherwise stand
+    in the middle of every launch line; defined once, the launch reads ``python3 -c
+    "$slurmfm_run_module" torch.distributed.run``. Whether a launch uses it is known only
+    once every launch line is rendered (the training's, a server's, each component's)."""
+    from slurmfm.job.safepath import RUN_MODULE, SHELL_VAR
+    from slurmfm.render.quote import sh_quote
+
+    mark = _RUN_MODULE_MARK + "\n"
+    if f'"${SHELL_VAR}"' not in text:
+        return text.replace(mark, "", 1)
+    definition = (
+        "# python -m MODULE without the working directory on sys.path: a package another user\n"
+        "# planted in a shared submit directory is never imported (docs/security.md).\n"
+        f"{SHELL_VAR}={sh_quote(RUN_MODULE)}\n"
+    )
+    return text.replace(mark, definition, 1)
 
 
 def job_traits(recipe: Recipe, nodes: int | None = None) -> JobTraits:
@@ -143,9 +181,14 @@ def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[
         merge_env,
         user_env_warnings,
     )
+    from slurmfm.job.masking import env_warnings
 
     traits = job_traits(recipe)
     profile, warnings = _profile(recipe, inst, traits)
+    warnings.extend(env_warnings(recipe.env))  # a token under env: instead of secrets:
+    from slurmfm.recipe.rdzv import c10d_warnings
+
+    warnings.extend(c10d_warnings(recipe))  # a c10d rendezvous would discard the order
     user_env = dict(recipe.env)
     if recipe.network.nccl_debug and "NCCL_DEBUG" not in user_env:
         user_env["NCCL_DEBUG"] = recipe.network.nccl_debug
@@ -174,14 +217,12 @@ def _env_lines(recipe: Recipe, inst: InstanceType) -> tuple[list[EnvLine], list[
     return lines, warnings
 
 
-def _components(recipe: Recipe, inst: InstanceType) -> tuple[Component, ...]:
+def _components(job: ResolvedJob) -> tuple[Component, ...]:
     """Per-component profile and health for heterogeneous jobs (empty for one component)."""
-    from slurmfm.catalog.instances import get_instance
-
+    recipe, inst, sinst = job.recipe, job.inst, job.serve_inst
     s = recipe.serve
-    if s is None or s.placement != "hetjob":
+    if s is None or sinst is None:  # not a heterogeneous job
         return ()
-    sinst = get_instance(s.instance_type) if s.instance_type else inst
     base, _ = _profile(recipe, inst, job_traits(recipe))
     own, _ = _profile(recipe, sinst, job_traits(recipe, s.nodes))
     user = set(recipe.env)
@@ -210,33 +251,38 @@ def _health(recipe: Recipe, inst: InstanceType) -> HealthGate:
     return HealthGate(enabled, inst.gpus, inst.efa_interfaces)
 
 
-def _serve(recipe: Recipe) -> ServeLaunch | None:
+def _serve(job: ResolvedJob) -> ServeLaunch | None:
     """The server group of a serving recipe (whole job) or of a train-and-serve recipe."""
-    from slurmfm.launchers import SglangLauncher, VllmLauncher
+    from typing import cast
+
+    from slurmfm.launchers import ServeLauncher
     from slurmfm.render.serve import serve_launch
 
+    recipe = job.recipe
     L = recipe.launcher
-    if isinstance(L, VllmLauncher | SglangLauncher):  # a server's recipe: the whole job serves
-        return serve_launch(L, recipe.parallelism, recipe.resources.nodes, "all")
+    if job.launcher.server:  # a server's recipe (the registry says): the whole job serves
+        server = cast("ServeLauncher", L)  # a server kind's section (slurmfm.launchers)
+        return serve_launch(server, recipe.parallelism, recipe.resources.nodes, "all")
     if recipe.serve is None:
         return None
     s = recipe.serve
     return serve_launch(s.launcher, s.parallelism, s.nodes, s.placement)
 
 
-def _observe(recipe: Recipe, inst: InstanceType) -> Observe:
+def _observe(job: ResolvedJob) -> Observe:
     import json
 
+    recipe, inst = job.recipe, job.inst
     o = recipe.observability
     enabled = o.enabled == "on" or (o.enabled == "auto" and inst.gpus > 0 and not inst.virtual)
     if not enabled:
         return Observe(False)
     # what `slurmfm logs --rank` needs; nothing that differs between the tasks of a sweep
-    job = {
+    facts = {
         "recipe": recipe.name,
         "launcher": recipe.launcher.kind,
         "procs_per_node": recipe.procs_per_node,
-        "tasks_per_node": spec(recipe.launcher.kind).tasks_per_node(recipe),
+        "tasks_per_node": job.tasks_per_node,
         "instance_type": inst.name,
     }
     return Observe(
@@ -250,7 +296,7 @@ def _observe(recipe: Recipe, inst: InstanceType) -> Observe:
         interval=o.interval_s,
         gpus=inst.gpus,
         recipe=sh_quote(recipe.name, what="name"),
-        job_json=json.dumps(job, sort_keys=True),
+        job_json=json.dumps(facts, sort_keys=True),
     )
 
 
@@ -265,13 +311,12 @@ def _launch_srun(
     recipe: Recipe,
     launcher: LauncherSpec,
     serve: ServeLaunch | None,
-    in_container: bool,
     observe: Observe,
     container_opts: list[str],
 ) -> list[str]:
     """The launch ``srun``'s options: where its tasks go (the allocation, the trainer's hosts
-    of a split or spared job, one task per GPU in host order for NeMo, one per node in host
-    order in a container), labels, HyperPod's auto-resume, per-restart logs, Pyxis."""
+    of a split or spared job, one task per GPU in host order for NeMo), labels, HyperPod's
+    auto-resume, per-restart logs, Pyxis."""
     split = serve is not None and serve.group == "split"
     # A split trainer runs on the first hosts of the order only; elsewhere the step spans the
     # (first component of the) allocation.
@@ -279,7 +324,7 @@ def _launch_srun(
     nodes_expr = '"$SLURMFM_NNODES"' if split or spare else '"$SLURM_JOB_NUM_NODES"'
     nemo = launcher.task_per_gpu
     # --nodes is left out with --distribution=arbitrary: Slurm >= 24.11 refuses the two together.
-    srun = [] if nemo or in_container else [f"--nodes={nodes_expr}"]
+    srun = [] if nemo else [f"--nodes={nodes_expr}"]
     if serve is not None and serve.group == "hetjob":
         srun.insert(0, "--het-group=0")
     if nemo:
@@ -297,19 +342,11 @@ def _launch_srun(
                 '--nodelist="$SLURMFM_TASK_NODELIST"',
             ]
         )
-    elif in_container:
-        # One task per node in the host order: the task id is the node rank.
-        srun.extend(
-            [
-                f"--ntasks={nodes_expr}",
-                "--ntasks-per-node=1",
-                "--distribution=arbitrary",
-                '--nodelist="$SLURMFM_NODELIST"',
-            ]
-        )
     else:
+        # One task per node; each node's entry (in the container too) takes its rank from the
+        # host order, so no node list is fixed here that HyperPod's auto-resume would replay.
         srun.extend([f"--ntasks={nodes_expr}", "--ntasks-per-node=1"])
-    if (split or spare) and not nemo and not in_container:  # those name the trainer's hosts
+    if (split or spare) and not nemo:  # those name the trainer's hosts
         srun.append('--nodelist="$SLURMFM_NODELIST"')
     srun.append("--kill-on-bad-exit=1")
     if observe.enabled:
@@ -330,28 +367,25 @@ def _launch_srun(
 
 
 def _serve_srun(
-    recipe: Recipe,
-    inst: InstanceType,
+    job: ResolvedJob,
     srun: list[str],
     serve: ServeLaunch | None,
-    components: tuple[Component, ...],
     container_env: list[str],
     serve_entry: bool,
 ) -> list[str]:
     """The server step's ``srun`` options: the launch's own for a whole-allocation server,
-    else the serving nodes (split) or heterogeneous component 1, with its own log."""
+    else the serving nodes (split) or heterogeneous component 1 (its own instance type),
+    with its own log."""
     if serve is None:
         return []
     if serve.group == "all":
         return srun
-    het = [comp for comp in components if comp.group == 1]
-    serve_inst = inst
-    if het:
-        from slurmfm.catalog.instances import get_instance
-
-        serve_inst = get_instance(het[0].instance)
     opts, _ = _container_opts(
-        recipe, serve_inst, container_env, mount_runtime=serve_entry, role="serve"
+        job.recipe,
+        job.serve_inst or job.inst,
+        container_env,
+        mount_runtime=serve_entry,
+        role="serve",
     )
     k = serve.nodes
     out = [f"--nodes={k}", f"--ntasks={k}", "--ntasks-per-node=1"]
@@ -384,6 +418,63 @@ def _setup_lines(recipe: Recipe) -> list[str]:
     return setup
 
 
+def _worker_binding(
+    recipe: Recipe,
+    inst: InstanceType,
+    torchrun: bool,
+    trains: bool,
+    srun: list[str],
+    warnings: list[str],
+) -> tuple[list[str], str]:
+    """The launch srun with ``--cpu-bind`` where each task is one GPU's (its NUMA domain,
+    slurmfm/catalog/binding.py), and torchrun's ``--numa-binding`` mode for the node entry
+    ("" for none). A launch that only serves is not bound (servers bind themselves)."""
+    from slurmfm.catalog.binding import worker_binding
+
+    binding = worker_binding(recipe, inst, torchrun and trains)
+    if binding.warning:
+        warnings.append(binding.warning)
+    if binding.cpu_bind and trains:
+        # one task per GPU: local task i on GPU i's NUMA domain
+        srun = [*srun, f"--cpu-bind={binding.cpu_bind}"]
+    return srun, binding.numa if trains else ""
+
+
+def _data_and_env(
+    recipe: Recipe, env: list[EnvLine], sweep: SweepTable | None
+) -> tuple[list[tuple[str, str]], list[EnvLine]]:
+    """``storage.data`` as ``SLURMFM_DATA_<NAME>`` exports, and the environment lines the
+    script shows: without what a sweep's table sets per task."""
+    data = [
+        (env_name(f"SLURMFM_DATA_{k.upper()}"), sh_quote(v, what=f"storage.data.{k}"))
+        for k, v in recipe.storage.data.items()
+    ]
+    if sweep is None:
+        return data, env
+    return (
+        [(n, v) for n, v in data if n not in sweep.data_names],
+        [e for e in env if e.name not in sweep.env_names],
+    )
+
+
+def _launch_nccl_check(
+    recipe: Recipe, inst: InstanceType, launcher: LauncherSpec, serve: ServeLaunch | None
+) -> str:
+    """The NCCL transport check of the launch, or "off" where no NCCL log is written.
+
+    Launchers that run NCCL under the per-node entry get an NCCL log to check. A server sets
+    up NCCL itself, but its processes honour NCCL_DEBUG_FILE too (the node entry sets it on
+    node 0, and vLLM's Ray workers and SGLang's schedulers inherit it): checked where its
+    group spans nodes, so that NCCL has a network to choose (vLLM's own guide says to look
+    for NET/Socket: vllm-project/vllm docs/serving/parallelism_scaling.md). A one-node server
+    crosses no network (no false "no NCCL line" warning)."""
+    if not launcher.nccl_log and not (
+        launcher.server and serve is not None and serve.group == "all" and serve.nodes > 1
+    ):
+        return "off"
+    return _nccl_check(recipe, inst)
+
+
 def render_script(
     recipe: Recipe,
     target: Target | None = None,
@@ -395,18 +486,51 @@ def render_script(
 
     With ``sweep`` (:func:`slurmfm.render.array.render_array`), ``recipe`` is task 0's and the
     values the table sets per task are left out of the shared exports and the launch."""
-    from slurmfm.catalog.instances import get_instance
+    from slurmfm.resolve import resolve
 
-    target = target or Target.for_recipe(recipe)
-    placement = placement or Placement()
-    inst = get_instance(recipe.cluster.instance_type)
-    launcher = spec(recipe.launcher.kind)
-    directives, warnings = _directives(recipe, inst, target, placement)
+    return render_resolved(resolve(recipe, target, placement), sweep=sweep)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What a script is laid out from, each part computed once from the resolved job: the
+    ``#SBATCH`` lines, the environment, the launch and its steps, the runtime's options."""
+
+    directives: list[Directive]
+    warnings: list[str]
+    env: list[EnvLine]
+    components: tuple[Component, ...]
+    container_env: list[str]
+    serve: ServeLaunch | None
+    in_container: bool
+    serve_entry: bool
+    argv: list[str]
+    prefix: int
+    how: str
+    observe: Observe
+    srun: list[str]
+    serve_srun: list[str]
+    trains: bool
+    numa: str
+    nccl_check: str
+    prepare: PrepareOptions
+    order_how: str
+    forward: str
+    batch: BatchOptions
+
+
+def _environment(
+    job: ResolvedJob, sweep: SweepTable | None
+) -> tuple[list[Directive], list[str], list[EnvLine], tuple[Component, ...], list[str]]:
+    """The ``#SBATCH`` lines, the warnings so far, the exports, the heterogeneous components
+    and every variable name a container must be given."""
+    recipe = job.recipe
+    directives, warnings = _directives(job)
     if sweep is not None:
         directives = _array_directives(directives, sweep, recipe.storage.log_dir)
-    env, env_warnings = _env_lines(recipe, inst)
+    env, env_warnings = _env_lines(recipe, job.inst)
     warnings.extend(env_warnings)
-    components = _components(recipe, inst)
+    components = _components(job)
     # Every variable the profile or the recipe sets (names only; values stay in the exports).
     container_env = sorted(
         {e.name for e in env}
@@ -414,9 +538,16 @@ def render_script(
         | {e.name for comp in components for e in comp.env}
         | (sweep.env_names if sweep is not None else frozenset())
     )
-    serve = _serve(recipe)
-    # A training launch in a container runs the launcher itself, not the runtime's per-node
-    # entry (_container_entry); a server sharing the whole allocation keeps the entry.
+    return directives, warnings, env, components, container_env
+
+
+def _parts(job: ResolvedJob, sweep: SweepTable | None) -> _Parts:
+    """Every part of the script but its layout (see :class:`_Parts`)."""
+    recipe, inst, launcher = job.recipe, job.inst, job.launcher
+    directives, warnings, env, components, container_env = _environment(job, sweep)
+    serve = _serve(job)
+    # A training launch in a container runs the runtime's per-node entry in the image
+    # (_container_entry), as a server sharing the whole allocation does.
     in_container = recipe.container is not None and (serve is None or serve.group != "all")
     # A server keeps the per-node entry in its container only where it has work there:
     # across nodes (vLLM's Ray sequence, SGLang's node rank); one server node runs directly.
@@ -424,14 +555,11 @@ def render_script(
     # The launch step's Pyxis options (the launch srun is a whole-allocation server's own step
     # when the job has no trainer).
     container_opts, container_warnings = _container_opts(
-        recipe, inst, container_env, mount_runtime=serve_entry and not in_container
+        recipe, inst, container_env, mount_runtime=serve_entry or in_container
     )
     warnings.extend(container_warnings)
     for name in recipe.secrets:
         env_name(name, what="secrets")
-    s = recipe.storage
-    run_id = recipe.run_id
-    checkpoint_dir = recipe.checkpoint_dir
     if serve is not None and serve.group == "all":
         argv, prefix, how = list(serve.argv), serve.prefix, serve.description
     else:
@@ -439,31 +567,13 @@ def render_script(
     if sweep is not None and sweep.argv_from is not None:
         # this array task's own launch words, set from the sweep table
         argv = [*argv[: sweep.argv_from], '"${slurmfm_task_argv[@]}"']
-    observe = _observe(recipe, inst)
-    srun = _launch_srun(recipe, launcher, serve, in_container, observe, container_opts)
-    serve_srun = _serve_srun(recipe, inst, srun, serve, components, container_env, serve_entry)
-    setup = _setup_lines(recipe)
-    data = [
-        (env_name(f"SLURMFM_DATA_{k.upper()}"), sh_quote(v, what=f"storage.data.{k}"))
-        for k, v in s.data.items()
-    ]
-    shown_env = env
-    if sweep is not None:
-        data = [(n, v) for n, v in data if n not in sweep.data_names]
-        shown_env = [e for e in env if e.name not in sweep.env_names]
-    # a sweep's driver is per task, in the table
-    nemo_driver = None if sweep is not None else launcher.driver(recipe, "$SLURMFM_CHECKPOINT_DIR")
-    heredoc_tag = "SLURMFM_NEMO_DRIVER_EOF"
-    if nemo_driver and heredoc_tag in nemo_driver:
-        raise RenderError("launcher: the NeMo driver text contains its own heredoc delimiter")
-    health = _health(recipe, inst)
-    nccl_check = _nccl_check(recipe, inst)
-    # Only launchers that run NCCL under the per-node entry get an NCCL log to check: vLLM and
-    # SGLang set up NCCL themselves and never log there (no false "no NCCL line" warning).
-    if not launcher.nccl_log:
-        nccl_check = "off"
-    rf = runtime_file()
-    prepare, order_how = _prepare_opts(recipe, placement, serve)
+    observe = _observe(job)
+    srun = _launch_srun(recipe, launcher, serve, observe, container_opts)
+    serve_srun = _serve_srun(job, srun, serve, container_env, serve_entry)
+    trains = serve is None or serve.group != "all"
+    srun, numa = _worker_binding(recipe, inst, launcher.torchrun, trains, srun, warnings)
+    nccl_check = _launch_nccl_check(recipe, inst, launcher, serve)
+    prepare, order_how = _prepare_opts(recipe, job.placement, serve, launcher)
     # What the training processes get on the save signal besides Slurm's own USR2, which
     # already reaches every process of the step (a second, late USR2 could hit a worker that
     # is already exiting): Megatron-LM saves on SIGTERM (--exit-signal-handler), NeMo 2.0 too
@@ -472,87 +582,153 @@ def render_script(
     batch = _batch_opts(
         recipe,
         inst,
-        health,
+        _health(recipe, inst),
         nccl_check,
         observe,
         serve,
         components,
         _container_forward(launcher, forward, in_container),
+        launcher,
     )
-    ctx = {
-        "version": __version__,
-        "recipe": recipe,
-        "inst": inst,
-        "target": target,
-        "directives": directives,
-        "env": shown_env,
-        "sweep": sweep,
-        "secrets": list(recipe.secrets),
-        "setup": setup,
-        "data": data,
-        "log_dir": sh_quote(s.log_dir, what="storage.log_dir"),
-        "checkpoint_dir": sh_quote(checkpoint_dir, what="storage.checkpoint_root"),
-        "run_id": sh_quote(run_id, what="storage.run_id"),
-        # the job runtime's name of it (slurmfm/job/state.py), with the job's own variables
-        "state_file_name": state_name("${SLURM_JOB_NAME}", "${SLURM_JOB_ID}"),
-        "prepare_opts": _shell_words(prepare.to_argv()),
-        "serve_node_opts": _serve_node_words(serve) if serve is not None else "",
+    return _Parts(
+        directives=directives,
+        warnings=warnings,
+        env=env,
+        components=components,
+        container_env=container_env,
+        serve=serve,
+        in_container=in_container,
+        serve_entry=serve_entry,
+        argv=argv,
+        prefix=prefix,
+        how=how,
+        observe=observe,
+        srun=srun,
+        serve_srun=serve_srun,
+        trains=trains,
+        numa=numa,
+        nccl_check=nccl_check,
+        prepare=prepare,
+        order_how=order_how,
+        forward=forward,
+        batch=batch,
+    )
+
+
+_HEREDOC_TAG = "SLURMFM_NEMO_DRIVER_EOF"
+
+
+def _nemo_driver(job: ResolvedJob, sweep: SweepTable | None) -> str | None:
+    """NeMo's driver text for the script's heredoc (a sweep's is per task, in the table)."""
+    driver = (
+        None if sweep is not None else job.launcher.driver(job.recipe, "$SLURMFM_CHECKPOINT_DIR")
+    )
+    if driver and _HEREDOC_TAG in driver:
+        raise RenderError("launcher: the NeMo driver text contains its own heredoc delimiter")
+    return driver
+
+
+def _launch_context(job: ResolvedJob, p: _Parts, sweep: SweepTable | None) -> dict[str, object]:
+    """The template's values for the launch: the runtime's options, the srun lines, the
+    launch words and what the per-node entry is told."""
+    launcher = job.launcher
+    forward_tasks = launcher.forward_tasks and p.forward != "none"
+    return {
+        "prepare_opts": _shell_words(p.prepare.to_argv()),
+        "serve_node_opts": _serve_node_words(p.serve) if p.serve is not None else "",
         "node_opts": _shell_words(
-            NodeOptions(
-                prefix=prefix,
-                forward=forward,
-                forward_tasks=launcher.forward_tasks and forward != "none",
+            launcher.node_options(
+                job.recipe,
+                NodeOptions(
+                    prefix=p.prefix, forward=p.forward, forward_tasks=forward_tasks, numa=p.numa
+                ),
             ).to_argv(always=("prefix", "forward"))
         ),
-        "order_how": order_how,
-        "batch_opts": _batch_lines(batch, components),
-        "srun_opts": _wrap(srun),
-        "argv": argv,
-        "prefix": prefix,
-        "how": how,
-        "nemo_driver": nemo_driver,
-        "heredoc_tag": heredoc_tag,
-        "procs_per_node": recipe.procs_per_node,
-        "world": recipe.world_size,
-        "nccl_log": nccl_check != "off",
-        "observe": observe,
-        "forward": forward,
-        "forward_tasks": launcher.forward_tasks and forward != "none",
+        "order_how": p.order_how,
+        "batch_opts": _batch_lines(p.batch, p.components, trainer=p.trains),
+        "srun_opts": _wrap(p.srun),
+        "argv": p.argv,
+        "prefix": p.prefix,
+        "how": p.how,
+        "nemo_driver": _nemo_driver(job, sweep),
+        "heredoc_tag": _HEREDOC_TAG,
+        "procs_per_node": job.recipe.procs_per_node,
+        "world": job.recipe.world_size,
+        "nccl_log": p.nccl_check != "off",
+        "observe": p.observe,
+        "forward": p.forward,
+        "forward_tasks": forward_tasks,
         # $0 of that program: what the runtime looks for to print node 0's command
         "container_entry_name": CONTAINER_ENTRY,
         "container_entry": (
-            _container_entry(launcher.tasks_per_node(recipe), prefix > 0, nccl_check != "off")
-            if in_container
-            else None
+            _container_entry(p.prefix > 0, p.nccl_check != "off") if p.in_container else None
         ),
         # Heterogeneous components: each one's own profile differences and health
         # expectations, for the runtime to apply per component (empty for one component).
-        "components": components,
-        "container_env": container_env,
-        "serve": serve,
-        "serve_srun": _wrap(serve_srun),
-        "serve_entry": serve_entry,
+        "components": p.components,
+        "container_env": p.container_env,
+        "serve": p.serve,
+        "serve_srun": _wrap(p.serve_srun),
+        "serve_entry": p.serve_entry,
+    }
+
+
+def _context(
+    job: ResolvedJob, p: _Parts, sweep: SweepTable | None, rf: RuntimeFile
+) -> dict[str, object]:
+    """Every value the template formats (``sbatch.sh.j2``)."""
+    recipe = job.recipe
+    data, shown_env = _data_and_env(recipe, p.env, sweep)
+    return {
+        "version": __version__,
+        "recipe": recipe,
+        "inst": job.inst,
+        "target": job.target,
+        "directives": p.directives,
+        "env": shown_env,
+        "sweep": sweep,
+        "secrets": list(recipe.secrets),
+        "setup": _setup_lines(recipe),
+        "data": data,
+        "log_dir": sh_quote(recipe.storage.log_dir, what="storage.log_dir"),
+        "checkpoint_dir": sh_quote(recipe.checkpoint_dir, what="storage.checkpoint_root"),
+        "run_id": sh_quote(recipe.run_id, what="storage.run_id"),
+        # the job runtime's name of it (slurmfm/job/state.py), with the job's own variables
+        "state_file_name": state_name("${SLURM_JOB_NAME}", "${SLURM_JOB_ID}"),
+        **_launch_context(job, p, sweep),
         "runtime_sha": rf.sha256,
         "checked": sh_quote(install.CHECKED, what="runtime check"),
         # how each step of the script runs it: the interpreter the runtime's own steps use
         "runtime": " ".join(install.INTERPRETER) + ' -c "$slurmfm_checked"',
         "payload": payload_line(rf),
     }
-    text = _env().get_template("sbatch.sh.j2").render(**ctx)
+
+
+def render_resolved(job: ResolvedJob, *, sweep: SweepTable | None = None) -> RenderedScript:
+    """Render a resolved recipe (:func:`slurmfm.resolve.resolve`): the script formats what
+    ``job`` holds and asks the catalog nothing again. Pure, deterministic."""
+    recipe = job.recipe
+    p = _parts(job, sweep)
+    rf = runtime_file()
+    ctx = _context(job, p, sweep, rf)
+    text = _with_run_module(
+        _env().get_template("sbatch.sh.j2").render(run_module_marker=_RUN_MODULE_MARK, **ctx)
+    )
     return RenderedScript(
         text=text,
-        directives=tuple(directives),
-        env=tuple(env),
-        launch=sh_join([]) + " ".join(argv),
-        warnings=tuple(warnings),
-        target=target,
+        directives=tuple(p.directives),
+        env=tuple(p.env),
+        launch=sh_join([]) + " ".join(p.argv),
+        warnings=tuple(p.warnings),
+        target=job.target,
         secrets=tuple(recipe.secrets),
-        log_dir=s.log_dir,
-        checkpoint_dir=checkpoint_dir,
-        notes=(how,),
-        components=components,
-        container_env=tuple(container_env),
+        log_dir=recipe.storage.log_dir,
+        checkpoint_dir=recipe.checkpoint_dir,
+        notes=(p.how,),
+        components=p.components,
+        container_env=tuple(p.container_env),
         files=(rf,),
-        prepare_options=prepare,
-        batch_options=batch,
+        prepare_options=p.prepare,
+        batch_options=p.batch,
+        resolved=job,
     )

@@ -23,7 +23,7 @@ from slurmfm.launchers import server_spec
 from slurmfm.render.quote import sh_quote
 
 if TYPE_CHECKING:
-    from slurmfm.launchers import SglangLauncher, VllmLauncher
+    from slurmfm.launchers import ServeLauncher
     from slurmfm.recipe.schema import Parallelism
 
 Group = Literal["all", "split", "hetjob"]
@@ -42,6 +42,7 @@ class ServeLaunch:
     health_path: str
     ready_timeout_s: int
     ready_poll_s: int
+    unhealthy_timeout_s: int
     model_json: str  # the model name as a JSON string (the runtime's --serve-model)
     model_cache: str | None  # shell-quoted HF_HOME, if any
     dist_port: int | None  # SGLang's --dist-init-addr port when fixed by the recipe
@@ -61,7 +62,7 @@ class ServeLaunch:
 
 
 def serve_launch(
-    launcher: VllmLauncher | SglangLauncher, par: Parallelism, nodes: int, group: Group
+    launcher: ServeLauncher, par: Parallelism, nodes: int, group: Group
 ) -> ServeLaunch:
     """Build the per-node command of a server group (pure; every user value quoted)."""
     port = launcher.port or server_spec(launcher.kind).default_port
@@ -86,6 +87,7 @@ def serve_launch(
         health_path=launcher.health_path,
         ready_timeout_s=launcher.ready_timeout_s,
         ready_poll_s=launcher.ready_poll_s,
+        unhealthy_timeout_s=launcher.unhealthy_timeout_s,
         model_json=json.dumps(launcher.model),
         model_cache=(
             sh_quote(launcher.model_cache, what="launcher.model_cache")

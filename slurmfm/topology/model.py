@@ -22,60 +22,18 @@ Conventions:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
 from slurmfm.errors import SlurmfmError
+from slurmfm.job.hosts import natural_key as natural_key  # noqa: PLC0414 - one key, the runtime's
 
 if TYPE_CHECKING:
     import networkx as nx
 
 ROOT = "root"
-
-_DIGIT_RUN = re.compile(r"\d+")
-
-
-def _encode_run(m: re.Match[str]) -> str:
-    run = m.group()
-    # A run with a leading zero compares digit by digit ("left-aligned"), and ends before any
-    # longer run it is a prefix of: keep it and close it with NUL (below every character).
-    # Others compare as numbers: "1", then the length, then the digits (longer is larger).
-    return run + "\0" if run[0] == "0" else f"1{len(run):04d}{run}"
-
-
-def natural_key(name: str) -> str:
-    """The one sort key for host and switch names: Slurm's ``strnatcmp`` order, as a string.
-
-    Slurm sorts its node table and its hostlists with ``strnatcmp`` (SchedMD/slurm
-    ``src/slurmctld/read_config.c`` ``_sort_nodes_by_name``, ``src/common/hostlist.c``
-    ``hostrange_prefix_cmp``; the algorithm is ``src/common/strnatcmp.c``): runs of digits
-    compare as numbers (``node2`` < ``node10``), except that a run starting with ``0`` compares
-    digit by digit (``node01`` < ``node1``), and everything else compares by character code
-    (``node-1`` < ``node1``, since ``-`` < ``1``). Encoding each digit run so that plain
-    string comparison gives that order makes the key one ``str`` (fast to build and compare).
-    Leading spaces, which ``strnatcmp`` skips, do not occur in host names.
-
-    Fast path (a 64k-node plan sorts every name): a name is a stem and a trailing digit run
-    (``p5-`` + ``00017``); the stem's key is computed by the regex once per distinct stem and
-    cached, the trailing run is encoded inline. Same result as the regex on the whole name.
-    """
-    stem = name.rstrip("0123456789")
-    if stem and stem[-1].isdecimal():  # a non-ASCII digit (``\d``) continues the run
-        return _DIGIT_RUN.sub(_encode_run, name)
-    head = _STEM_KEYS.get(stem)
-    if head is None:
-        if len(_STEM_KEYS) >= _STEM_KEYS_MAX:
-            _STEM_KEYS.clear()
-        head = _STEM_KEYS[stem] = _DIGIT_RUN.sub(_encode_run, stem)
-    if len(stem) == len(name):
-        return head
-    run = name[len(stem) :]
-    if run[0] == "0":
-        return head + run + "\0"
-    return f"{head}1{len(run):04d}{run}"
 
 
 def natural_sorted(names: Iterable[str]) -> list[str]:
@@ -102,10 +60,6 @@ def natural_sorted(names: Iterable[str]) -> list[str]:
             return out
     out.sort(key=natural_key)
     return out
-
-
-_STEM_KEYS: dict[str, str] = {}
-_STEM_KEYS_MAX = 65536  # distinct stems are few (one per name prefix); bound a long-lived cache
 
 
 FREE_STATES = frozenset({"idle"})

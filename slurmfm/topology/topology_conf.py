@@ -67,6 +67,83 @@ def _fields(line: str, where: str) -> list[tuple[str, str]]:
     return fields
 
 
+def _switch_line(
+    where: str,
+    name: str,
+    rest: dict[str, str],
+    switches: dict[str, tuple[int, list[str], list[str]]],
+) -> tuple[list[str], list[str]]:
+    """A ``SwitchName=`` line's (nodes, child switches), after checking its name and keys:
+    a leaf holds nodes and an inner switch holds switches, never both (Slurm's tree)."""
+    if not SWITCH_NAME_RE.match(name):
+        raise TopologyError(f"{where}: invalid switch name {name!r}")
+    if name in switches:
+        raise TopologyError(f"{where}: switch {name!r} already defined on line {switches[name][0]}")
+    unknown = set(rest) - {"nodes", "switches", "linkspeed"}
+    if unknown:
+        raise TopologyError(f"{where}: unknown key {sorted(unknown)[0]!r} for a switch")
+    nodes = hostlist_field(rest["nodes"], where, "Nodes=") if "nodes" in rest else []
+    kids = hostlist_field(rest["switches"], where, "Switches=") if "switches" in rest else []
+    if nodes and kids:
+        raise TopologyError(
+            f"{where}: switch {name!r} has both Nodes= and Switches= (Slurm's tree "
+            "puts nodes on leaf switches only)"
+        )
+    if "linkspeed" in rest and not rest["linkspeed"].isdigit():
+        raise TopologyError(f"{where}: LinkSpeed must be a number")
+    return nodes, kids
+
+
+def _block_line(
+    where: str, name: str, rest: dict[str, str], blocks: list[tuple[str, list[str], int]]
+) -> list[str]:
+    """A ``BlockName=`` line's nodes, after checking its name, keys and that it is new."""
+    if not SWITCH_NAME_RE.match(name):
+        raise TopologyError(f"{where}: invalid block name {name!r}")
+    unknown = set(rest) - {"nodes"}
+    if unknown:
+        raise TopologyError(f"{where}: unknown key {sorted(unknown)[0]!r} for a block")
+    if "nodes" not in rest:
+        raise TopologyError(f"{where}: block {name!r} has no Nodes=")
+    for other, _, oline in blocks:
+        if other == name:
+            raise TopologyError(f"{where}: block {name!r} already defined on line {oline}")
+    return hostlist_field(rest["nodes"], where, "Nodes=")
+
+
+def _block_sizes(where: str, value: str) -> list[int]:
+    """``BlockSizes=``: numbers, each after the first the first times a power of two (the
+    aggregated block levels Slurm accepts)."""
+    try:
+        block_sizes = [int(x) for x in value.split(",")]
+    except ValueError as exc:
+        raise TopologyError(f"{where}: BlockSizes must be numbers: {exc}") from exc
+    if any(s < 1 for s in block_sizes) or any(
+        s % block_sizes[0] or (s // block_sizes[0]) & (s // block_sizes[0] - 1)
+        for s in block_sizes[1:]
+    ):
+        raise TopologyError(
+            f"{where}: every BlockSizes entry after the first must be the first "
+            "times a power of two"
+        )
+    return block_sizes
+
+
+def _conf_blocks(
+    source: str, blocks: list[tuple[str, list[str], int]], block_sizes: list[int] | None
+) -> Topology:
+    """The block topology of the file's ``BlockName=`` lines; no block may hold more nodes
+    than the base block size."""
+    if block_sizes is not None:
+        for name, members, lineno in blocks:
+            if len(members) > block_sizes[0]:
+                raise TopologyError(
+                    f"{source}:{lineno}: block {name!r} has {len(members)} nodes, more than "
+                    f"the base block size {block_sizes[0]}"
+                )
+    return block_topology([(n, m) for n, m, _ in blocks], source=source)
+
+
 def parse_topology_conf(text: str, *, source: str = "topology.conf") -> Topology:
     """Parse a ``topology.conf`` (tree or block) into a Topology; errors say ``source:line:``.
 
@@ -95,57 +172,16 @@ def parse_topology_conf(text: str, *, source: str = "topology.conf") -> Topology
         if len(rest) != len(fields) - 1:
             raise TopologyError(f"{where}: a key is repeated")
         if first == "switchname":
-            name = fields[0][1]
-            if not SWITCH_NAME_RE.match(name):
-                raise TopologyError(f"{where}: invalid switch name {name!r}")
-            if name in switches:
-                raise TopologyError(
-                    f"{where}: switch {name!r} already defined on line {switches[name][0]}"
-                )
-            unknown = set(rest) - {"nodes", "switches", "linkspeed"}
-            if unknown:
-                raise TopologyError(f"{where}: unknown key {sorted(unknown)[0]!r} for a switch")
-            nodes = hostlist_field(rest["nodes"], where, "Nodes=") if "nodes" in rest else []
-            kids = (
-                hostlist_field(rest["switches"], where, "Switches=") if "switches" in rest else []
-            )
-            if nodes and kids:
-                raise TopologyError(
-                    f"{where}: switch {name!r} has both Nodes= and Switches= (Slurm's tree "
-                    "puts nodes on leaf switches only)"
-                )
-            if "linkspeed" in rest and not rest["linkspeed"].isdigit():
-                raise TopologyError(f"{where}: LinkSpeed must be a number")
-            switches[name] = (lineno, nodes, kids)
+            nodes, kids = _switch_line(where, fields[0][1], rest, switches)
+            switches[fields[0][1]] = (lineno, nodes, kids)
         elif first == "blockname":
             name = fields[0][1]
-            if not SWITCH_NAME_RE.match(name):
-                raise TopologyError(f"{where}: invalid block name {name!r}")
-            unknown = set(rest) - {"nodes"}
-            if unknown:
-                raise TopologyError(f"{where}: unknown key {sorted(unknown)[0]!r} for a block")
-            if "nodes" not in rest:
-                raise TopologyError(f"{where}: block {name!r} has no Nodes=")
-            for other, _, oline in blocks:
-                if other == name:
-                    raise TopologyError(f"{where}: block {name!r} already defined on line {oline}")
-            blocks.append((name, hostlist_field(rest["nodes"], where, "Nodes="), lineno))
+            blocks.append((name, _block_line(where, name, rest, blocks), lineno))
         elif first in ("blocksizes", "blocklevels"):
             if rest:
                 raise TopologyError(f"{where}: {fields[0][0]} takes no other keys on its line")
             if first == "blocksizes":
-                try:
-                    block_sizes = [int(x) for x in fields[0][1].split(",")]
-                except ValueError as exc:
-                    raise TopologyError(f"{where}: BlockSizes must be numbers: {exc}") from exc
-                if any(s < 1 for s in block_sizes) or any(
-                    s % block_sizes[0] or (s // block_sizes[0]) & (s // block_sizes[0] - 1)
-                    for s in block_sizes[1:]
-                ):
-                    raise TopologyError(
-                        f"{where}: every BlockSizes entry after the first must be the first "
-                        "times a power of two"
-                    )
+                block_sizes = _block_sizes(where, fields[0][1])
         else:
             raise TopologyError(
                 f"{where}: unknown line start {fields[0][0]!r} (expected SwitchName, BlockName, "
@@ -154,15 +190,7 @@ def parse_topology_conf(text: str, *, source: str = "topology.conf") -> Topology
     if switches and blocks:
         raise TopologyError(f"{source}: mixes SwitchName (tree) and BlockName (block) lines")
     if blocks:
-        if block_sizes is not None:
-            for name, members, lineno in blocks:
-                if len(members) > block_sizes[0]:
-                    raise TopologyError(
-                        f"{source}:{lineno}: block {name!r} has {len(members)} nodes, more than "
-                        f"the base block size {block_sizes[0]}"
-                    )
-        topo = block_topology([(n, m) for n, m, _ in blocks], source=source)
-        return topo
+        return _conf_blocks(source, blocks, block_sizes)
     if not switches:
         raise TopologyError(f"{source}: no SwitchName or BlockName lines")
     return tree_from_switches(switches, comments, source, record_order=True)

@@ -174,8 +174,42 @@ def parse_topology_yaml(text: str, *, source: str = "topology.yaml") -> dict[str
     return dict(read_topology_yaml(text, source=source).topologies)
 
 
-def read_topology_yaml(text: str, *, source: str = "topology.yaml") -> TopologyYaml:
-    """Parse every entry of ``topology.yaml`` (see :class:`TopologyYaml`)."""
+def _line_of(obj: Any, key: Any = None) -> int:
+    """The 1-based line of ``obj`` (or of its ``key``) from ruamel's round-trip positions,
+    so every error names the line to fix; 0 when the value carries none."""
+    lc = getattr(obj, "lc", None)
+    if lc is None:
+        return 0
+    try:
+        if key is not None:
+            pos = lc.key(key) if isinstance(obj, dict) else lc.item(key)
+            return int(pos[0]) + 1
+        return int(lc.line) + 1
+    except (KeyError, IndexError, TypeError):
+        return int(lc.line) + 1
+
+
+def _err(source: str, obj: Any, msg: str, key: Any = None) -> TopologyError:
+    """``source:line: msg`` for ``obj`` (or its ``key``): the one-line error form."""
+    return TopologyError(f"{source}:{_line_of(obj, key)}: {msg}")
+
+
+def _hosts(source: str, obj: Any, key: str, what: str) -> list[str]:
+    """``obj[key]`` as a hostlist (a string, or a YAML list of them), expanded."""
+    val = obj.get(key)
+    if isinstance(val, list):
+        val = ",".join(str(x) for x in val)
+    if not isinstance(val, str) or not val.strip():
+        raise _err(source, obj, f"{what} must be a hostlist string", key)
+    try:
+        return expand_hostlist(val)
+    except ValueError as exc:
+        raise _err(source, obj, f"{what}: {exc}", key) from exc
+
+
+def _load_entries(text: str, source: str) -> list[Any]:
+    """The file's list of entries (ruamel round-trip, for line numbers); an empty file is
+    ``[]``, what HyperPod's automatic topology management can leave."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
@@ -183,37 +217,128 @@ def read_topology_yaml(text: str, *, source: str = "topology.yaml") -> TopologyY
         doc = YAML(typ="rt").load(text)
     except YAMLError as exc:
         raise TopologyError(f"{source}: not valid YAML: {exc}") from exc
-
-    def line_of(obj: Any, key: Any = None) -> int:
-        lc = getattr(obj, "lc", None)
-        if lc is None:
-            return 0
-        try:
-            if key is not None:
-                pos = lc.key(key) if isinstance(obj, dict) else lc.item(key)
-                return int(pos[0]) + 1
-            return int(lc.line) + 1
-        except (KeyError, IndexError, TypeError):
-            return int(lc.line) + 1
-
-    def err(obj: Any, msg: str, key: Any = None) -> TopologyError:
-        return TopologyError(f"{source}:{line_of(obj, key)}: {msg}")
-
-    def hosts(obj: Any, key: str, what: str) -> list[str]:
-        val = obj.get(key)
-        if isinstance(val, list):
-            val = ",".join(str(x) for x in val)
-        if not isinstance(val, str) or not val.strip():
-            raise err(obj, f"{what} must be a hostlist string", key)
-        try:
-            return expand_hostlist(val)
-        except ValueError as exc:
-            raise err(obj, f"{what}: {exc}", key) from exc
-
     if doc is None or (isinstance(doc, str) and not doc.strip()):
         doc = []  # an empty file: no topology, like []
     if not isinstance(doc, list):
         raise TopologyError(f"{source}:1: expected a YAML list of topologies")
+    return doc
+
+
+def _entry_kind(source: str, entry: Any, doc: list[Any], known: Mapping[str, str]) -> str:
+    """The kind of one entry (tree/block/flat/ring/torus3d), after checking its name is
+    given and new and that it has exactly one kind."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("topology"), str):
+        raise _err(
+            source, entry if isinstance(entry, dict) else doc, "each entry needs 'topology: NAME'"
+        )
+    name = entry["topology"]
+    if name in known:
+        raise _err(source, entry, f"topology {name!r} defined twice")
+    kinds = [k for k in ("tree", "block", "flat", "ring", "torus3d") if k in entry]
+    if len(kinds) != 1:
+        raise _err(
+            source, entry, f"topology {name!r} needs exactly one of tree/block/flat/ring/torus3d"
+        )
+    return kinds[0]
+
+
+def _read_rings(source: str, entry: Any, name: str) -> tuple[Ring, ...]:
+    """A ``ring`` entry's rings (26.05): each named, at most 16 nodes (topology.yaml(5))."""
+    body = entry["ring"]
+    rlist = body.get("rings") if isinstance(body, dict) else None
+    if not isinstance(rlist, list) or not rlist:
+        raise _err(source, entry, f"topology {name!r}: ring needs a 'rings' list", "ring")
+    got: list[Ring] = []
+    for r in rlist:
+        if not isinstance(r, dict) or not isinstance(r.get("ring"), str):
+            raise _err(source, body, "each ring needs 'ring: NAME'", "rings")
+        members = _hosts(source, r, "nodes", "nodes")
+        if len(members) > 16:  # topology.yaml(5), 26.05.5: at most 16 nodes per ring
+            raise _err(source, r, f"ring {r['ring']!r} has {len(members)} nodes (at most 16)")
+        got.append(Ring(r["ring"], tuple(members)))
+    return tuple(got)
+
+
+def _read_toruses(source: str, entry: Any, name: str) -> tuple[Torus, ...]:
+    """A ``torus3d`` entry's toruses (26.05), their other keys kept as written."""
+    body = entry["torus3d"]
+    tlist = body.get("toruses") if isinstance(body, dict) else None
+    if not isinstance(tlist, list) or not tlist:
+        raise _err(source, entry, f"topology {name!r}: torus3d needs a 'toruses' list", "torus3d")
+    tors: list[Torus] = []
+    for t in tlist:
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str):
+            raise _err(source, body, "each torus needs 'name: NAME'", "toruses")
+        dims = t.get("dims")
+        if not isinstance(dims, dict) or not all(
+            isinstance(dims.get(k), int) and dims[k] > 0 for k in "xyz"
+        ):
+            raise _err(source, t, f"torus {t['name']!r}: dims needs positive x, y and z", "name")
+        members = _hosts(source, t, "nodes", "nodes") if "nodes" in t else []
+        extra = {str(k): _plain(v) for k, v in t.items() if k not in ("name", "dims", "nodes")}
+        tors.append(Torus(t["name"], (dims["x"], dims["y"], dims["z"]), tuple(members), extra))
+    return tuple(tors)
+
+
+def _read_tree(source: str, entry: Any, name: str) -> Topology:
+    """A ``tree`` entry as a Topology: switches with nodes or children, never both."""
+    body = entry["tree"]
+    sw_list = body.get("switches") if isinstance(body, dict) else None
+    if not isinstance(sw_list, list):
+        raise _err(source, entry, f"topology {name!r}: tree needs a 'switches' list", "tree")
+    switches: dict[str, tuple[int, Sequence[str], Sequence[str]]] = {}
+    for sw in sw_list:
+        if not isinstance(sw, dict) or not isinstance(sw.get("switch"), str):
+            raise _err(source, body, "each switch needs 'switch: NAME'", "switches")
+        sname = sw["switch"]
+        if not SWITCH_NAME_RE.match(sname):
+            raise _err(source, sw, f"invalid switch name {sname!r}", "switch")
+        if sname in switches:
+            raise _err(source, sw, f"switch {sname!r} defined twice", "switch")
+        nodes = _hosts(source, sw, "nodes", "nodes") if "nodes" in sw else []
+        kids = _hosts(source, sw, "children", "children") if "children" in sw else []
+        if nodes and kids:
+            raise _err(source, sw, f"switch {sname!r} has both nodes and children", "switch")
+        switches[sname] = (_line_of(sw, "switch"), nodes, kids)
+    if not switches:
+        raise _err(source, entry, f"topology {name!r} has no switches", "tree")
+    try:
+        return tree_from_switches(switches, {}, source)
+    except TopologyError as exc:
+        raise TopologyError(f"{exc} (topology {name!r})") from exc
+
+
+def _read_block(source: str, entry: Any, name: str) -> Topology:
+    """A ``block`` entry as a block Topology (its ``block_sizes`` checked, not kept)."""
+    body = entry["block"]
+    blist = body.get("blocks") if isinstance(body, dict) else None
+    if not isinstance(blist, list) or not blist:
+        raise _err(source, entry, f"topology {name!r}: block needs a 'blocks' list", "block")
+    blocks: list[tuple[str, Sequence[str]]] = []
+    for b in blist:
+        if not isinstance(b, dict) or not isinstance(b.get("block"), str):
+            raise _err(source, body, "each block needs 'block: NAME'", "blocks")
+        if not SWITCH_NAME_RE.match(b["block"]):
+            raise _err(source, b, f"invalid block name {b['block']!r}", "block")
+        blocks.append((b["block"], _hosts(source, b, "nodes", "nodes")))
+    sizes = body.get("block_sizes")
+    if sizes is not None and (
+        not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes)
+    ):
+        raise _err(source, body, "block_sizes must be a list of integers", "block_sizes")
+    try:
+        return block_topology(blocks, source=f"{source} ({name})")
+    except TopologyError as exc:
+        raise _err(source, entry, str(exc)) from exc
+
+
+def read_topology_yaml(text: str, *, source: str = "topology.yaml") -> TopologyYaml:
+    """Parse every entry of ``topology.yaml`` (see :class:`TopologyYaml`).
+
+    Each kind has its reader; this keeps the file's order, the first ``cluster_default``
+    and the kind of every name (a name may appear once whatever its kind).
+    """
+    doc = _load_entries(text, source)
     out: dict[str, Topology] = {}
     rings: dict[str, tuple[Ring, ...]] = {}
     toruses: dict[str, tuple[Torus, ...]] = {}
@@ -222,106 +347,23 @@ def read_topology_yaml(text: str, *, source: str = "topology.yaml") -> TopologyY
     default: str | None = None
     flats: dict[str, Mapping[str, Any]] = {}
     for entry in doc:
-        if not isinstance(entry, dict) or not isinstance(entry.get("topology"), str):
-            raise err(
-                entry if isinstance(entry, dict) else doc, "each entry needs 'topology: NAME'"
-            )
+        kind = _entry_kind(source, entry, doc, kinds_of)
         name = entry["topology"]
-        if name in kinds_of:
-            raise err(entry, f"topology {name!r} defined twice")
-        kinds = [k for k in ("tree", "block", "flat", "ring", "torus3d") if k in entry]
-        if len(kinds) != 1:
-            raise err(entry, f"topology {name!r} needs exactly one of tree/block/flat/ring/torus3d")
-        kind = kinds[0]
-        body = entry[kind]
         kinds_of[name] = kind
         order.append(name)
         if default is None and entry.get("cluster_default") is True:
             default = name
         if kind == "flat":
-            if isinstance(body, dict):  # 26.05: options such as alpha_step_rank
-                flats[name] = _plain(body)
-            continue
-        if kind == "ring":
-            rlist = body.get("rings") if isinstance(body, dict) else None
-            if not isinstance(rlist, list) or not rlist:
-                raise err(entry, f"topology {name!r}: ring needs a 'rings' list", kind)
-            got: list[Ring] = []
-            for r in rlist:
-                if not isinstance(r, dict) or not isinstance(r.get("ring"), str):
-                    raise err(body, "each ring needs 'ring: NAME'", "rings")
-                members = hosts(r, "nodes", "nodes")
-                if len(members) > 16:  # topology.yaml(5), 26.05.5: at most 16 nodes per ring
-                    raise err(r, f"ring {r['ring']!r} has {len(members)} nodes (at most 16)")
-                got.append(Ring(r["ring"], tuple(members)))
-            rings[name] = tuple(got)
-            continue
-        if kind == "torus3d":
-            tlist = body.get("toruses") if isinstance(body, dict) else None
-            if not isinstance(tlist, list) or not tlist:
-                raise err(entry, f"topology {name!r}: torus3d needs a 'toruses' list", kind)
-            tors: list[Torus] = []
-            for t in tlist:
-                if not isinstance(t, dict) or not isinstance(t.get("name"), str):
-                    raise err(body, "each torus needs 'name: NAME'", "toruses")
-                dims = t.get("dims")
-                if not isinstance(dims, dict) or not all(
-                    isinstance(dims.get(k), int) and dims[k] > 0 for k in "xyz"
-                ):
-                    raise err(t, f"torus {t['name']!r}: dims needs positive x, y and z", "name")
-                members = hosts(t, "nodes", "nodes") if "nodes" in t else []
-                extra = {
-                    str(k): _plain(v) for k, v in t.items() if k not in ("name", "dims", "nodes")
-                }
-                tors.append(
-                    Torus(t["name"], (dims["x"], dims["y"], dims["z"]), tuple(members), extra)
-                )
-            toruses[name] = tuple(tors)
-            continue
-        if kind == "tree":
-            sw_list = body.get("switches") if isinstance(body, dict) else None
-            if not isinstance(sw_list, list):
-                raise err(entry, f"topology {name!r}: tree needs a 'switches' list", kind)
-            switches: dict[str, tuple[int, Sequence[str], Sequence[str]]] = {}
-            for sw in sw_list:
-                if not isinstance(sw, dict) or not isinstance(sw.get("switch"), str):
-                    raise err(body, "each switch needs 'switch: NAME'", "switches")
-                sname = sw["switch"]
-                if not SWITCH_NAME_RE.match(sname):
-                    raise err(sw, f"invalid switch name {sname!r}", "switch")
-                if sname in switches:
-                    raise err(sw, f"switch {sname!r} defined twice", "switch")
-                nodes = hosts(sw, "nodes", "nodes") if "nodes" in sw else []
-                kids = hosts(sw, "children", "children") if "children" in sw else []
-                if nodes and kids:
-                    raise err(sw, f"switch {sname!r} has both nodes and children", "switch")
-                switches[sname] = (line_of(sw, "switch"), nodes, kids)
-            if not switches:
-                raise err(entry, f"topology {name!r} has no switches", kind)
-            try:
-                out[name] = tree_from_switches(switches, {}, source)
-            except TopologyError as exc:
-                raise TopologyError(f"{exc} (topology {name!r})") from exc
+            if isinstance(entry[kind], dict):  # 26.05: options such as alpha_step_rank
+                flats[name] = _plain(entry[kind])
+        elif kind == "ring":
+            rings[name] = _read_rings(source, entry, name)
+        elif kind == "torus3d":
+            toruses[name] = _read_toruses(source, entry, name)
+        elif kind == "tree":
+            out[name] = _read_tree(source, entry, name)
         else:
-            blist = body.get("blocks") if isinstance(body, dict) else None
-            if not isinstance(blist, list) or not blist:
-                raise err(entry, f"topology {name!r}: block needs a 'blocks' list", kind)
-            blocks: list[tuple[str, Sequence[str]]] = []
-            for b in blist:
-                if not isinstance(b, dict) or not isinstance(b.get("block"), str):
-                    raise err(body, "each block needs 'block: NAME'", "blocks")
-                if not SWITCH_NAME_RE.match(b["block"]):
-                    raise err(b, f"invalid block name {b['block']!r}", "block")
-                blocks.append((b["block"], hosts(b, "nodes", "nodes")))
-            sizes = body.get("block_sizes")
-            if sizes is not None and (
-                not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes)
-            ):
-                raise err(body, "block_sizes must be a list of integers", "block_sizes")
-            try:
-                out[name] = block_topology(blocks, source=f"{source} ({name})")
-            except TopologyError as exc:
-                raise err(entry, str(exc)) from exc
+            out[name] = _read_block(source, entry, name)
     return TopologyYaml(out, rings, toruses, kinds_of, tuple(order), default, flats)
 
 

@@ -460,9 +460,14 @@ def test_stack_parse_invalid(field: str) -> None:
         ("p5.48xlarge", {"efa_installer": "1.29.1"}, []),
         ("p5en.48xlarge", {"nccl": "2.17.0"}, ["nccl"]),
         ("p5e.48xlarge", {"aws_ofi_nccl": "1.6.0"}, ["aws_ofi_nccl"]),
-        ("p6-b200.48xlarge", {"nccl": "2.28.9"}, ["nccl"]),
-        ("p6-b200.48xlarge", {"nccl": "2.29.0"}, []),
+        ("p6-b200.48xlarge", {"nccl": "2.24.3"}, ["nccl"]),
+        ("p6-b200.48xlarge", {"nccl": "2.25.1"}, []),
         ("p6-b200.48xlarge", {"nccl": "2.29.3-1"}, []),
+        # one Blackwell floor for every Blackwell instance (NCCL 2.25.1's release notes)
+        ("p6e-gb200.36xlarge", {"nccl": "2.23.4"}, ["nccl"]),
+        ("p6e-gb200.36xlarge", {"nccl": "2.27.7"}, []),
+        ("p6-b300.48xlarge", {"nccl": "2.24.3-1"}, ["nccl"]),
+        ("p6-b300.48xlarge", {"nccl": "2.25.1-1"}, []),
         ("p4d.24xlarge", {"nccl": "2.10.0", "aws_ofi_nccl": "1.4.0"}, []),
         ("p5.48xlarge", {}, []),  # auto: unknown versions are not warned about
         ("p6-b200.48xlarge", {}, []),
@@ -474,6 +479,19 @@ def test_check_minimums(instance: str, kwargs: dict[str, str], warned: list[str]
     for component, text in zip(warned, warnings, strict=True):
         assert f"{instance}: {component} " in text
         assert "[" in text  # cites its source
+
+
+def test_the_blackwell_floor_covers_every_blackwell_instance_and_cites_nccls_notes() -> None:
+    from slurmfm.catalog.nccl import BLACKWELL_FAMILIES
+
+    blackwell = {i.family for i in INSTANCES.values() if i.gpu_model in {"B200", "B300", "GB200"}}
+    assert set(BLACKWELL_FAMILIES) == blackwell
+    for family in sorted(blackwell):
+        inst = next(i for i in INSTANCES.values() if i.family == family)
+        (warning,) = check_minimums(inst, S(nccl="2.24.3"))
+        assert "below the minimum 2.25.1" in warning
+        assert "github.com/NVIDIA/nccl/releases/tag/v2.25.1-1" in warning
+        assert "p5 minimum" not in warning
 
 
 def test_check_minimums_all_p5_components() -> None:

@@ -111,3 +111,45 @@ def test_status_and_render_agree_with_slurm(
     major_minor = ".".join(slurm_lab.version.split(".")[:2])
     assert f"# Slurm target {major_minor}" in text  # rendered for the real cluster's version
     assert "(assumed" not in text
+
+
+def test_the_log_and_report_say_the_ranks_order_by_leaf(
+    slurm_lab: SlurmLab, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 42 item 1, on the host lab's real Slurm 22.05 and real torchrun (the quickstart job
+    the other tests read: no job of its own). The prepare step's one host-order line ends
+    with the order by leaf, which must agree with the lab's topology as slurmfm's own
+    ``scontrol show topology`` parser (not the runtime's) reads it; torchrun's workers got the
+    node ranks the order gives (no ``rank order differs`` line, and each rank's node is the
+    order's), and ``slurmfm report`` shows the line under the run."""
+    from slurmfm.topology.scontrol import parse_scontrol_topology
+
+    job_id, log, _, _ = quickstart_run(slurm_lab, tmp_path_factory)
+    lines = [x for x in log.splitlines() if f"slurmfm: job {job_id} host order:" in x]
+    assert len(lines) == 1, log
+    m = re.search(r"host order: ([^;]+); rendezvous [^;]+; (by leaf: .*)$", lines[0])
+    assert m, lines[0]
+    order, by_leaf = m.group(1).split(), m.group(2)
+    topo = parse_scontrol_topology(slurm_lab.run(["scontrol", "show", "topology"]).stdout)
+    leaves = [topo.leaf_of[h] for h in order]
+    runs = [lf for i, lf in enumerate(leaves) if i == 0 or leaves[i - 1] != lf]
+    shown = " ".join(
+        f"{lf}[{leaves.index(lf)}]"
+        if leaves.count(lf) == 1
+        else f"{lf}[{leaves.index(lf)}-{leaves.index(lf) + leaves.count(lf) - 1}]"
+        for lf in runs
+    )
+    contiguous = len(runs) == len(set(runs))
+    if contiguous:
+        assert by_leaf == (
+            f"by leaf: {shown}; topology order: yes ({len(runs)} "
+            f"{'leaf' if len(runs) == 1 else 'leaves'}, from scontrol show topology)"
+        )
+    else:
+        assert "topology order: NO" in by_leaf
+    assert "rank order differs" not in log
+    ranks = last_attempt_ranks(events(log))
+    assert [e["node"] for e in ranks] == [order[e["rank"] // 2] for e in ranks]
+    rep = slurm_lab.slurmfm("report", job_id)  # the log dir from the job's StdOut
+    assert rep.returncode == 0, rep.stderr
+    assert f"    rank order {by_leaf}" in rep.stdout, rep.stdout

@@ -8,11 +8,10 @@ suite (``PYXIS``), in Pyxis' default mode (the image unpacked on each node) and 
 ``use_squashfuse=1`` (mounted with squashfuse; a mode switch rewrites plugstack.conf, which
 each step reads when it starts). The image holds python3 and no slurmfm.
 
-What is checked: the tasks follow the planned host order (``--distribution=arbitrary``), so
-each node's rank is its task id, which the launcher gets through the ``sh`` program; the
-launcher is started by Slurm's step daemon, not by the runtime; and on the save signal a host
-step on every node TERMs Megatron's workers, and nothing else (squashfuse holds the
-container's root file system).
+What is checked: each node's rank follows the planned host order; the launcher is started by
+the runtime's node entry run by the image's python3 on the runtime mounted read-only (issue
+37); on the save signal a host step on every node TERMs Megatron's workers, and nothing else
+(squashfuse holds the container's root file system).
 """
 
 from __future__ import annotations
@@ -70,6 +69,8 @@ SUITES = [
     pytest.param("sid", marks=pytest.mark.slurm_newer),
 ]
 MODES = ("default", "squashfuse")
+# the line task 0 of a launch prints where the image has no python3 (render/container.py)
+NO_PYTHON3 = re.compile(r"^(?:\d+: )?slurmfm: [^:\s]+: no python3 in the container image", re.M)
 
 
 class Pyxis:
@@ -207,10 +208,11 @@ def check_ranks_follow_the_planned_order(
         assert r["node"] == order[r["node_rank"]], r  # rank i on the i-th planned node
         assert r["rank"] == 2 * r["node_rank"] + r["local_rank"], r
         assert r["host_order"].split() == list(order)
-        # torchrun's parent is Slurm's step daemon, not the runtime's per-node entry
-        assert "import hashlib" not in r["launcher_parent"], r  # not the runtime's entry
-        assert "slurmstepd" in r["launcher_parent"], r
-    assert "slurmfm: node 0 runs (in the container): PET_NODE_RANK=0 " in log
+        # torchrun's parent is the runtime's node entry, run by the image's python3 (issue 37)
+        assert r["launcher_parent"].startswith("python3 -I -S -c import os, signal"), r
+        assert " node --prefix " in r["launcher_parent"], r
+    assert "slurmfm: node 0 runs: " in log  # the entry's own line, from inside the container
+    assert not NO_PYTHON3.search(log), log[-3000:]
     return ranks
 
 
@@ -368,3 +370,219 @@ def cancel_for_good(lab: SlurmLab, job_id: str) -> None:
         return not lab.run(["squeue", "-h", "-j", job_id]).stdout.strip()
 
     wait_until(f"job {job_id} cancelled", gone, 60, lambda: "")
+
+
+# --- issue 37: one launch path, judged the same with or without a container -----------------
+# On the host suite only: what is checked is the runtime's judgement, the same on every Slurm
+# (the tests above run the container launch itself on each suite).
+HOST_ONLY = SUITES[:1]
+
+
+def megatron_in_container(
+    pyxis: Pyxis,
+    tmp_path: Path,
+    name: str,
+    env: dict[str, Any] | None = None,
+    resilience: dict[str, Any] | None = None,
+    iters: int = 60,
+    order: tuple[str, ...] = (),
+) -> str:
+    """Submit an unmodified Megatron-like stand-in (tests/standins/megatron_pretrain.py: its
+    own ``iteration N/ M |`` lines, nothing of slurmfm) on 2 nodes in the image; the job id."""
+    recipe = api.load(
+        {
+            "name": name,
+            "cluster": {"instance_type": "p5.48xlarge", "partition": "batch", "flavor": "generic"},
+            "resources": {"nodes": 2, "procs_per_node": 1, "time_limit": "00:10:00"},
+            "parallelism": {"tp": 1, "pp": 1},
+            "resilience": {
+                "health_gate": "off",
+                "nccl_transport_check": "off",
+                **(resilience or {}),
+            },
+            "observability": {"enabled": "off"},
+            "launcher": {
+                "kind": "megatron",
+                "python": str(STANDINS / "torchrun.py"),
+                "megatron_path": str(STANDINS),
+                "entrypoint": "megatron_pretrain.py",
+                "model_args": {"train-iters": iters, "log-interval": 10},
+            },
+            "container": pyxis.container("default", tmp_path),
+            "env": env or {},
+            "storage": {
+                "checkpoint_root": str(tmp_path / "ckpt"),
+                "log_dir": str(tmp_path / "logs"),
+            },
+        }
+    )
+    placement = Placement(mode="pin", nodes=order) if order else Placement()
+    return api.submit(
+        recipe, backend=SlurmCLI(pyxis.env), env=pyxis.env, placement=placement
+    ).job_id
+
+
+def finished(pyxis: Pyxis, tmp_path: Path, name: str, job_id: str) -> tuple[str, str, str]:
+    """(JobState, job log, state file) once the job ended."""
+    fields = pyxis.lab.wait_job(job_id, timeout=240)
+    log = read_text(tmp_path / "logs" / f"{name}_{job_id}.out")
+    return fields.get("JobState", ""), log, read_text(tmp_path / "logs" / f"{name}_{job_id}.state")
+
+
+@pytest.mark.parametrize("suite", HOST_ONLY)
+def test_a_rank_dying_after_iterations_in_a_container_is_relaunched(
+    pyxis_lab: PyxisFactory, suite: str, tmp_path: Path
+) -> None:
+    """The NCCL watchdog case: rank 0 dies after 30 iterations (no checkpoint since the
+    start); srun TERMs the other node, whose torchrun exits 1 (SignalException), so every
+    task exits 1. Megatron's own iteration lines are the progress: relaunched in the
+    allocation, and the job completes. Before: 'first failure: no node report; progress:
+    unknown; fail'."""
+    pyxis = pyxis_lab(suite)
+    pyxis.mode("default")
+    job_id = megatron_in_container(pyxis, tmp_path, "rankdies", env={"STANDIN_FAIL": "0:30"})
+    state, log, events_ = finished(pyxis, tmp_path, "rankdies", job_id)
+    assert state == "COMPLETED", log[-4000:]
+    assert "first failure: " in log
+    assert "DistBackendError" in events_, events_
+    (relaunch,) = [x for x in events_.splitlines() if "event=relaunch" in x]
+    assert "after progress (last Megatron-LM iteration" in relaunch, relaunch
+    assert "launch 1: first progress " in log
+    assert "slurmfm: node 0 runs: " in log  # the entry in the container
+    assert (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.parametrize("suite", HOST_ONLY)
+def test_an_import_error_on_one_node_in_a_container_fails_at_once(
+    pyxis_lab: PyxisFactory, suite: str, tmp_path: Path
+) -> None:
+    """One node's workers cannot import flash_attn: the job fails at once, naming the node
+    and the module (the node entry's report from inside the container). The failing node
+    holds rank 0: the stand-in installs Megatron's TERM handler at once, where Megatron does
+    so only once training begins, after every rank joined (a rank that failed its import
+    never does), so a healthy rank 0 would save on srun's TERM as real Megatron would not."""
+    pyxis = pyxis_lab(suite)
+    pyxis.mode("default")
+    bad, good = idle_nodes(pyxis.lab, 2)
+    job_id = megatron_in_container(
+        pyxis, tmp_path, "imp", env={"STANDIN_IMPORT_FAIL": bad}, order=(bad, good)
+    )
+    state, log, events_ = finished(pyxis, tmp_path, "imp", job_id)
+    assert state == "FAILED", log[-4000:]
+    assert "event=relaunch" not in events_
+    assert f"ModuleNotFoundError: No module named 'flash_attn' on {bad}" in events_, events_
+    assert "before any progress" in events_
+
+
+@pytest.mark.parametrize("suite", HOST_ONLY)
+def test_a_slow_start_within_the_allowance_completes_in_one_launch(
+    pyxis_lab: PyxisFactory, suite: str, tmp_path: Path
+) -> None:
+    """The first iteration comes after 12 s, longer than hang_timeout (6 s) but within
+    startup_timeout: no stop, one launch, and the log says when progress began."""
+    pyxis = pyxis_lab(suite)
+    pyxis.mode("default")
+    job_id = megatron_in_container(
+        pyxis,
+        tmp_path,
+        "slow",
+        env={"STANDIN_STARTUP_S": 12},
+        resilience={"hang_timeout": "6s", "startup_timeout": "5m"},
+        iters=20,
+    )
+    state, log, events_ = finished(pyxis, tmp_path, "slow", job_id)
+    assert state == "COMPLETED", log[-4000:]
+    assert "event=relaunch" not in events_, events_
+    assert "hang:" not in log
+    m = re.search(r"launch 1: first progress (\d+) s after the start", log)
+    assert m is not None, log[-3000:]
+    assert int(m.group(1)) >= 12
+
+
+@pytest.mark.parametrize("suite", HOST_ONLY)
+def test_every_node_failing_the_gate_alike_fails_the_job_and_drains_none(
+    pyxis_lab: PyxisFactory, suite: str, tmp_path: Path
+) -> None:
+    """Every node shows 7 of a p5's 8 GPUs (an nvidia-smi stand-in on the host, where the
+    gate of a container launch runs): a configuration error. The job fails with the reason
+    and the recipe field; no node is drained, nothing requeued."""
+    pyxis = pyxis_lab(suite)
+    pyxis.mode("default")
+    bindir = tmp_path / "gpu-bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text(
+        '#!/bin/sh\nfor i in 0 1 2 3 4 5 6; do echo "GPU $i: NVIDIA H100 80GB HBM3"; done\n'
+    )
+    smi.chmod(0o755)
+    env = dict(pyxis.env, PATH=f"{bindir}:{pyxis.env['PATH']}")
+    recipe = api.load(
+        REPO_ROOT / "recipes" / "quickstart.yaml",
+        {
+            "cluster.instance_type": "p5.48xlarge",
+            "resources.nodes": 2,
+            "resources.procs_per_node": 1,
+            "resources.exclusive": True,
+            "resilience.health_gate": "on",
+            "resilience.nccl_transport_check": "off",
+            "launcher.python": str(STANDINS / "torchrun.py"),
+            "launcher.script": str(STANDINS / "report_rank.py"),
+            "launcher.args": [],
+            "container.image": pyxis.image,
+            "container.mounts": pyxis.mounts(tmp_path),
+            "storage.checkpoint_root": str(tmp_path / "ckpt"),
+            "storage.log_dir": str(tmp_path / "logs"),
+        },
+    )
+    job_id = api.submit(recipe, backend=SlurmCLI(env), env=env).job_id
+    state, log, events_ = finished(pyxis, tmp_path, "quickstart", job_id)
+    assert state == "FAILED", log[-4000:]
+    assert "event=fail health gate: 2 of 2 nodes fail the same check (7 GPUs visible" in events_
+    assert "Fix cluster.instance_type" in events_
+    assert "event=requeue" not in events_
+    drained = pyxis.lab.run(["sinfo", "-h", "-R", "-o", "%N %E"]).stdout
+    assert "health gate" not in drained, drained
+
+
+@pytest.mark.parametrize("suite", HOST_ONLY)
+def test_an_image_without_python3_runs_with_one_line_in_the_log(
+    pyxis_lab: PyxisFactory, suite: str, tmp_path: Path
+) -> None:
+    """The image has its interpreter only as python3.N: the launch runs as before the entry
+    moved into the container (ranks from the host order), and the job log says so once."""
+    pyxis = pyxis_lab(suite)
+    pyxis.mode("default")
+    image = subprocess.run(
+        [str(PYXIS_LAB), "image", "nopython3"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    py = Path("/usr/bin/python3").resolve().name  # the image's interpreter (scripts/pyxis-lab)
+    launcher = tmp_path / "torchrun"
+    launcher.write_text(f'#!/bin/sh\nexec /usr/bin/{py} {STANDINS / "torchrun.py"} "$@"\n')
+    launcher.chmod(0o755)
+    order = tuple(reversed(idle_nodes(pyxis.lab, 2)))
+    recipe = api.load(
+        REPO_ROOT / "recipes" / "quickstart.yaml",
+        {
+            "resources.nodes": 2,
+            "launcher.python": str(launcher),
+            "launcher.script": str(STANDINS / "report_rank.py"),
+            "launcher.args": [],
+            "container.image": image,
+            "container.mounts": pyxis.mounts(tmp_path),
+            "storage.checkpoint_root": str(tmp_path / "ckpt"),
+            "storage.log_dir": str(tmp_path / "logs"),
+        },
+    )
+    job = api.submit(
+        recipe,
+        backend=SlurmCLI(pyxis.env),
+        env=pyxis.env,
+        placement=Placement(mode="pin", nodes=order),
+    )
+    state, log, _ = finished(pyxis, tmp_path, "quickstart", job.job_id)
+    assert state == "COMPLETED", log[-4000:]
+    assert len(NO_PYTHON3.findall(log)) == 1, log[-4000:]
+    ranks = last_attempt_ranks(events(log))
+    assert ranks, log[-3000:]
+    for r in ranks:
+        assert r["node"] == order[r["node_rank"]], r

@@ -1,7 +1,7 @@
 """A team's shared log and checkpoint directory on real Slurm, with two unprivileged users.
 
-``alice`` (the victim) and ``mallory`` (the attacker) share the group ``slurmfm-team`` and a
-2775 log and checkpoint directory, as on FSx for Lustre. alice submits slurmfm jobs with umask
+``alice`` (the victim) and ``mallory`` (the attacker) share the group ``slurmfm-team``, a
+2775 log directory and a 3775 checkpoint root, as on FSx for Lustre. alice submits slurmfm jobs with umask
 002 (``sbatch --uid``; the lab runs as root). Before each job mallory plants, for the next job
 ids, what the issue's attack used: a runtime directory of her own (0777) with her code in it
 (the layout slurmfm used before), a symbolic link to one of alice's private files and a FIFO
@@ -62,10 +62,12 @@ def team() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="slurmfm-team-", dir="/var/tmp"))
     d.chmod(0o755)
     gid = grp.getgrnam(GROUP).gr_gid
-    for sub in ("logs", "ckpt"):
+    for sub, mode in (("logs", 0o2775), ("ckpt", 0o3775)):
         (d / sub).mkdir()
         os.chown(d / sub, 0, gid)
-        (d / sub).chmod(0o2775)  # the team's directory: group-writable, setgid, not sticky
+        # logs: the team's directory, group-writable, setgid, not sticky; ckpt: the sticky
+        # checkpoint root docs/security.md asks for (the job refuses a non-sticky one)
+        (d / sub).chmod(mode)
     home = d / "alice"
     home.mkdir()
     os.chown(home, pwd.getpwnam(ALICE).pw_uid, gid)
@@ -92,7 +94,14 @@ def as_user(name: str, argv: list[str], **kw: Any) -> subprocess.CompletedProces
     )
 
 
-def render(team: Path, name: str, **storage: str) -> str:
+def render(
+    team: Path,
+    name: str,
+    python: str = "",
+    env: dict[str, str] | None = None,
+    args: list[str] | None = None,
+    **storage: str,
+) -> str:
     import slurmfm.api as fm
 
     recipe = fm.load(
@@ -103,8 +112,10 @@ def render(team: Path, name: str, **storage: str) -> str:
             "launcher": {
                 "kind": "torchrun",
                 "script": str(team / "train.py"),
-                "python": str(team / "torchrun.py"),
+                "python": python or str(team / "torchrun.py"),
+                "args": args or [],
             },
+            "env": env or {},
             "storage": {
                 "checkpoint_root": str(team / "ckpt"),
                 "log_dir": str(team / "logs"),
@@ -146,7 +157,9 @@ def another_runtime(script: str) -> str:
     return f"{body}\n{MARK} sha256={new_sha} {base64.b64encode(new).decode()}\n"
 
 
-def submit(lab: SlurmLab, team: Path, user: str, script: str, sleep: float = 0) -> str:
+def submit(
+    lab: SlurmLab, team: Path, user: str, script: str, sleep: float = 0, chdir: Path | None = None
+) -> str:
     path = team / f"{user}-{abs(hash(script)) % 10**8}.sh"
     path.write_text(script)
     path.chmod(0o755)
@@ -163,7 +176,7 @@ def submit(lab: SlurmLab, team: Path, user: str, script: str, sleep: float = 0) 
             f"--uid={user}",
             f"--gid={GROUP}",
             "--export=ALL",
-            f"--chdir={team}",
+            f"--chdir={chdir or team}",
             str(path),
         ],
         env=env,
@@ -312,7 +325,7 @@ def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
     host_b_lab: SlurmLab, team: Path
 ) -> None:
     """The run-directory record, keyed on each task's resolved directory, seen by a plain job;
-    a link planted as the plain job's record target is never written through."""
+    a link planted as the plain job's record is refused, never written through."""
     recipe = team / "sweep.yaml"
     recipe.write_text(SWEEP.format(team=team))
     proc = host_b_lab.slurmfm("submit", str(recipe))
@@ -340,7 +353,23 @@ def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
         assert plain.returncode == 2, (plain.stdout, plain.stderr)
         assert f"job {array}" in plain.stderr
         assert "sw-t1" in plain.stderr
-        # a plain job whose record is a planted link: submitted, the link's target untouched
+        # a plain job whose record is a planted link: refused with one line (before: submitted
+        # with the one-job check silently off), the link's target untouched
+        refused = host_b_lab.slurmfm(
+            "submit",
+            str(recipe),
+            "--set",
+            "sweep=null",
+            "--set",
+            "storage.run_id=sw",
+            "--set",
+            f"storage.checkpoint_root={team}",
+        )
+        assert refused.returncode == 2, (refused.stdout, refused.stderr)
+        assert "the run record" in refused.stderr
+        assert "symbolic link" in refused.stderr
+        assert victim.read_text() == "root only\n"
+        link.unlink()
         ok = host_b_lab.slurmfm(
             "submit",
             str(recipe),
@@ -358,3 +387,120 @@ def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
         host_b_lab.wait_job(ok.stdout.strip().splitlines()[-1], timeout=120)
     finally:
         host_b_lab.run(["scancel", array])
+
+
+# Issue 38: the working directory and the run directory's chain, in real jobs of alice's.
+STUB_TORCHRUN = """import runpy, sys
+sys.argv[0] = {standin!r}
+runpy.run_path({standin!r}, run_name="__main__")
+"""
+PLANT_TORCH = """import os, sys
+for sub in ("torch", "torch/distributed"):
+    os.makedirs(os.path.join(sys.argv[1], sub), exist_ok=True)
+    with open(os.path.join(sys.argv[1], sub, "__init__.py"), "w") as fh:
+        fh.write("open(%r, 'w').write('mallory')\\n" % os.path.join(sys.argv[1], "PWNED"))
+"""
+
+
+def test_a_package_planted_in_the_working_directory_never_runs_in_the_job(
+    host_b_lab: SlurmLab, team: Path
+) -> None:
+    """mallory plants ``torch/`` in the team directory alice's job runs in (2775); the job's
+    ``python3 -c RUN_MODULE torch.distributed.run`` imports alice's torch (here the torchrun
+    stand-in under alice's ``PYTHONPATH``, where site-packages would be). Before: ``python3 -m
+    torch.distributed.run`` imported mallory's from the working directory, as alice."""
+    logs = team / "logs"
+    lib = team / "alice" / "lib" / "torch" / "distributed"
+    lib.mkdir(parents=True)
+    (lib.parent / "__init__.py").write_text("")
+    (lib / "__init__.py").write_text("")
+    (lib / "run.py").write_text(STUB_TORCHRUN.format(standin=str(team / "torchrun.py")))
+    for p in [team / "alice", *(team / "alice").rglob("*")]:
+        os.chown(p, pwd.getpwnam(ALICE).pw_uid, -1)
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    planted = as_user(MALLORY, ["/usr/bin/python3", "-c", PLANT_TORCH, str(logs)])
+    assert planted.returncode == 0, planted.stderr
+    script = render(
+        team, "wd-run", python="/usr/bin/python3", env={"PYTHONPATH": str(team / "alice" / "lib")}
+    )
+    job = submit(host_b_lab, team, ALICE, script, chdir=logs)
+    rec = host_b_lab.wait_job(job, timeout=120)
+    out = (logs / f"wd-run_{job}.out").read_text()
+    assert not (logs / "PWNED").exists(), out  # before: mallory's torch ran as alice
+    assert rec.get("JobState") == "COMPLETED", (rec, out)
+    assert "trained rank 0" in out
+
+
+def test_the_job_refuses_a_run_directory_that_is_a_link_to_another_of_my_runs(
+    host_b_lab: SlurmLab, team: Path
+) -> None:
+    """alice's ``<root>/<name>/<run_id>`` is a link to another of her runs (no race needed):
+    the job refuses to save into or resume from it. Before: every check passed, and the new
+    run resumed the other model's weights and wrote over its newest step."""
+    ckpt = team / "ckpt"
+    make = (
+        "import os, sys\n"
+        "root = sys.argv[1]\n"
+        "os.makedirs(root + '/gpt/gpt/step_000000007')\n"
+        "open(root + '/gpt/gpt/latest', 'w').write('step_000000007\\n')\n"
+        "os.makedirs(root + '/link-run')\n"
+        "os.symlink(root + '/gpt/gpt', root + '/link-run/link-run')\n"
+    )
+    made = as_user(ALICE, ["/usr/bin/python3", "-c", make, str(ckpt)])
+    assert made.returncode == 0, made.stderr
+    job = submit(host_b_lab, team, ALICE, render(team, "link-run"))
+    rec = host_b_lab.wait_job(job, timeout=120)
+    out = (team / "logs" / f"link-run_{job}.out").read_text()
+    assert rec.get("JobState") == "FAILED", (rec, out)
+    assert "refusing to save or resume there" in out, out
+    assert "is a symbolic link" in out, out
+    assert "resuming from" not in out
+    assert sorted(os.listdir(ckpt / "gpt" / "gpt")) == ["latest", "step_000000007"]
+
+
+def test_logs_and_report_show_only_my_files_and_no_escapes(
+    host_b_lab: SlurmLab, team: Path
+) -> None:
+    """mallory plants ``NAME_JOB_r7.out`` and ``nccl-JOB-r0-*`` for alice's next job ids;
+    alice's training prints an OSC 52 clipboard write, and her token is on its launch line.
+    The job log never shows the token; ``slurmfm logs`` and ``report`` show
+    alice's output only, say what they ignored, and print the escape as text (``--raw``: as
+    written). Before: "== restart 7 ==" with mallory's text, "NCCL: socket", and the escape
+    sent to the terminal."""
+    logs = team / "logs"
+    (team / "train.py").write_text(TRAIN + 'print("clip \\x1b]52;c;cGF5bG9hZA==\\x07 end")\n')
+    ids = next_ids(host_b_lab, team, 6)
+    plant = (
+        "import sys\n"
+        f"logs = {str(logs)!r}\n"
+        "for job in sys.argv[1:]:\n"
+        "    open('%s/log-run_%s_r7.out' % (logs, job), 'w').write('mallory restart 7\\n')\n"
+        "    open('%s/nccl-%s-r0-aaa-1.log' % (logs, job), 'w').write("
+        "'NCCL INFO NET/Socket : Using [0]eth0\\nNCCL INFO Using network Socket\\n')\n"
+    )
+    planted = as_user(MALLORY, ["/usr/bin/python3", "-c", plant, *map(str, ids)])
+    assert planted.returncode == 0, planted.stderr
+    token = "hf_" + "tok3n" * 6  # under env: (validate warns), and on the launch line
+    script = render(team, "log-run", env={"HF_TOKEN": token}, args=["--token", token])
+    job = submit(host_b_lab, team, ALICE, script)
+    assert int(job) in ids
+    rec = host_b_lab.wait_job(job, timeout=120)
+    assert rec.get("JobState") == "COMPLETED", rec
+    out = (logs / f"log-run_{job}.out").read_text()
+    assert "launch: " in out
+    assert "node 0 runs: " in out
+    assert token not in out  # before: "node 0 runs: ... --token hf_..." in the team's log
+    assert "--token '<secret>'" in out
+    shown = host_b_lab.slurmfm("logs", job)
+    assert shown.returncode == 0, shown.stderr
+    assert "mallory" not in shown.stdout
+    assert "== restart 7 ==" not in shown.stdout
+    assert f"log-run_{job}_r7.out (uid {pwd.getpwnam(MALLORY).pw_uid})" in shown.stderr
+    assert "\x1b" not in shown.stdout
+    assert "clip \\x1b]52;c;cGF5bG9hZA==\\x07 end" in shown.stdout
+    raw = host_b_lab.slurmfm("logs", job, "--raw")
+    assert "clip \x1b]52;c;cGF5bG9hZA==\x07 end" in raw.stdout
+    report = host_b_lab.slurmfm("report", job)
+    assert report.returncode == 0, report.stderr
+    assert "socket" not in report.stdout.split("logs:")[0].lower(), report.stdout
+    assert f"nccl-{job}-r0-aaa-1.log (uid {pwd.getpwnam(MALLORY).pw_uid})" in report.stdout

@@ -74,11 +74,11 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
-# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
-slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
-SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+# nobody can guess) in /tmp or SLURMFM_RUNTIME_DIR, copied to every node (sbcast); each step runs
+# it through slurmfm_checked, which first checks it is this user's own intact file (security.md).
+export SLURMFM_RUNTIME_SHA=<runtime sha256>
+slurmfm_extracted=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+SLURMFM_RUNTIME=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
@@ -101,6 +101,9 @@ if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o
 sys.argv[0], sys.path[:0] = p, [p]  # what runpy.run_path does for a zip, without runpy
 exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 '
+# python -m MODULE without the working directory on sys.path: a package another user
+# planted in a shared submit directory is never imported (docs/security.md).
+slurmfm_run_module='import sys;sys.path[:1]==[""]and sys.path.pop(0);import runpy;runpy.run_module(sys.argv.pop(1),run_name="__main__",alter_sys=True)'
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
@@ -117,24 +120,24 @@ slurmfm_serve=(srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --nodelist="$SLURMF
   --host 0.0.0.0 --port "$SLURMFM_SERVE_PORT" --tensor-parallel-size 8 --pipeline-parallel-size 1 \
   '--gpu-memory-utilization=0.9')
 
-# Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
-# requeue; each node's entry inserts its rank and prints the final command.
+# Launch: torchrun, static rendezvous, node rank from the job's host order.
+# The runtime runs it, forwards the pre-timeout signal, decides on requeue; node entries rank it.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none --hang-timeout-s 1800 \
+  --retry-exit none --hang-timeout-s 1800 --startup-timeout-s 3600 \
   --health 1 --gpus 8 --efa 32 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check marker \
   --observe 1 --observe-job-json '{"instance_type": "p5.48xlarge", "launcher": "torchrun", "procs_per_node": 8, "recipe": "grpo-qwen2.5-7b", "tasks_per_node": 1}' \
-  --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"Qwen/Qwen2.5-7B-Instruct"' --health-path /health --ready-timeout-s 1200 --ready-poll-s 5 \
+  --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"Qwen/Qwen2.5-7B-Instruct"' --health-path /health --ready-timeout-s 1200 --ready-poll-s 5 --unhealthy-timeout-s 300 \
   --secret HF_TOKEN --secret WANDB_API_KEY -- \
   "${slurmfm_serve[@]}" \
   srun --nodes="$SLURMFM_NNODES" --ntasks="$SLURMFM_NNODES" --ntasks-per-node=1 \
   --nodelist="$SLURMFM_NODELIST" --kill-on-bad-exit=1 --label \
-  python3 -I -S -c "$slurmfm_checked" node --prefix 3 --forward none -- \
-  python3 -m torch.distributed.run \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 4 --forward none --numa node -- \
+  python3 -c "$slurmfm_run_module" torch.distributed.run \
   --nnodes=3 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   /fsx/code/grpo/train_grpo.py \
   '--model=Qwen/Qwen2.5-7B-Instruct' '--dataset=/fsx/data/gsm8k' '--num-generations=8' '--per-device-batch-size=4' '--max-steps=2000' '--save-every=200'
 
-# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>
+# slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

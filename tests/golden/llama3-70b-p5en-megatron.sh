@@ -78,11 +78,11 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
-# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
-slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
-SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+# nobody can guess) in /tmp or SLURMFM_RUNTIME_DIR, copied to every node (sbcast); each step runs
+# it through slurmfm_checked, which first checks it is this user's own intact file (security.md).
+export SLURMFM_RUNTIME_SHA=<runtime sha256>
+slurmfm_extracted=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+SLURMFM_RUNTIME=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
@@ -105,40 +105,46 @@ if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o
 sys.argv[0], sys.path[:0] = p, [p]  # what runpy.run_path does for a zip, without runpy
 exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 '
+# python -m MODULE without the working directory on sys.path: a package another user
+# planted in a shared submit directory is never imported (docs/security.md).
+slurmfm_run_module='import sys;sys.path[:1]==[""]and sys.path.pop(0);import runpy;runpy.run_module(sys.argv.pop(1),run_name="__main__",alter_sys=True)'
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
 slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare --stripe-layout='-E 64M -c 1 -E 1G -c 4 -E -1 -c 8')
 eval "$slurmfm_env"
 
-# In the container (which runs no slurmfm), before the launch command: the node rank is the
-# task id (the tasks follow the host order; torchrun reads PET_NODE_RANK), the launcher ignores
-# the save signal (the training processes handle it), node 0 logs NCCL's network choice.
+# In the container: the runtime's node entry, run by the image's python3 (the runtime mounted
+# read-only); without python3 the launch runs as it is, and task 0 says so in the job log.
 # shellcheck disable=SC2016 # expanded by sh in the container, per task
 slurmfm_in_container='trap "" USR2
-export SLURMFM_NODE_RANK="$SLURM_PROCID" PET_NODE_RANK="$SLURM_PROCID"
-if [ "$SLURMFM_NODE_RANK" = 0 ]; then export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi
+command -v python3 >/dev/null 2>&1 && exec "$@"
+if [ "${SLURM_PROCID:-0}" = 0 ]; then echo "slurmfm: $SLURMD_NODENAME: no python3 in the container image: the launch runs without the runtime'\''s node entry (no node reports, error files or progress from the nodes)" >&2; fi
+while [ "$#" -gt 0 ]; do a=$1; shift; [ "$a" = -- ] && break; done
+r=0; for h in $SLURMFM_HOST_ORDER; do [ "$h" = "$SLURMD_NODENAME" ] && break; r=$((r + 1)); done; export SLURMFM_NODE_RANK=$r PET_NODE_RANK=$r
+if [ "$r" = 0 ]; then export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi
 exec "$@"'
 
 # Launch: Megatron-LM under torchrun; --save/--load share the checkpoint directory.
-# The runtime runs it, forwards the pre-timeout signal and decides on requeue.
+# The runtime runs it, forwards the pre-timeout signal, decides on requeue; node entries rank it.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none --hang-timeout-s 1800 \
+  --retry-exit none --hang-timeout-s 1800 --startup-timeout-s 3600 \
   --health 1 --gpus 8 --efa 16 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check megatron:250000 \
   --observe 1 --observe-job-json '{"instance_type": "p5en.48xlarge", "launcher": "megatron", "procs_per_node": 8, "recipe": "llama3-70b-p5en-megatron", "tasks_per_node": 1}' \
   --secret HF_TOKEN --secret WANDB_API_KEY \
   --container-forward TERM -- \
-  srun --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --distribution=arbitrary \
-  --nodelist="$SLURMFM_NODELIST" --kill-on-bad-exit=1 --label \
-  --container-image=/fsx/containers/megatron-lm.sqsh --container-mounts=/fsx:/fsx \
+  srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
+  --kill-on-bad-exit=1 --label --container-image=/fsx/containers/megatron-lm.sqsh \
+  --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
   --container-workdir=/workspace/Megatron-LM --no-container-mount-home \
   --container-env=CUDA_DEVICE_MAX_CONNECTIONS,FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,NVTE_BWD_LAYERNORM_SM_MARGIN,NVTE_FWD_LAYERNORM_SM_MARGIN,TORCH_NCCL_ASYNC_ERROR_HANDLING,TORCH_NCCL_AVOID_RECORD_STREAMS,WANDB_API_KEY,WANDB_DIR \
   --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   sh -c "$slurmfm_in_container" slurmfm-node \
-  python -m torch.distributed.run \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 4 --forward TERM --numa node -- \
+  python -c "$slurmfm_run_module" torch.distributed.run \
   --nnodes=16 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   /workspace/Megatron-LM/pretrain_gpt.py \
   --exit-signal-handler \
@@ -204,4 +210,4 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   --exit-duration-in-mins \
   7170
 
-# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>
+# slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

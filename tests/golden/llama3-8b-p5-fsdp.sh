@@ -78,11 +78,11 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
-# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
-slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
-SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+# nobody can guess) in /tmp or SLURMFM_RUNTIME_DIR, copied to every node (sbcast); each step runs
+# it through slurmfm_checked, which first checks it is this user's own intact file (security.md).
+export SLURMFM_RUNTIME_SHA=<runtime sha256>
+slurmfm_extracted=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+SLURMFM_RUNTIME=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
@@ -105,17 +105,20 @@ if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o
 sys.argv[0], sys.path[:0] = p, [p]  # what runpy.run_path does for a zip, without runpy
 exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 '
+# python -m MODULE without the working directory on sys.path: a package another user
+# planted in a shared submit directory is never imported (docs/security.md).
+slurmfm_run_module='import sys;sys.path[:1]==[""]and sys.path.pop(0);import runpy;runpy.run_module(sys.argv.pop(1),run_name="__main__",alter_sys=True)'
 
 # Host order (the allocation's own order), rendezvous address and port: the runtime
 # prints them as export lines.
 slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare)
 eval "$slurmfm_env"
 
-# Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
-# requeue; each node's entry inserts its rank and prints the final command.
+# Launch: torchrun, static rendezvous, node rank from the job's host order.
+# The runtime runs it, forwards the pre-timeout signal, decides on requeue; node entries rank it.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none --hang-timeout-s 1800 \
+  --retry-exit none --hang-timeout-s 1800 --startup-timeout-s 3600 \
   --health 1 --gpus 8 --efa 32 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check marker \
@@ -123,10 +126,10 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   --secret HF_TOKEN -- \
   srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
   --kill-on-bad-exit=1 --label \
-  python3 -I -S -c "$slurmfm_checked" node --prefix 3 --forward none -- \
-  python3 -m torch.distributed.run \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 4 --forward none --numa node -- \
+  python3 -c "$slurmfm_run_module" torch.distributed.run \
   --nnodes=4 --nproc-per-node=8 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   /fsx/awsome-distributed-training/3.test_cases/pytorch/FSDP/src/train.py \
   '--model_type=llama_v3' '--num_layers=32' '--hidden_width=4096' '--intermediate_size=14336' '--num_heads=32' '--num_key_value_heads=8' '--max_context_width=8192' '--tokenizer=meta-llama/Meta-Llama-3-8B' '--dataset=/fsx/data/c4/en' '--dataset_config_name=en' '--train_batch_size=2' '--val_batch_size=2' '--max_steps=20000' '--validation_freq=500' '--sharding_strategy=full' '--offload_activations=1' '--activation_checkpointing=1' '--bf16=1' '--lr=3.0e-4' '--weight_decay=0.1' '--warmup_steps=2000' '--checkpoint_dir=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--resume_from_checkpoint=/fsx/checkpoints/llama3-8b-p5-fsdp/llama3-8b-c4-run1' '--checkpoint_freq=1000'
 
-# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>
+# slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

@@ -72,11 +72,11 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
-# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
-slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
-SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+# nobody can guess) in /tmp or SLURMFM_RUNTIME_DIR, copied to every node (sbcast); each step runs
+# it through slurmfm_checked, which first checks it is this user's own intact file (security.md).
+export SLURMFM_RUNTIME_SHA=<runtime sha256>
+slurmfm_extracted=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+SLURMFM_RUNTIME=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
@@ -107,6 +107,7 @@ eval "$slurmfm_env"
 
 # NeMo 2.0 driver, run by every task; recipe values are JSON literals inside it.
 SLURMFM_NEMO_DRIVER=$(cat <<'SLURMFM_NEMO_DRIVER_EOF'
+import sys;sys.path[:1]==[""]and sys.path.pop(0)
 import json, os
 from nemo.collections import llm
 import nemo_run as run
@@ -133,20 +134,22 @@ SLURMFM_NEMO_DRIVER_EOF
 )
 export SLURMFM_NEMO_DRIVER
 
-# In the container (which runs no slurmfm), before the launch command: the node rank is the
-# task id (the tasks follow the host order; torchrun reads PET_NODE_RANK), the launcher ignores
-# the save signal (the training processes handle it), node 0 logs NCCL's network choice.
+# In the container: the runtime's node entry, run by the image's python3 (the runtime mounted
+# read-only); without python3 the launch runs as it is, and task 0 says so in the job log.
 # shellcheck disable=SC2016 # expanded by sh in the container, per task
 slurmfm_in_container='trap "" USR2
-export SLURMFM_NODE_RANK="$((SLURM_PROCID / 8))"
-if [ "$SLURMFM_NODE_RANK" = 0 ]; then export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi
+command -v python3 >/dev/null 2>&1 && exec "$@"
+if [ "${SLURM_PROCID:-0}" = 0 ]; then echo "slurmfm: $SLURMD_NODENAME: no python3 in the container image: the launch runs without the runtime'\''s node entry (no node reports, error files or progress from the nodes)" >&2; fi
+while [ "$#" -gt 0 ]; do a=$1; shift; [ "$a" = -- ] && break; done
+r=0; for h in $SLURMFM_HOST_ORDER; do [ "$h" = "$SLURMD_NODENAME" ] && break; r=$((r + 1)); done; export SLURMFM_NODE_RANK=$r
+if [ "$r" = 0 ]; then export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE="$SLURMFM_NCCL_LOG"; fi
 exec "$@"'
 
 # Launch: NeMo 2.0 recipe, one Slurm task per GPU.
-# The runtime runs it, forwards the pre-timeout signal and decides on requeue.
+# The runtime runs it, forwards the pre-timeout signal, decides on requeue; node entries rank it.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 1 \
-  --retry-exit none --hang-timeout-s 1800 \
+  --retry-exit none --hang-timeout-s 1800 --startup-timeout-s 3600 \
   --health 1 --gpus 8 --efa 8 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check marker \
@@ -156,11 +159,14 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   --container-forward-tasks 1 -- \
   srun --auto-resume=1 --ntasks-per-node=8 --ntasks="$SLURMFM_NTASKS" --distribution=arbitrary \
   --nodelist="$SLURMFM_TASK_NODELIST" --kill-on-bad-exit=1 --label \
-  --container-image=/fsx/ubuntu/aws-nemo-25.11.sqsh --container-mounts=/fsx:/fsx \
+  --container-image=/fsx/ubuntu/aws-nemo-25.11.sqsh \
+  --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
   --container-workdir=/fsx/ubuntu --no-container-mount-home \
   --container-env=FI_PROVIDER,HF_HOME,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME,NEMO_HOME,NVTE_ASYNC_AMAX_REDUCTION,NVTE_DP_AMAX_REDUCE_INTERVAL,TORCH_NCCL_AVOID_RECORD_STREAMS \
   --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
+  --cpu-bind=map_ldom:0,0,0,0,1,1,1,1 \
   sh -c "$slurmfm_in_container" slurmfm-node \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 0 --forward TERM --forward-tasks 1 -- \
   python -c "$SLURMFM_NEMO_DRIVER"
 
-# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>
+# slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

@@ -49,6 +49,10 @@ export SLURMFM_LOG_DIR=/fsx/logs
 export SLURMFM_STATE_FILE="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.state"
 # Slurm counts requeues; the training's save handler listens for this signal.
 export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
+# Node 0 logs NCCL's network choice in a new directory of this job's own (NCCL opens the file
+# itself and would follow a planted link); the runtime checks EFA is used, not sockets.
+slurmfm_nccl_dir=$(mktemp -d "$SLURMFM_LOG_DIR/nccl-$SLURM_JOB_ID-r$SLURMFM_RESTART-XXXXXX")
+export SLURMFM_NCCL_LOG="$slurmfm_nccl_dir/%h-%p.log"
 # Observability agent (one per node): DCGM-Exporter job mapping, Prometheus textfile metrics,
 # EFA counters; training progress (slurmfm.checkpoint.report_progress) goes to the progress file.
 export SLURMFM_OBS_TEXTFILE_DIR=/var/lib/node_exporter/textfile_collector SLURMFM_OBS_DCGM_DIR=/run/slurm/dcgm_job_mapping
@@ -58,11 +62,11 @@ export SLURMFM_OBS_STOP="$SLURMFM_OBS_DIR/stop-r$SLURMFM_RESTART" SLURMFM_PROGRE
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
-# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
-slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
-SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+# nobody can guess) in /tmp or SLURMFM_RUNTIME_DIR, copied to every node (sbcast); each step runs
+# it through slurmfm_checked, which first checks it is this user's own intact file (security.md).
+export SLURMFM_RUNTIME_SHA=<runtime sha256>
+slurmfm_extracted=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+SLURMFM_RUNTIME=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
@@ -85,6 +89,9 @@ if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o
 sys.argv[0], sys.path[:0] = p, [p]  # what runpy.run_path does for a zip, without runpy
 exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 '
+# python -m MODULE without the working directory on sys.path: a package another user
+# planted in a shared submit directory is never imported (docs/security.md).
+slurmfm_run_module='import sys;sys.path[:1]==[""]and sys.path.pop(0);import runpy;runpy.run_module(sys.argv.pop(1),run_name="__main__",alter_sys=True)'
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
@@ -98,21 +105,22 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
   --container-mounts=/fsx:/fsx,"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro" \
   --no-container-mount-home --container-env=FI_PROVIDER,NCCL_DEBUG,NCCL_SOCKET_IFNAME \
   --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
-  python3 -I -S -c "$slurmfm_checked" node --prefix 3 -- \
-  python3 -m sglang.launch_server \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 4 -- \
+  python3 -c "$slurmfm_run_module" sglang.launch_server \
   --model-path /fsx/models/deepseek-ai/DeepSeek-V3 --tp 16 --ep-size 16 \
   --nnodes 2 --dist-init-addr "$SLURMFM_SERVE_HEAD:$SLURMFM_SERVE_DIST_PORT" \
   --host 0.0.0.0 --port "$SLURMFM_SERVE_PORT" \
   --served-model-name deepseek-v3 --trust-remote-code '--mem-fraction-static=0.85')
 
-# Launch: sglang server on the whole allocation. The runtime runs it, forwards the pre-timeout signal and decides on
-# requeue; each node's entry inserts its rank and prints the final command.
+# Launch: sglang server on the whole allocation.
+# The runtime runs it, forwards the pre-timeout signal, decides on requeue; node entries rank it.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 10 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none --hang-timeout-s 1800 \
+  --retry-exit none \
   --health 1 --gpus 8 --efa 8 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
+  --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check none \
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
-  --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 -- \
+  --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 --unhealthy-timeout-s 300 -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>
+# slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

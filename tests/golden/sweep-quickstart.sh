@@ -42,11 +42,11 @@ export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
 mkdir -p "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
-# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
-slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
-SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+# nobody can guess) in /tmp or SLURMFM_RUNTIME_DIR, copied to every node (sbcast); each step runs
+# it through slurmfm_checked, which first checks it is this user's own intact file (security.md).
+export SLURMFM_RUNTIME_SHA=<runtime sha256>
+slurmfm_extracted=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+SLURMFM_RUNTIME=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
@@ -69,6 +69,9 @@ if not (ok and d.st_uid in (0, me) and (d.st_mode & 0o1000 or not d.st_mode & 0o
 sys.argv[0], sys.path[:0] = p, [p]  # what runpy.run_path does for a zip, without runpy
 exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 '
+# python -m MODULE without the working directory on sys.path: a package another user
+# planted in a shared submit directory is never imported (docs/security.md).
+slurmfm_run_module='import sys;sys.path[:1]==[""]and sys.path.pop(0);import runpy;runpy.run_module(sys.argv.pop(1),run_name="__main__",alter_sys=True)'
 
 # This array task's own run id, checkpoint directory, environment and launch arguments: the
 # runtime selects the row of SLURM_ARRAY_TASK_ID in the sweep table (next-to-last line).
@@ -82,19 +85,19 @@ mkdir -p "$SLURMFM_CHECKPOINT_DIR"
 slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare)
 eval "$slurmfm_env"
 
-# Launch: torchrun, static rendezvous, node rank from the job's host order. The runtime runs it, forwards the pre-timeout signal and decides on
-# requeue; each node's entry inserts its rank and prints the final command.
+# Launch: torchrun, static rendezvous, node rank from the job's host order.
+# The runtime runs it, forwards the pre-timeout signal, decides on requeue; node entries rank it.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none --hang-timeout-s 1800 \
+  --retry-exit none --hang-timeout-s 1800 --startup-timeout-s 3600 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check marker -- \
   srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
   --kill-on-bad-exit=1 \
-  python3 -I -S -c "$slurmfm_checked" node --prefix 3 --forward none -- \
-  python3 -m torch.distributed.run \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 4 --forward none -- \
+  python3 -c "$slurmfm_run_module" torch.distributed.run \
   --nnodes=1 --nproc-per-node=2 --master-addr="$SLURMFM_RDZV_HOST" --master-port="$SLURMFM_RDZV_PORT" \
   <checkout>/recipes/scripts/train_tiny.py \
   "${slurmfm_task_argv[@]}"
 
 # slurmfm-sweep {"tasks":[{"task":0,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t0"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t0"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.01\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.01"},{"task":1,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t1"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t1"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.05\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.05"},{"task":2,"exports":[["SLURMFM_RUN_ID","sweep-quickstart-t2"],["SLURMFM_CHECKPOINT_DIR","<checkout>/runs/checkpoints/sweep-quickstart/sweep-quickstart-t2"],["SLURMFM_SWEEP_OVERRIDES","'{\"launcher.args\":[\"--steps\",\"10\",\"--checkpoint-every\",\"5\",\"--lr\",\"0.2\"]}'"]],"argv":"--steps 10 --checkpoint-every 5 --lr 0.2"}]}
-# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>
+# slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

@@ -54,6 +54,10 @@ export SLURMFM_LOG_DIR=/fsx/logs
 export SLURMFM_STATE_FILE="$SLURMFM_LOG_DIR/${SLURM_JOB_NAME}_${SLURM_JOB_ID}.state"
 # Slurm counts requeues; the training's save handler listens for this signal.
 export SLURMFM_RESTART=${SLURM_RESTART_COUNT:-0} SLURMFM_SAVE_SIGNAL=USR2
+# Node 0 logs NCCL's network choice in a new directory of this job's own (NCCL opens the file
+# itself and would follow a planted link); the runtime checks EFA is used, not sockets.
+slurmfm_nccl_dir=$(mktemp -d "$SLURMFM_LOG_DIR/nccl-$SLURM_JOB_ID-r$SLURMFM_RESTART-XXXXXX")
+export SLURMFM_NCCL_LOG="$slurmfm_nccl_dir/%h-%p.log"
 # Observability agent (one per node): DCGM-Exporter job mapping, Prometheus textfile metrics,
 # EFA counters; training progress (slurmfm.checkpoint.report_progress) goes to the progress file.
 export SLURMFM_OBS_TEXTFILE_DIR=/var/lib/node_exporter/textfile_collector SLURMFM_OBS_DCGM_DIR=/run/slurm/dcgm_job_mapping
@@ -65,11 +69,11 @@ export HF_HOME=/fsx/models/hf
 mkdir -p "$SLURMFM_CHECKPOINT_DIR" "$SLURMFM_LOG_DIR"
 
 # The job runtime: extracted from this file's last line into a private file (mode 0600, a name
-# nobody can guess), copied by Slurm to every node (sbcast); every step runs it through
-# slurmfm_checked, which first checks it is this user's own intact file (docs/security.md).
-export SLURMFM_RUNTIME_SHA=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745
-slurmfm_extracted=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
-SLURMFM_RUNTIME=$(mktemp "/tmp/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+# nobody can guess) in /tmp or SLURMFM_RUNTIME_DIR, copied to every node (sbcast); each step runs
+# it through slurmfm_checked, which first checks it is this user's own intact file (security.md).
+export SLURMFM_RUNTIME_SHA=<runtime sha256>
+slurmfm_extracted=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
+SLURMFM_RUNTIME=$(mktemp "${SLURMFM_RUNTIME_DIR:-/tmp}/slurmfm-$SLURM_JOB_ID-XXXXXXXXXX")
 export SLURMFM_RUNTIME
 tail -n 1 "$0" | cut -d' ' -f4 | base64 -d >"$slurmfm_extracted"
 echo "$SLURMFM_RUNTIME_SHA  $slurmfm_extracted" | sha256sum -c --status
@@ -95,7 +99,7 @@ exec(zipimport.zipimporter(p).get_code("__main__"), {"__name__": "__main__"})
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
-slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare --serve all --serve-nodes 2 --serve-port 8000)
+slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare --serve all --serve-nodes 2 --serve-port 8000 --dist-port 0)
 eval "$slurmfm_env"
 
 # Serve: vllm server on the whole allocation.
@@ -106,20 +110,21 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
   --no-container-mount-home \
   --container-env=FI_PROVIDER,HF_TOKEN,NCCL_DEBUG,NCCL_SOCKET_IFNAME \
   --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
-  python3 -I -S -c "$slurmfm_checked" node --prefix 0 --ray ray --ray-python python3 --ray-port 6379 --ray-nodes 2 --ray-timeout-s 300 -- \
+  python3 -I -S -c "$slurmfm_checked" node --prefix 0 --ray ray --ray-python python3 --ray-port 6379 --ray-nodes 2 --ray-timeout-s 300 --vllm auto -- \
   vllm serve meta-llama/Llama-3.1-70B-Instruct \
-  --host 0.0.0.0 --port "$SLURMFM_SERVE_PORT" --tensor-parallel-size 8 --pipeline-parallel-size 2 --distributed-executor-backend ray \
+  --host 0.0.0.0 --port "$SLURMFM_SERVE_PORT" --tensor-parallel-size 8 --pipeline-parallel-size 2 \
   --served-model-name llama-3.1-70b '--max-model-len=131072' '--gpu-memory-utilization=0.92' --enable-prefix-caching)
 
-# Launch: vllm server on the whole allocation. The runtime runs it, forwards the pre-timeout signal and decides on
-# requeue; each node's entry inserts its rank and prints the final command.
+# Launch: vllm server on the whole allocation.
+# The runtime runs it, forwards the pre-timeout signal, decides on requeue; node entries rank it.
 trap '' USR2  # until the runtime installs its handler (an ignored signal stays so across exec)
 exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 20 --restart-in-job 1 --requeue 1 --drain 1 --hyperpod 0 \
-  --retry-exit none --hang-timeout-s 1800 \
+  --retry-exit none \
   --health 1 --gpus 8 --efa 32 --dcgm 0 --imex 0 --efa-tries 3 --efa-delay-s 5 \
+  --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check none \
   --observe 1 --observe-job-json '{"instance_type": "p5.48xlarge", "launcher": "vllm", "procs_per_node": 8, "recipe": "llama3-70b-serve", "tasks_per_node": 1}' \
-  --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 \
+  --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 --unhealthy-timeout-s 300 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
-# slurmfm-runtime sha256=faacc8af3bd2e4a727d22aee4b3f60a682c750b7ce35187404dda02c3fb51745 <base64 zipapp of slurmfm/job, 140148 chars>
+# slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

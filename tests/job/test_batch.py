@@ -784,24 +784,77 @@ def test_nemo_in_a_container_gets_the_forward_to_its_tasks(tmp_path: Path) -> No
     assert step.signals == []
 
 
-def test_container_launch_logs_what_node_0_runs(
+def test_a_container_launch_gets_the_evidence_directory_mounted(tmp_path: Path) -> None:
+    """Issue 37: the node entry runs in the container, so the job's evidence directory (node
+    reports, torch's error file, the progress file beside it) is mounted at the same path;
+    a host launch is unchanged, and a path Pyxis' mount list cannot carry is not mounted."""
+    from slurmfm.job.batch import in_container, in_step, with_evidence_mount
+
+    ev = str(tmp_path / "j_1.evidence" / "r0-l1")
+    top = str(tmp_path / "j_1.evidence")
+    argv = ["srun", "--container-image=i", "--container-mounts=/a:/a", "sh", "-c", "p", "x"]
+    assert in_container(argv)
+    assert with_evidence_mount(argv, ev)[2] == f"--container-mounts=/a:/a,{top}:{top}"
+    bare = ["srun", "--container-image=i", "sh", "-c", "p", "x"]
+    assert with_evidence_mount(bare, ev)[1:3] == [
+        "--container-image=i",
+        f"--container-mounts={top}:{top}",
+    ]
+    host = ["srun", "python3", "rt.pyz", "node", "--", "x"]
+    assert not in_container(host)
+    assert with_evidence_mount(host, ev) == host
+    assert with_evidence_mount(argv, "/a,b/j.evidence/r0-l1") == argv
+    assert with_evidence_mount(argv, "") == argv
+    # the entry runs in the container, but the gate and the agents keep their host steps
+    entry = ["srun", "--container-image=i", "sh", "-c", "p", "x", "python3", "rt.pyz", "node"]
+    assert not in_step([], entry, "rt.pyz", False, False)
+    assert in_step([], host, "rt.pyz", False, False)
+
+
+def test_a_container_launch_mounts_the_evidence_and_reads_node_reports(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from slurmfm.job.batch import in_container
+    """The launch the batch step starts carries the mount of its evidence directory, and the
+    report a node entry in the image wrote there is judged as on the host."""
+    from slurmfm.job.evidence import write_private
 
-    program = 'trap "" USR2\nexport SLURMFM_NODE_RANK="$SLURM_PROCID" PET_NODE_RANK="$SLURM_PROCID"'
-    argv = ["srun", "--container-image=i", "sh", "-c", program, "slurmfm-node", "python3", "-m"]
-    assert in_container(argv) == ["PET_NODE_RANK=0", "python3", "-m"]
-    assert in_container(["srun", "python3", "rt.pyz", "node", "--", "x"]) == []
+    started: list[list[str]] = []
+
+    def launch(argv: list[str], env: Any = None, **kw: Any) -> Step:
+        started.append(list(argv))
+        mount = next(w for w in argv if w.startswith("--container-mounts="))
+        top = Path(mount.split(",")[-1].split(":")[0])
+        (d,) = top.iterdir()
+        report = {"node": "n2", "exit": 1, "exc_type": "ModuleNotFoundError"}
+        report["message"] = "No module named 'flash_attn'"
+        write_private(str(d / "n2.json"), json.dumps(report))
+        return Step(1)
+
     slurm = Slurm()
-    b = make(tmp_path, Step(0), slurm, "--secret", "HF_TOKEN")
-    b.launch = [*argv[:6], "python3", "train.py", "--token=s3cr3t"]  # type: ignore[attr-defined]
-    assert go(b) == 0
-    out = capsys.readouterr().out
-    assert (
-        "node 0 runs (in the container): PET_NODE_RANK=0 python3 train.py '--token=<secret>'" in out
+    b = make(tmp_path, Step(1), slurm, "--retry-exit", "none")
+    b.popen = launch  # type: ignore[assignment]
+    b.launch = [  # type: ignore[attr-defined]
+        "srun",
+        "--container-image=i",
+        "--container-mounts=/fsx:/fsx",
+        "sh",
+        "-c",
+        "p",
+        "slurmfm-node",
+        "python3",
+        "rt.pyz",
+        "node",
+        "--",
+        "python3",
+        "train.py",
+    ]
+    assert go(b) != 0
+    out = capsys.readouterr()
+    assert started
+    assert started[0][2].startswith("--container-mounts=/fsx:/fsx,")
+    assert "ModuleNotFoundError: No module named 'flash_attn' on n2 before any progress" in (
+        out.out + out.err
     )
-    assert "s3cr3t" not in out
 
 
 def test_a_checkpoint_written_before_the_signal_is_no_proof_of_the_save(tmp_path: Path) -> None:
@@ -839,6 +892,58 @@ def test_a_retryable_failure_on_healthy_nodes_relaunches_in_the_allocation(
     assert lines[0].startswith("event=relaunch step failed with exit 137 (killed by signal 9)")
     assert lines[0].endswith("(in-job restart 1, restart 1 of 3)")
     assert lines[-1] == "event=finished exit 0"
+
+
+def launches_of(b: Batch, *rcs: int) -> list[tuple[list[str], dict[str, str]]]:
+    """Each run of the step's launch: its words and environment."""
+    seen: list[tuple[list[str], dict[str, str]]] = []
+    it = iter([Step(rc) for rc in rcs])
+
+    def popen(argv: list[str], env: dict[str, str] | None = None, **kw: object) -> Step:
+        seen.append((list(argv), dict(env or {})))
+        return next(it)
+
+    b.popen = popen  # type: ignore[assignment]
+    return seen
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_relaunch_in_the_allocation_takes_a_rendezvous_port_of_its_own(
+    tmp_path: Path, fixed: bool
+) -> None:
+    """A process of the failed launch (or another job's on the node) can hold the port:
+    torch's store failed with EADDRINUSE on the relaunch as well, and the job ended in a
+    crash loop (seen in CI). A port the recipe fixed stays."""
+    b = make(tmp_path, Step(0), Slurm(), "--restart-in-job", "1")
+    b.launch = ["srun", "python3", "-m", "torch.distributed.run", "--master-port=23014", "t.py"]  # type: ignore[attr-defined]
+    b.env.update(SLURMFM_RDZV_PORT="23014", MASTER_PORT="23014", SLURMD_NODENAME="n9")
+    if not fixed:
+        b.env["SLURMFM_RDZV_RANGE"] = "20000+6000"
+    b.first_port = 23014
+    seen = launches_of(b, 1, 1, 0)
+    assert go(b) == 0
+    ports = [[w for w in argv if w.startswith("--master-port=")] for argv, _ in seen]
+    envs = [env["MASTER_PORT"] for _, env in seen]
+    if fixed:
+        assert ports == [["--master-port=23014"]] * 3
+        assert envs == ["23014"] * 3
+        return
+    # job 77: (77*7 + restart*131) % 6000, restart counting the relaunches
+    assert ports == [["--master-port=23014"], ["--master-port=20670"], ["--master-port=20801"]]
+    assert envs == ["23014", "20670", "20801"]
+    assert [env["SLURMFM_RDZV_PORT"] for _, env in seen] == envs
+
+
+def test_a_relaunchs_port_replaces_the_rendezvous_endpoints_port_only() -> None:
+    from slurmfm.job import hosts
+
+    argv = ["--rdzv-endpoint=10.0.0.1:23014", "--master_port=23014", "--lr=23014", "x"]
+    assert hosts.with_port(argv, 23014, 20670) == [
+        "--rdzv-endpoint=10.0.0.1:20670",
+        "--master_port=20670",
+        "--lr=23014",
+        "x",
+    ]
 
 
 def test_in_job_restarts_count_against_the_cap(tmp_path: Path) -> None:
@@ -897,6 +1002,30 @@ def test_an_early_exit_zero_requeues_for_a_new_time_limit(tmp_path: Path) -> Non
     assert state(tmp_path)[-1].startswith("event=requeue exit 0 before the work was done")
 
 
+def test_megatrons_end_line_is_its_completion_where_the_count_is_not_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--done-check megatron-log``: an exit 0 is done only when Megatron printed its
+    end-of-training line in this launch's log (an --exit-interval exit 0 prints none)."""
+    from slurmfm.job import evidence
+
+    lines: list[str] = ["iteration 50/ 100 | consumed samples: 800"]
+    monkeypatch.setattr(evidence, "log_since", lambda start, cap=0: list(lines))
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--restart-in-job", "1", "--done-check", "megatron-log")
+    steps_of(b, 0)
+    assert go(b) == 0
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path)[-1].startswith("event=requeue exit 0 before the work was done")
+    (tmp_path / "rt_77.state").unlink()
+    lines.append("[after training is done] datetime: 2026-12-06 23:10:00.000000 ")
+    done = Slurm()
+    b = make(tmp_path, Step(0), done, "--restart-in-job", "1", "--done-check", "megatron-log")
+    steps_of(b, 0)
+    assert go(b) == 0
+    assert ["scontrol", "requeue", "77"] not in done.calls
+
+
 def test_the_attempts_named_containers_are_removed_at_its_end(tmp_path: Path) -> None:
     """Pyxis keeps a named container on its nodes: the runtime removes the attempt's, on every
     node of the launch, once."""
@@ -916,3 +1045,170 @@ def test_the_attempts_named_containers_are_removed_at_its_end(tmp_path: Path) ->
     ]
     b.cleanup()
     assert len([c for c in slurm.calls if "container-remove" in c]) == 1
+
+
+def test_a_failure_after_megatrons_iteration_lines_relaunches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: the NCCL watchdog case. Every task exits 1 (torchrun's SignalException on
+    srun's TERM), no checkpoint since the start; Megatron's own iteration lines in the job log
+    are progress (slurmfm.job.progress), so the launch is relaunched in the allocation, and
+    the log says when the launch first made progress. Before: 'progress: unknown; fail'."""
+    from slurmfm.job import evidence as ev
+
+    log = tmp_path / "job.out"
+    log.write_text("before the launch\n")
+    monkeypatch.setattr(ev, "log_position", lambda fd=2: (str(log), log.stat().st_size))
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, "--restart-in-job", "1", "--retry-exit", "none")
+
+    def iterations() -> None:
+        with log.open("a") as fh:
+            fh.write(" [2026-12-06 23:00:00] iteration      100/  100000 | consumed samples: 1 |\n")
+            fh.write("srun: error: n2: task 1: Exited with exit code 1\n")
+
+    runs = [Step(1, during=iterations), Step(0)]
+    it = iter(runs)
+    b.popen = lambda argv, env=None, **kw: next(it)  # type: ignore[assignment]
+    assert go(b) == 0
+    lines = state(tmp_path)
+    assert lines[0].startswith("event=relaunch "), lines
+    assert "after progress (last Megatron-LM iteration 100/100000)" in lines[0], lines
+    out = capsys.readouterr()
+    assert "launch 1: first progress 0 s after the start (Megatron-LM iteration 100/100000)" in (
+        out.out
+    )
+    assert "progress: last Megatron-LM iteration 100/100000; retry" in out.err
+
+
+def test_a_restart_first_removes_its_earlier_attempts_containers(tmp_path: Path) -> None:
+    """Issue 37: attempt 2 starts by removing the named containers attempts 0 and 1 left on
+    its nodes (one step, `container-remove --earlier`), and ends by removing its own."""
+    slurm = Slurm()
+    b = make(tmp_path, Step(0), slurm, restart=2)
+    b.launch = ["srun", "--container-image=i", "--container-name=slurmfm-77-2-launch", "x"]  # type: ignore[attr-defined]
+    assert go(b) == 0
+    removes = [c[c.index("container-remove") :] for c in slurm.calls if "container-remove" in c]
+    assert removes == [
+        ["container-remove", "--name", "slurmfm-77-2-launch", "--earlier"],
+        ["container-remove", "--name", "slurmfm-77-2-launch"],
+    ]
+    # a first attempt has no earlier one
+    slurm = Slurm()
+    first = tmp_path / "first"
+    first.mkdir()
+    b = make(first, Step(0), slurm)
+    b.launch = ["srun", "--container-image=i", "--container-name=slurmfm-77-0-launch", "x"]  # type: ignore[attr-defined]
+    assert go(b) == 0
+    assert ["--earlier"] not in [c[-1:] for c in slurm.calls]
+
+
+def test_a_server_whose_health_stops_answering_is_relaunched_then_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 37: a server alone in its job (no training hang watch) whose /health stops
+    answering for unhealthy_timeout_s is stopped with its stderr tail in the log, relaunched
+    in the allocation, and the job fails with that reason once the restarts are used up."""
+    import http.server
+    import threading
+
+    from slurmfm.job import evidence as ev
+
+    health = {"ok": True}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if health["ok"] else 503)
+            self.end_headers()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    log = tmp_path / "job.out"
+    log.write_text("")
+    now = [0.0]
+
+    class Server:
+        """The server srun: healthy at first, then /health answers 503 until TERMed."""
+
+        pid = 4243
+
+        def __init__(self) -> None:
+            self.rc: int | None = None
+            health["ok"] = True
+
+        def poll(self) -> int | None:
+            return self.rc
+
+        def wait(self, timeout: float | None = None) -> int:
+            if self.rc is None:
+                now[0] += 5
+                health["ok"] = False
+                with log.open("a") as fh:
+                    fh.write("0: ERROR engine core died: CUDA error: an illegal memory access\n")
+                raise subprocess.TimeoutExpired("srun", timeout or 0)
+            return self.rc
+
+        def terminate(self) -> None:
+            self.rc = 143
+
+        def send_signal(self, sig: int) -> None:
+            self.rc = 143
+
+    servers: list[Server] = []
+
+    def popen(argv: list[str], env: Any = None, **kw: Any) -> Server:
+        servers.append(Server())
+        return servers[-1]
+
+    try:
+        slurm = Slurm()
+        opts = ["--serve-words", "3", "--serve-kind", "vllm", "--unhealthy-timeout-s", "10"]
+        opts += ["--ready-poll-s", "1", "--restart-in-job", "1", "--max-restarts", "1"]
+        b = make(tmp_path, Step(0), slurm, *opts)
+        b.popen = popen  # type: ignore[assignment]
+        b.clock = lambda: now[0]
+        b.env["SLURMFM_SERVE_URL"] = f"http://127.0.0.1:{srv.server_address[1]}"
+        monkeypatch.setattr(ev, "log_position", lambda fd=2: (str(log), log.stat().st_size))
+        code = b.main(["srun", "vllm", "serve"], [])
+    finally:
+        srv.shutdown()
+    assert code != 0
+    assert len(servers) == 2  # started, relaunched once, then the cap
+    lines = state(tmp_path)
+    relaunch = [x for x in lines if x.startswith("event=relaunch vllm server not healthy for")]
+    assert relaunch, lines
+    assert "last stderr: 0: ERROR engine core died: CUDA error" in relaunch[0]
+    assert lines[-1].startswith("event=give-up restart cap 1 reached: vllm server not healthy"), (
+        lines
+    )
+    err = capsys.readouterr().err
+    assert "  | 0: ERROR engine core died" in err
+
+
+def test_a_launch_that_ends_between_two_reads_still_says_its_first_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A short launch whose iteration lines came and went before the watch read them (the
+    container slow-start test missed its line in a CI simulation): the end is read too."""
+    from slurmfm.job import evidence as ev
+
+    log = tmp_path / "job.out"
+    log.write_text("before the launch\n")
+    monkeypatch.setattr(ev, "log_position", lambda fd=2: (str(log), log.stat().st_size))
+
+    class EndsAtOnce(Step):
+        def wait(self, timeout: float | None = None) -> int:
+            if not self.done:
+                with log.open("a") as fh:
+                    fh.write(" [2026-12-07 04:00:00] iteration       10/      20 | x |\n")
+                self.done = True
+            return self.rc
+
+    b = make(tmp_path, EndsAtOnce(0), Slurm())
+    assert go(b) == 0
+    assert "launch 1: first progress 0 s after the start (Megatron-LM iteration 10/20)" in (
+        capsys.readouterr().out
+    )

@@ -16,6 +16,7 @@ from slurmfm.job.decide import (
     marker_stamp,
     marker_verdict,
     megatron_finished,
+    megatron_log_finished,
 )
 
 
@@ -80,6 +81,18 @@ def test_megatron_exit_zero_short_of_train_iters_requeues(tmp_path: Path) -> Non
     assert "before the work was done" in d.reason
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("1000\n")
     assert decide(0, False, megatron_finished(str(tmp_path), 1000)).action == "finished"
+
+
+def test_megatrons_end_line_is_megatrons_own_and_the_launchers() -> None:
+    from slurmfm.job.decide import MEGATRON_END
+    from slurmfm.launchers.megatron import END_LINE
+
+    assert MEGATRON_END == END_LINE  # the runtime is standard-library only: one fact, twice
+    assert megatron_log_finished(["[after training is done] datetime: 2026-12-06 23:00:00 "])
+    assert megatron_log_finished(["0: [after training is done] datetime: x"])  # srun --label
+    assert not megatron_log_finished(["[exiting program at iteration 40] datetime: x"])
+    assert not megatron_log_finished(["[exiting program after receiving SIGTERM.] datetime: x"])
+    assert not megatron_log_finished([])
 
 
 def test_marker_counts_only_for_the_ask_and_job_that_wrote_it(tmp_path: Path) -> None:

@@ -470,3 +470,17 @@ def test_other_tasks_of_a_node_only_wait(tmp_path: Path) -> None:
     assert rc == 0, out
     assert not (tmp_path / "ev" / "n1.gate").exists()
     assert not list((tmp_path / "obs").iterdir())
+
+
+def test_every_node_failing_alike_in_the_launch_step_drains_nothing(tmp_path: Path) -> None:
+    """Issue 37: the gate inside the launch step finds the same failure on every node (a
+    launch template with fewer NICs): the job fails with the reason and the field to fix; no
+    node drained, no requeue, no task gets the word."""
+    why = "FAIL 16 EFA devices, expected 32 (after 3 tries)"
+    b, step, slurm, _ = make(tmp_path, {"n1": why, "n2": why}, *GPUS, "--requeue", "1")
+    assert b.main([], LAUNCH) == 2
+    assert step.stdin.getvalue() == b""
+    assert not [c for c in slurm.calls if any(w.startswith("NodeName=") for w in c)]
+    assert not [c for c in slurm.calls if c[:2] == ["scontrol", "requeue"]]
+    text = (tmp_path / "rt_77.state").read_text()
+    assert "event=fail health gate: 2 of 2 nodes fail the same check (16 EFA devices" in text

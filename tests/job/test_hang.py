@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 from slurmfm.job.classify import Evidence, classify
-from slurmfm.job.hang import ITERATION, HangWatch, hang_env
+from slurmfm.job.hang import HangWatch, hang_env
 from slurmfm.job.node import stat_fields
+from slurmfm.job.progress import step_line
 
 
 class Clock:
@@ -40,14 +41,14 @@ def test_no_progress_for_the_timeout_is_a_hang(tmp_path: Path) -> None:
         fh.write("some other output\n")
     clock.t = 211
     assert w.hung()
-    assert w.what == "iteration line in the log"
+    assert w.what == "Megatron-LM iteration 120/1000"
     assert w.idle_s() == 61
 
 
 def test_iteration_lines_of_megatron_and_nemo() -> None:
-    assert ITERATION.search(" iteration       10/     100 | consumed samples:          640 |")
-    assert ITERATION.search("Training epoch 0, iteration 20/99 | lr: 1e-05")
-    assert not ITERATION.search("iteration took 3 s")
+    assert step_line(" iteration       10/     100 | consumed samples:          640 |")
+    assert step_line("Training epoch 0, iteration 20/99 | lr: 1e-05")
+    assert not step_line("iteration took 3 s")
 
 
 def test_hang_env_turns_on_stack_dumps_and_the_flight_recorder_unless_set() -> None:

@@ -273,7 +273,8 @@ def test_component_steps_get_their_own_profile(tmp_path: Path) -> None:
     b.start_server = lambda argv: b.popen(list(argv), env=b.step_env(argv)) and None  # type: ignore[method-assign]
     b.main(SERVE, LAUNCH)
     (serve_env,) = [env for argv, env in started if argv == SERVE]
-    (launch_env,) = [env for argv, env in started if argv == LAUNCH]
+    # the launch in a container gets its evidence directory mounted (batch.with_evidence_mount)
+    (launch_env,) = [env for argv, env in started if argv[:5] == LAUNCH[:5]]
     assert serve_env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert serve_env["NCCL_X"] == "a=b:c"
     assert "NCCL_ONLY_ZERO" not in serve_env
@@ -499,15 +500,16 @@ def test_gb200_container_without_the_channel_fails_the_gate(stubs: Path, tmp_pat
     # the launch step's own Pyxis options (the rendered launch line), expanded
     container = [
         "--container-image=/fsx/containers/nemo-25.11-arm64.sqsh",
-        "--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels",
+        "--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels,"
+        + "{0}:{0}:ro".format(next(c["env"]["SLURMFM_RUNTIME"] for c in calls)),
         "--container-workdir=/fsx",
         "--no-container-mount-home",
     ]
     env_word = next(w for w in check if w.startswith("--container-env="))
     assert f"{env_word} " in text.replace("'", "")
     assert all(w in text for w in (container[0], *container[2:]))
-    assert "--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels " in text
-    assert "SLURMFM_RUNTIME:" not in text  # the training launch runs no slurmfm in the image
+    # the node entry runs in the image, on the runtime mounted read-only (issue 37)
+    assert '--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels,"$SLURMFM_RUNTIME:' in text
     assert check[: check.index("sh")] == [
         "--nodes=18",
         "--ntasks=18",

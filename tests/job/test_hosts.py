@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slurmfm.job import hosts as hs
 
@@ -104,3 +106,65 @@ def test_a_replayed_step_keeps_the_survivors_ranks_and_moves_the_master() -> Non
     same = {"SLURMFM_LAUNCH_NODELIST": "n[1-3]", "SLURM_STEP_NODELIST": "n[1-3]"}
     assert replayed(argv, ["n3", "n1", "n2"], same, run) == (argv, ["n3", "n1", "n2"])
     assert len(calls) == 1
+
+
+def test_one_host_sort_key_for_the_runtime_and_the_planner() -> None:
+    """The job's host order and the planner sort names by the same key, Slurm's strnatcmp
+    (they sorted ``node1 node-1 node01`` differently before)."""
+    from slurmfm.job import hosts
+    from slurmfm.topology import model
+
+    assert hosts.natural_key is model.natural_key
+    names = ["node1", "node-1", "node01", "node10", "node2"]
+    assert sorted(names, key=hosts.natural_key) == ["node-1", "node01", "node1", "node2", "node10"]
+    addr = {n: f"spine.leaf{i % 2}.{n}" for i, n in enumerate(names)}
+    assert hosts.host_order(names, topo_addr=addr) == sorted(
+        names, key=lambda h: (hosts.natural_key(addr[h]), hosts.natural_key(h))
+    )
+
+
+def test_a_replay_in_a_container_reads_the_host_list_itself() -> None:
+    """Issue 37: a node entry in a container has no scontrol; the replayed step's host list
+    is expanded by the runtime (Slurm's hostlist syntax) and the order recomputed all the
+    same."""
+    from slurmfm.job.node import replayed
+
+    env = {
+        "SLURMFM_LAUNCH_NODELIST": "n[1-3]",
+        "SLURM_STEP_NODELIST": "n[1-2],n9",
+        "SLURMFM_RDZV_HOST": "n3",
+    }
+    argv = ["torchrun", "--master-addr=n3", "train.py"]
+    words, order = replayed(argv, ["n3", "n1", "n2"], env, lambda a, t: (127, "not found"))
+    assert order == ["n9", "n1", "n2"]
+    assert words[1] == "--master-addr=n9"
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("n1", ["n1"]),
+        ("n[1-3]", ["n1", "n2", "n3"]),
+        ("gpu-[008-010,3],login", ["gpu-008", "gpu-009", "gpu-010", "gpu-3", "login"]),
+        ("r[1-2]-n[01-02]", ["r1-n01", "r1-n02", "r2-n01", "r2-n02"]),
+        ("ip-10-0-[1-2]-5", ["ip-10-0-1-5", "ip-10-0-2-5"]),
+        ("bad[x]", ["bad[x]"]),
+        ("", []),
+    ],
+)
+def test_host_lists_expand_as_slurm_writes_them(text: str, want: list[str]) -> None:
+    assert hs.expand_hostlist(text) == want
+
+
+@given(
+    st.text("abcn-", min_size=1, max_size=4),
+    st.integers(0, 500),
+    st.integers(0, 20),
+    st.integers(1, 4),
+)
+def test_a_range_expands_to_each_number_zero_padded(
+    prefix: str, lo: int, span: int, width: int
+) -> None:
+    hi = lo + span
+    text = f"{prefix}[{str(lo).zfill(width)}-{str(hi).zfill(width)}]"
+    assert hs.expand_hostlist(text) == [prefix + str(i).zfill(width) for i in range(lo, hi + 1)]

@@ -364,30 +364,56 @@ def test_node_entry_takes_its_own_nodeaddr_for_ray(tmp_path: Path) -> None:
     assert not os.path.exists(os.path.dirname(words[3].split("=", 1)[1]))  # removed at the end
 
 
-def test_container_program_then_host_forward(tmp_path: Path) -> None:
-    """Issue 11, a launch in a container: the rendered ``sh`` program (no slurmfm in the
-    image) gives the launcher its node rank from the task id and the ignored USR2; the host
-    step ``runtime forward`` finds the launch task by its environment and TERMs its children
-    only, then ends with the launch."""
+def container_task(tmp: Path, job: str, entry: list[str], path: str) -> subprocess.Popen[str]:
+    """The rendered container program started as slurmstepd starts a task (SLURM_TASK_PID is
+    the task's own pid) with ``entry`` as its arguments and ``path`` as PATH."""
     from slurmfm.job.options import CONTAINER_ENTRY
     from slurmfm.render.container import _container_entry
 
-    (tmp_path / "launcher.py").write_text(LAUNCHER)
-    program = shlex.split(_container_entry(1, torchrun=True, nccl_log=False))[0]
+    (tmp / "launcher.py").write_text(LAUNCHER)
+    program = shlex.split(_container_entry(torchrun=True, nccl_log=False))[0]
+    env = {
+        **os.environ,
+        "PATH": path,
+        "OUT": str(tmp),
+        "SLURM_JOB_ID": job,
+        "SLURM_PROCID": "0",
+        "SLURMD_NODENAME": "n3",
+        "SLURMFM_HOST_ORDER": "n1 n2 n3",
+        "SLURMFM_STEP": "launch",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    argv = ["sh", "-c", program, CONTAINER_ENTRY, *entry]
+    task = ["/bin/sh", "-c", 'SLURM_TASK_PID=$$ exec "$@"', "task", *argv]
+    return subprocess.Popen(task, env=env, text=True, stderr=subprocess.PIPE)
+
+
+def test_container_program_runs_the_entry_then_host_forward(tmp_path: Path) -> None:
+    """Issue 37, a launch in a container: the rendered ``sh`` program runs the runtime's node
+    entry with the image's python3 (the launcher's parent is the entry, the rank from the host
+    order, USR2 ignored); the host step ``runtime forward`` finds the launch task (the entry)
+    by its environment, TERMs the launcher's children only (through the entry), and ends with
+    the launch."""
     job = f"t{os.getpid()}"  # no other process on this machine has this job id
-    env = {**os.environ, "OUT": str(tmp_path), "SLURM_JOB_ID": job, "SLURM_PROCID": "2"}
-    argv = ["sh", "-c", program, CONTAINER_ENTRY, sys.executable, str(tmp_path / "launcher.py")]
-    # as slurmstepd starts a task: SLURM_TASK_PID is the task's own pid
-    task = ["sh", "-c", 'SLURM_TASK_PID=$$ exec "$@"', "task", *argv, "--x"]
-    proc = subprocess.Popen(task, env={**env, "SLURMFM_STEP": "launch"}, text=True)
+    py = str(tmp_path / "bin")
+    os.mkdir(py)
+    os.symlink(sys.executable, os.path.join(py, "python3"))
+    words = ["python3", "-m", "slurmfm.job", "node", "--prefix", "2", "--forward", "none"]
+    entry = [*words, "--", "python3", str(tmp_path / "launcher.py"), "--x"]
+    proc = container_task(tmp_path, job, entry, f"{py}:/usr/bin:/bin")
     try:
         wait_for(tmp_path / "ready", proc)
         lines = (tmp_path / "launcher").read_text().splitlines()
-        assert lines == ["--x", "usr2=True", "rank=2"]
-        assert node.launch_tops(job) == [proc.pid]  # sh exec'd the launcher: same process
+        assert lines == ["--node-rank=2 --x", "usr2=True", "rank=2"]  # the entry's own insert
+        assert node.launch_tops(job) == [proc.pid]  # sh exec'd the entry: same process
+        assert node.entry_launcher(proc.pid) in node.children(proc.pid)
         fwd = subprocess.run(
             [sys.executable, "-m", "slurmfm.job", "forward", "--signal", "TERM", "--poll-s", "0.1"],
-            env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+            env={
+                **os.environ,
+                "SLURM_JOB_ID": job,
+                "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            },
             capture_output=True,
             text=True,
             timeout=60,
@@ -396,6 +422,37 @@ def test_container_program_then_host_forward(tmp_path: Path) -> None:
         assert "SIGTERM to 1 training process(es); the launch ended" in fwd.stdout
         assert proc.wait(timeout=60) == 0  # the launcher ended with its worker, not by TERM
         assert (tmp_path / "worker").read_text() == "SIGTERM"
+        assert "no python3" not in (proc.stderr.read() if proc.stderr else "")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_container_program_without_python3_runs_the_launch_with_one_line(tmp_path: Path) -> None:
+    """An image without ``python3``: task 0 says so in one line, the entry's words are
+    dropped, the launcher runs as the task with its rank from the host order."""
+    job = f"u{os.getpid()}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.symlink(sys.executable, bin_dir / "python-only")  # no python3 on PATH
+    os.symlink(shutil.which("sh") or "/bin/sh", bin_dir / "sh")
+    entry = ["python3", "-I", "-S", "-c", "CHECKED", "node", "--prefix", "1", "--"]
+    entry += ["python-only", str(tmp_path / "launcher.py"), "--x"]
+    proc = container_task(tmp_path, job, entry, str(bin_dir))
+    try:
+        wait_for(tmp_path / "ready", proc)
+        lines = (tmp_path / "launcher").read_text().splitlines()
+        assert lines == ["--x", "usr2=True", "rank=2"]
+        assert node.launch_tops(job) == [proc.pid]
+        assert node.entry_launcher(proc.pid) == 0  # the task is the launcher itself
+        fwd = node.forward_to_workers(job, signal.SIGTERM)
+        assert len(fwd) == 1
+        assert proc.wait(timeout=60) == 0
+        err = proc.stderr.read() if proc.stderr else ""
+        assert err.count("no python3 in the container image") == 1, err
+        assert err.startswith("slurmfm: n3: no python3 in the container image: the launch runs"), (
+            err
+        )
     finally:
         proc.kill()
         proc.wait()
@@ -622,3 +679,116 @@ def test_nemo_task_itself_gets_the_term_at_the_save_signal(tmp_path: Path) -> No
     proc.send_signal(signal.SIGUSR2)
     assert proc.wait(timeout=60) == 0
     assert (tmp_path / "saved").read_text() == "SIGTERM"
+
+
+def test_node_0s_nccl_log_reaches_a_servers_ray_head_and_its_vllm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The transport check of a multi-node server: node 0's entry sets NCCL_DEBUG_FILE before
+    it starts Ray, so `ray start --head` (whose raylet starts vLLM's workers on node 0) and
+    `vllm serve` both carry it; the other nodes log nothing."""
+    from slurmfm.job import node
+
+    seen: list[tuple[int, dict[str, str]]] = []
+
+    def fake_ray_node(argv: Sequence[str], rank: int, *a: object, **kw: object) -> int:
+        env = a[-1]
+        assert isinstance(env, dict)
+        seen.append((rank, dict(env)))
+        return 0
+
+    monkeypatch.setattr(node, "run_ray_node", fake_ray_node)
+    ray = {"ray": "ray", "python": "python3", "port": "6379", "nodes": "2", "timeout": "60"}
+    for me in ("n1", "n2"):
+        env = {
+            "SLURMD_NODENAME": me,
+            "SLURMFM_HOST_ORDER": "n1 n2",
+            "SLURMFM_NCCL_LOG": "/x/nccl-5/%h-%p.log",
+        }
+        assert node.main(["vllm", "serve", "m"], 0, "none", ray, env) == 0
+    (r0, env0), (r1, env1) = seen
+    assert (r0, r1) == (0, 1)
+    assert env0["NCCL_DEBUG_FILE"] == "/x/nccl-5/%h-%p.log"
+    assert env0["NCCL_DEBUG_SUBSYS"] == "INIT,NET"
+    assert "NCCL_DEBUG_FILE" not in env1
+    rec = RayCalls(call_rcs=[0], alive=["2"])
+    run_ray_node(
+        ["vllm", "serve", "m"],
+        0,
+        "10.0.0.1",
+        "10.0.0.1",
+        "ray",
+        "python3",
+        6379,
+        1,
+        60.0,
+        env0,
+        run=rec.run,
+        call=rec.call,
+        clock=lambda: 0.0,
+        sleep=lambda s: None,
+        launch=rec.launch,
+        stop=rec.stop,
+        make_temp=lambda prefix: "/nonexistent/ray-temp",
+    )
+    assert rec.calls[0][1]["NCCL_DEBUG_FILE"] == "/x/nccl-5/%h-%p.log"
+    assert rec.launched[0][1]["NCCL_DEBUG_FILE"] == "/x/nccl-5/%h-%p.log"
+
+
+def test_container_remove_earlier_takes_the_jobs_earlier_attempts_only() -> None:
+    """Issue 37: a restart removes what its job's earlier attempts left in the same role (a
+    scancel past KillWait, a node reboot), whatever the scope Pyxis named them with; not its
+    own, not another role's, not another job's."""
+    listed = [
+        "pyxis_slurmfm-7-0-launch",
+        "pyxis_7_slurmfm-7-1-launch",
+        "pyxis_slurmfm-7-2-launch",  # this attempt's
+        "pyxis_slurmfm-7-0-serve",
+        "pyxis_slurmfm-17-0-launch",
+        "pyxis_slurmfm-7-10-launch",
+    ]
+    removed: list[str] = []
+
+    def run(argv: Sequence[str], timeout: float) -> tuple[int, str]:
+        if list(argv) == ["enroot", "list"]:
+            return 0, "\n".join(listed) + "\n"
+        removed.append(argv[-1])
+        return 0, ""
+
+    gone = node.container_remove("slurmfm-7-2-launch", run, earlier=True)
+    assert gone == removed == ["pyxis_slurmfm-7-0-launch", "pyxis_7_slurmfm-7-1-launch"]
+    assert node.container_remove("not-ours", run, earlier=True) == []
+
+
+def test_a_ray_heads_own_ray_goes_at_the_term_before_its_launcher_ends(tmp_path: Path) -> None:
+    """Slurm SIGKILLs a cancelled step's processes KillWait after the TERM (the lab's 5 s): a
+    head that stopped its Ray only once its launcher had ended left the daemons running (seen
+    in a CI simulation). ``first_on_term`` runs at the TERM, before the launcher is told."""
+    import threading
+
+    told = tmp_path / "launcher-told"
+    ready = tmp_path / "launcher-ready"
+    child = (
+        "import pathlib, signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *a: pathlib.Path({str(told)!r}).touch()"
+        " or sys.exit(3))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(60)\n"
+    )
+    seen: list[bool] = []
+
+    def term_once_ready() -> None:
+        while not ready.exists():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=term_once_ready, daemon=True).start()
+    rc = node.run_launcher(
+        [sys.executable, "-c", child],
+        "none",
+        dict(os.environ),
+        first_on_term=lambda: seen.append(told.exists()),
+    )
+    assert rc == 3
+    assert told.exists()
+    assert seen == [False]  # it ran once, before the launcher had the TERM

@@ -608,3 +608,97 @@ def test_the_submitting_sides_atomic_write_is_the_runtimes(tmp_path: Path) -> No
     fsutil.write_atomic(tmp_path / "sub" / "new.sh", b"x", mode=0o755)
     assert (tmp_path / "sub" / "new.sh").stat().st_mode & 0o777 == 0o755
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.sh", "link", "sub"]
+
+
+# --- owner-only files (issue 43: one definition of the rule, here) ------------------------
+def test_create_is_exclusive_owner_only_and_never_writes_through_a_link(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        fsafe.create(str(tmp_path / "call.pkl"), b"x" * 70000)
+    finally:
+        os.umask(old)
+    assert (tmp_path / "call.pkl").read_bytes() == b"x" * 70000
+    assert stat.S_IMODE((tmp_path / "call.pkl").stat().st_mode) == 0o600
+    with pytest.raises(FileExistsError):
+        fsafe.create(str(tmp_path / "call.pkl"), b"y")
+    victim = tmp_path / "victim"
+    victim.write_text("private\n")
+    (tmp_path / "planted").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        fsafe.create(str(tmp_path / "planted"), b"forged")
+    assert victim.read_text() == "private\n"
+
+
+def test_a_private_read_refuses_a_file_others_may_read(tmp_path: Path) -> None:
+    path = tmp_path / "result.pkl"
+    path.write_bytes(b"data")
+    path.chmod(0o640)
+    assert fsafe.read(str(path)) == b"data"  # the team may read a job's files
+    with pytest.raises(fsafe.Refused, match="not owner-only"):
+        fsafe.read(str(path), private=True)
+    path.chmod(0o600)
+    assert fsafe.read(str(path), private=True) == b"data"
+
+
+def test_a_cut_read_returns_the_first_bytes_of_a_longer_file(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(b"0123456789")
+    with pytest.raises(fsafe.Refused, match="more than 4 bytes"):
+        fsafe.read(str(path), limit=4)
+    assert fsafe.read(str(path), limit=4, cut=True) == b"0123"
+    assert fsafe.read(str(path), limit=10, cut=True) == b"0123456789"
+
+
+def test_an_owner_only_append_closes_an_older_open_file(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    path.write_text("a\n")
+    path.chmod(0o644)
+    fsafe.append(str(path), "b\n", mode=fsafe.PRIVATE_MODE)
+    assert path.read_text() == "a\nb\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    shared = tmp_path / "job.state"
+    shared.write_text("")
+    shared.chmod(0o664)
+    fsafe.append(str(shared), "x\n")  # the team's file: only group/other write is dropped
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize(
+    ("make", "owner_only", "why"),
+    [
+        (lambda p: p.mkdir(mode=0o700), True, None),
+        (lambda p: p.mkdir(mode=0o755), False, None),
+        (lambda p: p.mkdir(mode=0o755), True, "is not owner-only (mode 0755)"),
+        (lambda p: p.mkdir(mode=0o775), False, "is writable by others"),
+        (lambda p: p.write_text(""), False, "is a file, not a directory"),
+        (lambda p: p.symlink_to(p.parent), False, "is a symbolic link, not a directory"),
+        (lambda p: other_users(p.mkdir(mode=0o700) or p), False, "belongs to another user"),
+    ],
+)
+def test_own_dir_problem(tmp_path: Path, make: Any, owner_only: bool, why: str | None) -> None:
+    path = tmp_path / "d"
+    old = os.umask(0)
+    try:
+        make(path)
+    finally:
+        os.umask(old)
+    got = fsafe.own_dir_problem(os.lstat(path), owner_only=owner_only)
+    assert got == why if why is None else (got is not None and got.startswith(why))
+
+
+def test_private_dir_makes_closes_or_refuses(tmp_path: Path) -> None:
+    made = tmp_path / "cache"
+    assert fsafe.private_dir(str(made)) is False  # made 0700: nothing to close
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    made.chmod(0o755)
+    assert fsafe.private_dir(str(made)) is True  # our own, left open: closed
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    (tmp_path / "link").symlink_to(made)
+    with pytest.raises(fsafe.Refused, match="symbolic link"):
+        fsafe.private_dir(str(tmp_path / "link"))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    other_users(theirs)
+    with pytest.raises(fsafe.Refused, match="belongs to another user"):
+        fsafe.private_dir(str(theirs))
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o755  # never changed

@@ -237,7 +237,8 @@ def test_efa_counters_from_sysfs() -> None:
 
 
 def test_agent_process_life_cycle(tmp_path: Path) -> None:
-    """Run the agent as the job does (python3 -c SOURCE), stop it with the stop file."""
+    """Run the agent as the job's ``observe`` step does (the runtime's package's agent, on its
+    own process), stop it with the stop file."""
     sysfs = tmp_path / "sys"
     shutil.copytree(FIXTURES / "sysfs-efa", sysfs)
     mapdir = tmp_path / "map"
@@ -258,8 +259,9 @@ def test_agent_process_life_cycle(tmp_path: Path) -> None:
         "SLURMFM_OBS_INTERVAL": "1",
         "SLURM_JOB_GPUS": "0,1",
         "SLURMFM_SYSFS": str(sysfs),
+        "PYTHONPATH": str(Path(agent.__file__).resolve().parents[2]),
     }
-    src = Path(agent.__file__).read_text()
+    src = "import sys\nfrom slurmfm.job.agent import main\nsys.exit(main())\n"
     proc = subprocess.Popen([sys.executable, "-c", src], env=env)
     prom = tmp_path / "textfile" / "slurmfm_job_77_n1.prom"
     deadline = time.monotonic() + 20
@@ -299,6 +301,7 @@ def test_progress_reporter_is_throttled_and_atomic(
     data = json.loads(target.read_text())
     assert data["step"] == 3
     assert data["checkpoint_step"] == 3
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "progress.json"]
+    # the progress history beside it (the goodput ledger's; tests/observe/test_goodput.py)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "progress.json", "progress.jsonl"]
     monkeypatch.setenv("SLURMFM_PROGRESS_FILE", str(tmp_path / "missing" / "p.json"))
     assert not ck.report_progress(4, force=True)  # never raises

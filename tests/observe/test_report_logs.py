@@ -28,6 +28,7 @@ STATE = """\
 2026-05-01T10:35:00Z restart=1 event=start nodes=p5-[2-3]
 2026-05-01T10:35:00Z restart=1 event=checkpoint-dir {ckpt}
 2026-05-01T10:35:01Z restart=1 event=hosts p5-3 p5-2
+2026-05-01T10:35:01Z restart=1 event=order by leaf: s1.l2[0] s1.l1[1]; topology order: yes (2 leaves, from SLURM_TOPOLOGY_ADDR)
 2026-05-01T11:00:00Z restart=1 event=signal USR2 before the time limit
 2026-05-01T11:05:00Z restart=1 event=finished exit 0
 """
@@ -98,6 +99,13 @@ def test_report_from_the_job_files(tmp_path: Path) -> None:
     assert "nodes (rank order): p5-3 p5-2" in text
     assert "run 0: 2026-05-01T10:00:00Z -> requeue: step failed with exit 1" in text
     assert "run 1: efa" in text
+    # the order line prepare recorded (slurmfm/job/rankorder.py), under its run
+    assert rep.runs[0].order == ""
+    assert (
+        "  run 1: 2026-05-01T10:35:00Z -> finished: exit 0 (0:30:00)\n"
+        "    rank order by leaf: s1.l2[0] s1.l1[1]; topology order: yes (2 leaves, from "
+        "SLURM_TOPOLOGY_ADDR)\n"
+    ) in text
     assert "p5-2: tx_bytes 1.0 GiB" in text
     assert "step_000000200 (step 200" in text
     assert json.loads(rep.to_json())["nodes"] == ["p5-3", "p5-2"]
@@ -262,3 +270,27 @@ def test_report_names_the_cause_of_missing_topology_addresses() -> None:
     assert topology_summary({"a": "", "b": ""}) == (
         "no topology addresses: Slurm set no SLURM_TOPOLOGY_ADDR (no topology plugin)"
     )
+
+
+def test_the_fabric_test_is_in_the_report(tmp_path: Path) -> None:
+    """The batch step records the fabric test's figures (event=fabric); report shows them."""
+    logs = make_job(tmp_path)
+    state = logs / "llama_99.state"
+    lines = state.read_text().splitlines()
+    lines.insert(
+        2,
+        "2026-05-01T10:00:01Z restart=0 event=fabric failed: peak busbw 300.00 GB/s at "
+        "17179869184 B; 2 node(s); floor 389.60 GB/s; below the floor",
+    )
+    state.write_text("\n".join(lines) + "\n")
+    rep = build_report("99", record={"JobState": "FAILED"}, log_dir=logs, name="llama")
+    assert rep.fabric == [
+        (
+            0,
+            "failed: peak busbw 300.00 GB/s at 17179869184 B; 2 node(s); "
+            "floor 389.60 GB/s; below the floor",
+        )
+    ]
+    text = render_text(rep)
+    assert "fabric test (nccl-tests all_reduce_perf):" in text
+    assert "  run 0: failed: peak busbw 300.00 GB/s" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from slurmfm.plan import optimum as opt
+from bench import optimum as opt
 from slurmfm.plan.cost import CostParams, JobShape, evaluate
 from slurmfm.plan.planner import order_nodes, plan
 from slurmfm.topology.model import Topology

@@ -1,4 +1,4 @@
-"""The cluster stream simulation (slurmfm.referee.cluster) and the referee bench on small cases."""
+"""The cluster stream simulation (bench.referee.cluster) and the referee bench on small cases."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 from fabrics import tree
 
+from bench.referee import cluster as cl
 from slurmfm.plan.planner import plan
 from slurmfm.plan.slurm_sim import select_tree
-from slurmfm.referee import cluster as cl
 from slurmfm.topology.model import Topology
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))

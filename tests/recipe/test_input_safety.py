@@ -169,7 +169,7 @@ def test_every_leaf_field_is_checked_for_exact_values() -> None:
     """The list the NUL/boolean/line-break check runs on names every field of the schema."""
     from pydantic import BaseModel
 
-    from slurmfm.recipe.strict import _LEAF_FIELDS, _Strict
+    from slurmfm.strict import _LEAF_FIELDS, _Strict
 
     def models(cls: type[BaseModel]) -> list[type[BaseModel]]:
         return [cls, *(m for sub in cls.__subclasses__() for m in models(sub))]

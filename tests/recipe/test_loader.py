@@ -330,3 +330,47 @@ def test_time_limit_as_a_bare_number_is_minutes() -> None:
     )
     assert r.resources.time_limit == "30"
     assert r.resources.time_minutes == 30
+
+
+_ONE_RECIPE_PER_KIND = {
+    "torchrun": "llama3-8b-p5-fsdp",
+    "megatron": "llama3-70b-p5en-megatron",
+    "nemo": "nemo-llama3-8b-p6-b200",
+    "vllm": "vllm-llama3-70b-2xp5",
+    "sglang": "sglang-deepseek-v3-p6-b200",
+    "ray": "grpo-verl-ray-p5",
+}
+
+
+def test_every_launcher_kind_has_a_recipe_here() -> None:
+    from slurmfm.launchers import SPECS
+
+    assert set(_ONE_RECIPE_PER_KIND) == set(SPECS)
+
+
+@pytest.mark.parametrize("kind", sorted(_ONE_RECIPE_PER_KIND))
+def test_a_bad_launcher_field_is_named_at_its_own_line_for_every_kind(
+    kind: str, tmp_path: Path
+) -> None:
+    """The launcher's tag is not part of the field's name, whatever the kind (the loader knew
+    only torchrun, megatron and nemo: a vLLM field was reported as ``launcher.vllm.port`` at
+    the ``launcher:`` line), and a bad ``--set`` is blamed on the override, not the file."""
+    import slurmfm.api as fm
+    from slurmfm.errors import RecipeError
+
+    src = Path(__file__).resolve().parents[2] / "recipes" / f"{_ONE_RECIPE_PER_KIND[kind]}.yaml"
+    lines = src.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.strip() == f"kind: {kind}")
+    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    lines.insert(at + 1, f"{indent}bogus_field: 1\n")
+    bad = tmp_path / src.name
+    bad.write_text("".join(lines))
+    field = "launcher.serve.bogus_field" if indent == "    " else "launcher.bogus_field"
+    with pytest.raises(RecipeError) as err:
+        fm.load(bad)
+    problem = err.value.problems[0]
+    assert (problem.file, problem.line, problem.field) == (str(bad), at + 2, field)
+    with pytest.raises(RecipeError) as err:
+        fm.load(src, overrides={field: 1})
+    problem = err.value.problems[0]
+    assert (problem.file, problem.line, problem.field) == ("<override>", None, field)

@@ -111,7 +111,9 @@ def _recipe(tmp: Path, container: dict[str, Any]) -> Any:
     )
 
 
-def _run(tmp: Path, text: str, watch: str = "") -> dict[str, dict[str, str | None]]:
+def _run(
+    tmp: Path, text: str, watch: str = "", images: dict[str, dict[str, str]] | None = None
+) -> dict[str, dict[str, str | None]]:
     bindir = tmp / "bin"
     bindir.mkdir()
     out = tmp / "out"
@@ -120,7 +122,7 @@ def _run(tmp: Path, text: str, watch: str = "") -> dict[str, dict[str, str | Non
     for name, body in stubs.items():
         (bindir / name).write_text(body.replace("#!PYTHON", f"#!{sys.executable}"))
         (bindir / name).chmod(0o755)
-    (tmp / "images.json").write_text(json.dumps({IMAGE: IMAGE_ENV}))
+    (tmp / "images.json").write_text(json.dumps(images or {IMAGE: IMAGE_ENV}))
     (tmp / "logs").mkdir(exist_ok=True)
     script = tmp / "job.sh"
     script.write_text(text)
@@ -142,6 +144,7 @@ def _run(tmp: Path, text: str, watch: str = "") -> dict[str, dict[str, str | Non
         ["bash", str(script)], env=env, cwd=tmp, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
+    (out / "stderr").write_text(proc.stdout + proc.stderr)
     return {h: json.loads((out / f"seen.{h}").read_text()) for h in hosts.split()}
 
 
@@ -191,25 +194,49 @@ def test_bad_pyxis_version_is_a_recipe_error(tmp_path: Path) -> None:
         _recipe(tmp_path, {"pyxis": "new"})
 
 
-def test_the_launch_in_a_container_runs_no_slurmfm_and_ranks_follow_the_host_order(
-    tmp_path: Path,
-) -> None:
-    """Issue 11: a training launch in a container runs the launcher itself, never the job
-    runtime: the tasks follow the planned host order (``--distribution=arbitrary``), so each
-    node's rank is its task id, which torchrun reads from ``PET_NODE_RANK``."""
+def test_the_launch_in_a_container_runs_the_node_entry_in_the_image(tmp_path: Path) -> None:
+    """Issue 37: a training launch in a container runs the runtime's node entry with the
+    image's python3, on the runtime file mounted read-only at the same path; the entry ranks
+    each node by the planned host order and inserts ``--node-rank``, as on the host. No node
+    list is fixed in the launch (HyperPod's auto-resume would replay it)."""
     from slurmfm.plan.types import Placement
 
     r = _recipe(tmp_path, {})
     rendered = render_script(r, Target.for_recipe(r, "24.11"), Placement(nodes=("n2", "n1")))
     seen = _run(tmp_path, rendered.text, "SLURMFM_NODE_RANK PET_NODE_RANK SLURMD_NODENAME")
-    assert seen["n2"]["PET_NODE_RANK"] == seen["n2"]["SLURMFM_NODE_RANK"] == "0"
-    assert seen["n1"]["PET_NODE_RANK"] == seen["n1"]["SLURMFM_NODE_RANK"] == "1"
+    assert seen["n2"]["SLURMFM_NODE_RANK"] == "0"
+    assert seen["n1"]["SLURMFM_NODE_RANK"] == "1"
+    assert seen["n1"]["PET_NODE_RANK"] is None  # the entry inserts --node-rank itself
     calls = [json.loads(x) for x in (tmp_path / "out" / "srun.calls").read_text().splitlines()]
     (launch,) = [c for c in calls if any(w.startswith("--container-image=") for w in c)]
-    assert "--distribution=arbitrary" in launch
-    assert "--nodelist=n2,n1" in launch
-    # the runtime (a .pyz file) is neither run nor mounted in the container
-    assert not any(".pyz" in w for w in launch), launch
+    assert "--distribution=arbitrary" not in launch
+    assert not any(w.startswith("--nodelist") for w in launch)
+    (mounts,) = [w for w in launch if w.startswith("--container-mounts=")]
+    runtime = launch[launch.index("-c", launch.index("slurmfm-node")) - 3 :]
+    assert runtime[:3] == ["python3", "-I", "-S"]
+    path = mounts.split(",")[0].split("=", 1)[1].split(":")[0]
+    assert mounts.startswith(f"--container-mounts={path}:{path}:ro"), mounts
+    assert launch[launch.index("slurmfm-node") + 6] == "node"
+
+
+def test_an_image_without_python3_runs_the_launch_with_one_line(tmp_path: Path) -> None:
+    """Issue 37: where the image has no ``python3`` the launch runs as it did before the
+    entry moved into the container (rank from the host order in ``PET_NODE_RANK``), and the
+    job log says so once."""
+    from slurmfm.plan.types import Placement
+
+    nopy = tmp_path / "nopy"
+    nopy.mkdir()
+    (nopy / "sh").symlink_to("/bin/sh")
+    images = {IMAGE: {**IMAGE_ENV, "PATH": f"{tmp_path / 'bin'}:{nopy}"}}
+    r = _recipe(tmp_path, {})
+    rendered = render_script(r, Target.for_recipe(r, "24.11"), Placement(nodes=("n2", "n1")))
+    seen = _run(tmp_path, rendered.text, "SLURMFM_NODE_RANK PET_NODE_RANK", images=images)
+    assert seen["n2"]["PET_NODE_RANK"] == seen["n2"]["SLURMFM_NODE_RANK"] == "0"
+    assert seen["n1"]["PET_NODE_RANK"] == seen["n1"]["SLURMFM_NODE_RANK"] == "1"
+    log = (tmp_path / "out" / "stderr").read_text()
+    said = [x for x in log.splitlines() if x.startswith("slurmfm: n1: no python3 in the")]
+    assert len(said) == 1, log  # task 0's line only (the launch line shows the program too)
 
 
 def test_one_named_container_per_attempt_unless_squashfuse(tmp_path: Path) -> None:

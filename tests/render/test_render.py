@@ -236,8 +236,71 @@ def test_megatron_train_iters_follows_megatrons_arithmetic() -> None:
 
     assert megatron_train_iters({"train-samples": 1000, "global-batch-size": 32}, 4) == 31
     assert megatron_train_iters({"train-samples": 1000, "micro-batch-size": 2}, 4) == 125
-    # ramp 16 -> 32 in steps of 16 over 64 samples: batches 16,16,16,16 (consumed 64), then
-    # one more ramp batch (64 <= 64, at 32), then (1000 - 96) // 32 = 28
+    # --rampup-batch-size: current Megatron ignores it, older Megatron ramps: the count
+    # depends on the image's Megatron, so it is not computed
     ramp = {"train-samples": 1000, "global-batch-size": 32, "rampup-batch-size": "16 16 64"}
-    assert megatron_train_iters(ramp, 4) == 33
+    assert megatron_train_iters(ramp, 4) is None
     assert megatron_train_iters({"train-samples": "x", "global-batch-size": 32}, 4) is None
+    # --step-batch-size-schedule: thresholds are tokens (pretrain passes seq_length), so
+    # 0:16 and 32K tokens / 1024 = 32 samples:64 -> 2 batches of 16, then (1000-32)/64 -> 16
+    sched = {"train-samples": 1000, "seq-length": 1024, "step-batch-size-schedule": "0:16 32K:64"}
+    assert megatron_train_iters(sched, 4) == 2 + 16
+    # without seq-length the thresholds' unit is not known here: not computable
+    assert megatron_train_iters({**sched, "seq-length": None}, 4) is None
+    assert megatron_train_iters({**sched, "step-batch-size-schedule": "5000:16"}, 4) is None
+
+
+def test_megatron_step_schedule_follows_megatrons_own_loop() -> None:
+    """The closed-form count equals Megatron's ``update_train_iters`` loop, iteration by
+    iteration, on the schedule of Megatron's own GPT-3 175B example, scaled down."""
+    from slurmfm.launchers.megatron import schedule_iters, step_schedule
+
+    steps = step_schedule("0:16 2.4K:320 4.8K:624 7.2K:928 9.6K:1232 12K:1536", 1)
+    assert steps is not None
+    for samples in (0, 1, 15, 16, 17, 2400, 2401, 9999, 12000, 50000):
+        iters = consumed = 0
+        while consumed < samples:  # megatron/training/training.py update_train_iters
+            consumed += [b for t, b in steps if t <= consumed][-1]
+            iters += 1
+        assert schedule_iters(steps, samples) == iters, samples
+
+
+def test_megatron_without_a_computable_target_checks_megatrons_end_line() -> None:
+    base = {
+        "name": "m",
+        "resources": {"nodes": 4},
+        "parallelism": {"tp": 8, "pp": 2},
+        "storage": {"checkpoint_root": "/fsx/ckpt"},
+    }
+    for args in (
+        {"num-layers": 32},  # the count comes from a config file or extra_args
+        {"train-samples": 1000, "step-batch-size-schedule": "0:16 32K:64"},  # no seq-length
+        {"train-samples": 1000, "global-batch-size": 32, "rampup-batch-size": "16 16 64"},
+    ):
+        r = validate({**base, "launcher": {"kind": "megatron", "model_args": args}})
+        text = render(r)
+        assert "--done-check megatron-log" in text, args
+    sched = {"train-samples": 1000, "seq-length": 1024, "step-batch-size-schedule": "0:16 32K:64"}
+    r = validate({**base, "launcher": {"kind": "megatron", "model_args": sched}})
+    assert "--done-check megatron:18" in render(r)
+
+
+def test_a_multi_node_server_gets_the_nccl_transport_check() -> None:
+    """vLLM and SGLang set up NCCL themselves, but an image without aws-ofi-nccl serves over
+    TCP sockets silently: a server across nodes is checked as training is."""
+    from slurmfm.recipe.loader import load_recipe
+
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    for name in ("vllm-llama3-70b-2xp5.yaml", "sglang-deepseek-v3-p6-b200.yaml"):
+        text = render(load_recipe(recipes / name))
+        assert "--nccl-check fail" in text, name
+        assert 'export SLURMFM_NCCL_LOG="$slurmfm_nccl_dir/%h-%p.log"' in text
+        warn = render(load_recipe(recipes / name, {"resilience.nccl_transport_check": "warn"}))
+        assert "--nccl-check warn" in warn
+        off = render(load_recipe(recipes / name, {"resilience.nccl_transport_check": "off"}))
+        assert "--nccl-check" not in off
+        assert "SLURMFM_NCCL_LOG" not in off
+    one = load_recipe(
+        recipes / "vllm-llama3-70b-2xp5.yaml", {"resources.nodes": 1, "parallelism.pp": 1}
+    )
+    assert "--nccl-check" not in render(one)  # one node: no network for NCCL to choose

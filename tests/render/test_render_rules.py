@@ -209,8 +209,8 @@ def test_imex_channel_mount(instance: str, enroot: str, mounts: list[str], expec
     )
     line = launch_line(rendered(r).text)
     got = re.findall(r"--container-mounts=(\S+)", line)
-    # no runtime file: the training launch runs no slurmfm in the container (issue 11)
-    assert got == [expected]
+    # the runtime file last, read-only: the node entry runs in the container (issue 37)
+    assert got == [expected + ',"$SLURMFM_RUNTIME:$SLURMFM_RUNTIME:ro"']
 
 
 def test_gb200_profile_does_not_restate_nccl_defaults() -> None:
@@ -356,7 +356,7 @@ def test_gb200_container_recipe_gives_the_runtime_its_imex_checks() -> None:
     assert launch[0] == "srun"
     pyxis = hetjob.container_words(launch)
     assert pyxis[0] == "--container-image=/fsx/containers/nemo-25.11-arm64.sqsh"
-    assert pyxis[1] == "--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels"
+    assert pyxis[1].startswith("--container-mounts=/fsx:/fsx,/dev/nvidia-caps-imex-channels,")
     assert "--no-container-mount-home" in pyxis
     assert hetjob.step_group(launch) is None  # one component: the check runs beside it
 
@@ -404,22 +404,29 @@ def test_retry_exit_codes_are_validated(codes: list[Any]) -> None:
         recipe(resilience__retry_exit_codes=codes)
 
 
-# --- 12.15: only launchers that log NCCL under the per-node entry get the NCCL check ----------
+# --- 12.15 / issue 40: the NCCL check where NCCL logs a network choice ----------------------
 @pytest.mark.parametrize(
-    ("launcher", "parallelism", "checked"),
+    ("launcher", "parallelism", "nodes", "checked"),
     [
-        ({"kind": "torchrun", "script": "/fsx/train.py"}, {"tp": 8}, True),
-        ({"kind": "vllm", "model": "m"}, {"tp": 8, "pp": 2}, False),
-        ({"kind": "sglang", "model": "m"}, {"tp": 16}, False),
+        ({"kind": "torchrun", "script": "/fsx/train.py"}, {"tp": 8}, 2, True),
+        # servers across nodes: their processes inherit node 0's NCCL_DEBUG_FILE (issue 40)
+        ({"kind": "vllm", "model": "m"}, {"tp": 8, "pp": 2}, 2, True),
+        ({"kind": "sglang", "model": "m"}, {"tp": 16}, 2, True),
+        # a one-node server: no network for NCCL to choose, no false "no NCCL line" warning
+        ({"kind": "vllm", "model": "m"}, {"tp": 8}, 1, False),
+        ({"kind": "sglang", "model": "m"}, {"tp": 8}, 1, False),
     ],
 )
 def test_nccl_log_and_check_only_for_launchers_that_write_it(
-    launcher: dict[str, Any], parallelism: dict[str, int], checked: bool
+    launcher: dict[str, Any], parallelism: dict[str, int], nodes: int, checked: bool
 ) -> None:
-    """vLLM and SGLang set NCCL up themselves and never write SLURMFM_NCCL_LOG: a check on them
-    would always end in a false "no NCCL line" warning, so their scripts have neither."""
+    """vLLM and SGLang set NCCL up themselves; across nodes they are checked as training is
+    (an image without aws-ofi-nccl would serve over TCP sockets silently), on one node not."""
     r = recipe(
-        launcher=launcher, parallelism=parallelism, resilience={"nccl_transport_check": "warn"}
+        launcher=launcher,
+        parallelism=parallelism,
+        resources__nodes=nodes,
+        resilience={"nccl_transport_check": "warn"},
     )
     text = rendered(r).text
     a = parser_args(text)

@@ -185,12 +185,14 @@ def test_user_values_arrive_exactly(
     assert "s3cr3t-value" not in rendered.text
     argv, envs = run_script(sandbox, rendered.text, tmp)
     assert not (tmp / "canary").exists(), "a user value was executed by the shell"
-    # srun argv: options, then (a container launch) sh -c PROGRAM slurmfm-node, then the
-    # per-node command; the program is fixed text, no user value in it.
+    # srun argv: options, then (a container launch) sh -c PROGRAM slurmfm-node, the node
+    # entry up to "--", then the per-node command; the program is fixed text, no user value
+    # in it.
     i = argv.index("slurmfm-node")
     assert argv[i - 2] == "-c"
-    assert "$SLURM_PROCID" in argv[i - 1]
-    cmd = argv[i + 1 :]
+    assert "$SLURMFM_HOST_ORDER" in argv[i - 1]
+    assert argv[i + 1 : i + 4] == ["python3", "-I", "-S"]
+    cmd = argv[argv.index("--", i) + 1 :]
     port = choose_port(4242, 0, 20000, 6000, ephemeral_range(), is_free=lambda p: True)
     assert cmd[0] == python
     assert cmd[cmd.index(f"--master-port={port}") + 1] == script

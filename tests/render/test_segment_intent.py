@@ -72,3 +72,41 @@ def test_spread_segments_and_a_channel_per_segment_are_gated() -> None:
         rendered(recipe(**GB200, resources__nodes=18, network__imex_channel="segment"), "24.11")
     with pytest.raises(UnsupportedError, match=r"--consolidate-segments needs Slurm >= 25.11"):
         rendered(recipe(**GB200, resources__nodes=36, resources__segments="consolidate"), "24.11")
+
+
+def test_a_gb200_sglang_tp16_job_gets_one_ultraserver_segment() -> None:
+    """SGLang's --ep-size divides --tp and reuses its GPUs: the NVLink unit of TP16/EP16 is 16
+    GPUs (4 GB200 nodes), not tp x ep = 256 (64 nodes), so the 4-node job gets --segment=4."""
+    r = load_recipe(
+        RECIPES / "sglang-deepseek-v3-p6-b200.yaml",
+        {"cluster.instance_type": "p6e-gb200.36xlarge", "resources.nodes": 4},
+    )
+    assert (r.parallelism.tp, r.parallelism.ep) == (16, 16)
+    out = rendered(r, "25.05")
+    assert "#SBATCH --segment=4" in sbatch(out.text)
+    assert not any("no --segment" in w for w in out.warnings)
+
+
+def test_a_gb200_vllm_replica_is_kept_in_one_nvlink_domain() -> None:
+    """vLLM's replica is tp x pp: TP4 x PP4 on 4 GB200 nodes is one 16-GPU span, one segment."""
+    r = load_recipe(
+        RECIPES / "vllm-llama3-70b-2xp5.yaml",
+        {
+            "cluster.instance_type": "p6e-gb200.36xlarge",
+            "cluster.constraints": None,
+            "resources.nodes": 4,
+            "parallelism.tp": 4,
+            "parallelism.pp": 4,
+        },
+    )
+    out = rendered(r, "25.05")
+    assert "#SBATCH --segment=4" in sbatch(out.text)
+
+
+def test_the_serving_span_is_the_servers_own() -> None:
+    from slurmfm.launchers import server_spec
+    from slurmfm.recipe.schema import Parallelism
+
+    p = Parallelism(tp=16, pp=2, ep=8)
+    assert server_spec("sglang").nvlink_span(p) == 16
+    assert server_spec("vllm").nvlink_span(p) == 32

@@ -111,16 +111,24 @@ def test_failure_after_progress_is_retried_inside_the_allocation_and_resumes(
     ev_lab: SlurmLab, tmp_path: Path, fault: str, words: str
 ) -> None:
     """torchrun exits 1 for both; after progress each is retried, in the same job: the step
-    runs again on the same nodes (no requeue, no credential wait), counted as a restart."""
+    runs again on the same nodes (no requeue, no credential wait), counted as a restart.
+
+    The killed run's goodput ledger (``slurmfm report --json``) is checked against the test's
+    own clock (:func:`check_ledger`): for it each step sleeps 0.8 s, so that training is a
+    measurable part of the wall time."""
     total, every = 30, 5
+    timeline = tmp_path / "timeline"
+    sleep = ", --sleep, '0.8'" if fault == "kill" else ""
+    submitted = time.time()
     job_id = submit(
         ev_lab,
         tmp_path,
         ONE_PER_NODE,
         f"launcher.script={FAULTS}",
         f"env.TEST_FAULT={fault}:12:{tmp_path / 'fault-once'}",
+        f"env.TEST_TIMELINE={timeline}",
         "resilience.max_restarts=2",
-        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}']",
+        f"launcher.args=[--steps, '{total}', --checkpoint-every, '{every}'{sleep}]",
     )
     rec = wait_done(ev_lab, job_id, timeout=600)
     log = log_of(tmp_path, job_id)
@@ -136,6 +144,53 @@ def test_failure_after_progress_is_retried_inside_the_allocation_and_resumes(
     assert "event=requeue" not in state
     assert [e["step"] for e in ev if e["event"] == "resume"] == [10]
     assert [e["steps"] for e in ev if e["event"] == "done"] == [total]
+    if fault == "kill":
+        check_ledger(ev_lab, job_id, rec, submitted, timeline)
+
+
+def check_ledger(
+    lab: SlurmLab, job_id: str, rec: dict[str, str], submitted: float, timeline: Path
+) -> None:
+    """The goodput ledger of a run killed at step 12 and resumed from step 10, against what
+    the test measured itself: its submission time, Slurm's end time, and the training's own
+    timeline (every report, unthrottled; train_faults.py ``TEST_TIMELINE``).
+
+    Kept training is the first launch from its first step to the save of step 10, then the
+    second launch from its first step to its last: the ETTR is that over the wall time.
+    """
+    from slurmfm.job.goodput import epoch
+
+    lines = [x.split() for x in read_text(timeline).splitlines()]
+    first, second = [], []
+    for t, pid, step, saved in lines:
+        (first if not second and (not first or first[0][1] == pid) else second).append(
+            (float(t), pid, int(step), saved)
+        )
+    assert first, lines
+    assert second, lines
+    kept_until = next(t for t, _, step, saved in first if step == 10 and saved == "10")
+    productive = (kept_until - first[0][0]) + (second[-1][0] - second[0][0])
+    ended = epoch(rec["EndTime"])
+    assert ended is not None, rec
+    # from before the submit command (its CLI starts first) to Slurm's EndTime (truncated)
+    wall = ended + 1 - submitted
+    kill_at = next(t for t, _, step, _ in first if step == 12)
+    proc = lab.slurmfm("report", job_id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    led = json.loads(proc.stdout)["goodput"]
+    (failure,) = led["failures"]
+    assert "signal 9" in failure["reason"], failure
+    assert failure["recomputed_steps"] <= 2, failure
+    lost = failure["detection"] + failure["restart"] + failure["recomputed"]
+    # from the save of step 10 to training again: the recomputed steps 11-12, the detection
+    # after the kill, the relaunch up to the first new step
+    assert abs(lost - (second[0][0] - kept_until)) < 1.5, (led, kill_at, kept_until)
+    assert abs(led["parts"]["productive"] - productive) < 1.0, (led, productive)
+    assert wall - 10.0 < led["wall_s"] <= wall + 1.0, (led, wall)
+    assert abs(led["ettr"] - productive / wall) < 0.02, (led, productive, wall)
+    assert abs(sum(led["parts"].values()) - led["wall_s"]) < 1e-6, led
+    # Slurm's SubmitTime: after the test's clock started (the submit command's start-up)
+    assert submitted - 1.0 <= led["start"] <= submitted + 10.0, led
 
 
 def test_failed_pre_timeout_save_is_recorded_as_failed(ev2_lab: SlurmLab, tmp_path: Path) -> None:
@@ -295,6 +350,50 @@ def test_megatron_by_samples_early_exit_requeues_and_the_finished_run_does_not(
     tracker = tmp_path / "ckpt" / "megs" / "megs" / "latest_checkpointed_iteration.txt"
     wait_until("the tracker", tracker.exists, 5)
     assert tracker.read_text().strip() == "100"
+
+
+def test_megatron_without_a_known_count_finishes_on_megatrons_own_end_line(
+    ev2_lab: SlurmLab, tmp_path: Path
+) -> None:
+    """Issue 40: the iteration count is not in ``model_args`` (here it comes through
+    ``extra_args``), so no count can be checked; the completion check is Megatron's own
+    ``[after training is done]`` line. The early exit 0 at ``--exit-interval`` prints none and
+    requeues; the run that reaches the end prints it and completes."""
+    recipe = tmp_path / "megl.yaml"
+    recipe.write_text(
+        json.dumps(
+            {
+                "name": "megl",
+                "cluster": {"instance_type": "p5.48xlarge", "partition": "batch"},
+                "resources": {"nodes": 2, "procs_per_node": 2, "time_limit": "00:10:00"},
+                "parallelism": {"tp": 1, "pp": 1},
+                "resilience": {"health_gate": "off", "nccl_transport_check": "off"},
+                "observability": {"enabled": "off"},
+                "launcher": {
+                    "kind": "megatron",
+                    "python": str(STANDINS / "torchrun.py"),
+                    "megatron_path": str(STANDINS),
+                    "entrypoint": "megatron_pretrain.py",
+                    "model_args": {"exit-interval": 60},
+                    "extra_args": ["--train-iters", "100"],
+                },
+                "storage": {
+                    "checkpoint_root": str(tmp_path / "ckpt"),
+                    "log_dir": str(tmp_path / "logs"),
+                },
+            }
+        )
+    )
+    proc = ev2_lab.slurmfm("submit", str(recipe))
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip().splitlines()[-1]
+    rec = wait_done(ev2_lab, job_id, timeout=400)
+    log = read_text(tmp_path / "logs" / f"megl_{job_id}.out")
+    state = read_text(tmp_path / "logs" / f"megl_{job_id}.state")
+    assert rec["JobState"] == "COMPLETED", log[-3000:]
+    assert int(rec["Restarts"]) == 1, state
+    assert log.count("[after training is done]") == 1
+    assert "restart=0 event=requeue exit 0 before the work was done (completion check)" in state
 
 
 def test_a_rank_hanging_in_all_reduce_is_caught_stacks_dumped_and_retried(

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,10 +29,12 @@ import pytest
 from lab import (
     OwnLab,
     SlurmLab,
+    job_record,
     own_lab_fixture,
     read_text,
     signal_batch_until_recorded,
     wait_for_text,
+    wait_job_done,
     wait_until,
 )
 
@@ -108,28 +109,8 @@ def submit(lab: SlurmLab, tmp: Path, *sets: str) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
-def job(lab: SlurmLab, job_id: str) -> dict[str, str]:
-    return parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
-
-
-def wait_done(lab: SlurmLab, job_id: str, timeout: float) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    rec: dict[str, str] = {}
-    held_since: float | None = None
-    while time.monotonic() < deadline:
-        rec = job(lab, job_id)
-        if rec.get("JobState") in {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"}:
-            return rec
-        if rec.get("JobState") == "PENDING" and rec.get("Reason") == "BeginTime":
-            # Slurm holds a requeued job for about two minutes before it is eligible again.
-            # Releasing it at once fails it ("Job credential revoked": the last run is still
-            # being cleaned up), so release it only after KillWait and cleanup have passed.
-            held_since = held_since or time.monotonic()
-            if time.monotonic() - held_since > 20:
-                lab.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
-                held_since = None
-        time.sleep(1)
-    raise AssertionError(f"job {job_id} not done after {timeout} s: {rec}")
+job = job_record
+wait_done = wait_job_done
 
 
 def check_steps(ev: list[dict[str, Any]], total: int, interval: int) -> None:

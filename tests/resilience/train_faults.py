@@ -31,6 +31,14 @@ from pathlib import Path
 FAULT = os.environ.get("TEST_FAULT", "")
 KIND, _, REST = FAULT.partition(":")
 
+if os.environ.get("TEST_TIMELINE"):
+    # Each worker's start (time, pid, rank), before torch's import: the benchmark
+    # (scripts/bench_goodput.py) times a restart to it and finds the rank it stops there.
+    import time
+
+    with open(os.environ["TEST_TIMELINE"] + ".starts", "a") as fh:
+        fh.write(f"{time.time():.3f} {os.getpid()} {os.environ.get('RANK', '?')}\n")
+
 if KIND == "import" and os.environ.get("SLURMFM_NODE_RANK") == REST:
     print(json.dumps({"event": "fault", "node": os.environ.get("SLURMD_NODENAME")}), flush=True)
     import slurmfm_test_no_such_module  # type: ignore[import-not-found]  # noqa: F401
@@ -51,6 +59,21 @@ def once(path: str) -> bool:
     os.close(fd)
     return True
 
+
+TIMELINE = os.environ.get("TEST_TIMELINE", "")
+if TIMELINE:
+    # The test's own clock of the training: every report (each step, each save's) with its
+    # time and pid, unthrottled, in a file of the test's; the goodput ledger is checked on it.
+    import time
+
+    timed = ck.report_progress
+
+    def timeline(step: int, **kw: object) -> bool:
+        with open(TIMELINE, "a") as fh:
+            fh.write(f"{time.time():.3f} {os.getpid()} {step} {kw.get('checkpoint_step')}\n")
+        return timed(step, **kw)  # type: ignore[arg-type]
+
+    ck.report_progress = timeline  # type: ignore[assignment]
 
 if KIND in ("raise", "kill"):
     at, _, mark = REST.partition(":")

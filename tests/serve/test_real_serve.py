@@ -84,6 +84,7 @@ def vllm_launcher(tmp: Path, **over: Any) -> dict[str, Any]:
         "ready_poll_s": 1,
         "ready_timeout_s": 90,
         "ray_timeout_s": 60,
+        "multinode": "ray",  # the Ray path is the subject (the default is without Ray)
         **over,
     }
 

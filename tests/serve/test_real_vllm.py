@@ -26,9 +26,10 @@ from slurmfm.backends.slurm_cli import parse_scontrol_record
 pytestmark = [pytest.mark.slurm]
 
 VLLM_LAB = REPO_ROOT / "scripts" / "vllm-lab"
-# A one-node host lab of its own: the server takes most of the machine for a minute, and a
-# group of its own lets the other labs' tests run beside it.
-VLLM = OwnLab("vllm-host", ctld_port=19147, slurmd_port=18901, nodes=1)
+# A two-node host lab of its own: the server takes most of the machine for a minute, and a
+# group of its own lets the other labs' tests run beside it. One node serves alone; both serve
+# one model across nodes without Ray (issue 44).
+VLLM = OwnLab("vllm-host", ctld_port=19147, slurmd_port=18901, nodes=2)
 NAME = "serve-real-vllm"
 
 
@@ -56,17 +57,20 @@ def real_vllm() -> Built:
     return Built(VLLM.up(), env["SLURMFM_VLLM"], env["SLURMFM_VLLM_MODEL"])
 
 
-def recipe(tmp: Path, built: Built, port: int) -> dict[str, Any]:
+def recipe(tmp: Path, built: Built, port: int, nodes: int = 1) -> dict[str, Any]:
     return {
         "name": NAME,
         "cluster": {"instance_type": "lab-cpu", "partition": "batch"},
         "resources": {
-            "nodes": 1,
+            "nodes": nodes,
             "procs_per_node": 1,
             "time_limit": "00:15:00",
             "exclusive": False,
         },
-        "parallelism": {"tp": 1, "pp": 1},
+        # across nodes: tensor parallel over gloo (vLLM's CPU pipeline parallel across nodes
+        # loads and answers /health, but its first request failed in the V1 model runner:
+        # "assert self.intermediate_tensors is not None" on the second stage, vLLM 0.32.0)
+        "parallelism": {"tp": nodes, "pp": 1},
         "launcher": {
             "kind": "vllm",
             "model": built.model,
@@ -75,7 +79,7 @@ def recipe(tmp: Path, built: Built, port: int) -> dict[str, Any]:
             "model_cache": str(tmp / "hf"),
             "port": port,
             "ready_poll_s": 2,
-            "ready_timeout_s": 600,
+            "ready_timeout_s": 600 * nodes,  # two servers share the two cores
             # The tiny model's context. float32: with bfloat16, vLLM's CPU kernels take the
             # AMX path where the CPU reports AMX, and a prompt of two tokens or more ended the
             # worker with SIGILL on this machine's virtual CPU (a 1-token prompt passed).
@@ -108,18 +112,29 @@ def get(url: str) -> Any:
         return json.load(r)
 
 
-def servers_of(model: str) -> list[int]:
-    """This host's processes whose command line names the model directory."""
-    found = []
+def commands() -> dict[int, list[bytes]]:
+    """This host's processes (other than this one) and their command lines."""
+    found = {}
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != os.getpid():
             try:
-                argv = (d / "cmdline").read_bytes().split(b"\0")
+                found[int(d.name)] = (d / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if model.encode() in argv:
-                found.append(int(d.name))
     return found
+
+
+def environ_of(pid: int) -> list[bytes]:
+    """The environment of ``pid`` (empty when it is gone or unreadable)."""
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def servers_of(model: str) -> list[int]:
+    """This host's processes whose command line names the model directory."""
+    return [pid for pid, argv in commands().items() if model.encode() in argv]
 
 
 def test_real_vllm_serves_a_completion_and_cleans_up(real_vllm: Built, tmp_path: Path) -> None:
@@ -186,6 +201,81 @@ def test_real_vllm_serves_a_completion_and_cleans_up(real_vllm: Built, tmp_path:
     gone = lab.slurmfm("endpoint", str(path))
     assert gone.returncode == 1
     # the server and its engine processes end with the job (Slurm's step cgroup)
+    deadline = time.monotonic() + 60
+    while servers_of(real_vllm.model) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not servers_of(real_vllm.model)
+
+
+def submit_until_ready(lab: SlurmLab, path: Path, logs: Path) -> tuple[str, Path, str]:
+    """Submit ``path``; its job id, endpoint file and job log once the endpoint is written
+    (or the job ended)."""
+    sub = lab.run([*lab.slurmfm_argv(), "submit", str(path)], cwd=REPO_ROOT, timeout=120)
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    job_id = sub.stdout.split()[0]
+    ep_file = logs / "endpoints" / f"{NAME}.json"
+    deadline = time.monotonic() + 1300
+    while not ep_file.exists() and time.monotonic() < deadline:
+        rec = parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+        if rec.get("JobState") not in {"PENDING", "RUNNING", "CONFIGURING"}:
+            break
+        time.sleep(1)
+    out = logs / f"{NAME}_{job_id}.out"
+    return job_id, ep_file, out.read_text() if out.exists() else ""
+
+
+def test_real_vllm_two_nodes_without_ray(real_vllm: Built, tmp_path: Path) -> None:
+    """Real vLLM across both lab nodes with its own multi-node launch, no Ray (issue 44): the
+    node entry's gate finds vLLM 0.32.0 (>= 0.11.1), node 0 serves the API and node 1 runs
+    ``--headless`` with ``--node-rank 1``; tensor parallel 2 over the two nodes answers a
+    completion; the endpoint file names node 0; cancelling ends both nodes' servers."""
+    lab = real_vllm.lab
+    port = free_port()
+    path = tmp_path / "recipe.yaml"
+    path.write_text(json.dumps(recipe(tmp_path, real_vllm, port, nodes=2)))
+    logs = tmp_path / "logs"
+    job_id, ep_file, log = submit_until_ready(lab, path, logs)
+    try:
+        assert ep_file.exists(), f"no endpoint file for job {job_id}:\n{log[-6000:]}"
+        ep = json.loads(ep_file.read_text())
+        url = f"http://127.0.0.1:{port}"
+        assert ep["url"] == url
+        assert len(ep["nodes"].split()) == 2, ep
+        assert "slurmfm: vLLM across nodes without Ray (vLLM 0.32.0+cpu)" in log
+        # each node's own command line: the same model and sizes, its own rank, node 1
+        # headless, both to node 0's address and the job's master port (out of the
+        # ephemeral range, picked by `prepare`)
+        seen = {}
+        for argv in commands().values():
+            words = [w.decode() for w in argv]
+            if real_vllm.model in words and "--node-rank" in words:
+                seen[words[words.index("--node-rank") + 1]] = words
+        assert set(seen) == {"0", "1"}, seen
+        assert "--headless" in seen["1"]
+        assert "--headless" not in seen["0"]
+        for words in seen.values():
+            assert words[words.index("--nnodes") + 1] == "2"
+            assert words[words.index("--tensor-parallel-size") + 1] == "2"
+            assert "--distributed-executor-backend" not in words
+            master = int(words[words.index("--master-port") + 1])
+            assert not 32768 <= master <= 60999
+        # no Ray daemon in this job (another job's Ray on the host is not this one's)
+        mine = f"SLURM_JOB_ID={job_id}".encode()
+        assert not [
+            pid
+            for pid, argv in commands().items()
+            if os.path.basename(argv[0]) in (b"raylet", b"gcs_server") and mine in environ_of(pid)
+        ]
+        done = post(
+            url + "/v1/completions",
+            {"model": "tiny", "prompt": "Slurm schedules", "max_tokens": 4, "ignore_eos": True},
+        )
+        assert done["usage"]["completion_tokens"] == 4
+    finally:
+        lab.run(["scancel", job_id])
+        end = lab.wait_job(job_id, timeout=120)
+    assert end.get("JobState") == "CANCELLED", end
+    assert not ep_file.exists()
     deadline = time.monotonic() + 60
     while servers_of(real_vllm.model) and time.monotonic() < deadline:
         time.sleep(0.5)

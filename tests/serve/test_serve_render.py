@@ -16,6 +16,8 @@ from slurmfm.recipe.loader import validate
 from slurmfm.render.script import Target, render_script
 from slurmfm.render.serve import serve_launch
 
+RUN_MODULE = 'python3 -c "$slurmfm_run_module"'  # defined once in the script
+
 
 def vllm(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
@@ -73,6 +75,13 @@ def test_vllm_layout_must_use_every_gpu() -> None:
 def test_vllm_tp_stays_in_the_nvlink_domain() -> None:
     with pytest.raises(RecipeError, match=re.escape("exceeds the NVLink domain of p5.48xlarge")):
         validate(vllm(parallelism={"tp": 16}))
+    # a type without GPUs has no NVLink domain: the CPU build's tp runs across nodes (gloo)
+    cpu = vllm(
+        cluster={"instance_type": "lab-cpu", "partition": "batch"},
+        resources={"nodes": 2, "procs_per_node": 1},
+        parallelism={"tp": 2},
+    )
+    assert validate(cpu).parallelism.tp == 2
 
 
 @pytest.mark.parametrize(
@@ -89,7 +98,7 @@ def test_a_ray_port_the_ray_head_takes_itself_is_refused(port: int, why: str) ->
     """`ray start --head --port=8265` (or 15000) exits 1: Ray checks its parts' ports do not
     meet (seen with Ray 2.60); the recipe says so before the job starts."""
     launcher = {"kind": "vllm", "model": "m", "ray_port": port}
-    with pytest.raises(RecipeError, match=re.escape(f"launcher.vllm.ray_port: {port} is {why}")):
+    with pytest.raises(RecipeError, match=re.escape(f"launcher.ray_port: {port} is {why}")):
         validate(vllm(launcher=launcher))
     for fine in (6379, 9999, 20000):
         assert validate(vllm(launcher={**launcher, "ray_port": fine})).launcher
@@ -132,28 +141,69 @@ def test_serving_recipe_cannot_nest_a_server() -> None:
 
 
 # ------------------------------------------------------------------ rendering
-def test_vllm_two_nodes_ray_head_then_serve(tmp_path: Path) -> None:
+def test_vllm_two_nodes_by_default_lets_the_node_entry_choose(tmp_path: Path) -> None:
     raw = vllm()
     raw["launcher"]["model_cache"] = "/fsx/models"
     raw["launcher"]["extra_args"] = ["--max-model-len", "8192"]
     text = checked(text_of(raw), tmp_path)
-    # node 0 starts the Ray head and then serves; the others join as Ray workers
+    # auto: each node's entry runs the installed vLLM's gate (slurmfm/job/vllm.py) and adds
+    # its own --nnodes/--node-rank/--headless, or takes the Ray path with these settings
     assert (
         'python3 -I -S -c "$slurmfm_checked" node --prefix 0 --ray ray --ray-python python3 '
-        "--ray-port 6379 --ray-nodes 2 --ray-timeout-s 300 --" in text
+        "--ray-port 6379 --ray-nodes 2 --ray-timeout-s 300 --vllm auto --" in text
     )
     assert "vllm serve meta-llama/Llama-3.1-70B-Instruct" in text
-    assert (
-        "--tensor-parallel-size 8 --pipeline-parallel-size 2 --distributed-executor-backend ray"
-        in text
-    )
+    assert "--tensor-parallel-size 8 --pipeline-parallel-size 2 \\\n" in text
+    assert "--distributed-executor-backend" not in text  # the node entry's choice
     assert "--max-model-len 8192" in text
     assert "export HF_HOME=/fsx/models" in text
-    assert "--serve all --serve-nodes 2 --serve-port 8000" in text
+    # the master port: one per job, picked out of the ephemeral range by `prepare`
+    assert "--serve all --serve-nodes 2 --serve-port 8000 --dist-port 0" in text
     assert "--serve-kind vllm" in text
     assert "--health-path /health" in text
     assert "--ready-timeout-s" in text
     assert "#SBATCH --ntasks-per-node=1" in sbatch(text)
+
+
+def test_vllm_two_nodes_native_and_over_ray(tmp_path: Path) -> None:
+    raw = vllm()
+    raw["launcher"].update(multinode="native", master_port=24500)
+    text = checked(text_of(raw), tmp_path)
+    assert "node --prefix 0 --vllm native --" in text
+    assert "--ray" not in text
+    assert "--serve-port 8000 --dist-port 24500" in text
+    raw["launcher"].update(multinode="ray")
+    (tmp_path / "ray").mkdir()
+    text = checked(text_of(raw), tmp_path / "ray")
+    assert "--ray-nodes 2 --ray-timeout-s 300 --vllm ray --" in text
+
+
+def test_vllm_data_parallel_replicas(tmp_path: Path) -> None:
+    # 2 nodes x 8 GPUs: 4 replicas of tp 4, two on each node, experts across them
+    raw = vllm(parallelism={"tp": 4, "pp": 1})
+    raw["launcher"].update(replicas=4, expert_parallel=True)
+    text = checked(text_of(raw), tmp_path)
+    assert "--tensor-parallel-size 4 --pipeline-parallel-size 1 --enable-expert-parallel" in text
+    assert "node --prefix 0 --vllm native --vllm-dp 4 --vllm-dp-local 2 --" in text
+    # one node: no node entry flags, the replicas on the launch line
+    one = vllm(resources={"nodes": 1}, parallelism={"tp": 2})
+    one["launcher"].update(replicas=4)
+    (tmp_path / "one").mkdir()
+    text = checked(text_of(one), tmp_path / "one")
+    assert "--pipeline-parallel-size 1 --data-parallel-size 4" in text
+    assert "--vllm" not in text
+
+
+def test_sglang_dp_attention_replicas(tmp_path: Path) -> None:
+    raw = vllm(
+        cluster={"instance_type": "p6-b200.48xlarge", "partition": "gpu"},
+        parallelism={"tp": 16, "ep": 16},
+        launcher={"kind": "sglang", "model": "deepseek-ai/DeepSeek-V3", "replicas": 16},
+    )
+    text = checked(text_of(raw), tmp_path)
+    assert "--tp 16 --ep-size 16 --dp-size 16 --enable-dp-attention" in text
+    # SGLang takes one port per DP-attention rank after the dist port: prepare knows them
+    assert "--serve-port 30000 --dist-port 0 --serve-dp 16" in text
 
 
 def test_vllm_one_node_needs_no_ray(tmp_path: Path) -> None:
@@ -170,10 +220,10 @@ def test_sglang_multi_node_launch(tmp_path: Path) -> None:
         launcher={"kind": "sglang", "model": "deepseek-ai/DeepSeek-V3", "port": 30001},
     )
     text = checked(text_of(raw), tmp_path)
-    assert "python3 -m sglang.launch_server" in text
+    assert f"{RUN_MODULE} sglang.launch_server" in text
     assert "--model-path deepseek-ai/DeepSeek-V3 --tp 16 --ep-size 16" in text
     assert '--nnodes 2 --dist-init-addr "$SLURMFM_SERVE_HEAD:$SLURMFM_SERVE_DIST_PORT"' in text
-    assert "node --prefix 3 --" in text  # --node-rank=R after `python3 -m sglang.launch_server`
+    assert "node --prefix 4 --" in text  # --node-rank=R after `python3 -c RUN sglang.launch_server`
     # the runtime picks --dist-init-addr's port outside the ephemeral range (issue 12.8)
     assert "--serve-port 30001 --dist-port 0" in text
     assert "$((40000" not in text
@@ -189,7 +239,7 @@ def test_split_train_and_serve(tmp_path: Path) -> None:
     # the server's srun comes first on the batch step's command line: it is started and
     # must be ready before the trainer launches (slurmfm/job/batch.py)
     assert '--serve-words "${#slurmfm_serve[@]}"' in text
-    assert text.index('"${slurmfm_serve[@]}"') < text.index("python3 -m torch.distributed.run")
+    assert text.index('"${slurmfm_serve[@]}"') < text.index(f"{RUN_MODULE} torch.distributed.run")
 
 
 def test_hetjob_component_directives(tmp_path: Path) -> None:
@@ -228,7 +278,8 @@ def test_hetjob_gate() -> None:
 )
 def test_user_values_are_quoted(model: str, extra: list[str]) -> None:
     """Whatever the model name and extra args, bash sees them as single words."""
-    from slurmfm.recipe.schema import Parallelism, SglangLauncher
+    from slurmfm.launchers import SglangLauncher
+    from slurmfm.recipe.schema import Parallelism
 
     L = SglangLauncher(kind="sglang", model=model, extra_args=extra)
     s = serve_launch(L, Parallelism(tp=1), 1, "all")
@@ -243,6 +294,6 @@ def test_user_values_are_quoted(model: str, extra: list[str]) -> None:
     )
     assert proc.returncode == 0
     got = proc.stdout.split(b"\0")[:-1]
-    assert got[4].decode() == model  # python3 -m sglang.launch_server --model-path MODEL
+    assert got[5].decode() == model  # python3 -c RUN sglang.launch_server --model-path MODEL
     if extra:
         assert [g.decode() for g in got[-len(extra) :]] == extra

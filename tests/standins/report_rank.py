@@ -19,9 +19,11 @@ def launcher_parent() -> str:
             grand = fh.read().rsplit(")", 1)[1].split()[1]
         with open(f"/proc/{grand}/cmdline", "rb") as fh:
             words = fh.read().split(b"\0")
-        # each word cut to 60 characters: the runtime check program is argv there, and srun
-        # splits an output line of more than 1 KiB, which then mixes with other tasks' lines
-        return b" ".join(w[:60] for w in words).decode(errors="replace").strip()
+        # each word cut to 60 characters and the whole to 200: the runtime check program is
+        # argv there (and the launcher's words follow it), and srun splits an output line of
+        # more than 1 KiB, which then mixes with other tasks' lines (a record lost in a CI
+        # simulation once the node entry ran in the container with the launch's words)
+        return b" ".join(w[:60] for w in words).decode(errors="replace").strip()[:200]
     except (OSError, IndexError):
         return "?"
 

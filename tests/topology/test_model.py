@@ -25,7 +25,7 @@ def test_natural_key_fast_path_matches_the_whole_name_regex() -> None:
     """The per-stem cache gives the same key as encoding every digit run of the name."""
     import random
 
-    from slurmfm.topology.model import _DIGIT_RUN, _encode_run, natural_key
+    from slurmfm.job.hosts import _DIGIT_RUN, _encode_run, natural_key
 
     rng = random.Random(6)
     for _ in range(20000):

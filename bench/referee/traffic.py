@@ -33,8 +33,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmfm.referee.fabric import PhysicalFabric
-from slurmfm.referee.flows import Coflow
+from bench.referee.fabric import PhysicalFabric
+from bench.referee.flows import Coflow
 
 __all__ = ["StepTraffic", "btree_parent", "dtree", "step_coflows"]
 
@@ -151,52 +151,64 @@ def _add(uses: Counter[str], links: Sequence[str]) -> None:
         uses[lk] += 1
 
 
-def step_coflows(
+def _ring_uses(
+    fabric: PhysicalFabric, order: Sequence[str], seq: tuple[int, ...]
+) -> tuple[Counter[str], float]:
+    """Links a ring over node sequence ``seq`` crosses (one use per edge) and its slowest
+    edge's latency."""
+    uses: Counter[str] = Counter()
+    lat = 0.0
+    for a, b in zip(seq, seq[1:] + seq[:1], strict=True):
+        links, lt = fabric.route(order[a], order[b])
+        _add(uses, links)
+        lat = max(lat, lt)
+    return uses, lat
+
+
+def _tree_uses(
+    fabric: PhysicalFabric, order: Sequence[str], seq: tuple[int, ...]
+) -> tuple[Counter[str], float]:
+    """Links NCCL's double binary tree over ``seq`` crosses (each edge up and down) and its
+    slowest edge's latency."""
+    uses: Counter[str] = Counter()
+    lat = 0.0
+    for tree in dtree(len(seq)):
+        for c, par in tree:
+            for a, b in ((c, par), (par, c)):
+                links, lt = fabric.route(order[seq[a]], order[seq[b]])
+                _add(uses, links)
+                lat = max(lat, lt)
+    return uses, lat
+
+
+def _dp_coflows(
     fabric: PhysicalFabric,
     order: Sequence[str],
-    *,
-    gpus_per_node: int,
-    tp: int = 1,
-    cp: int = 1,
-    pp: int = 1,
-    ep: int = 1,
-    traffic: StepTraffic | None = None,
-    prefix: str = "job",
+    dp: list[list[int]],
+    g: int,
+    tr: StepTraffic,
+    prefix: str,
 ) -> list[Coflow]:
-    """The coflows of one step of a job whose ranks follow ``order`` (node rank order)."""
-    tr = traffic or StepTraffic()
-    g = gpus_per_node
-    groups = _groups(len(order), g, tp, cp, pp, ep)
+    """One coflow per distinct DP node ring: a ring or tree all-reduce (NCCL's pick per
+    bucket), its bytes per edge scaled by how many DP groups share the node sequence."""
     out: list[Coflow] = []
     lat_hop = fabric.params.nic_latency_s * 2 + 2 * fabric.params.hop_latency_s
-
-    dp_seqs = Counter(_node_seq(r, g) for r in groups["dp"])
+    dp_seqs = Counter(_node_seq(r, g) for r in dp)
     for i, (seq, mult) in enumerate(sorted(dp_seqs.items())):
         p = len(seq)
         if p < 2:
             continue
-        members = len(groups["dp"][0])
+        members = len(dp[0])
         n = tr.dp_bytes
         buckets = max(1, math.ceil(n / tr.bucket_bytes))
         bucket = n / buckets
         algo = _choose(p, bucket, fabric.params.nic_bytes_per_s / g, lat_hop, tr.algorithm)
-        uses: Counter[str] = Counter()
         if algo == "ring":
-            lat = 0.0
-            for a, b in zip(seq, seq[1:] + seq[:1], strict=True):
-                links, lt = fabric.route(order[a], order[b])
-                _add(uses, links)
-                lat = max(lat, lt)
+            uses, lat = _ring_uses(fabric, order, seq)
             per_edge = mult * 2 * (members - 1) / members * n
             latency = buckets * 2 * (p - 1) * lat
         else:
-            lat = 0.0
-            for tree in dtree(p):
-                for c, par in tree:
-                    for a, b in ((c, par), (par, c)):
-                        links, lt = fabric.route(order[seq[a]], order[seq[b]])
-                        _add(uses, links)
-                        lat = max(lat, lt)
+            uses, lat = _tree_uses(fabric, order, seq)
             per_edge = mult * n / 2  # each tree carries half, up then down
             latency = buckets * 2 * math.ceil(math.log2(p)) * lat
         out.append(
@@ -208,34 +220,55 @@ def step_coflows(
                 tags={"dim": "dp", "algo": algo},
             )
         )
+    return out
 
+
+def _pp_coflow(
+    fabric: PhysicalFabric,
+    order: Sequence[str],
+    pp: list[list[int]],
+    g: int,
+    tr: StepTraffic,
+    prefix: str,
+) -> list[Coflow]:
+    """One coflow for the step's boundary traffic: every pair of neighbouring stages on two
+    nodes, forward and back (none when every pipeline stays on one node)."""
     pp_pairs: Counter[tuple[int, int]] = Counter()
-    for ranks in groups["pp"]:
+    for ranks in pp:
         nodes = [r // g for r in ranks]
         for a, b in itertools.pairwise(nodes):
             if a != b:
                 pp_pairs[(a, b)] += 1
-    if pp_pairs:
-        uses = Counter()
-        lat = 0.0
-        # One coflow for the step's boundary traffic: every pair forward and back.
-        for (a, b), k in pp_pairs.items():
-            for x, y in ((a, b), (b, a)):
-                links, lt = fabric.route(order[x], order[y])
-                for lk in links:
-                    uses[lk] += k
-                lat = max(lat, lt)
-        out.append(
-            Coflow(f"{prefix}:pp", dict(uses), tr.pp_bytes, latency_s=2 * lat, tags={"dim": "pp"})
-        )
+    if not pp_pairs:
+        return []
+    uses: Counter[str] = Counter()
+    lat = 0.0
+    for (a, b), k in pp_pairs.items():
+        for x, y in ((a, b), (b, a)):
+            links, lt = fabric.route(order[x], order[y])
+            for lk in links:
+                uses[lk] += k
+            lat = max(lat, lt)
+    return [Coflow(f"{prefix}:pp", dict(uses), tr.pp_bytes, latency_s=2 * lat, tags={"dim": "pp"})]
 
-    ep_seqs = Counter(tuple(dict.fromkeys(r // g for r in ranks)) for ranks in groups["ep"])
+
+def _ep_coflows(
+    fabric: PhysicalFabric,
+    order: Sequence[str],
+    ep: list[list[int]],
+    g: int,
+    tr: StepTraffic,
+    prefix: str,
+) -> list[Coflow]:
+    """One coflow per distinct EP node set: the all-to-all token dispatch between its nodes."""
+    out: list[Coflow] = []
+    ep_seqs = Counter(tuple(dict.fromkeys(r // g for r in ranks)) for ranks in ep)
     for i, (ep_nodes, mult) in enumerate(sorted(ep_seqs.items())):
         e = len(ep_nodes)
         if e < 2:
             continue
-        per_rank = len(groups["ep"][0])
-        uses = Counter()
+        per_rank = len(ep[0])
+        uses: Counter[str] = Counter()
         lat = 0.0
         for a in ep_nodes:
             for b in ep_nodes:
@@ -253,3 +286,27 @@ def step_coflows(
             )
         )
     return out
+
+
+def step_coflows(
+    fabric: PhysicalFabric,
+    order: Sequence[str],
+    *,
+    gpus_per_node: int,
+    tp: int = 1,
+    cp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    traffic: StepTraffic | None = None,
+    prefix: str = "job",
+) -> list[Coflow]:
+    """The coflows of one step of a job whose ranks follow ``order`` (node rank order):
+    DP's all-reduces, then PP's boundary sends, then EP's all-to-alls."""
+    tr = traffic or StepTraffic()
+    g = gpus_per_node
+    groups = _groups(len(order), g, tp, cp, pp, ep)
+    return [
+        *_dp_coflows(fabric, order, groups["dp"], g, tr, prefix),
+        *_pp_coflow(fabric, order, groups["pp"], g, tr, prefix),
+        *_ep_coflows(fabric, order, groups["ep"], g, tr, prefix),
+    ]

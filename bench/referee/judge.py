@@ -2,9 +2,9 @@
 
 Everything the verdict depends on (physical capacities, oversubscription, the other jobs and
 their traffic) is the referee's own; the planner sees only the topology and which nodes are
-busy. :func:`judge` runs the job's step (:mod:`slurmfm.referee.traffic`) together with every
-background job's ring (:mod:`slurmfm.referee.background`) on the physical fabric
-(:mod:`slurmfm.referee.fabric`) with the max-min solver (:mod:`slurmfm.referee.flows`).
+busy. :func:`judge` runs the job's step (:mod:`bench.referee.traffic`) together with every
+background job's ring (:mod:`bench.referee.background`) on the physical fabric
+(:mod:`bench.referee.fabric`) with the max-min solver (:mod:`bench.referee.flows`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmfm.referee.background import BackgroundJob
-from slurmfm.referee.fabric import FabricParams, PhysicalFabric
-from slurmfm.referee.flows import Coflow, max_min_rates, run
-from slurmfm.referee.traffic import StepTraffic, step_coflows
+from bench.referee.background import BackgroundJob
+from bench.referee.fabric import FabricParams, PhysicalFabric
+from bench.referee.flows import Coflow, max_min_rates, run
+from bench.referee.traffic import StepTraffic, step_coflows
 from slurmfm.topology.model import Topology
 
 __all__ = ["Verdict", "background_coflows", "judge"]
@@ -44,7 +44,7 @@ def background_coflows(
     """One persistent ring per multi-node background job in its communication phase.
 
     The ring is not rate-limited: a job that communicates takes what max-min sharing gives it
-    (:mod:`slurmfm.referee.background`, traffic model), so a new job on the links it uses
+    (:mod:`bench.referee.background`, traffic model), so a new job on the links it uses
     slows it down, and that slowdown is what ``others_slowdown_*`` reports.
     """
     out: list[Coflow] = []

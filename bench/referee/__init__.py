@@ -12,10 +12,10 @@ Slurm's own selection rules (``slurm_sim``, the baseline both sides share becaus
 checked against real Slurm) and the topology model.
 """
 
-from slurmfm.referee.background import PHILLY_NODE_MIX, BackgroundJob, fill
-from slurmfm.referee.fabric import FabricParams, PhysicalFabric
-from slurmfm.referee.judge import Verdict, judge
-from slurmfm.referee.traffic import StepTraffic
+from bench.referee.background import PHILLY_NODE_MIX, BackgroundJob, fill
+from bench.referee.fabric import FabricParams, PhysicalFabric
+from bench.referee.judge import Verdict, judge
+from bench.referee.traffic import StepTraffic
 
 __all__ = [
     "PHILLY_NODE_MIX",

@@ -1,8 +1,9 @@
 """The strict base of every recipe model: unknown keys refused, values frozen, and every leaf
 value one the rendered script can carry exactly (``_Strict._exact_values``).
 
-Its own module so that the launcher modules (:mod:`slurmfm.launchers`), which define their
-recipe sections, and the schema (:mod:`slurmfm.recipe.schema`) share one base.
+A module of the package root, below both :mod:`slurmfm.launchers` (which define their recipe
+sections) and :mod:`slurmfm.recipe` (whose schema holds the launchers' sections): in
+``recipe/`` it made the two folders import each other, a cycle across folders (issue 43).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _PATH_FIELDS = frozenset(
         "mounts",
         "activate",
         "script",
+        "driver",
         "megatron_path",
         "model_cache",
         "textfile_dir",
@@ -47,17 +49,20 @@ _LEAF_FIELDS = (
     "activate",
     "args",
     "aws_ofi_nccl",
+    "checkpoint_arg",
     "checkpoint_bytes_per_param",
     "checkpoint_root",
     "command",
     "conda_env",
     "constraints",
     "cp",
+    "cpu_binding",
     "data",
     "dcgm_job_mapping_dir",
     "dcgm_level",
     "dist_port",
     "drain_unhealthy",
+    "driver",
     "efa_counters",
     "efa_installer",
     "enabled",
@@ -67,20 +72,29 @@ _LEAF_FIELDS = (
     "ep",
     "exclude",
     "exclusive",
+    "expected_failure_interval",
     "expedited_requeue",
+    "expert_parallel",
     "extra_args",
+    "fabric_min_busbw_gbs",
+    "fabric_test",
+    "fabric_test_command",
+    "fabric_timeout_s",
     "flavor",
     "health_gate",
     "hang_timeout",
+    "startup_timeout",
     "health_path",
     "image",
     "imex_channel",
     "instance_type",
+    "join_timeout_s",
     "interval_s",
     "keep_last",
     "libfabric",
     "log_dir",
     "log_mode",
+    "master_port",
     "max_restarts",
     "megatron_path",
     "mem",
@@ -93,6 +107,7 @@ _LEAF_FIELDS = (
     "modules",
     "mount_home",
     "mounts",
+    "multinode",
     "named",
     "name",
     "nccl",
@@ -115,6 +130,8 @@ _LEAF_FIELDS = (
     "rdzv_port",
     "ready_poll_s",
     "ready_timeout_s",
+    "replicas",
+    "unhealthy_timeout_s",
     "recipe",
     "requeue",
     "reservation",
