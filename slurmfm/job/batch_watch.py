@@ -38,8 +38,10 @@ class WatchSteps(GateSteps):
                     self.stop_hung(hang, step)
                 elif hang is None and self.progress is not None:
                     self.progress.poll()
-                if not self.unhealthy and not self.signalled and self.server_watch():
-                    self.stop_unhealthy(step)
+                if not self.unhealthy and not self.signalled:
+                    why = self.server_gone()
+                    if why or self.server_watch():
+                        self.stop_unhealthy(step, why)
                 self.say_first_progress()
                 try:
                     rc = step.wait(timeout=self.o.poll_s)
@@ -127,12 +129,29 @@ class WatchSteps(GateSteps):
                 err=True,
             )
 
+    def server_gone(self) -> str:
+        """A server beside the trainer (a train-and-serve job) that has ended while the
+        trainer runs: why, else "". The trainer would fail or wait on it (a rollout asks it),
+        so the step is stopped and requeued with the server's evidence, as for one that stops
+        answering (:meth:`server_watch`). A server alone is the step itself: its end is the
+        step's."""
+        server = self.server
+        if server is None or self.serving:
+            return ""
+        rc = server.poll()
+        if rc is None:
+            return ""
+        return "%s server beside the trainer ended (%s)" % (
+            self.o.serve_kind,
+            "signal %d" % -rc if rc < 0 else "exit %d" % rc,
+        )
+
     def server_watch(self) -> bool:
-        """A server alone in its job: True once its health endpoint has not answered for
-        ``unhealthy_timeout_s`` (asked every ``ready_poll_s``). No training hang watch
-        applies to a server; this is its own."""
+        """A server, alone in its job or beside the trainer: True once its health endpoint
+        has not answered for ``unhealthy_timeout_s`` (asked every ``ready_poll_s``). No
+        training hang watch applies to a server; this is its own."""
         o = self.o
-        if not (self.serving and o.unhealthy_timeout_s > 0):
+        if not ((self.serving or self.server is not None) and o.unhealthy_timeout_s > 0):
             return False
         now = self.clock()
         if now < self.next_health:
@@ -146,14 +165,17 @@ class WatchSteps(GateSteps):
             self.unhealthy_since = now
         return now - self.unhealthy_since >= o.unhealthy_timeout_s
 
-    def stop_unhealthy(self, step: subprocess.Popen[bytes]) -> None:
-        """Stop a server whose health endpoint stopped answering, with its stderr's last
-        lines in the log and in the reason: the evidence of why (judged in :meth:`run_step`)."""
+    def stop_unhealthy(self, step: subprocess.Popen[bytes], why: str = "") -> None:
+        """Stop a server whose health endpoint stopped answering (or, beside the trainer,
+        that ended: ``why``) with its stderr's last lines in the log and in the reason: the
+        evidence of why (judged in :meth:`run_step`). Beside the trainer, ``step`` is the
+        trainer's: it is stopped too, and the server after it (:meth:`after_step`)."""
         o = self.o
         since = self.clock() - (self.unhealthy_since or self.clock())
         tail = [x for x in ev.log_since(self.server_log) if x.strip() and "slurmfm:" not in x]
-        self.unhealthy = "%s server not healthy for %d s (%s%s)" % (
+        self.unhealthy = why or "%s server%s not healthy for %d s (%s%s)" % (
             o.serve_kind,
+            "" if self.serving else " beside the trainer",
             since,
             self.env.get("SLURMFM_SERVE_URL", ""),
             o.health_path,

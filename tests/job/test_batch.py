@@ -1188,6 +1188,119 @@ def test_a_server_whose_health_stops_answering_is_relaunched_then_fails(
     assert "  | 0: ERROR engine core died" in err
 
 
+@pytest.mark.parametrize("failure", ["unhealthy", "ended"])
+def test_a_server_beside_the_trainer_that_fails_stops_the_step_and_requeues(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    failure: str,
+) -> None:
+    """A train-and-serve job (the server on the last node, the trainer beside it): a server
+    whose /health stops answering for unhealthy_timeout_s, or that ends, while the trainer
+    runs stops the trainer's step and requeues the job with the server's stderr tail as the
+    reason (the trainer would fail or wait on its rollouts); before, nothing watched a server
+    once it was ready unless it was alone in its job."""
+    import http.server
+    import threading
+
+    from slurmfm.job import evidence as ev
+
+    health = {"ok": True}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if health["ok"] else 503)
+            self.end_headers()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    log = tmp_path / "job.out"
+    log.write_text("")
+    now = [0.0]
+
+    class Server:
+        """The server's srun: it keeps running (or ends) as the test says."""
+
+        pid = 4243
+
+        def __init__(self) -> None:
+            self.rc: int | None = None
+            self.terms = 0
+
+        def poll(self) -> int | None:
+            return self.rc
+
+        def wait(self, timeout: float | None = None) -> int:
+            return self.rc if self.rc is not None else 143
+
+        def terminate(self) -> None:
+            self.terms += 1
+            self.rc = 143
+
+    class Trainer(Step):
+        """The trainer's srun: runs until terminated (or 60 s); 5 s pass at each wait, and
+        the server fails at the first."""
+
+        def __init__(self) -> None:
+            super().__init__(0)
+            self.terms = 0
+
+        def wait(self, timeout: float | None = None) -> int:
+            if self.done:
+                return self.rc
+            now[0] += 5
+            if now[0] >= 60:  # unwatched, the training would end by itself (or wait forever)
+                self.done = True
+                return self.rc
+            if server.rc is None:
+                health["ok"] = False
+                with log.open("a") as fh:
+                    fh.write("0: ERROR engine core died: CUDA error: an illegal memory access\n")
+                if failure == "ended":
+                    server.rc = 1
+            raise subprocess.TimeoutExpired("srun", timeout or 0)
+
+        def terminate(self) -> None:
+            self.terms += 1
+            self.done, self.rc = True, 143
+
+    server, trainer = Server(), Trainer()
+
+    def popen(argv: list[str], env: Any = None, **kw: Any) -> Any:
+        return server if argv[:2] == ["srun", "vllm"] else trainer
+
+    try:
+        slurm = Slurm()
+        opts = ["--serve-words", "3", "--serve-kind", "vllm", "--unhealthy-timeout-s", "10"]
+        opts += ["--ready-poll-s", "1", "--restart-in-job", "1", "--max-restarts", "3"]
+        b = make(tmp_path, trainer, slurm, *opts)
+        b.popen = popen  # type: ignore[assignment]
+        b.clock = lambda: now[0]
+        b.env["SLURMFM_SERVE_URL"] = f"http://127.0.0.1:{srv.server_address[1]}"
+        monkeypatch.setattr(ev, "log_position", lambda fd=2: (str(log), log.stat().st_size))
+        code = b.main(["srun", "vllm", "serve"], b.launch)  # type: ignore[attr-defined]
+    finally:
+        srv.shutdown()
+    assert code == 0  # requeued
+    assert trainer.terms == 1
+    assert server.rc is not None  # stopped after the trainer (or ended by itself)
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    lines = state(tmp_path)
+    (req,) = [x for x in lines if x.startswith("event=requeue ")]
+    if failure == "ended":
+        assert req.startswith("event=requeue vllm server beside the trainer ended (exit 1)"), lines
+    else:
+        assert req.startswith("event=requeue vllm server beside the trainer not healthy for 1"), (
+            lines
+        )
+    assert "last stderr: 0: ERROR engine core died: CUDA error" in req, lines
+    assert not [x for x in lines if x.startswith("event=relaunch")], lines
+    assert "  | 0: ERROR engine core died" in capsys.readouterr().err
+
+
 def test_a_launch_that_ends_between_two_reads_still_says_its_first_progress(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
