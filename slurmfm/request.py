@@ -245,7 +245,7 @@ class SubmitRequest:
     # -- what is shown -----------------------------------------------------------------------
     def header(self) -> list[str]:
         """The ``# dry run`` lines printed before the script."""
-        from slurmfm.render.quote import sh_join
+        from slurmfm.quote import sh_join
 
         out = [f"# dry run: would run {sh_join(list(self.argv()))} with this script on stdin"]
         for name, data in sorted(self.files.items()):

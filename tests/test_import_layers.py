@@ -1,61 +1,94 @@
-"""No import cycle spans two folders of the package (issue 43): read from the module-level
-imports (the ones that run when a module loads), each root module its own node."""
+"""The layers of issue 43 ("resolve once"): no import runs back up, no import cycle spans two
+folders, and the walk of a shipped recipe from ``api.dry_run`` climbs back up at most 12
+times. The layers, the import reader and the walk are ``scripts/bench_structure.py``'s
+(its docstring defines each), so the report and these tests measure the same thing."""
 
 from __future__ import annotations
 
-import ast
+import sys
 from pathlib import Path
 
-import networkx as nx
+import pytest
+
+from slurmfm import api
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import bench_structure as bs
 
 ROOT = Path(__file__).resolve().parents[1] / "slurmfm"
+RECIPES = sorted((ROOT.parent / "recipes").glob("*.yaml"))
 
 
-def _modname(p: Path, root: Path) -> str:
-    parts = list(p.relative_to(root.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def test_every_folder_and_top_module_has_a_layer() -> None:
+    assert bs.unplaced(ROOT) == []
 
 
-def _node(mod: str, root: Path) -> str:
-    parts = mod.split(".")
-    return parts[1] + "/" if len(parts) >= 2 and (root / parts[1]).is_dir() else mod
-
-
-def folder_graph(root: Path = ROOT) -> nx.DiGraph:
-    mods = {_modname(p, root): p for p in root.rglob("*.py")}
-    g = nx.DiGraph()
-    for mod, path in mods.items():
-        pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
-        for stmt in ast.parse(path.read_text()).body:
-            targets: list[str] = []
-            if isinstance(stmt, ast.ImportFrom):
-                base = stmt.module or ""
-                if stmt.level:
-                    up = pkg.split(".")[: len(pkg.split(".")) - stmt.level + 1]
-                    base = ".".join(up + ([stmt.module] if stmt.module else []))
-                targets = [
-                    f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in stmt.names
-                ]
-            elif isinstance(stmt, ast.Import):
-                targets = [a.name for a in stmt.names]
-            for t in targets:
-                if t.startswith("slurmfm") and _node(t, root) != _node(mod, root):
-                    g.add_edge(_node(mod, root), _node(t, root))
-    return g
+def test_no_import_runs_back_up() -> None:
+    assert bs.back_up_arrows(ROOT) == []
 
 
 def test_no_import_cycle_spans_two_folders() -> None:
-    cycles = [sorted(c) for c in nx.strongly_connected_components(folder_graph()) if len(c) > 1]
-    assert not cycles, cycles
+    assert bs.folder_cycles(ROOT) == []
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    pkg = tmp_path / "slurmfm"
+    for name, text in {"__init__.py": "", **files}.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    return pkg
+
+
+def test_the_check_sees_an_import_that_runs_back_up(tmp_path: Path) -> None:
+    pkg = _package(
+        tmp_path,
+        {
+            "render/__init__.py": "",
+            "render/quote.py": "def q(): ...\n",
+            "launchers/__init__.py": "",
+            # in a function body: runs when called; under TYPE_CHECKING: never runs
+            "launchers/base.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    from slurmfm.render.quote import q\n"
+                "def f():\n"
+                "    from slurmfm.render.quote import q\n"
+                "    return q\n"
+            ),
+            "recipe/__init__.py": "",
+            "recipe/x.py": "from slurmfm.launchers import base\n",  # downwards: fine
+        },
+    )
+    assert bs.back_up_arrows(pkg) == [
+        "slurmfm/launchers/base.py:5 launchers/ -> render/ (slurmfm.render.quote)"
+    ]
+    (pkg / "newfolder").mkdir()
+    (pkg / "newfolder" / "__init__.py").write_text("")
+    assert bs.unplaced(pkg) == ["newfolder/"]
 
 
 def test_the_check_sees_a_cycle(tmp_path: Path) -> None:
-    pkg = tmp_path / "slurmfm"
-    for d in ("a", "b"):
-        (pkg / d).mkdir(parents=True)
-        (pkg / d / "__init__.py").write_text("")
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a" / "x.py").write_text("from slurmfm.b.y import Y\n")
-    (pkg / "b" / "y.py").write_text("from slurmfm.a import x\nY = 1\n")
-    g = folder_graph(pkg)
-    assert [sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1] == [["a/", "b/"]]
+    pkg = _package(
+        tmp_path,
+        {
+            "a/__init__.py": "",
+            "b/__init__.py": "",
+            "a/x.py": "from slurmfm.b.y import Y\n",
+            "b/y.py": "from slurmfm.a import x\nY = 1\n",
+        },
+    )
+    assert bs.folder_cycles(pkg) == [["a/", "b/"]]
+
+
+def test_climbs_count_the_steps_up() -> None:
+    assert bs.climbs(["api", "request", "resolve", "render/", "catalog/", "render/"]) == 2
+    assert bs.climbs(["api", "request", "render/"]) == 0
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_the_walk_of_a_shipped_recipe_climbs_back_up_at_most_12_times(path: Path) -> None:
+    passed, reads, _lookups = bs.walk(api.load(path), ROOT)
+    assert passed[:2] == ["api", "request"]  # the walk starts where dry_run does
+    assert "render/" in passed
+    assert bs.climbs(passed) <= bs.MAX_CLIMBS, passed
+    assert bs.climbs(reads) >= bs.climbs(passed)

@@ -94,7 +94,7 @@ def bash(line: str) -> list[str]:
     """``line`` run as the batch script runs it: after the script's ``slurmfm_run_module``
     (slurmfm.render.script, ``_with_run_module``)."""
     from slurmfm.job.safepath import RUN_MODULE, SHELL_VAR
-    from slurmfm.render.quote import sh_quote
+    from slurmfm.quote import sh_quote
 
     return ["bash", "-c", f"{SHELL_VAR}={sh_quote(RUN_MODULE)}\n{line}"]
 
@@ -149,7 +149,7 @@ def test_a_function_jobs_workers_never_import_slurmfm_from_the_working_directory
         recipe(kind="torchrun", script="slurmfm.call", module=True, python=PYTHON), "$D"
     )
     from slurmfm.job.safepath import RUN_MODULE, SHELL_VAR
-    from slurmfm.render.quote import sh_quote
+    from slurmfm.quote import sh_quote
 
     # the words as the batch shell passes them (it expands the script's slurmfm_run_module)
     words = shlex.split(" ".join(line.lines[1:]).replace(f'"${SHELL_VAR}"', sh_quote(RUN_MODULE)))

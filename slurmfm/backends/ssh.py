@@ -4,7 +4,7 @@ Why SSH and not an agent of our own: every Slurm cluster has a login node that u
 reach with ``ssh``, with their keys, ``~/.ssh/config`` and host keys; SkyPilot and dstack reach
 Slurm the same way. The script is rendered here; the very ``sbatch`` argv of
 :class:`~slurmfm.backends.slurm_cli.SlurmCLI` runs there, each word through the project's one
-quoting function (:func:`slurmfm.render.quote.sh_join`: ``ssh`` hands the remote side one
+quoting function (:func:`slurmfm.quote.sh_join`: ``ssh`` hands the remote side one
 command line, which the login shell parses), and the script's bytes go on stdin, so nothing is
 copied or left behind. Everything ``SlurmCLI`` asks (status, cancel, the preflight's
 questions) goes the same way, by overriding how a command is run.
@@ -147,7 +147,7 @@ class SshBackend(SlurmCLI):
         return argv
 
     def _command(self, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        from slurmfm.render.quote import sh_join
+        from slurmfm.quote import sh_join
 
         remote = sh_join(list(argv), what="remote command word")
         import shutil

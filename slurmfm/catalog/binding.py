@@ -78,15 +78,17 @@ class Binding:
     warning: str | None = None
 
 
-def worker_binding(recipe: Recipe, inst: InstanceType, torchrun: bool) -> Binding:
-    """The worker binding for ``recipe`` on ``inst`` (``torchrun``: the launch runs torchrun)."""
-    from slurmfm.launchers import spec
-
+def worker_binding(
+    recipe: Recipe, inst: InstanceType, torchrun: bool, task_per_gpu: bool
+) -> Binding:
+    """The worker binding for ``recipe`` on ``inst`` (``torchrun``: the launch runs torchrun;
+    ``task_per_gpu``: the launcher's spec runs one task per GPU, its answer passed in, so that
+    the catalog asks nothing of the launchers above it)."""
     if recipe.resources.cpu_binding == "off" or not inst.gpus:
         return Binding()
     if torchrun:
         return Binding(numa="node")
-    if not spec(recipe.launcher.kind).task_per_gpu:
+    if not task_per_gpu:
         return Binding()  # a server: vLLM and SGLang place their own workers
     layout = NUMA_LAYOUT.get(inst.family)
     if layout is None:

@@ -128,7 +128,7 @@ def python_module(python: str, module: str) -> list[str]:
     ``$slurmfm_run_module``, defined once above the launch (slurmfm.render.script), so that
     the launch line reads as ``python3 -c "$slurmfm_run_module" torch.distributed.run``."""
     from slurmfm.job.safepath import SHELL_VAR, module_words
-    from slurmfm.render.quote import sh_quote
+    from slurmfm.quote import sh_quote
 
     py, c, _code, mod = module_words(python, module)
     return [sh_quote(py, what="launcher.python"), c, f'"${SHELL_VAR}"', sh_quote(mod)]

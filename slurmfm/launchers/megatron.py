@@ -82,7 +82,7 @@ class MegatronSpec(LauncherSpec):
         return n if n > 0 else None
 
     def launch(self, recipe: Recipe, checkpoint_dir_expr: str) -> LaunchLine:
-        from slurmfm.render.quote import sh_quote
+        from slurmfm.quote import sh_quote
 
         L = section(recipe, MegatronLauncher)
         p = recipe.parallelism

@@ -66,7 +66,7 @@ class NemoSpec(LauncherSpec):
     forward_tasks = True
 
     def launch(self, recipe: Recipe, checkpoint_dir_expr: str) -> LaunchLine:
-        from slurmfm.render.quote import sh_quote
+        from slurmfm.quote import sh_quote
 
         L = section(recipe, NemoLauncher)
         return LaunchLine(

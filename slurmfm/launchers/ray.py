@@ -89,7 +89,7 @@ class RaySpec(LauncherSpec):
     why_tasks = "one task per node: the Ray head or a Ray worker; Ray starts the workers"
 
     def launch(self, recipe: Recipe, checkpoint_dir_expr: str) -> LaunchLine:
-        from slurmfm.render.quote import sh_quote
+        from slurmfm.quote import sh_quote
 
         L = section(recipe, RayLauncher)
         if L.module:
@@ -114,7 +114,7 @@ class RaySpec(LauncherSpec):
 
     def node_options(self, recipe: Recipe, base: NodeOptions) -> NodeOptions:
         from slurmfm.job.node import RDZV
-        from slurmfm.render.quote import sh_quote
+        from slurmfm.quote import sh_quote
 
         L = section(recipe, RayLauncher)
         sh_quote(L.ray, what="launcher.ray")  # refused here when bash cannot carry it

@@ -41,7 +41,7 @@ class TorchrunSpec(LauncherSpec):
     kind = "torchrun"
 
     def launch(self, recipe: Recipe, checkpoint_dir_expr: str) -> LaunchLine:
-        from slurmfm.render.quote import sh_quote
+        from slurmfm.quote import sh_quote
 
         L = section(recipe, TorchrunLauncher)
         torchrun, common = torchrun_words(recipe, L.python)

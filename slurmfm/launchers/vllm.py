@@ -91,7 +91,7 @@ class VllmSpec(ServerSpec):
     def serve_lines(
         self, launcher: _ServeLauncher, par: Parallelism, nodes: int, model: str, extra: list[str]
     ) -> ServeLines:
-        from slurmfm.render.quote import sh_quote
+        from slurmfm.quote import sh_quote
 
         if not isinstance(launcher, VllmLauncher):
             raise TypeError(f"internal: the vllm spec asked about {type(launcher).__name__}")

@@ -51,7 +51,7 @@ Flavor = Literal["parallelcluster", "pcs", "hyperpod", "generic"]
 SlurmName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
-# What an `#SBATCH --output=` path may hold: slurmfm.render.quote's #SBATCH characters less `%`.
+# What an `#SBATCH --output=` path may hold: slurmfm.quote's #SBATCH characters less `%`.
 _LOG_DIR_CHARS = re.compile(r"^[A-Za-z0-9_@+=:,./\-\[\]&|!*()]$")
 
 _TIME_RE = re.compile(r"^(?:(?P<d>\d+)-)?(?:(?P<h>\d+):)?(?P<m>\d+)(?::(?P<s>\d+))?$")

@@ -13,7 +13,7 @@ and data paths whose value is not the same in every task; the launch words after
 launcher's fixed head (torchrun: the script and its arguments; Megatron-LM: the entry point and
 its arguments) from the first line that is not the same in every task; and for NeMo the
 driver text. Values enter the table already shell-quoted by
-:func:`slurmfm.render.quote.sh_quote`, the same path a single job's values take, so the runtime
+:func:`slurmfm.quote.sh_quote`, the same path a single job's values take, so the runtime
 only selects and never quotes.
 
 Overrides that would change an ``#SBATCH`` line or the launcher kind are refused when the
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slurmfm.errors import RenderError
-from slurmfm.render.quote import env_name, sbatch_value, sh_quote
+from slurmfm.quote import env_name, sbatch_value, sh_quote
 
 if TYPE_CHECKING:
     from slurmfm.plan.types import Placement

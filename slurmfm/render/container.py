@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from slurmfm.launchers import LauncherSpec
-from slurmfm.render.quote import env_name, sh_quote
+from slurmfm.quote import env_name, sh_quote
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slurmfm.errors import RenderError, UnsupportedError
-from slurmfm.render.quote import sbatch_value
+from slurmfm.quote import sbatch_value
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType

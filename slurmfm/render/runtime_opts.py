@@ -13,8 +13,8 @@ from slurmfm.job import hetjob
 from slurmfm.job.options import BatchOptions, PrepareOptions, flag
 from slurmfm.launchers import LauncherSpec, spec
 from slurmfm.plan.types import Placement
+from slurmfm.quote import sh_quote
 from slurmfm.render.parts import Component, HealthGate, Observe, _wrap
-from slurmfm.render.quote import sh_quote
 
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType

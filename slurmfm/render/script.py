@@ -3,8 +3,8 @@
 The script is assembled as typed parts (directives, environment lines, launch command) and laid
 out by a jinja2 template with ``StrictUndefined``, so a missing value is a bug caught in tests,
 never an empty string in a job. User values enter bash only through
-:func:`slurmfm.render.quote.sh_quote` and enter ``#SBATCH`` lines only through
-:func:`slurmfm.render.quote.sbatch_value`.
+:func:`slurmfm.quote.sh_quote` and enter ``#SBATCH`` lines only through
+:func:`slurmfm.quote.sbatch_value`.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from slurmfm.job.options import (
 from slurmfm.job.state import state_name
 from slurmfm.launchers import LauncherSpec
 from slurmfm.plan.types import Placement
+from slurmfm.quote import env_name, sh_join, sh_quote
 from slurmfm.render.container import _container_entry, _container_forward, _container_opts
 from slurmfm.render.directives import Directive, _array_directives, _directives
 from slurmfm.render.parts import Component, EnvLine, HealthGate, Observe, _wrap
 from slurmfm.render.payload import RuntimeFile, payload_line, runtime_file
-from slurmfm.render.quote import env_name, sh_join, sh_quote
 from slurmfm.render.runtime_opts import (
     _batch_lines,
     _batch_opts,
@@ -130,7 +130,7 @@ def _with_run_module(text: str) -> str:
     "$slurmfm_run_module" torch.distributed.run``. Whether a launch uses it is known only
     once every launch line is rendered (the training's, a server's, each component's)."""
     from slurmfm.job.safepath import RUN_MODULE, SHELL_VAR
-    from slurmfm.render.quote import sh_quote
+    from slurmfm.quote import sh_quote
 
     mark = _RUN_MODULE_MARK + "\n"
     if f'"${SHELL_VAR}"' not in text:
@@ -422,6 +422,7 @@ def _worker_binding(
     recipe: Recipe,
     inst: InstanceType,
     torchrun: bool,
+    task_per_gpu: bool,
     trains: bool,
     srun: list[str],
     warnings: list[str],
@@ -431,7 +432,7 @@ def _worker_binding(
     ("" for none). A launch that only serves is not bound (servers bind themselves)."""
     from slurmfm.catalog.binding import worker_binding
 
-    binding = worker_binding(recipe, inst, torchrun and trains)
+    binding = worker_binding(recipe, inst, torchrun and trains, task_per_gpu)
     if binding.warning:
         warnings.append(binding.warning)
     if binding.cpu_bind and trains:
@@ -571,7 +572,9 @@ def _parts(job: ResolvedJob, sweep: SweepTable | None) -> _Parts:
     srun = _launch_srun(recipe, launcher, serve, observe, container_opts)
     serve_srun = _serve_srun(job, srun, serve, container_env, serve_entry)
     trains = serve is None or serve.group != "all"
-    srun, numa = _worker_binding(recipe, inst, launcher.torchrun, trains, srun, warnings)
+    srun, numa = _worker_binding(
+        recipe, inst, launcher.torchrun, launcher.task_per_gpu, trains, srun, warnings
+    )
     nccl_check = _launch_nccl_check(recipe, inst, launcher, serve)
     prepare, order_how = _prepare_opts(recipe, job.placement, serve, launcher)
     # What the training processes get on the save signal besides Slurm's own USR2, which

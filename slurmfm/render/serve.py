@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from slurmfm.job.options import NodeOptions
 from slurmfm.launchers import server_spec
-from slurmfm.render.quote import sh_quote
+from slurmfm.quote import sh_quote
 
 if TYPE_CHECKING:
     from slurmfm.launchers import ServeLauncher

@@ -88,7 +88,7 @@ def test_every_word_reaches_the_login_shell_as_it_was(
     words: list[str], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """The remote command line is what the login node's shell parses: each word comes back
-    whole (the one quoting function, slurmfm.render.quote.sh_join)."""
+    whole (the one quoting function, slurmfm.quote.sh_join)."""
     ctl = tmp_path_factory.getbasetemp() / "ssh-control"  # made by the backend; nothing connects
     be = SshBackend("h", {"PATH": os.environ["PATH"], "SLURMFM_SSH_CONTROL_DIR": str(ctl)})
     remote = be._command(words, be.env)[-1]

@@ -4,6 +4,11 @@ Why a single function: shell-quoting bugs in hand-edited sbatch files are one of
 slurmfm exists to remove. Keeping one audited, property-tested path (``sh_quote``) for bash, and
 one strict validator (``sbatch_value``) for ``#SBATCH`` lines (which sbatch parses itself, not
 bash), makes the guarantee checkable: a value is either carried exactly or rejected.
+
+Why at the package's top, beside :mod:`slurmfm.errors`: the renderer is not its only user.
+The launchers (which the renderer asks for their launch words), the request's command line
+and the ssh backend quote through it too, and the launchers sit below the renderer, so the
+function lives below both (``scripts/bench_structure.py``'s layers: no import runs back up).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmfm.errors import UnsafeValueError
-from slurmfm.render.quote import env_name, sbatch_value, sh_join, sh_quote
+from slurmfm.quote import env_name, sbatch_value, sh_join, sh_quote
 
 # Text without NUL (bash words cannot hold NUL), biased toward shell metacharacters.
 META = st.sampled_from(list("$`\\\"' \t\n;&|<>(){}[]*?~!#=%^,:@+-") + ["$(id)", "`id`", "${X}"])
