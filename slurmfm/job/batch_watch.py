@@ -199,7 +199,7 @@ class WatchSteps(GateSteps):
         self.first_progress_said = True
         log(
             "launch %d: first progress %.0f s after the start (%s)"
-            % (self.launches, p.first_s, p.what)
+            % (self.launches, p.first_s, p.first_what or p.what)
         )
 
     def stop_hung(self, h: HangWatch, step: subprocess.Popen[bytes]) -> None:

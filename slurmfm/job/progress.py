@@ -97,6 +97,7 @@ class Progress:
         self.started = self.last = clock()
         self.first_s: float | None = None  # seconds from the start to the first progress
         self.what = "none since the step started"
+        self.first_what = ""  # what the first progress was (the earliest line of that read)
         self.keys: dict[str, tuple[str, ...]] = {}
         self.line = ""  # the last step line seen ("" none)
         self.next_check = self.started
@@ -108,11 +109,11 @@ class Progress:
         if not force and now < self.next_check:
             return False
         self.next_check = now + CHECK_S
-        seen = ""
+        seen = earliest = ""
         mark = self.mark_fn()
         if mark != self.mark:
             self.mark = mark
-            seen = "progress report or checkpoint"
+            seen = earliest = "progress report or checkpoint"
         if self.log_path:
             lines, self.offset = read_new(self.log_path, self.offset)
             for text in lines:
@@ -121,11 +122,14 @@ class Progress:
                     self.keys[got[0]] = got[1]
                     self.line = "%s %s" % (got[0], "/".join(got[1][-2:]))
                     seen = self.line
+                    earliest = earliest or seen
         if not seen:
             return False
         self.last, self.what = now, seen
         if self.first_s is None:
-            self.first_s = now - self.started
+            # several lines in one read: the first progress is the earliest of them (a slow
+            # start's "iteration 10/20", not the "20/20" printed after it)
+            self.first_s, self.first_what = now - self.started, earliest
         return True
 
     def since_start(self) -> tuple[bool | None, str]:

@@ -1305,7 +1305,9 @@ def test_a_launch_that_ends_between_two_reads_still_says_its_first_progress(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A short launch whose iteration lines came and went before the watch read them (the
-    container slow-start test missed its line in a CI simulation): the end is read too."""
+    container slow-start test missed its line in a CI simulation): the end is read too, and
+    of the lines read at once the first progress is the earliest (the real Pyxis slow-start
+    test named "20/20", printed after "10/20")."""
     from slurmfm.job import evidence as ev
 
     log = tmp_path / "job.out"
@@ -1317,6 +1319,7 @@ def test_a_launch_that_ends_between_two_reads_still_says_its_first_progress(
             if not self.done:
                 with log.open("a") as fh:
                     fh.write(" [2026-12-07 04:00:00] iteration       10/      20 | x |\n")
+                    fh.write(" [2026-12-07 04:00:09] iteration       20/      20 | x |\n")
                 self.done = True
             return self.rc
 
