@@ -91,6 +91,7 @@ def test_recipes_exist() -> None:
         "gb200-llama3-405b",
         "vllm-llama3-70b-2xp5",
         "sglang-deepseek-v3-p6-b200",
+        "sglang-deepseek-v3-pd-p6-b200",
         "grpo-train-and-serve-p5",
         "sweep-lr-llama3-8b-p5",
         "sweep-quickstart",

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 
 from . import evidence as ev
-from . import fsafe, hetjob, install, masking, serve
+from . import fsafe, hetjob, install, masking, pd, serve
 from . import hosts as hs
 from . import spares as sp
 from .batch_state import BatchState, log
@@ -85,10 +85,13 @@ class LaunchSteps(BatchState):
         self.unhealthy, self.unhealthy_since = "", None
         self.server = self.popen(list(argv), env=self.step_env(argv))
         url = self.env.get("SLURMFM_SERVE_URL", "") + o.health_path
-        log(f"waiting up to {o.ready_timeout_s:g} s for {url}")
+        # SGLang prefill/decode (.pd): every server, then the router in front of them
+        pd_info = serve.pd_servers(self.env)
+        urls = [s.url + o.health_path for s in pd_info[1]] + [url] if pd_info else [url]
+        log(f"waiting up to {o.ready_timeout_s:g} s for {' '.join(urls)}")
         server = self.server
-        why = serve.wait_ready(
-            url,
+        why = serve.wait_all(
+            urls,
             lambda: server.poll() is None,
             o.ready_timeout_s,
             o.ready_poll_s,
@@ -115,6 +118,7 @@ class LaunchSteps(BatchState):
                 "run_id": e.get("SLURMFM_RUN_ID", ""),
                 "nodes": e.get("SLURMFM_SERVE_ORDER", ""),
                 "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                **({"disaggregation": pd.endpoint_info(*pd_info)} if pd_info else {}),
             },
         )
         self.state.record("ready", "url={}".format(e.get("SLURMFM_SERVE_URL", "")))

@@ -12,10 +12,14 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from . import fsafe
 from .safepath import program
+
+if TYPE_CHECKING:
+    from .pd import Server
 
 
 def http_ok(url: str, timeout_s: float = 5.0) -> bool:
@@ -54,6 +58,41 @@ def wait_ready(
                 "(launcher.ready_timeout_s)"
             )
         sleep(poll_s)
+
+
+def wait_all(
+    urls: Sequence[str],
+    running: Callable[[], bool],
+    timeout_s: float,
+    poll_s: float,
+    kind: str = "model",
+    check: Callable[[str], bool] = http_ok,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """:func:`wait_ready` for each of ``urls`` in turn, within one ``timeout_s`` for all
+    (SGLang prefill/decode: every server, then the router)."""
+    deadline = clock() + timeout_s
+    for url in urls:
+        left = max(0.0, deadline - clock())
+        why = wait_ready(url, running, left, poll_s, kind, check, clock, sleep)
+        if why is not None:
+            return why.replace("within %g s" % left, "within %g s" % timeout_s)
+    return None
+
+
+def pd_servers(env: Mapping[str, str]) -> tuple[str, list[Server]] | None:
+    """The router's URL and the servers of SGLang prefill/decode (``prepare``'s export,
+    :mod:`.pd`), None for any other server."""
+    from . import pd
+
+    text = env.get(pd.ENV, "")
+    if not text:
+        return None
+    try:
+        return pd.from_json(text)
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _atomic(path: str, text: str) -> None:
