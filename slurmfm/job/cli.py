@@ -383,15 +383,23 @@ def _pd_ports(
     def clash(p: int) -> str | None:
         return pd.port_clash(a.serve_port, p, n, n_prefill, a.serve_dp, (rdzv_port,), eph)
 
-    base = a.dist_port or hs.choose_port(
-        job_id,
-        restart,
-        a.port_base + a.port_span,
-        a.port_span,
-        eph,
-        is_free=lambda p: True,
-        usable=lambda p: clash(p) is None,
-    )
+    why = pd.http_clash(a.serve_port, n, eph)
+    if why:
+        print(f"slurmfm: SGLang prefill/decode: {why}", file=sys.stderr)
+        return False
+    try:
+        base = a.dist_port or hs.choose_port(
+            job_id,
+            restart,
+            a.port_base + a.port_span,
+            a.port_span,
+            eph,
+            is_free=lambda p: True,
+            usable=lambda p: clash(p) is None,
+        )
+    except hs.OrderError as exc:
+        print(f"slurmfm: SGLang prefill/decode: {exc}", file=sys.stderr)
+        return False
     why = clash(base)
     if why:
         print(f"slurmfm: SGLang prefill/decode ports from {base}: {why}", file=sys.stderr)

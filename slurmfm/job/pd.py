@@ -81,6 +81,24 @@ def dist_block(servers: int, prefill_servers: int, dp: int) -> int:
     return servers * (SGLANG_DIST_EXTRA + max(1, dp)) + prefill_servers
 
 
+def http_clash(router: int, servers: int, ephemeral: tuple[int, int] = (0, -1)) -> str | None:
+    """Why the router's port ``router`` leaves no room for the servers' HTTP ports after it
+    (and SGLang's band above each) out of the ephemeral range and under 65536, or None."""
+    http = range(router, router + 1 + servers + SGLANG_HTTP_BAND)
+    lo, hi = ephemeral
+    if http.stop > 65536:
+        return "the servers' HTTP ports %d-%d (and SGLang's NCCL ports above them) pass 65535" % (
+            router + 1,
+            router + servers,
+        )
+    if http.start <= hi and lo < http.stop:
+        return "the HTTP ports %d-%d (router, servers, SGLang's NCCL ports) reach the " % (
+            http.start,
+            http.stop - 1,
+        ) + "ephemeral range %d-%d; set launcher.port below it" % (lo, hi)
+    return None
+
+
 def port_clash(
     router: int,
     base: int,
@@ -95,19 +113,12 @@ def port_clash(
     The HTTP ports (the router's and the servers' ``router + 1 ..``) with SGLang's band above
     each server's must not meet the block from ``base`` (:func:`dist_block`), a port in
     ``taken`` (the rendezvous port), the ephemeral range, or 65535."""
+    why = http_clash(router, servers, ephemeral)
+    if why:
+        return why
     http = range(router, router + 1 + servers + SGLANG_HTTP_BAND)
     block = range(base, base + dist_block(servers, prefill_servers, dp))
     lo, hi = ephemeral
-    if http.stop > 65536:
-        return "the servers' HTTP ports %d-%d (and SGLang's NCCL ports above them) pass 65535" % (
-            router + 1,
-            router + servers,
-        )
-    if http.start <= hi and lo < http.stop:
-        return "the HTTP ports %d-%d (router, servers, SGLang's NCCL ports) reach the " % (
-            http.start,
-            http.stop - 1,
-        ) + "ephemeral range %d-%d" % (lo, hi)
     if block.stop > 65536:
         return "the dist and bootstrap ports %d-%d pass 65535" % (block.start, block.stop - 1)
     if block.start < http.stop and http.start < block.stop:
