@@ -1,7 +1,8 @@
 """SGLang prefill/decode disaggregation, run: the rendered script under bash on the stand-in
 cluster (stub ``srun`` that starts the step's task on each "node" of one host, stub
-``scontrol``), with the SGLang and router stand-ins (``tests/serve/standins/pylib``) that take
-the flags as SGLang documents them. The job splits its 4 nodes into a prefill server on the
+``scontrol``), with the SGLang stand-in (``tests/serve/standins/pylib``), which takes the
+flags as SGLang documents them, behind the real router (sglang-router) and behind the router's
+stand-in (``tests/serve/standins/router``). The job splits its 4 nodes into a prefill server on the
 first 2 and a decode server on the next 2 (``--tp 2`` over 2 nodes of 1 process each), the
 router on node 0 in front of them; the endpoint file names the router and lists both servers.
 """
@@ -141,10 +142,32 @@ def job(bindir: Path, text: str, tmp: Path) -> Iterator[subprocess.Popen[bytes]]
         log.close()
 
 
+def real_router() -> str | None:
+    """Where this Python finds the real router (sglang-router, a test dependency), if it
+    does: the directory that holds its package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang_router")
+    return str(Path(spec.origin).parent.parent) if spec is not None and spec.origin else None
+
+
+@pytest.mark.parametrize("router_kind", ["standin", "real"])
 def test_prefill_decode_split_and_router_on_the_stand_in_cluster(
-    sandbox: Path, tmp_path: Path
+    sandbox: Path, tmp_path: Path, router_kind: str
 ) -> None:
+    """With the router's stand-in (which checks each worker's role and bootstrap port) and
+    with the real router, sglang-router 0.3.2, which runs on CPU: it parses the job's router
+    line with its own CLI and registers the stand-in servers as its prefill and decode
+    workers."""
+    real = real_router()
+    if router_kind == "real" and real is None:
+        pytest.skip("sglang-router is not installed (pip install '.[test]')")
     port = free_port()
+    # the stand-in router's directory first on the path shadows an installed real one
+    path = [str(STANDINS / "pylib"), str(STANDINS / "router") if router_kind == "standin" else real]
+    metrics = free_port()  # the router's Prometheus port (29000 by default)
+    while port - 2 <= metrics <= port + 2:
+        metrics = free_port()
     recipe = validate(
         {
             "name": "pd",
@@ -163,10 +186,15 @@ def test_prefill_decode_split_and_router_on_the_stand_in_cluster(
                     "prefill_nodes": 2,
                     "decode_nodes": 2,
                     "transfer_backend": "nixl",
-                    "router_args": ["--policy", "round_robin"],
+                    "router_args": [
+                        "--policy",
+                        "round_robin",
+                        "--prometheus-port",
+                        str(metrics),
+                    ],
                 },
             },
-            "env": {"PYTHONPATH": str(STANDINS / "pylib")},
+            "env": {"PYTHONPATH": os.pathsep.join(path)},
             "storage": {"checkpoint_root": str(tmp_path / "ckpt"), "log_dir": str(tmp_path)},
             "resilience": {"health_gate": "off", "nccl_transport_check": "off", "requeue": False},
         }
@@ -203,10 +231,24 @@ def test_prefill_decode_split_and_router_on_the_stand_in_cluster(
         assert (p["nnodes"], p["ranks"], p["node"]) == (2, [0, 1], "node001")
         assert (d["nnodes"], d["ranks"], d["node"]) == (2, [0, 1], "node003")
         assert p["dist_init_addr"] != d["dist_init_addr"]
-        # the router on node 0, in front of both, with the recipe's router arguments
-        r = get(router + "/standin/info")
-        assert r["prefill"] == [[prefill["url"], prefill["bootstrap_port"]]]
-        assert r["decode"] == [decode["url"]]
-        assert (r["node"], r["policy"]) == ("node001", "round_robin")
         assert "slurmfm: prefill/decode servers: prefill http://127.0.0.1" in log
         assert "slurmfm: node 0 runs the router: " in log
+        # the router on node 0, in front of both, with the recipe's router arguments
+        if router_kind == "standin":
+            r = get(router + "/standin/info")
+            assert r["prefill"] == [[prefill["url"], prefill["bootstrap_port"]]]
+            assert r["decode"] == [decode["url"]]
+            assert (r["node"], r["policy"]) == ("node001", "round_robin")
+            return
+        # the real router registers its workers in the background (GET /workers)
+        want = {
+            (prefill["url"], "prefill", prefill["bootstrap_port"]),
+            (decode["url"], "decode", None),
+        }
+        got: set[tuple[str, str, int | None]] = set()
+        deadline = time.monotonic() + 30
+        while got != want and time.monotonic() < deadline:
+            workers = get(router + "/workers").get("workers", [])
+            got = {(w["url"], w["worker_type"], w.get("bootstrap_port")) for w in workers}
+            time.sleep(0.2)
+        assert got == want, workers

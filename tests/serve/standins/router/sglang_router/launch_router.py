@@ -5,13 +5,16 @@ It takes the router's documented flags as its own parser declares them
 ``--prefill URL [BOOTSTRAP_PORT]``, ``nargs="+"``, ``action="append"``, the port a number or
 ``none``; ``--decode URL``, ``nargs=1``, ``action="append"``; ``--host`` default 127.0.0.1,
 ``--port`` default 30000; ``--policy``, ``--prefill-policy``, ``--decode-policy`` among
-``random|round_robin|cache_aware|power_of_two``; ``--worker-startup-timeout-secs`` default 600)
+``random|round_robin|cache_aware|power_of_two``; ``--worker-startup-timeout-secs`` default 600;
+``--prometheus-port`` default 29000, ``--prometheus-host``)
 and its usage in docs/advanced_features/router.md ("Prefill/Decode Disaggregation"). Like the
 router it waits up to the startup timeout for its workers' ``/health``; then it checks what
 only a stand-in can: each ``--prefill`` is a prefill server whose bootstrap port is the one
 given (and accepts a connection), each ``--decode`` a decode server. Then it serves
-``/health``, ``/v1/models`` and ``/standin/info`` (the workers it routes to). No GPU here for
-the real router's workers, hence a stand-in.
+``/health``, ``/v1/models`` and ``/standin/info`` (the workers it routes to).
+
+Not on ``pylib``'s path: the real router (sglang-router, a Rust build that runs on CPU) is
+the same module name, and tests/serve/test_pd_script.py runs the job with each.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def main() -> int:
     p.add_argument("--prefill-policy", choices=POLICIES)
     p.add_argument("--decode-policy", choices=POLICIES)
     p.add_argument("--worker-startup-timeout-secs", type=int, default=600)
+    p.add_argument("--prometheus-port", type=int, default=29000)
+    p.add_argument("--prometheus-host", default="127.0.0.1")
     a = p.parse_args()
     if not a.pd_disaggregation or not a.prefill or not a.decode:
         print("router stand-in: PD mode needs --prefill and --decode", file=sys.stderr)
