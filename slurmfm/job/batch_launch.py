@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import evidence as ev
 from . import fsafe, hetjob, install, masking, pd, serve
@@ -85,9 +85,15 @@ class LaunchSteps(BatchState):
         self.unhealthy, self.unhealthy_since = "", None
         self.server = self.popen(list(argv), env=self.step_env(argv))
         url = self.env.get("SLURMFM_SERVE_URL", "") + o.health_path
-        # SGLang prefill/decode (.pd): every server, then the router in front of them
+        # SGLang prefill/decode (.pd): every server, then the router in front of them, ready
+        # once it has registered them (its /health answers from its start)
         pd_info = serve.pd_servers(self.env)
-        urls = [s.url + o.health_path for s in pd_info[1]] + [url] if pd_info else [url]
+        urls: list[str] = [url]
+        check: Callable[[str], bool] = serve.http_ok
+        if pd_info:
+            router = self.env.get("SLURMFM_SERVE_URL", "") + serve.ROUTER_READY
+            urls = [s.url + o.health_path for s in pd_info[1]] + [router]
+            check = serve.pd_check
         log(f"waiting up to {o.ready_timeout_s:g} s for {' '.join(urls)}")
         server = self.server
         why = serve.wait_all(
@@ -96,6 +102,7 @@ class LaunchSteps(BatchState):
             o.ready_timeout_s,
             o.ready_poll_s,
             kind=o.serve_kind,
+            check=check,
             clock=self.clock,
             sleep=self.sleep,
         )

@@ -32,7 +32,9 @@ and prefill server ``i`` its bootstrap port after all of them.
 
 ``prepare`` decides the layout once (:func:`layout`, exported as ``SLURMFM_PD``, JSON); each
 node's entry reads its own part from it (:func:`server_words`, :func:`router_words`), and the
-batch step waits for every server and the router before it writes the endpoint file.
+batch step waits for every server's health and the router's readiness (:data:`.serve.ROUTER_READY`:
+its ``/health`` answers before it has registered any server) before it writes the endpoint
+file.
 
 Standard library only (Python >= 3.8), as all of slurmfm.job.
 """

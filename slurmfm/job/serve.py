@@ -35,6 +35,42 @@ def http_ok(url: str, timeout_s: float = 5.0) -> bool:
         return False
 
 
+def http_status(url: str, timeout_s: float = 5.0) -> int:
+    """``GET url``'s HTTP status, 0 when nothing answered."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - http only
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0
+
+
+ROUTER_READY = "/readiness"
+"""SGLang's router: 200 once it has healthy workers, 503 before ("insufficient healthy
+workers", sglang-router 0.3.2), while its ``/health`` answers 200 from its start
+(sgl-project/sglang docs/advanced_features/router.md, API Surface: ``/liveness``,
+``/readiness``, ``/health``)."""
+
+
+def router_ready(url: str) -> bool:
+    """``url`` (a router's :data:`ROUTER_READY`) answers 200; a router without that
+    endpoint (404) is asked its ``/health`` instead."""
+    status = http_status(url)
+    if status == 404:
+        return http_ok(url[: -len(ROUTER_READY)] + "/health")
+    return status == 200
+
+
+def pd_check(url: str) -> bool:
+    """The readiness check of SGLang prefill/decode's URLs: the router's by
+    :func:`router_ready`, the servers' by :func:`http_ok`."""
+    return router_ready(url) if url.endswith(ROUTER_READY) else http_ok(url)
+
+
 def wait_ready(
     url: str,
     running: Callable[[], bool],

@@ -157,3 +157,23 @@ def test_the_router_ends_with_the_server(tmp_path: Path) -> None:
     rc = run_with_router(router, server, "none", {"PATH": "/usr/bin:/bin"}, None, None)
     assert rc == 0
     assert mark.exists()
+
+
+def test_the_router_is_ready_by_its_readiness_or_where_it_has_none_its_health(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SGLang's router answers /health from its start and /readiness (503) until it has
+    healthy workers; a router without /readiness (404) is asked its /health."""
+    from slurmfm.job import serve
+
+    status = {"http://r:1/readiness": 503, "http://s:2/health": 200}
+    monkeypatch.setattr(serve, "http_status", lambda url, timeout_s=5.0: status.get(url, 0))
+    monkeypatch.setattr(serve, "http_ok", lambda url, timeout_s=5.0: status.get(url) == 200)
+    assert not serve.pd_check("http://r:1/readiness")
+    assert serve.pd_check("http://s:2/health")
+    status["http://r:1/readiness"] = 200
+    assert serve.pd_check("http://r:1/readiness")
+    status["http://r:1/readiness"] = 404
+    assert not serve.pd_check("http://r:1/readiness")
+    status["http://r:1/health"] = 200
+    assert serve.pd_check("http://r:1/readiness")

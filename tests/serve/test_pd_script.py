@@ -240,7 +240,8 @@ def test_prefill_decode_split_and_router_on_the_stand_in_cluster(
             assert r["decode"] == [decode["url"]]
             assert (r["node"], r["policy"]) == ("node001", "round_robin")
             return
-        # the real router registers its workers in the background (GET /workers)
+        # the job said ready once the real router was (its /health answers from its start)
+        assert get(router + "/readiness")["status"] == "ready"
         want = {
             (prefill["url"], "prefill", prefill["bootstrap_port"]),
             (decode["url"], "decode", None),
