@@ -98,7 +98,7 @@ class SglangSpec(ServerSpec):
             # Prefill/decode: each node's entry adds its server's port, role, transfer
             # backend, bootstrap port and (across nodes) --nnodes/--node-rank/--dist-init-addr
             # from the layout the runtime made (slurmfm/job/pd.py); node 0 runs the router.
-            from slurmfm.render.quote import sh_quote
+            from slurmfm.quote import sh_quote
 
             for a in d.router_args:
                 sh_quote(a, what="launcher.disaggregation.router_args")  # bash must carry it
