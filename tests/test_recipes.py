@@ -91,6 +91,7 @@ def test_recipes_exist() -> None:
         "gb200-llama3-405b",
         "vllm-llama3-70b-2xp5",
         "sglang-deepseek-v3-p6-b200",
+        "sglang-deepseek-v3-pd-p6-b200",
         "grpo-train-and-serve-p5",
         "sweep-lr-llama3-8b-p5",
         "sweep-quickstart",
@@ -218,7 +219,10 @@ def test_processes_per_node_match_gpus(path: Path, flavor: str, version: str) ->
         # model-parallel layout uses every GPU of the job (tp * pp == GPUs).
         assert "--ntasks-per-node=1" in srun.split()
         p = recipe.parallelism
-        assert p.tp * p.pp == recipe.resources.nodes * expected
+        d = recipe.launcher.disaggregation  # type: ignore[union-attr]
+        # prefill/decode: each server's tp * pp takes whole nodes of its group
+        servers = 1 if d is None else recipe.resources.nodes * expected // (p.tp * p.pp)
+        assert p.tp * p.pp * servers == recipe.resources.nodes * expected
         return
     if recipe.launcher.kind == "ray":
         # One Ray head or worker per node; Ray finds the node's GPUs itself (veRL's sample

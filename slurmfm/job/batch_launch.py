@@ -14,10 +14,10 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import evidence as ev
-from . import fsafe, hetjob, install, masking, serve
+from . import fsafe, hetjob, install, masking, pd, serve
 from . import hosts as hs
 from . import spares as sp
 from .batch_state import BatchState, log
@@ -85,14 +85,24 @@ class LaunchSteps(BatchState):
         self.unhealthy, self.unhealthy_since = "", None
         self.server = self.popen(list(argv), env=self.step_env(argv))
         url = self.env.get("SLURMFM_SERVE_URL", "") + o.health_path
-        log(f"waiting up to {o.ready_timeout_s:g} s for {url}")
+        # SGLang prefill/decode (.pd): every server, then the router in front of them, ready
+        # once it has registered them (its /health answers from its start)
+        pd_info = serve.pd_servers(self.env)
+        urls: list[str] = [url]
+        check: Callable[[str], bool] = serve.http_ok
+        if pd_info:
+            router = self.env.get("SLURMFM_SERVE_URL", "") + serve.ROUTER_READY
+            urls = [s.url + o.health_path for s in pd_info[1]] + [router]
+            check = serve.pd_check
+        log(f"waiting up to {o.ready_timeout_s:g} s for {' '.join(urls)}")
         server = self.server
-        why = serve.wait_ready(
-            url,
+        why = serve.wait_all(
+            urls,
             lambda: server.poll() is None,
             o.ready_timeout_s,
             o.ready_poll_s,
             kind=o.serve_kind,
+            check=check,
             clock=self.clock,
             sleep=self.sleep,
         )
@@ -115,6 +125,7 @@ class LaunchSteps(BatchState):
                 "run_id": e.get("SLURMFM_RUN_ID", ""),
                 "nodes": e.get("SLURMFM_SERVE_ORDER", ""),
                 "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                **({"disaggregation": pd.endpoint_info(*pd_info)} if pd_info else {}),
             },
         )
         self.state.record("ready", "url={}".format(e.get("SLURMFM_SERVE_URL", "")))

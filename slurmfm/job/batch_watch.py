@@ -15,7 +15,7 @@ import sys
 
 from . import decide as dec
 from . import evidence as ev
-from . import nccl, serve
+from . import nccl, pd, serve
 from .batch_act import flush_and_exit
 from .batch_gate import GateSteps
 from .batch_state import log
@@ -158,7 +158,11 @@ class WatchSteps(GateSteps):
             return False
         self.next_health = now + o.ready_poll_s
         url = self.env.get("SLURMFM_SERVE_URL", "") + o.health_path
-        if serve.http_ok(url, timeout_s=min(10.0, o.ready_poll_s * 2)):
+        if self.env.get(pd.ENV):  # SGLang prefill/decode: the router with healthy servers
+            ok = serve.pd_check(self.env.get("SLURMFM_SERVE_URL", "") + serve.ROUTER_READY)
+        else:
+            ok = serve.http_ok(url, timeout_s=min(10.0, o.ready_poll_s * 2))
+        if ok:
             self.unhealthy_since = None
             return False
         if self.unhealthy_since is None:

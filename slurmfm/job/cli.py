@@ -334,6 +334,8 @@ def _rendezvous(
         SLURMFM_SERVE_PORT=str(a.serve_port),
         SLURMFM_SERVE_URL="http://%s:%d" % (shead, a.serve_port),
     )
+    if a.pd_prefill:
+        return _pd_ports(a, job_id, restart, rdzv_port, eph, serve_order, addrs, exports)
     if a.dist_port < 0:
         return True
 
@@ -356,6 +358,62 @@ def _rendezvous(
         print(f"slurmfm: SGLang dist port {dist}: {why}", file=sys.stderr)
         return False
     exports["SLURMFM_SERVE_DIST_PORT"] = str(dist)
+    return True
+
+
+def _pd_ports(
+    a: PrepareOptions,
+    job_id: int,
+    restart: int,
+    rdzv_port: int,
+    eph: tuple[int, int],
+    order: list[str],
+    addrs: dict[str, str],
+    exports: dict[str, str],
+) -> bool:
+    """SGLang prefill/decode (:mod:`.pd`): the servers of the order and their ports, one
+    block per job picked like SGLang's dist port, exported as ``SLURMFM_PD``; False where
+    the ports cannot be used (said on stderr)."""
+    from . import hosts as hs
+    from . import pd
+
+    n_prefill = a.pd_prefill // max(1, a.pd_span)
+    n = n_prefill + a.pd_decode // max(1, a.pd_span)
+
+    def clash(p: int) -> str | None:
+        return pd.port_clash(a.serve_port, p, n, n_prefill, a.serve_dp, (rdzv_port,), eph)
+
+    why = pd.http_clash(a.serve_port, n, eph)
+    if why:
+        print(f"slurmfm: SGLang prefill/decode: {why}", file=sys.stderr)
+        return False
+    try:
+        base = a.dist_port or hs.choose_port(
+            job_id,
+            restart,
+            a.port_base + a.port_span,
+            a.port_span,
+            eph,
+            is_free=lambda p: True,
+            usable=lambda p: clash(p) is None,
+        )
+    except hs.OrderError as exc:
+        print(f"slurmfm: SGLang prefill/decode: {exc}", file=sys.stderr)
+        return False
+    why = clash(base)
+    if why:
+        print(f"slurmfm: SGLang prefill/decode ports from {base}: {why}", file=sys.stderr)
+        return False
+    try:
+        servers = pd.layout(
+            order, addrs, a.pd_prefill, a.pd_decode, a.pd_span, a.serve_port, base, a.serve_dp
+        )
+    except ValueError as exc:
+        print(f"slurmfm: SGLang prefill/decode: {exc}", file=sys.stderr)
+        return False
+    exports["SLURMFM_SERVE_DIST_PORT"] = str(base)
+    exports[pd.ENV] = pd.to_json(exports["SLURMFM_SERVE_URL"], servers)
+    print("slurmfm: " + pd.describe(exports["SLURMFM_SERVE_URL"], servers), file=sys.stderr)
     return True
 
 
@@ -636,6 +694,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             no.forward_tasks,
             no.numa,
             vllm=(no.vllm, no.vllm_dp, no.vllm_dp_local),
+            pd=no if no.pd else None,
         )
     if a.cmd == "forward":
         return _forward(a, env)

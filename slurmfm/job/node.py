@@ -34,6 +34,7 @@ from .serve import ray_alive
 
 if TYPE_CHECKING:
     from .health import Runner
+    from .options import NodeOptions
 
 
 # Set by the batch step in the launch's environment where each node's entry (:func:`main`, on
@@ -904,6 +905,90 @@ def vllm_node(
     return v.node_words(argv, rank, nnodes, head, port, dp, dp_local), False
 
 
+def pd_node(
+    argv: Sequence[str], rank: int, me: str, o: NodeOptions, env: dict[str, str]
+) -> tuple[list[str], list[str]] | None:
+    """SGLang prefill/decode (:mod:`.pd`): this node's server command from the layout that
+    ``prepare`` exported, and on node 0 the router's command too ([] elsewhere); None, said
+    on stderr, when the layout does not name this node."""
+    from . import pd
+
+    try:
+        router_url, servers = pd.from_json(env.get(pd.ENV, ""))
+    except (ValueError, KeyError, TypeError) as exc:
+        print("slurmfm: no prefill/decode layout (%s): %s" % (pd.ENV, exc), file=sys.stderr)
+        return None
+    found = pd.mine(servers, me)
+    if found is None:
+        print("slurmfm: %s is in no prefill or decode server" % me, file=sys.stderr)
+        return None
+    server, srank = found
+    words = pd.server_words(argv, server, srank, o.pd)
+    if srank == 0:
+        print("slurmfm: %s runs the %s server %s" % (me, server.role, server.url), flush=True)
+    if rank != 0:
+        return words, []
+    port = int(router_url.rpartition(":")[2] or 0)
+    router = pd.router_words(o.pd_router_python, servers, port, o.pd_startup_s, o.pd_router_arg)
+    return words, router
+
+
+def run_with_router(
+    router: Sequence[str],
+    argv: Sequence[str],
+    forward: str,
+    env: dict[str, str],
+    watch: LaunchWatch | None,
+    stdin: int | None,
+) -> int:
+    """Node 0 of SGLang prefill/decode: the router beside this node's server. The router
+    ends with the server (a TERM, then a KILL after 10 s); a router that ends first stops the
+    server, so that the step, and the job's readiness or health watch, see it (exit 1 at
+    least)."""
+    import threading
+
+    from .safepath import RUN_MODULE, SHELL_VAR
+
+    shown = masking.line(router, env, named={RUN_MODULE: f'"${SHELL_VAR}"'})
+    print("slurmfm: node 0 runs the router: " + shown, flush=True)
+    proc = subprocess.Popen(list(router), env=env, stdin=subprocess.DEVNULL)
+    stopping: list[bool] = []
+    died: list[int] = []
+
+    def stop(wait: bool = True) -> None:
+        stopping.append(True)
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+        if not wait:
+            return  # a TERM: the server is told at once, the router waited for below
+        try:
+            proc.wait(10.0)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait()
+
+    def follow() -> None:
+        rc = proc.wait()
+        if not stopping:
+            died.append(exit_code(rc))
+            print(
+                "slurmfm: the SGLang router exited (exit %d); stopping this node's server"
+                % exit_code(rc),
+                file=sys.stderr,
+                flush=True,
+            )
+            os.kill(os.getpid(), signal.SIGTERM)  # run_launcher's handler passes it on
+
+    threading.Thread(target=follow, daemon=True).start()
+    try:
+        rc = run_launcher(argv, forward, env, watch, stdin=stdin, first_on_term=lambda: stop(False))
+    finally:
+        stop()
+    return (rc or 1) if died else rc
+
+
 def main(
     argv: Sequence[str],
     prefix: int,
@@ -913,6 +998,7 @@ def main(
     forward_tasks: bool = False,
     numa: str = "",
     vllm: tuple[str, int, int] = ("", 1, 1),
+    pd: NodeOptions | None = None,
 ) -> int:
     env = dict(os.environ if env is None else env)
     me = env.get("SLURMD_NODENAME", "")
@@ -945,6 +1031,12 @@ def main(
             float(ray["timeout"]),
             env,
         )
+    router: list[str] = []
+    if pd is not None:  # SGLang prefill/decode: this node's own server, the router on node 0
+        picked = pd_node(argv, rank, me, pd, env)
+        if picked is None:
+            return 3
+        argv, router = picked
     final = insert_rank(argv, prefix, rank)
     if numa:  # torchrun's --numa-binding where this launch's torch has it (.numa)
         from .numa import with_binding
@@ -985,6 +1077,8 @@ def main(
             return run_ray_driver(final, rank, me, addrs.get(me, me), ray, env)
         watch = LaunchWatch(evidence, me) if evidence and os.path.isdir(evidence) else None
         stdin = subprocess.DEVNULL if value else None
+        if router:
+            return run_with_router(router, final, forward, env, watch, stdin)
         return run_launcher(final, forward, env, watch, stdin=stdin, forward_tasks=forward_tasks)
     finally:
         if agent is not None:

@@ -162,6 +162,9 @@ class _Prepare(NamedTuple):
     serve_port: int = 0
     dist_port: int = -1
     serve_dp: int = 1
+    pd_prefill: int = 0
+    pd_decode: int = 0
+    pd_span: int = 1
     port_base: int = 20000
     port_span: int = 6000
     stripe_layout: str = ""
@@ -182,6 +185,9 @@ class PrepareOptions(_Prepare, Options):
         "topo_addr": "sort the hosts by each node's SLURM_TOPOLOGY_ADDR",
         "dist_port": "SGLang: 0 picks one, -1 none",
         "serve_dp": "SGLang: data-parallel ranks",
+        "pd_prefill": "SGLang prefill/decode: the first N hosts serve prefill (.pd)",
+        "pd_decode": "SGLang prefill/decode: the next N hosts serve decode",
+        "pd_span": "SGLang prefill/decode: nodes of one server",
         "tasks_per_node": "NeMo: tasks in host order",
         "spare_nodes": "the last K hosts stand by",
         "stripe_layout": "lfs setstripe arguments for the checkpoint directory",
@@ -342,6 +348,10 @@ class _Node(NamedTuple):
     vllm: str = ""
     vllm_dp: int = 1
     vllm_dp_local: int = 1
+    pd: str = ""
+    pd_router_python: str = "python3"
+    pd_router_arg: tuple[str, ...] = ()
+    pd_startup_s: int = 1800
 
 
 class NodeOptions(_Node, Options):
@@ -359,11 +369,16 @@ class NodeOptions(_Node, Options):
         "vllm": "vLLM across nodes: native (--nnodes/--headless), ray, or auto (.vllm's gate)",
         "vllm_dp": "vLLM data-parallel replicas (--data-parallel-size)",
         "vllm_dp_local": "vLLM replicas on each node (--data-parallel-size-local)",
+        "pd": "SGLang prefill/decode: the KV transfer backend (.pd; empty: not disaggregated)",
+        "pd_router_python": "SGLang prefill/decode: the python of the router (node 0)",
+        "pd_router_arg": "SGLang prefill/decode: one more router argument",
+        "pd_startup_s": "SGLang prefill/decode: the router's wait for its servers",
     }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
         "forward": ("none",) + SIGNALS,
         "numa": ("", "node"),
         "vllm": ("", "auto", "native", "ray"),
+        "pd": ("", "mooncake", "nixl"),
     }
     BARE: ClassVar[frozenset[str]] = frozenset({"ray_driver"})
 

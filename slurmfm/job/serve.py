@@ -12,10 +12,14 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from . import fsafe
 from .safepath import program
+
+if TYPE_CHECKING:
+    from .pd import Server
 
 
 def http_ok(url: str, timeout_s: float = 5.0) -> bool:
@@ -29,6 +33,42 @@ def http_ok(url: str, timeout_s: float = 5.0) -> bool:
             return int(resp.status) == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def http_status(url: str, timeout_s: float = 5.0) -> int:
+    """``GET url``'s HTTP status, 0 when nothing answered."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - http only
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0
+
+
+ROUTER_READY = "/readiness"
+"""SGLang's router: 200 once it has healthy workers, 503 before ("insufficient healthy
+workers", sglang-router 0.3.2), while its ``/health`` answers 200 from its start
+(sgl-project/sglang docs/advanced_features/router.md, API Surface: ``/liveness``,
+``/readiness``, ``/health``)."""
+
+
+def router_ready(url: str) -> bool:
+    """``url`` (a router's :data:`ROUTER_READY`) answers 200; a router without that
+    endpoint (404) is asked its ``/health`` instead."""
+    status = http_status(url)
+    if status == 404:
+        return http_ok(url[: -len(ROUTER_READY)] + "/health")
+    return status == 200
+
+
+def pd_check(url: str) -> bool:
+    """The readiness check of SGLang prefill/decode's URLs: the router's by
+    :func:`router_ready`, the servers' by :func:`http_ok`."""
+    return router_ready(url) if url.endswith(ROUTER_READY) else http_ok(url)
 
 
 def wait_ready(
@@ -54,6 +94,41 @@ def wait_ready(
                 "(launcher.ready_timeout_s)"
             )
         sleep(poll_s)
+
+
+def wait_all(
+    urls: Sequence[str],
+    running: Callable[[], bool],
+    timeout_s: float,
+    poll_s: float,
+    kind: str = "model",
+    check: Callable[[str], bool] = http_ok,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """:func:`wait_ready` for each of ``urls`` in turn, within one ``timeout_s`` for all
+    (SGLang prefill/decode: every server, then the router)."""
+    deadline = clock() + timeout_s
+    for url in urls:
+        left = max(0.0, deadline - clock())
+        why = wait_ready(url, running, left, poll_s, kind, check, clock, sleep)
+        if why is not None:
+            return why.replace("within %g s" % left, "within %g s" % timeout_s)
+    return None
+
+
+def pd_servers(env: Mapping[str, str]) -> tuple[str, list[Server]] | None:
+    """The router's URL and the servers of SGLang prefill/decode (``prepare``'s export,
+    :mod:`.pd`), None for any other server."""
+    from . import pd
+
+    text = env.get(pd.ENV, "")
+    if not text:
+        return None
+    try:
+        return pd.from_json(text)
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _atomic(path: str, text: str) -> None:

@@ -11,7 +11,7 @@ server group shares (port, readiness wait, endpoint file).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
 from pydantic import Field
 
@@ -22,6 +22,21 @@ from slurmfm.strict import _Strict
 if TYPE_CHECKING:
     from slurmfm.catalog.instances import InstanceType
     from slurmfm.recipe.schema import Parallelism, Recipe
+
+
+class Disaggregation(_Strict):
+    """Prefill/decode disaggregation (SGLang): the job's first ``prefill_nodes`` nodes serve
+    prefill, the next ``decode_nodes`` decode, each in servers of ``tp x pp`` GPUs, and
+    SGLang's router on node 0 is the one endpoint (slurmfm/job/pd.py has the sources)."""
+
+    prefill_nodes: int = Field(ge=1, le=4096, description="the first N nodes serve prefill")
+    decode_nodes: int = Field(ge=1, le=4096, description="the next N nodes serve decode")
+    transfer_backend: Literal["mooncake", "nixl"] = Field(
+        default="mooncake", description="--disaggregation-transfer-backend (SGLang's default)"
+    )
+    router_args: list[str] = Field(
+        default_factory=list, description="more sglang_router.launch_router arguments"
+    )
 
 
 class _ServeLauncher(_Strict):
@@ -61,6 +76,14 @@ class _ServeLauncher(_Strict):
             "data-parallel replicas of the model behind one endpoint (vLLM "
             "--data-parallel-size: each replica has tp x pp GPUs; SGLang --dp-size with "
             "--enable-dp-attention: the replicas divide --tp)"
+        ),
+    )
+
+    disaggregation: Disaggregation | None = Field(
+        default=None,
+        description=(
+            "prefill/decode disaggregation: prefill and decode node counts, the router in front "
+            "(SGLang)"
         ),
     )
 
@@ -114,7 +137,12 @@ class ServerSpec(LauncherSpec):
         return "none"
 
     def serve_lines(
-        self, launcher: _ServeLauncher, par: Parallelism, nodes: int, model: str, extra: list[str]
+        self,
+        launcher: _ServeLauncher,
+        par: Parallelism,
+        nodes: int,
+        model: str,
+        extra: list[str],
     ) -> ServeLines:
         """The lines of ``launcher`` on ``nodes`` nodes; ``model`` and ``extra`` (the
         server's own further arguments) are already quoted."""
@@ -136,6 +164,17 @@ class ServerSpec(LauncherSpec):
         """This server's rules for ``launcher.replicas`` (``where``: the launcher's recipe
         field) and for flags in ``extra_args`` that slurmfm sets itself; ValueError says
         what."""
+
+    def check_disaggregation(
+        self, launcher: _ServeLauncher, p: Parallelism, nodes: int, per_node: int, where: str
+    ) -> int:
+        """This server's rules for ``launcher.disaggregation`` (``where``: the launcher's
+        recipe field) on ``nodes`` nodes of ``per_node`` GPUs; the nodes of one server.
+        ValueError says what is wrong."""
+        raise ValueError(
+            f"{where}.disaggregation: launcher {self.kind} has no prefill/decode disaggregation "
+            "slurmfm can start; use launcher.kind: sglang"
+        )
 
     def check_group(self, p: Parallelism, per_node: int, inst: InstanceType, where: str) -> None:
         """This server's rules for its group's parallelism (``where``: the recipe field),

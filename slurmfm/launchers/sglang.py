@@ -71,7 +71,12 @@ class SglangSpec(ServerSpec):
     why_tasks = "one launch_server per node; SGLang starts the per-GPU schedulers"
 
     def serve_lines(
-        self, launcher: _ServeLauncher, par: Parallelism, nodes: int, model: str, extra: list[str]
+        self,
+        launcher: _ServeLauncher,
+        par: Parallelism,
+        nodes: int,
+        model: str,
+        extra: list[str],
     ) -> ServeLines:
 
         if not isinstance(launcher, SglangLauncher):
@@ -88,6 +93,26 @@ class SglangSpec(ServerSpec):
                 else ""
             ),
         ]
+        d = launcher.disaggregation
+        if d is not None:
+            # Prefill/decode: each node's entry adds its server's port, role, transfer
+            # backend, bootstrap port and (across nodes) --nnodes/--node-rank/--dist-init-addr
+            # from the layout the runtime made (slurmfm/job/pd.py); node 0 runs the router.
+            from slurmfm.quote import sh_quote
+
+            for a in d.router_args:
+                sh_quote(a, what="launcher.disaggregation.router_args")  # bash must carry it
+            lines.append("--host 0.0.0.0")
+            if extra:
+                lines.append(" ".join(extra))
+            node = NodeOptions(
+                prefix=0,
+                pd=d.transfer_backend,
+                pd_router_python=launcher.python,
+                pd_router_arg=tuple(d.router_args),
+                pd_startup_s=launcher.ready_timeout_s,
+            )
+            return ServeLines(lines, 0, launcher.dist_port or 0, node)
         prefix, dist_port = 0, None
         if nodes > 1:
             lines.append(
@@ -129,6 +154,63 @@ class SglangSpec(ServerSpec):
                     f"{where}.replicas: SGLang's DP attention runs the {r} replicas inside the "
                     f"--tp {p.tp} group: replicas must divide parallelism.tp"
                 )
+
+    def check_disaggregation(
+        self, launcher: _ServeLauncher, p: Parallelism, nodes: int, per_node: int, where: str
+    ) -> int:
+        """Prefill/decode: the two node counts make up the job, each server (``tp x pp``
+        GPUs, SGLang's ``--tp`` total over ``--nnodes``) takes whole nodes, and each group
+        holds whole servers; flags each node's entry sets are refused in ``extra_args``."""
+        d = launcher.disaggregation
+        if d is None:
+            raise TypeError("internal: no disaggregation to check")
+        field = f"{where}.disaggregation"
+        total = d.prefill_nodes + d.decode_nodes
+        if total != nodes:
+            raise ValueError(
+                f"{field}: prefill_nodes + decode_nodes = {d.prefill_nodes} + {d.decode_nodes} "
+                f"= {total} must equal the job's {nodes} nodes (resources.nodes)"
+            )
+        span = p.tp * p.pp
+        if span % per_node:
+            raise ValueError(
+                f"parallelism.tp: a prefill or decode server of tp x pp = {p.tp} x {p.pp} = "
+                f"{span} GPUs does not fill whole nodes of {per_node} GPUs: each server takes "
+                "whole nodes"
+            )
+        k = span // per_node
+        for role, n in (("prefill", d.prefill_nodes), ("decode", d.decode_nodes)):
+            if n % k:
+                raise ValueError(
+                    f"{field}.{role}_nodes: {n} node(s) do not hold whole {role} servers of "
+                    f"{k} nodes (tp x pp = {span} GPUs, {per_node} per node)"
+                )
+        own = {
+            "--disaggregation-mode": f"{field}, per node",
+            "--disaggregation-transfer-backend": f"{field}.transfer_backend",
+            "--disaggregation-bootstrap-port": "the runtime, per server",
+            "--port": "the runtime, per server (launcher.port is the router's)",
+            "--nnodes": "the runtime, per server",
+            "--node-rank": "the runtime, per server",
+            "--dist-init-addr": "the runtime, per server",
+        }
+        refuse_own_flags(launcher.extra_args, own, where)
+        if isinstance(launcher, SglangLauncher) and launcher.dist_port is not None:
+            raise ValueError(
+                f"{where}.dist_port: with disaggregation the runtime picks each server's dist "
+                "and bootstrap ports per job; remove it"
+            )
+        from slurmfm.job.hosts import SGLANG_HTTP_BAND
+
+        servers = nodes // k
+        port = launcher.port or DEFAULT_PORT
+        if port + servers + SGLANG_HTTP_BAND > 65535:
+            raise ValueError(
+                f"{where}.port: the router's port {port} leaves no room for the {servers} "
+                f"servers' ports {port + 1}-{port + servers} and SGLang's ports up to "
+                f"{SGLANG_HTTP_BAND} above them"
+            )
+        return k
 
     def check_group(self, p: Parallelism, per_node: int, inst: InstanceType, where: str) -> None:
         """``--tp`` is the total and may span nodes (SGLang's multi-node guide runs --tp 16

@@ -89,7 +89,12 @@ class VllmSpec(ServerSpec):
     why_tasks = "one task per node: a Ray head or worker; vLLM starts the per-GPU workers"
 
     def serve_lines(
-        self, launcher: _ServeLauncher, par: Parallelism, nodes: int, model: str, extra: list[str]
+        self,
+        launcher: _ServeLauncher,
+        par: Parallelism,
+        nodes: int,
+        model: str,
+        extra: list[str],
     ) -> ServeLines:
         from slurmfm.quote import sh_quote
 
@@ -180,6 +185,22 @@ class VllmSpec(ServerSpec):
                 f"replicas per node over {nodes} nodes of {per_node} GPUs: each replica must "
                 "fit inside one node and the replicas must divide evenly among the nodes"
             )
+
+    def check_disaggregation(
+        self, launcher: _ServeLauncher, p: Parallelism, nodes: int, per_node: int, where: str
+    ) -> int:
+        """Refused: vLLM's disaggregated prefill is experimental and ships no router. Its
+        page is "Disaggregated Prefilling (experimental)" ("This feature is experimental and
+        subject to change"; "vLLM relies on third-party connectors for production-level
+        disaggregated prefilling": vllm-project/vllm docs/features/disagg_prefill.md), and
+        the proxy in front of a NixlConnector prefill and decode instance is a test script,
+        not part of the installed package (``tests/v1/kv_connector/nixl_integration/
+        toy_proxy_server.py``: docs/features/nixl_connector_usage.md)."""
+        raise ValueError(
+            f"{where}.disaggregation: vLLM's disaggregated prefill is experimental and ships no "
+            "router (vllm-project/vllm docs/features/disagg_prefill.md); use launcher.kind: "
+            "sglang"
+        )
 
     def check_group(self, p: Parallelism, per_node: int, inst: InstanceType, where: str) -> None:
         """``tp`` inside a node or NVLink domain, ``pp`` across nodes (vLLM's parallelism and

@@ -789,6 +789,12 @@ class Recipe(_Strict):
                 f"serve.nodes: {self.serve.nodes} serving nodes leave none of the "
                 f"{self.resources.nodes} nodes (resources.nodes) for the trainer"
             )
+        if self.serve is not None and self.serve.launcher.disaggregation is not None:
+            raise ValueError(
+                "serve.launcher.disaggregation: prefill/decode disaggregation is for a serving "
+                "job (launcher.kind: sglang with resources.nodes its prefill and decode nodes), "
+                "not for a trainer's server"
+            )
         if self.serve is not None:
             s = self.serve
             sinst = get_instance(s.instance_type or self.cluster.instance_type)
@@ -986,6 +992,12 @@ def _check_serving(
     lwhere = where.replace("parallelism", "launcher")
     if p.cp != 1:
         raise ValueError(f"{where}.cp: context parallelism is not a serving option here")
+    if launcher.disaggregation is not None:
+        # prefill/decode: servers of tp x pp GPUs in each group, not one over the job
+        span = spec_.check_disaggregation(launcher, p, nodes, per_node, lwhere)
+        spec_.check_replicas(launcher, p, span, per_node, lwhere)
+        spec_.check_group(p, per_node, inst, where)
+        return
     need = spec_.gpus(launcher, p)
     if need != gpus and p.tp * p.pp == need:
         raise ValueError(

@@ -56,6 +56,8 @@ def _prepare_opts(
         if serve.dist_port is not None:
             o["dist_port"] = serve.dist_port
             o["serve_dp"] = serve.dp
+        if serve.pd[0]:  # SGLang prefill/decode: the runtime's layout (slurmfm/job/pd.py)
+            o.update(pd_prefill=serve.pd[0], pd_decode=serve.pd[1], pd_span=serve.pd[2])
     s = recipe.storage
     if s.stripe == "auto":
         layout = _checkpoint_layout(recipe, launcher)
@@ -122,7 +124,8 @@ _BATCH_LINES: tuple[tuple[tuple[str, ...], bool], ...] = (
 def _serve_node_words(serve: ServeLaunch) -> str:
     """The server's per-node entry options: its prefix always and, with Ray, every setting."""
     ray = ("ray", "ray_python", "ray_port", "ray_nodes", "ray_timeout_s") if serve.node.ray else ()
-    return _shell_words(serve.node.to_argv(always=("prefix", *ray)))
+    pd = ("pd", "pd_router_python", "pd_startup_s") if serve.node.pd else ()
+    return _shell_words(serve.node.to_argv(always=("prefix", *ray, *pd)))
 
 
 def _batch_lines(

@@ -262,7 +262,9 @@ def _serve(job: ResolvedJob) -> ServeLaunch | None:
     L = recipe.launcher
     if job.launcher.server:  # a server's recipe (the registry says): the whole job serves
         server = cast("ServeLauncher", L)  # a server kind's section (slurmfm.launchers)
-        return serve_launch(server, recipe.parallelism, recipe.resources.nodes, "all")
+        return serve_launch(
+            server, recipe.parallelism, recipe.resources.nodes, "all", recipe.procs_per_node
+        )
     if recipe.serve is None:
         return None
     s = recipe.serve
@@ -470,7 +472,7 @@ def _launch_nccl_check(
     for NET/Socket: vllm-project/vllm docs/serving/parallelism_scaling.md). A one-node server
     crosses no network (no false "no NCCL line" warning)."""
     if not launcher.nccl_log and not (
-        launcher.server and serve is not None and serve.group == "all" and serve.nodes > 1
+        launcher.server and serve is not None and serve.group == "all" and serve.span > 1
     ):
         return "off"
     return _nccl_check(recipe, inst)

@@ -50,6 +50,14 @@ class ServeLaunch:
     # group's host order is, and for vLLM across nodes the Ray settings
     node: NodeOptions = field(default_factory=NodeOptions)
     dp: int = 1  # SGLang: data-parallel ranks (each takes one more port after the dist port)
+    # SGLang prefill/decode (slurmfm/job/pd.py): prefill nodes, decode nodes, nodes of one
+    # server; (0, 0, 1) when not disaggregated
+    pd: tuple[int, int, int] = (0, 0, 1)
+
+    @property
+    def span(self) -> int:
+        """Nodes one server spans (NCCL crosses the network only inside one)."""
+        return self.pd[2] if self.pd[0] else self.nodes
 
     @property
     def description(self) -> str:
@@ -58,13 +66,20 @@ class ServeLaunch:
             "split": f"the last {self.nodes} node(s) of the host order",
             "hetjob": "heterogeneous component 1",
         }[self.group]
+        if self.pd[0]:
+            p, d, k = self.pd
+            return (
+                f"{self.kind} prefill/decode on {where}: prefill on the first {p} node(s), "
+                f"decode on the next {d}, servers of {k} node(s), the router on node 0"
+            )
         return f"{self.kind} server on {where}"
 
 
 def serve_launch(
-    launcher: ServeLauncher, par: Parallelism, nodes: int, group: Group
+    launcher: ServeLauncher, par: Parallelism, nodes: int, group: Group, per_node: int = 0
 ) -> ServeLaunch:
-    """Build the per-node command of a server group (pure; every user value quoted)."""
+    """Build the per-node command of a server group of ``nodes`` nodes of ``per_node`` GPUs
+    (pure; every user value quoted)."""
     port = launcher.port or server_spec(launcher.kind).default_port
     model = sh_quote(launcher.model, what="launcher.model")
     extra = [sh_quote(a, what="launcher.extra_args") for a in launcher.extra_args]
@@ -100,4 +115,15 @@ def serve_launch(
             order_var="SLURMFM_HOST_ORDER" if group == "all" else "SLURMFM_SERVE_ORDER",
         ),
         dp=launcher.dp_size(),
+        pd=_pd(launcher, par, per_node),
     )
+
+
+def _pd(launcher: ServeLauncher, par: Parallelism, per_node: int) -> tuple[int, int, int]:
+    """Prefill nodes, decode nodes and the nodes of one server (the recipe's checks made
+    them whole: slurmfm.launchers.sglang ``check_disaggregation``)."""
+    d = launcher.disaggregation
+    if d is None:
+        return (0, 0, 1)
+    span = max(1, par.tp * par.pp // per_node) if per_node else 1
+    return (d.prefill_nodes, d.decode_nodes, span)

@@ -1,0 +1,287 @@
+"""SGLang prefill/decode disaggregation: one allocation split by the runtime, a router in front.
+
+SGLang serves a model disaggregated as separate prefill and decode servers, each an ordinary
+``sglang.launch_server`` (one node, or several with ``--nnodes/--node-rank/--dist-init-addr``)
+with ``--disaggregation-mode prefill|decode`` and ``--disaggregation-transfer-backend
+mooncake|nixl``; each prefill server runs a bootstrap server on ``--disaggregation-bootstrap-port``
+through which the decode servers fetch the KV cache, and SGLang's router takes the requests:
+``python -m sglang_router.launch_router --pd-disaggregation --prefill URL BOOTSTRAP_PORT ...
+--decode URL ...`` (sgl-project/sglang: docs/advanced_features/pd_disaggregation.md, "DeepSeek
+Multi-Node"; docs/advanced_features/server_arguments.md, "PD disaggregation";
+docs/advanced_features/router.md, "Prefill/Decode Disaggregation";
+sgl-router/py_src/sglang_router/router_args.py: ``--prefill`` takes ``URL [BOOTSTRAP_PORT]``,
+``--decode`` one URL, ``--worker-startup-timeout-secs`` how long the router waits for them).
+
+Why one allocation split here and not a heterogeneous job: prefill and decode servers run
+the same model on the same node type and move the KV cache over the same fabric (Mooncake
+or NIXL over EFA/RDMA), so they want one instance type and one NCCL/EFA profile, which a
+hetjob exists to vary; one step over the whole allocation keeps the server paths a serving
+job already has (one readiness wait, one endpoint, a relaunch of the one step, requeue) and
+its topology-compact host order, which keeps each server's nodes together. The cut is made
+here, where the order is known: the first ``prefill`` nodes of the job's host order serve
+prefill, the next ``decode`` nodes decode, in servers of ``span`` nodes each (``tp x pp``
+GPUs); the router runs on node 0 beside the first prefill server.
+
+Ports (all out of the kernel's ephemeral range, checked by ``prepare``): the router listens
+on the recipe's port ``R`` (the job's one endpoint); server ``i`` (prefill first, then
+decode) on ``R + 1 + i``, every band SGLang takes above an HTTP port (its NCCL port, up to
+:data:`.hosts.SGLANG_HTTP_BAND` above) lying above ``R``. One block picked per job, like
+SGLang's dist port: server ``i`` takes ``--dist-init-addr`` port ``D + i * (6 + dp)`` (SGLang
+takes the next 5 and one per DP-attention rank after it: :func:`.hosts.sglang_port_clash`),
+and prefill server ``i`` its bootstrap port after all of them.
+
+``prepare`` decides the layout once (:func:`layout`, exported as ``SLURMFM_PD``, JSON); each
+node's entry reads its own part from it (:func:`server_words`, :func:`router_words`), and the
+batch step waits for every server's health and the router's readiness (:data:`.serve.ROUTER_READY`:
+its ``/health`` answers before it has registered any server) before it writes the endpoint
+file.
+
+Standard library only (Python >= 3.8), as all of slurmfm.job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from .hosts import SGLANG_DIST_EXTRA, SGLANG_HTTP_BAND
+
+ENV = "SLURMFM_PD"
+"""The layout ``prepare`` exports (:func:`to_json`) for the node entries and the batch step."""
+
+ROUTER_MODULE = "sglang_router.launch_router"
+
+SOURCES = (
+    "sgl-project/sglang:docs/advanced_features/pd_disaggregation.md",
+    "sgl-project/sglang:docs/advanced_features/server_arguments.md",
+    "sgl-project/sglang:docs/advanced_features/router.md",
+    "sgl-project/sglang:sgl-router/py_src/sglang_router/router_args.py",
+)
+"""Where the flags of this module come from."""
+
+
+class Server(NamedTuple):
+    """One prefill or decode server: its nodes (the first is its head), the head's address,
+    its HTTP port, its ``--dist-init-addr`` port and, for prefill, its bootstrap port."""
+
+    role: str
+    nodes: tuple[str, ...]
+    head: str
+    port: int
+    dist_port: int
+    bootstrap_port: int = 0
+
+    @property
+    def url(self) -> str:
+        return "http://%s:%d" % (self.head, self.port)
+
+
+def dist_block(servers: int, prefill_servers: int, dp: int) -> int:
+    """Ports one job takes from its dist base: each server's dist ports, then each prefill
+    server's bootstrap port."""
+    return servers * (SGLANG_DIST_EXTRA + max(1, dp)) + prefill_servers
+
+
+def http_clash(router: int, servers: int, ephemeral: tuple[int, int] = (0, -1)) -> str | None:
+    """Why the router's port ``router`` leaves no room for the servers' HTTP ports after it
+    (and SGLang's band above each) out of the ephemeral range and under 65536, or None."""
+    http = range(router, router + 1 + servers + SGLANG_HTTP_BAND)
+    lo, hi = ephemeral
+    if http.stop > 65536:
+        return "the servers' HTTP ports %d-%d (and SGLang's NCCL ports above them) pass 65535" % (
+            router + 1,
+            router + servers,
+        )
+    if http.start <= hi and lo < http.stop:
+        return "the HTTP ports %d-%d (router, servers, SGLang's NCCL ports) reach the " % (
+            http.start,
+            http.stop - 1,
+        ) + "ephemeral range %d-%d; set launcher.port below it" % (lo, hi)
+    return None
+
+
+def port_clash(
+    router: int,
+    base: int,
+    servers: int,
+    prefill_servers: int,
+    dp: int = 1,
+    taken: Sequence[int] = (),
+    ephemeral: tuple[int, int] = (0, -1),
+) -> str | None:
+    """Why the dist base ``base`` cannot be used beside router port ``router``, or None.
+
+    The HTTP ports (the router's and the servers' ``router + 1 ..``) with SGLang's band above
+    each server's must not meet the block from ``base`` (:func:`dist_block`), a port in
+    ``taken`` (the rendezvous port), the ephemeral range, or 65535."""
+    why = http_clash(router, servers, ephemeral)
+    if why:
+        return why
+    http = range(router, router + 1 + servers + SGLANG_HTTP_BAND)
+    block = range(base, base + dist_block(servers, prefill_servers, dp))
+    lo, hi = ephemeral
+    if block.stop > 65536:
+        return "the dist and bootstrap ports %d-%d pass 65535" % (block.start, block.stop - 1)
+    if block.start < http.stop and http.start < block.stop:
+        return "the dist and bootstrap ports %d-%d meet the HTTP ports %d-%d" % (
+            block.start,
+            block.stop - 1,
+            http.start,
+            http.stop - 1,
+        )
+    for port in taken:
+        if port in block:
+            return "the dist and bootstrap ports %d-%d hold port %d" % (
+                block.start,
+                block.stop - 1,
+                port,
+            )
+    if block.start <= hi and lo < block.stop:
+        return "the dist and bootstrap ports %d-%d reach the ephemeral range %d-%d" % (
+            block.start,
+            block.stop - 1,
+            lo,
+            hi,
+        )
+    return None
+
+
+def layout(
+    order: Sequence[str],
+    addrs: Mapping[str, str],
+    prefill: int,
+    decode: int,
+    span: int,
+    router: int,
+    base: int,
+    dp: int = 1,
+) -> list[Server]:
+    """The servers of ``order``: its first ``prefill`` nodes in prefill servers of ``span``
+    nodes, its next ``decode`` nodes in decode servers; ports as the module says. ValueError
+    when the nodes do not split so (the recipe's checks make that a slurmfm bug)."""
+    if span < 1 or prefill % span or decode % span or prefill + decode != len(order):
+        raise ValueError(
+            "%d hosts do not split into %d prefill and %d decode nodes in servers of %d"
+            % (len(order), prefill, decode, span)
+        )
+    n_prefill = prefill // span
+    n = n_prefill + decode // span
+    step = SGLANG_DIST_EXTRA + max(1, dp)
+    out = []
+    for i in range(n):
+        nodes = tuple(order[i * span : (i + 1) * span])
+        role = "prefill" if i < n_prefill else "decode"
+        out.append(
+            Server(
+                role=role,
+                nodes=nodes,
+                head=addrs.get(nodes[0], nodes[0]),
+                port=router + 1 + i,
+                dist_port=base + i * step,
+                bootstrap_port=base + n * step + i if role == "prefill" else 0,
+            )
+        )
+    return out
+
+
+def to_json(router_url: str, servers: Sequence[Server]) -> str:
+    return json.dumps(
+        {"router": router_url, "servers": [dict(s._asdict(), nodes=list(s.nodes)) for s in servers]}
+    )
+
+
+def from_json(text: str) -> tuple[str, list[Server]]:
+    """The router's URL and the servers of :func:`to_json`'s text."""
+    data = json.loads(text)
+    servers = [
+        Server(
+            role=str(s["role"]),
+            nodes=tuple(str(n) for n in s["nodes"]),
+            head=str(s["head"]),
+            port=int(s["port"]),
+            dist_port=int(s["dist_port"]),
+            bootstrap_port=int(s.get("bootstrap_port", 0)),
+        )
+        for s in data["servers"]
+    ]
+    return str(data["router"]), servers
+
+
+def endpoint_info(router_url: str, servers: Sequence[Server]) -> dict[str, Any]:
+    """What the endpoint file lists besides the router: the prefill and decode servers."""
+    return {
+        "router": router_url,
+        "prefill": [
+            {"url": s.url, "bootstrap_port": s.bootstrap_port, "nodes": list(s.nodes)}
+            for s in servers
+            if s.role == "prefill"
+        ],
+        "decode": [{"url": s.url, "nodes": list(s.nodes)} for s in servers if s.role == "decode"],
+    }
+
+
+def mine(servers: Sequence[Server], node: str) -> tuple[Server, int] | None:
+    """The server ``node`` belongs to and its rank inside it (None: none)."""
+    for s in servers:
+        if node in s.nodes:
+            return s, s.nodes.index(node)
+    return None
+
+
+def server_words(argv: Sequence[str], server: Server, rank: int, backend: str) -> list[str]:
+    """``sglang.launch_server ...`` with this node's own flags: its server's port and role,
+    the transfer backend, a prefill server's bootstrap port, and across nodes the server's
+    node count, this node's rank in it and the server head's dist address."""
+    words = list(argv) + [
+        "--port",
+        str(server.port),
+        "--disaggregation-mode",
+        server.role,
+        "--disaggregation-transfer-backend",
+        backend,
+    ]
+    if server.role == "prefill":
+        words += ["--disaggregation-bootstrap-port", str(server.bootstrap_port)]
+    if len(server.nodes) > 1:
+        words += [
+            "--nnodes",
+            str(len(server.nodes)),
+            "--node-rank",
+            str(rank),
+            "--dist-init-addr",
+            "%s:%d" % (server.head, server.dist_port),
+        ]
+    return words
+
+
+def router_words(
+    python: str,
+    servers: Sequence[Server],
+    port: int,
+    startup_s: int,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """SGLang's router in PD mode in front of ``servers``, on ``port`` of every address; it
+    waits ``startup_s`` for the servers (their model load)."""
+    from .safepath import module_words
+
+    words = module_words(python, ROUTER_MODULE) + ["--pd-disaggregation"]
+    for s in servers:
+        if s.role == "prefill":
+            words += ["--prefill", s.url, str(s.bootstrap_port)]
+    for s in servers:
+        if s.role == "decode":
+            words += ["--decode", s.url]
+    words += ["--host", "0.0.0.0", "--port", str(port)]  # noqa: S104 - the job's endpoint
+    words += ["--worker-startup-timeout-secs", str(startup_s)]
+    return words + list(extra)
+
+
+def describe(router_url: str, servers: Sequence[Server]) -> str:
+    """One line for the job log."""
+    parts = []
+    for s in servers:
+        extra = "; bootstrap %d" % s.bootstrap_port if s.role == "prefill" else ""
+        parts.append("%s %s (%s%s)" % (s.role, s.url, " ".join(s.nodes), extra))
+    return "prefill/decode servers: %s; router %s" % (", ".join(parts), router_url)
