@@ -40,6 +40,7 @@ cannot run ``topology/block``, which needs 23.11+).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -90,6 +91,57 @@ class _Table:
     topdown: list[int]  # indices in parent-before-child order
     leaves: list[int]  # leaf indices in config order
     leaf_nodes: dict[int, list[str]]  # leaf -> its nodes in node-table order
+
+
+# Per topology (by identity, dropped with it): tables and node-table positions already built.
+# A background fill places thousands of jobs on one fabric; rebuilding the same table for each
+# made selection quadratic in the fabric's size. Topology is frozen, so the cache is exact.
+_OrderKey = tuple[str, ...] | None
+
+
+@dataclass
+class _Cache:
+    ref: weakref.ref[Topology]
+    tables: dict[tuple[tuple[str, ...], _OrderKey], _Table]
+    positions: dict[_OrderKey, dict[str, int]]
+
+
+_CACHE: dict[int, _Cache] = {}
+
+
+def _cached(topology: Topology) -> _Cache:
+    key = id(topology)
+    hit = _CACHE.get(key)
+    if hit is not None and hit.ref() is topology:
+        return hit
+
+    def drop(_ref: weakref.ref[Topology]) -> None:
+        _CACHE.pop(key, None)
+
+    hit = _CACHE[key] = _Cache(weakref.ref(topology, drop), {}, {})
+    return hit
+
+
+def _table_for(
+    topology: Topology, switch_order: Sequence[str], node_order: Sequence[str] | None
+) -> _Table:
+    """:func:`_build_table`, built once per topology, switch order and node order."""
+    tables = _cached(topology).tables
+    key = (tuple(switch_order), None if node_order is None else tuple(node_order))
+    t = tables.get(key)
+    if t is None:
+        t = tables[key] = _build_table(topology, switch_order, node_order)
+    return t
+
+
+def _positions(topology: Topology, node_order: Sequence[str] | None) -> dict[str, int]:
+    """Node -> its index in the node table (cached; callers must not change it)."""
+    positions = _cached(topology).positions
+    key = None if node_order is None else tuple(node_order)
+    pos = positions.get(key)
+    if pos is None:
+        pos = positions[key] = {n: k for k, n in enumerate(_node_table(topology, node_order))}
+    return pos
 
 
 def _build_table(
@@ -208,7 +260,8 @@ def _free_counts(
     t: _Table, free: set[str] | frozenset[str]
 ) -> tuple[dict[int, list[str]], list[int]]:
     """Each leaf's free nodes (node-table order), and free nodes under every switch."""
-    leaf_free = {lf: [n for n in ns if n in free] for lf, ns in t.leaf_nodes.items()}
+    has = free.__contains__
+    leaf_free = {lf: list(filter(has, ns)) for lf, ns in t.leaf_nodes.items()}
     cnt = [0] * len(t.names)
     for lf, ns in leaf_free.items():
         if not ns:
@@ -313,7 +366,7 @@ def select_tree(
     """
     if nodes <= 0:
         raise ValueError("nodes must be positive")
-    t = _build_table(topology, switch_order or config_switch_order(topology), node_order)
+    t = _table_for(topology, switch_order or config_switch_order(topology), node_order)
     leaf_free, cnt = _free_counts(t, free)
     top = _top_switch(t, cnt, nodes)
     if top == -1:
@@ -326,7 +379,7 @@ def select_tree(
         leaves_used = {topology.leaf_of[n] for n in chosen}
         if len(leaves_used) > switches:
             return None
-    order = {n: k for k, n in enumerate(_node_table(topology, node_order))}
+    order = _positions(topology, node_order)
     return sorted(chosen, key=order.__getitem__)
 
 
@@ -354,8 +407,7 @@ def rank_order(
     order and node-table order inside a leaf (``topology_p_get_rank`` in
     SchedMD/slurm:src/plugins/topology/tree/topology_tree.c; measured on 26.05.5).
     """
-    table = _node_table(topology, node_order)
-    pos = {n: k for k, n in enumerate(table)}
+    pos = _positions(topology, node_order)
     chosen = list(nodes)
     unknown = [n for n in chosen if n not in pos]
     if unknown:
