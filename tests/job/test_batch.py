@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1103,16 +1103,12 @@ def test_a_restart_first_removes_its_earlier_attempts_containers(tmp_path: Path)
     assert ["--earlier"] not in [c[-1:] for c in slurm.calls]
 
 
-def test_a_server_whose_health_stops_answering_is_relaunched_then_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Issue 37: a server alone in its job (no training hang watch) whose /health stops
-    answering for unhealthy_timeout_s is stopped with its stderr tail in the log, relaunched
-    in the allocation, and the job fails with that reason once the restarts are used up."""
+@pytest.fixture
+def health_server() -> Iterator[tuple[dict[str, bool], str]]:
+    """A /health endpoint on 127.0.0.1 that answers 200 while ``health["ok"]``, else 503:
+    (health, its base URL)."""
     import http.server
     import threading
-
-    from slurmfm.job import evidence as ev
 
     health = {"ok": True}
 
@@ -1126,6 +1122,24 @@ def test_a_server_whose_health_stops_answering_is_relaunched_then_fails(
 
     srv = http.server.HTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield health, f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+
+
+def test_a_server_whose_health_stops_answering_is_relaunched_then_fails(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    health_server: tuple[dict[str, bool], str],
+) -> None:
+    """Issue 37: a server alone in its job (no training hang watch) whose /health stops
+    answering for unhealthy_timeout_s is stopped with its stderr tail in the log, relaunched
+    in the allocation, and the job fails with that reason once the restarts are used up."""
+    from slurmfm.job import evidence as ev
+
+    health, url = health_server
     log = tmp_path / "job.out"
     log.write_text("")
     now = [0.0]
@@ -1163,18 +1177,15 @@ def test_a_server_whose_health_stops_answering_is_relaunched_then_fails(
         servers.append(Server())
         return servers[-1]
 
-    try:
-        slurm = Slurm()
-        opts = ["--serve-words", "3", "--serve-kind", "vllm", "--unhealthy-timeout-s", "10"]
-        opts += ["--ready-poll-s", "1", "--restart-in-job", "1", "--max-restarts", "1"]
-        b = make(tmp_path, Step(0), slurm, *opts)
-        b.popen = popen  # type: ignore[assignment]
-        b.clock = lambda: now[0]
-        b.env["SLURMFM_SERVE_URL"] = f"http://127.0.0.1:{srv.server_address[1]}"
-        monkeypatch.setattr(ev, "log_position", lambda fd=2: (str(log), log.stat().st_size))
-        code = b.main(["srun", "vllm", "serve"], [])
-    finally:
-        srv.shutdown()
+    slurm = Slurm()
+    opts = ["--serve-words", "3", "--serve-kind", "vllm", "--unhealthy-timeout-s", "10"]
+    opts += ["--ready-poll-s", "1", "--restart-in-job", "1", "--max-restarts", "1"]
+    b = make(tmp_path, Step(0), slurm, *opts)
+    b.popen = popen  # type: ignore[assignment]
+    b.clock = lambda: now[0]
+    b.env["SLURMFM_SERVE_URL"] = url
+    monkeypatch.setattr(ev, "log_position", lambda fd=2: (str(log), log.stat().st_size))
+    code = b.main(["srun", "vllm", "serve"], [])
     assert code != 0
     assert len(servers) == 2  # started, relaunched once, then the cap
     lines = state(tmp_path)
@@ -1193,6 +1204,7 @@ def test_a_server_beside_the_trainer_that_fails_stops_the_step_and_requeues(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    health_server: tuple[dict[str, bool], str],
     failure: str,
 ) -> None:
     """A train-and-serve job (the server on the last node, the trainer beside it): a server
@@ -1200,23 +1212,9 @@ def test_a_server_beside_the_trainer_that_fails_stops_the_step_and_requeues(
     runs stops the trainer's step and requeues the job with the server's stderr tail as the
     reason (the trainer would fail or wait on its rollouts); before, nothing watched a server
     once it was ready unless it was alone in its job."""
-    import http.server
-    import threading
-
     from slurmfm.job import evidence as ev
 
-    health = {"ok": True}
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200 if health["ok"] else 503)
-            self.end_headers()
-
-        def log_message(self, *a: object) -> None:
-            pass
-
-    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    health, url = health_server
     log = tmp_path / "job.out"
     log.write_text("")
     now = [0.0]
@@ -1272,18 +1270,15 @@ def test_a_server_beside_the_trainer_that_fails_stops_the_step_and_requeues(
     def popen(argv: list[str], env: Any = None, **kw: Any) -> Any:
         return server if argv[:2] == ["srun", "vllm"] else trainer
 
-    try:
-        slurm = Slurm()
-        opts = ["--serve-words", "3", "--serve-kind", "vllm", "--unhealthy-timeout-s", "10"]
-        opts += ["--ready-poll-s", "1", "--restart-in-job", "1", "--max-restarts", "3"]
-        b = make(tmp_path, trainer, slurm, *opts)
-        b.popen = popen  # type: ignore[assignment]
-        b.clock = lambda: now[0]
-        b.env["SLURMFM_SERVE_URL"] = f"http://127.0.0.1:{srv.server_address[1]}"
-        monkeypatch.setattr(ev, "log_position", lambda fd=2: (str(log), log.stat().st_size))
-        code = b.main(["srun", "vllm", "serve"], b.launch)  # type: ignore[attr-defined]
-    finally:
-        srv.shutdown()
+    slurm = Slurm()
+    opts = ["--serve-words", "3", "--serve-kind", "vllm", "--unhealthy-timeout-s", "10"]
+    opts += ["--ready-poll-s", "1", "--restart-in-job", "1", "--max-restarts", "3"]
+    b = make(tmp_path, trainer, slurm, *opts)
+    b.popen = popen  # type: ignore[assignment]
+    b.clock = lambda: now[0]
+    b.env["SLURMFM_SERVE_URL"] = url
+    monkeypatch.setattr(ev, "log_position", lambda fd=2: (str(log), log.stat().st_size))
+    code = b.main(["srun", "vllm", "serve"], b.launch)  # type: ignore[attr-defined]
     assert code == 0  # requeued
     assert trainer.terms == 1
     assert server.rc is not None  # stopped after the trainer (or ended by itself)
