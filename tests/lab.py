@@ -213,44 +213,39 @@ NOT_REQUESTED = (
 # is left to start last on a worker that is already busy (longest processing time first).
 # A group not listed counts as short.
 GROUP_SECONDS = {
-    # From a CI simulation (2026-12-07, 7 workers, --durations=0, other work beside it), in
-    # test-seconds; docs/testing.md has the run.
-    "shared-host": 540,  # 71 tests: dependencies and arrays ~160 s, serving, observability
-    "shared-trixie": 425,
-    "shared-sid": 360,
-    # torch faults: a failed pre-timeout save, Megatron's early exit and its own end line, a
-    # killed runtime; the time limit without the pre-timeout signal ~130 s (a real limit)
-    "evidence2": 350,
-    "resil": 315,  # a time-limit cycle, a node death, a finished run resubmitted
-    "host-b": 300,  # host-only: the README example, owner requeue, reasons, shared FSx, Ray
-    # restart cap ~30 s, slurmctld away ~45 s, late save ~115 s, the gate in the launch
-    "resil2": 295,
-    # real vLLM: waits for its install if need be, then healthy, completions, cancel; then
-    # two servers across the lab's two nodes (tp 2, no Ray; issue 44) ~140 s
-    "vllm-host": 250,
-    # launcher ray's cluster (~35 s) and its killed worker node (~120 s)
-    "ray-host": 220,
-    # torch faults: an ImportError, retries in the job (2), a hang ~65 s, a spare swap
-    "evidence": 160,
-    # real Pyxis: rank order, the env, NeMo, Megatron's save, and the issue-37 container cases
-    "pyxis-host": 120,
-    "down-trixie": 95,
-    "sim-host": 85,
-    "simblock-trixie": 85,  # select_block vs 24.11: 4 fabrics, ~80 picks, lab up and down
-    "pyxis-trixie": 70,
-    "simblock-sid": 65,  # select_block vs 26.05: the same
-    "pyxis-sid": 60,
-    "plan-trixie": 55,
-    "sim72-host": 45,
-    "nudge-host": 45,
-    # 36 nodes up; the 26.05 rank order under tree and block, with and without TopologyParam
-    "newer-sid": 35,
-    "topo-host": 25,
+    # From a CI simulation (2026-12-03 afternoon, 5 workers, --durations=0), in test-seconds.
+    "shared-host": 415,
+    "shared-trixie": 390,
+    "resil": 365,
+    "host-b": 305,  # host-only: the README example, owner requeue, reasons, shared FSx, Ray
+    # launcher ray's cluster (~100 s) and its killed worker node (~230 s), loaded host
+    "ray-host": 330,
+    "shared-sid": 290,
+    # restart cap ~30 s, slurmctld away ~45 s, late save ~125 s, the gate in the launch ~25 s
+    "resil2": 225,
+    # torch faults: an ImportError, retries in the job (2), a hang ~95 s, a spare swap ~35 s
+    "evidence": 165,
+    # torch faults: a failed pre-timeout save ~75 s, Megatron's early exit, a killed runtime;
+    # the time limit without the pre-timeout signal ~130 s (stand-in training, a real limit)
+    "evidence2": 265,
+    "simblock-sid": 80,  # select_block vs 26.05: 4 fabrics, ~80 picks, lab up and down
+    "sim72-host": 80,
+    "sim-host": 60,
+    "nudge-host": 50,
+    # real vLLM: waits for its install if need be, ~60-110 s to healthy, completions, cancel;
+    # then two servers across the lab's two nodes (tp 2, no Ray): about twice that (issue 44)
+    "vllm-host": 330,
+    # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle), the env, NeMo
+    "pyxis-host": 45,
+    "pyxis-trixie": 35,
+    "pyxis-sid": 35,
+    "simblock-trixie": 40,  # select_block vs 24.11: the same
+    "down-trixie": 40,
+    "plan-sid": 30,
+    "plan-trixie": 25,
     "topo-trixie": 25,
-    "topo-sid": 25,
-    "plan-sid": 25,
-    "metrics-sid": 20,
-    "yaml-sid": 15,
+    # 36 nodes up; the 26.05 rank order under tree and block, with and without TopologyParam
+    "newer-sid": 40,
 }
 
 
