@@ -244,6 +244,31 @@ SGLANG_DIST_EXTRA = 6
 SGLANG_HTTP_BAND = 1100
 
 
+def ports_clash(
+    ports: range,
+    what: str,
+    other: range,
+    other_what: str,
+    taken: Sequence[int] = (),
+    ephemeral: tuple[int, int] = (0, -1),
+) -> str | None:
+    """Why the block ``ports`` cannot be used, or None: it meets ``other`` (the HTTP ports),
+    holds a port in ``taken`` (the rendezvous) or reaches the ``ephemeral`` range. ``what``
+    names the block (``{}`` is its span, ``A-B``), ``other_what`` the other one likewise;
+    one check for SGLang's dist port (:func:`sglang_port_clash`) and a prefill/decode job's
+    block (``.pd.port_clash``)."""
+    name = what.format("%d-%d" % (ports.start, ports.stop - 1))
+    if ports.start < other.stop and other.start < ports.stop:
+        return "%s meet %s" % (name, other_what.format("%d-%d" % (other.start, other.stop - 1)))
+    for port in taken:
+        if port in ports:
+            return "%s hold port %d" % (name, port)
+    lo, hi = ephemeral
+    if ports.start <= hi and lo < ports.stop:
+        return "%s reach the ephemeral range %d-%d" % (name, lo, hi)
+    return None
+
+
 def sglang_port_clash(
     dist: int,
     http: int,
@@ -256,32 +281,14 @@ def sglang_port_clash(
     The ports SGLang derives from each (see the note above) must not meet each other, a port
     in ``taken`` (the rendezvous) or the ephemeral range.
     """
-    dist_ports = range(dist, dist + SGLANG_DIST_EXTRA + max(1, dp))
-    http_ports = range(http, http + SGLANG_HTTP_BAND)
-    if dist_ports.start < http_ports.stop and http_ports.start < dist_ports.stop:
-        return "SGLang's ports %d-%d (from the dist port) meet %d-%d (from the HTTP port %d)" % (
-            dist_ports.start,
-            dist_ports.stop - 1,
-            http_ports.start,
-            http_ports.stop - 1,
-            http,
-        )
-    for port in taken:
-        if port in dist_ports:
-            return "SGLang's ports %d-%d (from the dist port) hold port %d" % (
-                dist_ports.start,
-                dist_ports.stop - 1,
-                port,
-            )
-    lo, hi = ephemeral
-    if dist_ports.start <= hi and lo < dist_ports.stop:
-        return "SGLang's ports %d-%d (from the dist port) reach the ephemeral range %d-%d" % (
-            dist_ports.start,
-            dist_ports.stop - 1,
-            lo,
-            hi,
-        )
-    return None
+    return ports_clash(
+        range(dist, dist + SGLANG_DIST_EXTRA + max(1, dp)),
+        "SGLang's ports {} (from the dist port)",
+        range(http, http + SGLANG_HTTP_BAND),
+        "{} (from the HTTP port %d)" % http,
+        taken,
+        ephemeral,
+    )
 
 
 def choose_port(

@@ -45,7 +45,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .hosts import SGLANG_DIST_EXTRA, SGLANG_HTTP_BAND
+from .hosts import SGLANG_DIST_EXTRA, SGLANG_HTTP_BAND, ports_clash
 
 ENV = "SLURMFM_PD"
 """The layout ``prepare`` exports (:func:`to_json`) for the node entries and the batch step."""
@@ -118,33 +118,17 @@ def port_clash(
     why = http_clash(router, servers, ephemeral)
     if why:
         return why
-    http = range(router, router + 1 + servers + SGLANG_HTTP_BAND)
     block = range(base, base + dist_block(servers, prefill_servers, dp))
-    lo, hi = ephemeral
     if block.stop > 65536:
         return "the dist and bootstrap ports %d-%d pass 65535" % (block.start, block.stop - 1)
-    if block.start < http.stop and http.start < block.stop:
-        return "the dist and bootstrap ports %d-%d meet the HTTP ports %d-%d" % (
-            block.start,
-            block.stop - 1,
-            http.start,
-            http.stop - 1,
-        )
-    for port in taken:
-        if port in block:
-            return "the dist and bootstrap ports %d-%d hold port %d" % (
-                block.start,
-                block.stop - 1,
-                port,
-            )
-    if block.start <= hi and lo < block.stop:
-        return "the dist and bootstrap ports %d-%d reach the ephemeral range %d-%d" % (
-            block.start,
-            block.stop - 1,
-            lo,
-            hi,
-        )
-    return None
+    return ports_clash(
+        block,
+        "the dist and bootstrap ports {}",
+        range(router, router + 1 + servers + SGLANG_HTTP_BAND),
+        "the HTTP ports {}",
+        taken,
+        ephemeral,
+    )
 
 
 def layout(
