@@ -28,8 +28,9 @@ import pytest
 from hypothesis import settings
 from lab import (
     GROUP_SECONDS,
+    HOST_B,
+    HOST_C,
     SUITES,
-    OwnLab,
     SlurmLab,
     SuiteLabFactory,
     host_lab,
@@ -119,7 +120,10 @@ def tier_and_group(item: pytest.Item) -> tuple[str, str | None]:
     if own:
         return "real", "+".join(own)
     if fixtures & SHARED_LAB_FIXTURES:
-        return "real", f"shared-{_shared_suite(item)}"
+        suite = _shared_suite(item)
+        if suite == "host" and item.get_closest_marker("host_c") is not None:
+            return "real", HOST_C.name
+        return "real", f"shared-{suite}"
     if fixtures & SCRIPT_FIXTURES:
         return "script", None
     return "unit", None
@@ -132,6 +136,11 @@ _CACHE_KEY = pytest.StashKey[str]()
 def pytest_configure(config: pytest.Config) -> None:
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: test tier, set from the fixtures it uses")
+    config.addinivalue_line(
+        "markers",
+        "host_c: the host variant of this test runs on the third host lab (HOST_C), not on the "
+        "shared host lab",
+    )
     config.addinivalue_line(
         "markers",
         "last_in_group: run after the other tests of its lab's xdist group (a test that waits "
@@ -248,16 +257,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
 
-@pytest.fixture(scope="session")
-def slurm_lab() -> SlurmLab:
-    """The running Slurm lab ($SLURMFM_LAB, else $SLURMFM_LAB_ROOT/host)."""
+@pytest.fixture
+def slurm_lab(request: pytest.FixtureRequest) -> SlurmLab:
+    """The running Slurm lab ($SLURMFM_LAB, else $SLURMFM_LAB_ROOT/host); for a test marked
+    ``host_c``, the third host lab (``HOST_C``)."""
+    if request.node.get_closest_marker("host_c") is not None:
+        lab: SlurmLab = request.getfixturevalue("host_c_lab")
+        return lab
     return host_lab()
-
-
-# A second lab like the shared host lab (Slurm 22.05, slurm-lab's default 16 nodes), for tests
-# that run on the host only: the host's tests are the longest group of the real tier, and on
-# their own they kept one worker busy minutes after the others had finished.
-HOST_B = OwnLab("host-b", ctld_port=19127, slurmd_port=18801, nodes=16)
 
 
 @pytest.fixture(scope="session")
@@ -265,6 +272,14 @@ HOST_B = OwnLab("host-b", ctld_port=19127, slurmd_port=18801, nodes=16)
 def host_b_lab() -> SlurmLab:
     """The second host lab (``HOST_B``), brought up on first use."""
     return HOST_B.up()
+
+
+@pytest.fixture(scope="session")
+def host_c_lab() -> SlurmLab:
+    """The third host lab (``HOST_C``), brought up on first use. Its group comes from the
+    ``host_c`` marker (:func:`tier_and_group`), not from this fixture, which the tests request
+    through ``slurm_lab``."""
+    return HOST_C.up()
 
 
 @pytest.fixture(scope="session")

@@ -755,6 +755,22 @@ OWN_LABS: list[OwnLab] = []
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# A second lab like the shared host lab (Slurm 22.05, slurm-lab's default 16 nodes), for tests
+# that run on the host only (tests/conftest.py, host_b_lab): the host's tests are the longest
+# group of the real tier, and on their own they kept one worker busy minutes after the others
+# had finished. Defined here, not in conftest.py, so that run_ports (scripts/run-tests' port
+# check, which imports no conftest) counts its ports.
+HOST_B = OwnLab("host-b", ctld_port=19127, slurmd_port=18801, nodes=16)
+
+# A third lab like the shared host lab, for the host variants of the tests marked
+# ``pytest.mark.host_c`` (tests/conftest.py, host_c_lab; their variants on 24.11 and 26.05
+# stay on the shared chroot labs): the shared host lab's group was again the real tier's
+# longest (539 test-seconds of 71 tests, 2026-12-07), and a group runs on one worker, so the
+# run waited for it. Tests marked so must rely on nothing of the shared lab but its Slurm
+# (they get this lab from ``slurm_lab``, ``each_lab`` and ``every_lab``).
+HOST_C = OwnLab("host-c", ctld_port=18877, slurmd_port=18971, nodes=16)
+
+
 def own_lab_fixture(*labs: OwnLab) -> Callable[[F], F]:
     """Declare that a fixture brings up these OwnLabs (put it under ``@pytest.fixture``).
 

@@ -87,3 +87,15 @@ def test_a_test_that_waits_for_a_build_runs_last_in_its_group() -> None:
     assert waits, out[-3000:]
     assert len(host) > len(waits)
     assert waits == list(range(len(host) - len(waits), len(host))), host
+
+
+def test_a_host_c_test_runs_its_host_variant_on_the_third_host_lab() -> None:
+    """``pytest.mark.host_c`` moves a module's 22.05 variant off the shared host lab's group (the
+    real tier's longest) into the third host lab's; its 24.11 and 26.05 variants stay in their
+    shared labs' groups."""
+    out = pytest_run(
+        "-p", "xdist", "-n", "1", "--dist", "loadgroup", "-m", "real", "-v",
+        "tests/e2e/test_dependencies.py", "-k", "singleton",
+    )  # fmt: skip
+    groups = dict(re.findall(r"\[gw\d+\] .*?::test_singleton\S*\[(\w+)\]@(\S+)", out))
+    assert groups == {"host": "host-c", "trixie": "shared-trixie", "sid": "shared-sid"}, out[-3000:]
