@@ -317,7 +317,11 @@ class PlanRequest:
     is never predicted slower in any and at least that much faster in one
     (:func:`slurmfm.plan.guard.keep_slurm_unless_robust`; docs/placement-plans.md, "Referee", has
     what each
-    costs and gains).
+    costs and gains). ``topology_plugin``: the cluster's ``TopologyPlugin`` where it is not the
+    topology's kind (a fabric built from EC2's API is a tree whose UltraServers are NVLink
+    domains, while ParallelCluster >= 3.14 and HyperPod run ``topology/block`` on them); under
+    ``block`` a pin plan asks only what that plugin takes (:func:`_block_acceptance`). None:
+    ``topology.kind``.
     """
 
     topology: Topology
@@ -331,6 +335,7 @@ class PlanRequest:
     simulate: bool = False
     avoid: Mapping[str, str] = field(default_factory=dict)
     risk: Risk = "none"
+    topology_plugin: Literal["tree", "block"] | None = None
 
 
 def plan(
@@ -346,6 +351,7 @@ def plan(
     simulate: bool = False,
     avoid: Mapping[str, str] | None = None,
     risk: Risk = "none",
+    topology_plugin: Literal["tree", "block"] | None = None,
 ) -> Plan:
     """Plan ``job`` on the free nodes of ``topology``: :func:`make_plan` of a
     :class:`PlanRequest` with these fields (see it for each).
@@ -366,6 +372,7 @@ def plan(
             simulate=simulate,
             avoid=dict(avoid or {}),
             risk=risk,
+            topology_plugin=topology_plugin,
         )
     )
 
@@ -393,8 +400,10 @@ def make_plan(req: PlanRequest) -> Plan:
 def _block_acceptance(
     req: PlanRequest, order: list[str], report: CostReport, why: list[str]
 ) -> tuple[list[str], CostReport, int | None]:
-    """Pin mode on a fabric whose NVLink domains span nodes (GB200 under ``topology/block``):
-    a ``--nodelist`` Slurm takes, with the ``--segment`` it needs (or None).
+    """Pin mode under ``topology/block`` (the request's ``topology_plugin``, else the
+    topology's kind) on a fabric whose NVLink domains span nodes (GB200, one base block per
+    UltraServer: :func:`slurmfm.plan.slurm_sim.block_geometry`): a ``--nodelist`` Slurm takes,
+    with the ``--segment`` it needs (or None).
 
     Why: real Slurm refuses such a job at submission ("Requested node configuration is not
     available") unless every listed node lies in one block of the job's level; 26.05 also
@@ -408,7 +417,8 @@ def _block_acceptance(
     from slurmfm.plan.slurm_sim import block_geometry, level_blocks, nodelist_accepted
 
     topology, job = req.topology, req.job
-    geometry = block_geometry(topology) if req.mode == "pin" else None
+    plugin = req.topology_plugin or topology.kind
+    geometry = block_geometry(topology) if req.mode == "pin" and plugin == "block" else None
     if geometry is None:
         return order, report, None
     blocks, sizes = geometry
@@ -462,7 +472,8 @@ def _block_acceptance(
         + (
             ""
             if version is not None and supports("nodelist_with_segment", version)
-            else f" (Slurm {version or 'of unknown version'} has no --nodelist with --segment)"
+            else " (with --segment it takes one from Slurm 26.05; the cluster's is "
+            + (f"{version})" if version is not None else "not known)")
         )
         + "; planned again inside one such block: "
         + _names(sorted(best.leaves, key=natural_key))

@@ -338,7 +338,9 @@ def test_gb200_nodelist_across_ultraservers(
             else:
                 assert "Requested node configuration is not available" in err
             seg = int(extra[0].split("=")[1]) if extra else None
-            model = nodelist_accepted(table, nodes, block_sizes=[9, 18, 36], rules=rules, segment=seg)
+            model = nodelist_accepted(
+                table, nodes, block_sizes=[9, 18, 36], rules=rules, segment=seg
+            )
             assert model == taken, (nodes, extra)
         # UltraServers partly busy with other jobs: 6, 5, 7 and 4 nodes free, so no base
         # block holds an 8-node job (Slurm's own -N 8 --segment=8 stays pending).
