@@ -400,15 +400,35 @@ def print_report(
 
 # ---------------------------------------------------------------------------- cluster streams
 CLUSTER_SEEDS = (2211, 2212, 2213)  # fixed with HELD_OUT_SEEDS, before the first run
+# The Slurm the streams' plans are made for (--cluster-slurm): 24.11 takes a GB200 plan's
+# --nodelist only inside one block of the job's level, 26.05 also cut into --segment pieces.
+CLUSTER_VERSION = SlurmVersion.parse("24.11.5")
 
 
-def _placers(fab: bp.Fabric, kind: str, plan: Callable[..., Any]) -> tuple[cl.Placer, cl.Placer]:
-    """(Slurm alone, slurmfm's plan) as placement callables for :func:`cl.simulate`."""
+def _placers(
+    fab: bp.Fabric,
+    kind: str,
+    plan: Callable[..., Any],
+    version: SlurmVersion,
+    refused: list[str] | None = None,
+    fallback: bool = False,
+) -> tuple[cl.Placer, cl.Placer]:
+    """(Slurm alone, slurmfm's plan) as placement callables for :func:`cl.simulate`.
+
+    GB200 clusters run ``topology/block`` on the UltraServers, so the plans are asked for
+    under it (``topology_plugin="block"``: only a ``--nodelist`` Slurm takes, with the
+    ``--segment`` it needs). ``refused`` collects the jobs started on a plan whose
+    ``--nodelist`` (and ``--segment``) ``topology/block`` would refuse at submission
+    (:func:`slurmfm.plan.slurm_sim.nodelist_accepted`): none since the planner checks it.
+    ``fallback``: where the planner has no plan (``PlanError``: on 24.11 no block of the job's
+    level has room), the job is submitted without one, so Slurm's own choice starts it.
+    """
     from slurmfm.plan.planner import PlanError
-    from slurmfm.plan.slurm_sim import block_choices
+    from slurmfm.plan.slurm_sim import block_choices, block_geometry, nodelist_accepted
 
     topo = fab.topology
-    version = SlurmVersion.parse("24.11.5")
+    geometry = block_geometry(topo) if kind == "gb200" else None
+    block_rules = "26.05" if version >= SlurmVersion(26, 5) else "24.11"
 
     def slurm(free: frozenset[str], job: cl.ArrivingJob) -> list[str] | None:
         if kind == "gb200" and job.nodes > 1:
@@ -425,6 +445,7 @@ def _placers(fab: bp.Fabric, kind: str, plan: Callable[..., Any]) -> tuple[cl.Pl
 
     def slurmfm(free: frozenset[str], job: cl.ArrivingJob) -> list[str] | None:
         busy = set(topo.nodes) - free
+        extra = {"topology_plugin": "block"} if geometry is not None else {}
         try:
             p = plan(
                 topo,
@@ -432,9 +453,16 @@ def _placers(fab: bp.Fabric, kind: str, plan: Callable[..., Any]) -> tuple[cl.Pl
                 unavailable=busy,
                 switch_order=fab.switch_order,
                 slurm_version=version,
+                **extra,
             )
         except PlanError:
-            return None
+            return slurm(free, job) if fallback else None
+        if refused is not None and geometry is not None:
+            blocks, sizes = geometry
+            if not nodelist_accepted(
+                blocks, p.nodes, block_sizes=sizes, rules=block_rules, segment=p.segment
+            ):
+                refused.append(job.name)
         return list(p.nodes)
 
     return slurm, slurmfm
@@ -451,8 +479,16 @@ def _p90(xs: Sequence[float]) -> float | None:
     return ys[min(len(ys) - 1, int(0.9 * len(ys)))]
 
 
-def run_cluster(kind: str, seed: int, quick: bool, plan: Callable[..., Any]) -> dict[str, Any]:
-    """One job stream on one fabric, Slurm alone and with slurmfm's plans for large jobs."""
+def run_cluster(
+    kind: str,
+    seed: int,
+    quick: bool,
+    plan: Callable[..., Any],
+    version: SlurmVersion = CLUSTER_VERSION,
+    fallback: bool = False,
+) -> dict[str, Any]:
+    """One job stream on one fabric, Slurm alone and with slurmfm's plans for large jobs
+    (planned for Slurm ``version``; ``fallback``: Slurm's own choice where there is no plan)."""
     seed = seed * 10 + ("3-level", "4-level", "gb200").index(kind)
     rng = random.Random(seed)
     large: tuple[int, ...]
@@ -474,7 +510,9 @@ def run_cluster(kind: str, seed: int, quick: bool, plan: Callable[..., Any]) -> 
         mix=small_mix,
         utilization=0.95,
     )
-    slurm, slurmfm = _placers(fab, kind, plan)
+    slurm, probe = _placers(fab, kind, plan, version)
+    refused: list[str] = []
+    _, slurmfm = _placers(fab, kind, plan, version, refused, fallback)
     params = FabricParams.uniform(2, gpus_per_node=gpus)
     seg = 16 if kind == "gb200" else None  # NVIDIA's segment for large GB200 jobs
     out: dict[str, Any] = {}
@@ -486,7 +524,7 @@ def run_cluster(kind: str, seed: int, quick: bool, plan: Callable[..., Any]) -> 
             policy=policy,
             params=params,
             stranded_below=seg,
-            probe=slurmfm if policy is None else None,
+            probe=probe if policy is None else None,
         )
         big = r.large(jobs)
         out[name] = {
@@ -506,6 +544,7 @@ def run_cluster(kind: str, seed: int, quick: bool, plan: Callable[..., Any]) -> 
             "pending_a_plan_starts": sorted(r.pending_a_policy_starts),
             "never_started": r.never_started,
             "makespan_s": r.makespan_s,
+            "started_on_a_refused_nodelist": list(refused) if policy is not None else [],
         }
     return out
 
@@ -540,9 +579,11 @@ def print_cluster(results: dict[str, list[dict[str, Any]]]) -> None:
             print(f"{kind:<8} {pol:<8} " + " ".join(cells))
         pend = sum(len(r["slurm"]["pending_a_plan_starts"]) for r in runs)
         never = {p: sum(len(r[p]["never_started"]) for r in runs) for p in ("slurm", "slurmfm")}
+        refused = sum(len(r["slurmfm"].get("started_on_a_refused_nodelist", [])) for r in runs)
         print(
             f"{'':<8} large jobs Slurm left pending at a moment a plan could start them: {pend}; "
-            f"never started: Slurm {never['slurm']}, slurmfm {never['slurmfm']}"
+            f"never started: Slurm {never['slurm']}, slurmfm {never['slurmfm']}; "
+            f"started on a --nodelist topology/block refuses: {refused}"
         )
 
 
@@ -564,6 +605,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("-v", "--verbose", action="store_true")
     ap.add_argument("--no-cluster", action="store_true", help="skip the cluster streams")
+    ap.add_argument(
+        "--cluster-slurm",
+        type=SlurmVersion.parse,
+        default=CLUSTER_VERSION,
+        help="the Slurm the cluster streams' plans are made for (default 24.11.5)",
+    )
+    ap.add_argument(
+        "--cluster-fallback",
+        action="store_true",
+        help="cluster streams: a large job with no plan Slurm takes goes to Slurm's own choice",
+    )
     ap.add_argument(
         "--nccl-algo",
         choices=("auto", "ring", "tree"),
@@ -592,7 +644,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         t1 = time.perf_counter()
         cseeds = CLUSTER_SEEDS[:1] if args.quick else CLUSTER_SEEDS
         for kind in ("3-level", "4-level", "gb200"):
-            clusters[kind] = [run_cluster(kind, sd, args.quick, plan) for sd in cseeds]
+            clusters[kind] = [
+                run_cluster(kind, sd, args.quick, plan, args.cluster_slurm, args.cluster_fallback)
+                for sd in cseeds
+            ]
         print_cluster(clusters)
         print(f"(cluster streams: seeds {cseeds}, {time.perf_counter() - t1:.1f} s)")
     if args.json:

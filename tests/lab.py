@@ -242,8 +242,10 @@ GROUP_SECONDS = {
     "pyxis-sid": 35,
     "simblock-trixie": 40,  # select_block vs 24.11: the same
     "down-trixie": 40,
-    "plan-sid": 30,
-    "plan-trixie": 25,
+    # + test_gb200_nodelist_across_ultraservers: ~30 s on sid (an 8-node job runs), ~18 s on
+    # trixie (submissions only), measured alone on 2026-12-07
+    "plan-sid": 60,
+    "plan-trixie": 45,
     "topo-trixie": 25,
     # 36 nodes up; the 26.05 rank order under tree and block, with and without TopologyParam
     "newer-sid": 40,

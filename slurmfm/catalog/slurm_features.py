@@ -182,6 +182,18 @@ _ALL: tuple[Feature, ...] = (
         verified=False,
     ),
     Feature(
+        "nodelist_with_segment",
+        _V(26, 5),
+        None,
+        "--nodelist with --segment under topology/block: 24.11.5 refuses the job ('Requested "
+        "node configuration is not available'), 26.05.5 lays the segments out inside the listed "
+        "nodes. Not run on 25.05 or 25.11, so the first release is unverified; 26.05 is the "
+        "first release seen to take it.",
+        f"{SRC_NEWER} (tests/plan/test_real_slurm_plan.py, "
+        "test_gb200_nodelist_across_ultraservers)",
+        verified=False,
+    ),
+    Feature(
         "sbatch_test_only",
         _V(22, 5),
         None,

@@ -124,7 +124,9 @@ class Plan:
     def placement(self) -> Placement:
         """The rendering seam: pin = planned order; constrain = Slurm picks, job sorts by key."""
         if self.mode == "pin":
-            return Placement(mode="pin", nodes=self.nodes, explanation=self.explanation)
+            return Placement(
+                mode="pin", nodes=self.nodes, segment=self.segment, explanation=self.explanation
+            )
         return Placement(
             mode="constrain",
             rank_key=dict(self.rank_key),
@@ -315,7 +317,11 @@ class PlanRequest:
     is never predicted slower in any and at least that much faster in one
     (:func:`slurmfm.plan.guard.keep_slurm_unless_robust`; docs/placement-plans.md, "Referee", has
     what each
-    costs and gains).
+    costs and gains). ``topology_plugin``: the cluster's ``TopologyPlugin`` where it is not the
+    topology's kind (a fabric built from EC2's API is a tree whose UltraServers are NVLink
+    domains, while ParallelCluster >= 3.14 and HyperPod run ``topology/block`` on them); under
+    ``block`` a pin plan asks only what that plugin takes (:func:`_block_acceptance`). None:
+    ``topology.kind``.
     """
 
     topology: Topology
@@ -329,6 +335,7 @@ class PlanRequest:
     simulate: bool = False
     avoid: Mapping[str, str] = field(default_factory=dict)
     risk: Risk = "none"
+    topology_plugin: Literal["tree", "block"] | None = None
 
 
 def plan(
@@ -344,6 +351,7 @@ def plan(
     simulate: bool = False,
     avoid: Mapping[str, str] | None = None,
     risk: Risk = "none",
+    topology_plugin: Literal["tree", "block"] | None = None,
 ) -> Plan:
     """Plan ``job`` on the free nodes of ``topology``: :func:`make_plan` of a
     :class:`PlanRequest` with these fields (see it for each).
@@ -364,6 +372,7 @@ def plan(
             simulate=simulate,
             avoid=dict(avoid or {}),
             risk=risk,
+            topology_plugin=topology_plugin,
         )
     )
 
@@ -383,8 +392,93 @@ def make_plan(req: PlanRequest) -> Plan:
             + ("leaf" if req.job.nvlink_unit() == 1 else "NVLink domain")
             + " in fabric DFS order; PP stages are contiguous node blocks"
         )
+    order, report, pin_segment = _block_acceptance(req, order, report, why)
     _explain_cost(report, why)
-    return _finish(req, st, order, report, why)
+    return _finish(req, st, order, report, why, pin_segment)
+
+
+def _block_acceptance(
+    req: PlanRequest, order: list[str], report: CostReport, why: list[str]
+) -> tuple[list[str], CostReport, int | None]:
+    """Pin mode under ``topology/block`` (the request's ``topology_plugin``, else the
+    topology's kind) on a fabric whose NVLink domains span nodes (GB200, one base block per
+    UltraServer: :func:`slurmfm.plan.slurm_sim.block_geometry`): a ``--nodelist`` Slurm takes,
+    with the ``--segment`` it needs (or None).
+
+    Why: real Slurm refuses such a job at submission ("Requested node configuration is not
+    available") unless every listed node lies in one block of the job's level; 26.05 also
+    takes a list cut into ``--segment`` pieces, 24.11 does not
+    (:func:`slurmfm.plan.slurm_block.nodelist_accepted`, measured on 24.11.5 and 26.05.5).
+    So a plan outside those rules is cut to what Slurm takes: first the same nodes with the
+    largest ``--segment`` that makes them acceptable (when the version has
+    ``nodelist_with_segment``), else the best plan inside one block of the job's level, else
+    :class:`PlanError` (no ``--nodelist`` could start the job now).
+    """
+    from slurmfm.plan.slurm_sim import block_geometry, level_blocks, nodelist_accepted
+
+    topology, job = req.topology, req.job
+    plugin = req.topology_plugin or topology.kind
+    geometry = block_geometry(topology) if req.mode == "pin" and plugin == "block" else None
+    if geometry is None:
+        return order, report, None
+    blocks, sizes = geometry
+    n = job.nodes
+    if nodelist_accepted(blocks, order, block_sizes=sizes, rules="24.11"):
+        return order, report, None  # the same rule on 24.11 and 26.05 without --segment
+    from slurmfm.catalog.slurm_features import supports
+
+    version = req.slurm_version
+    if version is not None and supports("nodelist_with_segment", version):
+        u = job.nvlink_unit()
+        for seg in sorted((s for s in range(u, n, u) if n % s == 0), reverse=True):
+            if nodelist_accepted(blocks, order, block_sizes=sizes, rules="26.05", segment=seg):
+                why.append(
+                    f"topology/block: the nodes span blocks that no block of the job's level "
+                    f"holds, so --nodelist alone is refused; with --segment={seg} Slurm "
+                    f"{version} lays the segments out inside the list (measured on 26.05.5)"
+                )
+                return order, report, seg
+    from slurmfm.plan.guard import _better
+
+    best: Plan | None = None
+    level = level_blocks(blocks, n, block_sizes=sizes)
+    for members in level:
+        inside = set(members)
+        if sum(1 for m in members if m not in req.unavailable and topology.nodes[m].free) < n:
+            continue
+        outside = frozenset(m for m in topology.nodes if m not in inside)
+        try:
+            sub = make_plan(dataclasses.replace(req, unavailable=req.unavailable | outside))
+        except PlanError:
+            continue
+        if best is None or _better(sub.predicted, best.predicted):
+            best = sub
+    size = max(len(b) for b in level)
+    if best is None:
+        raise PlanError(
+            f"Slurm's topology/block takes a --nodelist of {n} nodes only inside one block of "
+            f"{size} nodes (aligned blocks of BlockSizes {sizes}), and none has {n} usable "
+            "free nodes now"
+            + (
+                ""
+                if version is not None and supports("nodelist_with_segment", version)
+                else "; Slurm >= 26.05 also takes one cut into --segment pieces"
+            )
+            + ": use constrain mode or wait"
+        )
+    why.append(
+        f"topology/block: the planned nodes span blocks that no block of the job's level "
+        f"holds ({size} nodes), and Slurm refuses such a --nodelist"
+        + (
+            ""
+            if version is not None and supports("nodelist_with_segment", version)
+            else " (with --segment it takes one from Slurm 26.05; the cluster's is "
+            + (f"{version})" if version is not None else "not known)")
+        )
+        + "; planned again inside one such block: "
+        + _names(sorted(best.leaves, key=natural_key))
+    )
+    return list(best.nodes), best.predicted, best.segment
 
 
 def _admit(req: PlanRequest, st: _Static, why: list[str]) -> list[str]:
@@ -726,9 +820,15 @@ def _explain_cost(report: CostReport, why: list[str]) -> None:
 
 
 def _finish(
-    req: PlanRequest, st: _Static, order: list[str], report: CostReport, why: list[str]
+    req: PlanRequest,
+    st: _Static,
+    order: list[str],
+    report: CostReport,
+    why: list[str],
+    pin_segment: int | None = None,
 ) -> Plan:
-    """What to ask Slurm: ``--nodelist`` (pin) or ``--switches``/``--segment`` (constrain)."""
+    """What to ask Slurm: ``--nodelist`` (pin, with the ``--segment`` topology/block needs
+    to take it) or ``--switches``/``--segment`` (constrain)."""
     topology, job, mode = req.topology, req.job, req.mode
     leaves = tuple(dict.fromkeys(st.leaf_of[n] for n in order))
     switches: str | None = None
@@ -739,6 +839,9 @@ def _finish(
 
         options.append(f"--nodelist={nodelist(order)}")
         why.append("mode pin: --nodelist requests exactly these nodes; the job keeps this order")
+        if pin_segment is not None:
+            segment = pin_segment
+            options.append(f"--segment={segment}")
     else:
         if topology.kind == "block":
             segment = _segment(st, topology, job, order, req.slurm_version, why)

@@ -18,7 +18,7 @@ from slurmfm.topology.model import natural_key
 
 BlockRules = Literal["24.11", "26.05"]
 
-__all__ = ["BLOCK_RULE_SETS", "BlockRules", "select_block"]
+__all__ = ["BLOCK_RULE_SETS", "BlockRules", "level_blocks", "nodelist_accepted", "select_block"]
 
 
 def _block_level(rem: int, levels: Sequence[bool], base: int) -> tuple[int, int]:
@@ -308,3 +308,72 @@ def select_block(
         if rem > 0:
             return None  # ESLURM_TOPO_INSUFFICIENT_RESOURCES
     return sorted(chosen, key=pos.__getitem__)
+
+
+def nodelist_accepted(
+    blocks: Sequence[Sequence[str]],
+    nodes: Sequence[str],
+    *,
+    block_sizes: Sequence[int],
+    rules: BlockRules,
+    segment: int | None = None,
+) -> bool:
+    """Whether Slurm's ``topology/block`` takes an exclusive job of exactly ``nodes``
+    (``-N len(nodes) --nodelist=nodes``, with ``--segment`` when given), all of them free.
+
+    Why: a plan in pin mode is such a job, and Slurm refuses one at submission ("Requested
+    node configuration is not available") unless its nodes fit the block rules; measured on
+    real Slurm 24.11.5 and 26.05.5 (``tests/plan/test_real_slurm_plan.py``,
+    ``test_gb200_nodelist_across_ultraservers``):
+
+    * Without ``--segment`` (or with one segment), both versions: every node in one block of
+      the job's level (the aligned run of 2^k base blocks, :func:`select_block`), as
+      ``eval_nodes_block`` checks ("requires nodes that do not have shared block",
+      SchedMD/slurm ``src/plugins/topology/block/eval_nodes_block.c``); with BlockSizes that
+      skip a level, also its llblock limit ("requires nodes exceed maximum llblock limit due
+      to required nodes", read in that source, not measured).
+    * With ``--segment`` of two or more segments: 24.11.5 refuses every such job, even one
+      whose segments each fill a base block inside one block of the job's level; 26.05.5 lays
+      the segments out inside the listed nodes by its usual rules (``eval_nodes_block``
+      limits the nodes it may use to the list), so the job is taken when :func:`select_block`
+      finds the segments in the listed nodes.
+    """
+    n = len(nodes)
+    if n == 0 or len(set(nodes)) != n:
+        raise ValueError("nodes must be distinct and not empty")
+    base, levels = _block_levels(block_sizes)
+    index = {m: i for i, b in enumerate(blocks) for m in b}
+    if any(m not in index for m in nodes):
+        return False  # "requires nodes which are not in blocks"
+    split = _job_segments(n, segment, base, rules)
+    if split is None:
+        return False
+    seg_cnt, _ = split
+    if seg_cnt > 1:
+        if rules == "24.11":
+            return False
+        got = select_block(
+            blocks, frozenset(nodes), n, block_sizes=block_sizes, rules=rules, segment=segment
+        )
+        return got is not None
+    geo = _BlockGeometry.for_job(n, levels, base, len(blocks))
+    used = sorted({index[m] for m in nodes})
+    if len({i // geo.per_block for i in used}) > 1:
+        return False
+    max_ll = -(-n // geo.ll_size)
+    if geo.per_block != geo.per_ll * max_ll:
+        return len({i >> geo.ll_level for i in used}) <= max_ll
+    return True
+
+
+def level_blocks(
+    blocks: Sequence[Sequence[str]], nodes: int, *, block_sizes: Sequence[int]
+) -> list[list[str]]:
+    """The blocks of the level Slurm places an ``nodes``-node job in without ``--segment``
+    (the aligned runs of 2^k base blocks, or the whole system when no level is large enough),
+    each its nodes: a ``--nodelist`` job is taken only inside one of them
+    (:func:`nodelist_accepted`)."""
+    base, levels = _block_levels(block_sizes)
+    geo = _BlockGeometry.for_job(nodes, levels, base, len(blocks))
+    step = geo.per_block
+    return [[n for b in blocks[i : i + step] for n in b] for i in range(0, len(blocks), step)]

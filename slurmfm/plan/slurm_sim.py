@@ -45,7 +45,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from slurmfm.plan.slurm_block import BLOCK_RULE_SETS, BlockRules, select_block
+from slurmfm.plan.slurm_block import (
+    BLOCK_RULE_SETS,
+    BlockRules,
+    level_blocks,
+    nodelist_accepted,
+    select_block,
+)
 from slurmfm.topology.model import Topology, natural_key
 
 Rules = Literal["21.08", "24.05.3"]
@@ -57,8 +63,11 @@ __all__ = [
     "RankPolicy",
     "Rules",
     "block_choices",
+    "block_geometry",
     "config_switch_order",
+    "level_blocks",
     "natural_key",
+    "nodelist_accepted",
     "rank_order",
     "segment_for",
     "select_block",
@@ -428,6 +437,34 @@ def segment_for(nodes: int, base: int) -> int:
     return max(d for d in range(1, min(nodes, base) + 1) if nodes % d == 0)
 
 
+def block_geometry(
+    topology: Topology,
+    *,
+    block_order: Sequence[str] | None = None,
+    node_order: Sequence[str] | None = None,
+) -> tuple[list[list[str]], list[int]] | None:
+    """The base blocks and ``BlockSizes`` Slurm's ``topology/block`` would have on a fabric
+    whose NVLink domains are the base blocks, or None when no domain spans nodes.
+
+    One ``BlockName`` per multi-node NVLink domain (a GB200 UltraServer; ParallelCluster and
+    HyperPod configure ``topology/block`` this way for p6e-gb200), in ``block_order`` (the
+    ``BlockName`` line order; default natural order of the domain names, which is fabric
+    order when names follow it), each its nodes in node-table order; ``BlockSizes`` doubling
+    from the largest domain (``slurm_model.block_sizes_for``).
+    """
+    from slurmfm.plan.cost import nvlink_domain
+    from slurmfm.topology.slurm_model import block_sizes_for
+
+    members: dict[str, list[str]] = {}
+    for n in _node_table(topology, node_order):
+        members.setdefault(nvlink_domain(topology, n), []).append(n)
+    if all(len(v) < 2 for v in members.values()):
+        return None
+    names = list(block_order) if block_order is not None else sorted(members, key=natural_key)
+    blocks = [members[b] for b in names if b in members]
+    return blocks, block_sizes_for(max(len(b) for b in blocks), len(blocks))
+
+
 def block_choices(
     topology: Topology,
     free: set[str] | frozenset[str],
@@ -437,29 +474,17 @@ def block_choices(
     block_order: Sequence[str] | None = None,
     node_order: Sequence[str] | None = None,
 ) -> list[tuple[str, list[str]]]:
-    """Slurm's ``topology/block`` choices on a fabric whose NVLink domains are the base blocks.
-
-    One ``BlockName`` per multi-node NVLink domain (a GB200 UltraServer; ParallelCluster and
-    HyperPod configure ``topology/block`` this way for p6e-gb200), in ``block_order`` (the
-    ``BlockName`` line order; default natural order of the domain names, which is fabric
-    order when names follow it) and ``BlockSizes`` doubling from the domain size
-    (``slurm_model.block_sizes_for``). Two jobs: ``-N nodes`` alone and with
+    """Slurm's ``topology/block`` choices on a fabric whose NVLink domains are the base blocks
+    (:func:`block_geometry`). Two jobs: ``-N nodes`` alone and with
     ``--segment`` (:func:`segment_for`), under ``rules`` (:func:`select_block`). Each entry
     is (label, nodes in node-table order); a job Slurm would leave pending has none. Empty
     when no domain spans nodes.
     """
-    from slurmfm.plan.cost import nvlink_domain
-    from slurmfm.topology.slurm_model import block_sizes_for
-
-    members: dict[str, list[str]] = {}
-    for n in _node_table(topology, node_order):
-        members.setdefault(nvlink_domain(topology, n), []).append(n)
-    if all(len(v) < 2 for v in members.values()):
+    geometry = block_geometry(topology, block_order=block_order, node_order=node_order)
+    if geometry is None:
         return []
-    names = list(block_order) if block_order is not None else sorted(members, key=natural_key)
-    blocks = [members[b] for b in names if b in members]
-    base = max(len(b) for b in blocks)
-    sizes = block_sizes_for(base, len(blocks))
+    blocks, sizes = geometry
+    base = sizes[0]
     out: list[tuple[str, list[str]]] = []
     for label, seg in (("block", None), ("block --segment", segment_for(nodes, base))):
         chosen = select_block(

@@ -225,11 +225,21 @@ def _placement_lines(job: ResolvedJob, warnings: list[str]) -> list[Directive]:
             raise UnsupportedError(
                 f"--segment needs Slurm >= 24.05 (topology/block segments); target is {v}"
             )
-        d.append(Directive("segment", str(placement.segment)))
+        pinned = placement.mode == "pin"
+        d.append(
+            Directive(
+                "segment",
+                str(placement.segment),
+                "topology/block takes the pinned --nodelist cut into segments of this size"
+                if pinned
+                else None,
+            )
+        )
         split = segment_split_warning(inst, r.nodes, placement.segment)
         if split:
             warnings.append(split)
-        d.extend(_segment_options(job, placement.segment))
+        if not pinned:  # the nodes are fixed: a consolidate/spread rule could only refuse them
+            d.extend(_segment_options(job, placement.segment))
     elif placement.mode == "none":
         # the spares too: they are best in the same NVLink domain as the nodes they replace
         alloc = r.nodes + r.spare_nodes

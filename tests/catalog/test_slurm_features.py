@@ -68,6 +68,7 @@ GATES = [
     ("exclusive_topo", V(23, 11, 10), V(24, 5), V(24, 11, 5)),
     ("tree_selection_rules_2405_3", V(24, 5, 2), V(24, 5, 3), V(24, 11)),
     ("segment_larger_than_base_block", V(24, 11, 5), V(25, 11), V(26, 5, 5)),
+    ("nodelist_with_segment", V(24, 11, 5), V(26, 5), V(26, 5, 5)),
     ("sbatch_test_only", V(21, 8), V(22, 5), V(22, 5, 8)),
     ("open_mode", V(21, 8), V(22, 5), V(24, 11)),
     ("signal_batch", V(21, 8), V(22, 5), V(24, 11)),

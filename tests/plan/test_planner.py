@@ -729,3 +729,79 @@ def test_risk_model_may_leave_slurms_choice_only_for_a_predicted_gain(
             worst, top = robust_gains(topo, p.nodes, base, job, None, busy_under=counts)
             assert worst >= (MIN_GAIN if risk == "none" else -1e-9)
             assert top >= MIN_GAIN
+
+
+# ---------------------------------------------------------------------------- topology/block
+NVL = [f"node{i:03d}" for i in range(1, 37)]  # 4 UltraServers of 9 (NVL72 scaled), us1-us4
+NVL_LEAF = {n: f"us{i // 9 + 1}" for i, n in enumerate(NVL)}
+
+
+def nvl_block() -> Topology:
+    return Topology.from_parents([Node(n) for n in NVL], NVL_LEAF, {}, kind="block")
+
+
+def busy_of(counts: list[int]) -> list[str]:
+    """The first ``counts[b]`` nodes of UltraServer b are busy."""
+    return [n for b, c in enumerate(counts) for n in NVL[b * 9 : b * 9 + c]]
+
+
+V2411, V2605 = SlurmVersion.parse("24.11.5"), SlurmVersion.parse("26.05.5")
+
+
+def test_pin_plan_across_ultraservers_gets_a_segment_on_26_05_and_none_on_24_11() -> None:
+    """6, 5, 7 and 4 nodes free: no UltraServer holds an 8-node job. Slurm refuses its
+    --nodelist across two of them (both versions, tests/plan/test_real_slurm_plan.py); 26.05
+    takes it with --segment, 24.11 with no list at all, so the planner says so."""
+    from slurmfm.plan.slurm_sim import nodelist_accepted
+
+    busy = busy_of([3, 4, 2, 5])
+    job = JobShape(8, 4, tp=4)
+    p = plan(nvl_block(), job, unavailable=busy, slurm_version=V2605)
+    assert len({NVL_LEAF[n] for n in p.nodes}) == 2
+    assert p.segment is not None
+    assert p.sbatch_options[1:] == (f"--segment={p.segment}",)
+    assert p.placement().segment == p.segment
+    blocks = [NVL[b * 9 : b * 9 + 9] for b in range(4)]
+    assert nodelist_accepted(
+        blocks, p.nodes, block_sizes=[9, 18, 36], rules="26.05", segment=p.segment
+    )
+    assert not nodelist_accepted(blocks, p.nodes, block_sizes=[9, 18, 36], rules="26.05")
+    for version in (V2411, None):
+        with pytest.raises(PlanError, match="only inside one block of 9 nodes"):
+            plan(nvl_block(), job, unavailable=busy, slurm_version=version)
+    # constrain mode and a tree cluster are as before: Slurm chooses, or takes any list
+    c = plan(nvl_block(), job, unavailable=busy, slurm_version=V2411, mode="constrain")
+    assert c.nodes == p.nodes
+    t = plan(nvl_block(), job, unavailable=busy, slurm_version=V2411, topology_plugin="tree")
+    assert t.nodes == p.nodes
+    assert t.segment is None
+
+
+def test_pin_plan_on_24_11_is_made_again_inside_an_aligned_pair() -> None:
+    """8, 9, 4 and 7 free: the planner's own 16 nodes (us2 and us4, tightest fit) are not an
+    aligned pair, so 24.11 plans again inside one (us1+us2 holds 17); 26.05 keeps them with
+    --segment=1."""
+    busy = busy_of([1, 0, 5, 2])
+    job = JobShape(16, 4, tp=4)
+    old = plan(nvl_block(), job, unavailable=busy, slurm_version=V2411, topology_plugin="tree")
+    assert {NVL_LEAF[n] for n in old.nodes} == {"us2", "us4"}
+    p = plan(nvl_block(), job, unavailable=busy, slurm_version=V2411)
+    assert {NVL_LEAF[n] for n in p.nodes} == {"us1", "us2"}
+    assert p.segment is None
+    assert p.sbatch_options == ("--nodelist=node[002-008,010-018]",)
+    assert any("planned again inside one such block: us1, us2" in w for w in p.explanation)
+    q = plan(nvl_block(), job, unavailable=busy, slurm_version=V2605)
+    assert q.nodes == old.nodes
+    assert q.segment == 1
+
+
+def test_gb200_tree_fabric_under_topology_block() -> None:
+    """A GB200 fabric built as a tree (EC2's API) with UltraServers as NVLink domains: the
+    check applies when the cluster runs topology/block, and not otherwise."""
+    paths = {n: ("root", "spine0", NVL_LEAF[n]) for n in NVL}
+    topo = Topology.from_paths(paths, [Node(n, nvlink_domain=NVL_LEAF[n]) for n in NVL])
+    busy = busy_of([3, 4, 2, 5])
+    job = JobShape(8, 4, tp=4)
+    assert plan(topo, job, unavailable=busy, slurm_version=V2411).segment is None
+    with pytest.raises(PlanError, match="topology/block"):
+        plan(topo, job, unavailable=busy, slurm_version=V2411, topology_plugin="block")

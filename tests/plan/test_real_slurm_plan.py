@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -260,3 +261,122 @@ def test_block_lab_two_blocks_ordered_by_block(
     assert blocks == sorted(blocks)  # block1's nodes first, then block2's
     for i in range(0, 20, 2):
         assert blocks[i] == blocks[i + 1]
+
+
+# ---------------------------------------------------------------------------- GB200 --nodelist
+def _nvl_blocks(lab: SlurmLab, tmp: Path) -> tuple[Path, dict[str, list[str]]]:
+    """GB200 NVL72 UltraServers scaled to the lab: 4 base blocks of 9 nodes (18 on a real
+    NVL72), BlockSizes=9,18,36 as block_sizes_for writes them, and the lab's own
+    topology.conf kept to put back."""
+    names = [f"node{i:03d}" for i in range(1, lab.nodes + 1)]
+    blocks = {f"us{b + 1}": names[b * 9 : (b + 1) * 9] for b in range(4)}
+    conf = tmp / "nvl72.conf"
+    conf.write_text(
+        "".join(f"BlockName={b} Nodes={','.join(ns)}\n" for b, ns in blocks.items())
+        + "BlockSizes=9,18,36\n"
+    )
+    return conf, blocks
+
+
+def _submit_test(lab: SlurmLab, nodes: list[str], *extra: str) -> tuple[int, str, list[str]]:
+    """(exit status, stderr, nodes) of an exclusive ``sbatch --test-only -N len -w nodes``."""
+    proc = lab.run(
+        [
+            *("sbatch", "--test-only", "--exclusive", "-o", "/dev/null", "-N", str(len(nodes))),
+            *("-w", ",".join(nodes), *extra, "--wrap", "true"),
+        ]
+    )
+    m = re.search(r" on nodes (\S+)", proc.stderr)
+    return proc.returncode, proc.stderr.strip(), lab.hostnames(m.group(1)) if m else []
+
+
+@pytest.mark.slurm_newer
+@pytest.mark.parametrize("suite", ["trixie", "sid"])
+def test_gb200_nodelist_across_ultraservers(
+    own_block_lab: Any, suite: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Does real Slurm take a GB200 plan's --nodelist that spans UltraServers partly busy with
+    other jobs (issue 42)? Measured on 24.11.5 and 26.05.5 with topology/block:
+
+    * --nodelist alone is taken only inside one block of the job's level (an 8-node job: one
+      base block; a 16-node job: an aligned pair), and refused at submission otherwise;
+    * with --segment, 26.05 takes the list and lays the segments out inside it, 24.11
+      refuses it;
+    * the planner now emits only what the version takes: on 26.05 the job starts on exactly
+      the planned nodes, in the planned rank order; on 24.11 it says no --nodelist can start
+      the job now (no base block has 8 free nodes), as Slurm's own --segment=8 could not.
+    """
+    from slurmfm.plan.planner import PlanError
+    from slurmfm.plan.slurm_sim import nodelist_accepted
+
+    lab: SlurmLab = own_block_lab(suite)
+    version = SlurmVersion.parse(lab.version)
+    conf, blocks = _nvl_blocks(lab, tmp_path)
+    original = tmp_path / "original.conf"
+    original.write_text((lab.lab_dir / "etc" / "topology.conf").read_text())
+    proc = lab.lab_command("topology", str(conf), "--plugin", "block")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids: list[str] = []
+    try:
+        us = blocks
+        # Fixed cases first, all nodes idle: what the block plugin takes with -w.
+        cases = [
+            (us["us1"][:8], (), True),  # one base block
+            (us["us1"][:4] + us["us2"][:4], (), False),  # two base blocks, 8 nodes
+            (us["us1"][:8] + us["us2"][:8], (), True),  # an aligned pair, 16 nodes
+            (us["us2"][:8] + us["us3"][:8], (), False),  # a pair that is not aligned
+            (us["us1"][:4] + us["us2"][:4], ("--segment=4",), suite == "sid"),
+            (us["us2"][:8] + us["us3"][:8], ("--segment=8",), suite == "sid"),
+        ]
+        rules = "26.05" if suite == "sid" else "24.11"
+        table = list(us.values())
+        for nodes, extra, taken in cases:
+            rc, err, got = _submit_test(lab, nodes, *extra)
+            assert (rc == 0) == taken, (nodes, extra, err)
+            if taken:
+                assert sorted(got) == sorted(nodes), err
+            else:
+                assert "Requested node configuration is not available" in err
+            seg = int(extra[0].split("=")[1]) if extra else None
+            model = nodelist_accepted(
+                table, nodes, block_sizes=[9, 18, 36], rules=rules, segment=seg
+            )
+            assert model == taken, (nodes, extra)
+        # UltraServers partly busy with other jobs: 6, 5, 7 and 4 nodes free, so no base
+        # block holds an 8-node job (Slurm's own -N 8 --segment=8 stays pending).
+        busy = us["us1"][:3] + us["us2"][:4] + us["us3"][:2] + us["us4"][:5]
+        ids = hold(lab, busy)
+        leaf_of = {n: b for b, ns in us.items() for n in ns}
+        topo = Topology.from_parents([Node(n) for n in leaf_of], leaf_of, {}, kind="block")
+        job = JobShape(8, 4, tp=4)  # GB200: 4 GPUs per node, TP 4
+        newer = plan(topo, job, unavailable=busy, slurm_version=SlurmVersion.parse("26.05.5"))
+        spans = list(newer.nodes)
+        assert len({leaf_of[n] for n in spans}) > 1
+        # The list alone, as the planner emitted it before: refused at submission.
+        sub = lab.run(
+            [
+                *("sbatch", "--parsable", "--exclusive", "-o", "/dev/null", "-N", "8"),
+                *("-w", ",".join(spans), "--wrap", "true"),
+            ]
+        )
+        assert sub.returncode != 0, sub.stdout
+        assert "Requested node configuration is not available" in sub.stderr
+        assert newer.segment is not None
+        rc, err, got = _submit_test(lab, spans, f"--segment={newer.segment}")
+        assert (rc == 0) == (suite == "sid"), err
+        if suite == "trixie":
+            with pytest.raises(PlanError, match="topology/block"):
+                plan(topo, job, unavailable=busy, slurm_version=version)
+            return
+        assert sorted(got) == sorted(spans)
+        p = plan(topo, job, unavailable=busy, slurm_version=version)
+        assert p.nodes == newer.nodes
+        assert p.sbatch_options[1] == f"--segment={p.segment}"
+        ranks, alloc = run_quickstart(lab, tmp_path, 8, p.placement(), monkeypatch)
+        order = check_ranks_follow_order(ranks)
+        assert sorted(alloc) == sorted(p.nodes)
+        assert tuple(order) == p.nodes
+    finally:
+        release(lab, ids)
+        lab.run(["scancel", "--name", "plan-busy"])
+        lab.lab_command("topology", str(original), "--plugin", "block")

@@ -77,3 +77,39 @@ def test_referee_bench_case_and_verdicts_need_a_sample() -> None:
     verdicts = br.verdicts(summary)
     # One case is no sample: no target gets PASS or FAIL.
     assert {v for _, v, _ in verdicts} == {"NO VERDICT"}
+
+
+def test_gb200_plans_are_only_what_topology_block_takes() -> None:
+    """The GB200 streams plan under topology/block. 17, 10, 10 and 17 nodes free in four
+    UltraServers: a 16-node plan fits one of them (taken by 24.11 and 26.05); a 32-node job
+    fits no aligned pair (27 free each), so on 24.11 it has no plan and waits, or with
+    ``fallback`` gets Slurm's own --segment=16 choice (us0 and us3); on 26.05 a plan across
+    UltraServers starts with a --segment."""
+    import random
+
+    import bench_placement as bp
+
+    from slurmfm.catalog.slurm_features import SlurmVersion
+
+    fab = bp.make_gb200(random.Random(1), 72)  # 4 UltraServers of 18
+    us = [sorted(fab.topology.nodes_under(f"us{u}")) for u in range(4)]
+    busy = set(us[0][:1] + us[1][:8] + us[2][:8] + us[3][:1])
+    free = frozenset(set(fab.topology.nodes) - busy)
+    small = cl.ArrivingJob("j", 0.0, 16, 3600.0, gpus_per_node=4, tp=4, large=True)
+    big = cl.ArrivingJob("k", 0.0, 32, 3600.0, gpus_per_node=4, tp=4, large=True)
+    v2411, v2605 = SlurmVersion.parse("24.11.5"), SlurmVersion.parse("26.05.5")
+    for version in (v2411, v2605):
+        refused: list[str] = []
+        _, planned = br._placers(fab, "gb200", plan, version, refused)
+        got = planned(free, small)
+        assert got is not None
+        assert not set(got) & busy
+        assert len({fab.topology.leaf_of[n] for n in got}) == 1
+        assert (planned(free, big) is not None) == (version == v2605)
+        assert refused == []
+    slurm, _ = br._placers(fab, "gb200", plan, v2411)
+    own = slurm(free, big)
+    assert own is not None
+    assert {fab.topology.leaf_of[n] for n in own} == {"us0", "us3"}
+    _, fallback = br._placers(fab, "gb200", plan, v2411, fallback=True)
+    assert fallback(free, big) == own

@@ -15,6 +15,8 @@ from slurmfm.plan.slurm_sim import (
     BLOCK_RULE_SETS,
     BlockRules,
     block_choices,
+    level_blocks,
+    nodelist_accepted,
     segment_for,
     select_block,
 )
@@ -134,3 +136,56 @@ def test_segment_larger_than_a_base_block_refused_on_24_11_placed_on_26_05() -> 
     got = select_block(BLOCKS, free, 40, block_sizes=sizes, rules="26.05", segment=20)
     assert got is not None
     assert len(got) == 40
+
+
+# What real Slurm 24.11.5 and 26.05.5 did with an exclusive -N len -w NODES job on 4 base
+# blocks of 9 (BlockSizes=9,18,36), nodes 1-36 (tests/plan/test_real_slurm_plan.py,
+# test_gb200_nodelist_across_ultraservers): (blocks and counts, segment, 24.11, 26.05).
+NINE = [[f"node{b * 9 + k:03d}" for k in range(1, 10)] for b in range(4)]
+MEASURED = [
+    ({0: 8}, None, True, True),
+    ({0: 4, 1: 4}, None, False, False),
+    ({0: 4, 1: 4}, 4, False, True),
+    ({0: 5, 1: 3}, 1, False, True),
+    ({1: 4, 2: 4}, None, False, False),
+    ({0: 8, 1: 8}, None, True, True),
+    ({1: 8, 2: 8}, None, False, False),
+    ({1: 8, 2: 8}, 8, False, True),
+    ({0: 6, 1: 6, 2: 4}, 2, False, True),
+    ({0: 8, 1: 8, 2: 8, 3: 8}, None, True, True),
+]
+
+
+@pytest.mark.parametrize(("counts", "segment", "on_24_11", "on_26_05"), MEASURED)
+def test_nodelist_accepted_as_real_slurm_took_it(
+    counts: dict[int, int], segment: int | None, on_24_11: bool, on_26_05: bool
+) -> None:
+    """--nodelist alone: only inside one block of the job's level (an aligned run of base
+    blocks), on both; with --segment: 26.05 cuts the list into segments, 24.11 refuses."""
+    nodes = [n for b, c in counts.items() for n in NINE[b][:c]]
+    sizes = [9, 18, 36]
+    checks: list[tuple[BlockRules, bool]] = [("24.11", on_24_11), ("26.05", on_26_05)]
+    for rules, want in checks:
+        got = nodelist_accepted(NINE, nodes, block_sizes=sizes, rules=rules, segment=segment)
+        assert got == want, (rules, counts, segment)
+
+
+def test_nodelist_outside_the_blocks_or_under_the_llblock_cap_is_refused() -> None:
+    assert not nodelist_accepted(
+        NINE, [*NINE[0][:3], "other"], block_sizes=[9, 18, 36], rules="26.05"
+    )
+    # BlockSizes=9,36: a 16-node job's block is all four, but it may touch ceil(16/9) = 2
+    # base blocks (eval_nodes_block's llblock limit for required nodes)
+    three = NINE[0][:6] + NINE[1][:5] + NINE[2][:5]
+    assert not nodelist_accepted(NINE, three, block_sizes=[9, 36], rules="24.11")
+    assert nodelist_accepted(NINE, NINE[0][:8] + NINE[3][:8], block_sizes=[9, 36], rules="24.11")
+    with pytest.raises(ValueError, match="distinct"):
+        nodelist_accepted(NINE, [], block_sizes=[9], rules="24.11")
+
+
+def test_level_blocks_are_the_aligned_runs_of_the_job_level() -> None:
+    sizes = [9, 18, 36]
+    assert level_blocks(NINE, 8, block_sizes=sizes) == NINE
+    assert level_blocks(NINE, 16, block_sizes=sizes) == [NINE[0] + NINE[1], NINE[2] + NINE[3]]
+    assert level_blocks(NINE, 30, block_sizes=sizes) == [[n for b in NINE for n in b]]
+    assert level_blocks(NINE, 16, block_sizes=[9]) == [[n for b in NINE for n in b]]

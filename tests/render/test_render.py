@@ -50,6 +50,17 @@ def test_pin_and_switches(tmp_path: Path) -> None:
     shellcheck(text, tmp_path)
 
 
+def test_pin_with_segment_adds_no_segment_rule() -> None:
+    """A pinned GB200 plan on Slurm 26.05 carries the --segment topology/block needs to take
+    its --nodelist; no --consolidate-segments, which could only refuse the fixed nodes."""
+    r = recipe(cluster__instance_type="p6e-gb200.36xlarge", resources__nodes=8, parallelism__tp=4)
+    nodes = tuple(f"gb-{i:03d}" for i in (10, 11, 12, 13, 14, 15, 16, 30))
+    lines = sbatch_lines(render(r, "26.05", Placement(mode="pin", nodes=nodes, segment=1)))
+    assert "#SBATCH --nodelist=gb-[010-016,030]" in lines
+    assert any(line.startswith("#SBATCH --segment=1") for line in lines)
+    assert not any("consolidate" in line for line in lines)
+
+
 def launch(text: str) -> str:
     """The launch command (the srun after the "# Launch:" comment, to the payload line)."""
     start = text.index("# Launch:")
