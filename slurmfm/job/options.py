@@ -265,6 +265,7 @@ class _Batch(NamedTuple):
     serve_words: int = 0
     serve_kind: str = ""
     serve_model: str = ""
+    serve_replicas: int = 1
     health_path: str = "/health"
     ready_timeout_s: float = 1800.0
     ready_poll_s: float = 5.0
@@ -309,6 +310,7 @@ class BatchOptions(_Batch, Options):
         "fabric_tasks": "ranks per node (one per GPU)",
         "fabric_mpi": "srun --mpi for the test; empty: the cluster's MpiDefault",
         "serve_words": "the first N words of the command start the server",
+        "serve_replicas": "model replicas behind the endpoint (the endpoint file lists them)",
         "secret": "a variable whose value the log masks",
         "component": "a heterogeneous component beyond the first: 'G nodes=N health=0|1 "
         "gpus=N efa=N imex=0|1'",

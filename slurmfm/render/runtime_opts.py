@@ -107,6 +107,7 @@ _BATCH_LINES: tuple[tuple[tuple[str, ...], bool], ...] = (
             "serve_words",
             "serve_kind",
             "serve_model",
+            "serve_replicas",
             "health_path",
             "ready_timeout_s",
             "ready_poll_s",
@@ -250,6 +251,7 @@ def _batch_opts(
         o.update(
             serve_kind=serve.kind,
             serve_model=serve.model_json,
+            serve_replicas=serve.dp,
             health_path=serve.health_path,
             ready_timeout_s=serve.ready_timeout_s,
             ready_poll_s=serve.ready_poll_s,
