@@ -154,6 +154,16 @@ class ServerSpec(LauncherSpec):
         vLLM: ``tp x pp`` (one replica; its tensor- and pipeline-parallel ranks)."""
         return p.tp * p.pp
 
+    def replica_spans(self, launcher: _ServeLauncher, p: Parallelism) -> dict[str, int]:
+        """Each kind of model replica the group runs and its :meth:`nvlink_span` in GPUs
+        (the recipe text that sets it as the key): the GPUs the placement keeps in one NVLink
+        domain (a GB200 UltraServer) and the recipe checks fit one."""
+        return {self.span_text(p): self.nvlink_span(p)}
+
+    def span_text(self, p: Parallelism) -> str:
+        """How the recipe sets :meth:`nvlink_span`, for messages."""
+        return f"tp x pp = {p.tp} x {p.pp}"
+
     def gpus(self, launcher: _ServeLauncher, p: Parallelism) -> int:
         """GPUs the server's replicas use together (vLLM: ``replicas x tp x pp``)."""
         return launcher.replicas * p.tp * p.pp

@@ -131,6 +131,9 @@ class SglangSpec(ServerSpec):
         span is ``tp``, never ``tp x ep``."""
         return p.tp
 
+    def span_text(self, p: Parallelism) -> str:
+        return f"--tp {p.tp}"
+
     def gpus(self, launcher: _ServeLauncher, p: Parallelism) -> int:
         """With DP attention the replicas share ``--tp``'s GPUs: ``tp x pp``."""
         return p.tp * p.pp

@@ -997,6 +997,7 @@ def _check_serving(
         span = spec_.check_disaggregation(launcher, p, nodes, per_node, lwhere)
         spec_.check_replicas(launcher, p, span, per_node, lwhere)
         spec_.check_group(p, per_node, inst, where)
+        _check_nvlink_span(launcher, p, per_node, inst, where)
         return
     need = spec_.gpus(launcher, p)
     if need != gpus and p.tp * p.pp == need:
@@ -1013,3 +1014,26 @@ def _check_serving(
         )
     spec_.check_replicas(launcher, p, nodes, per_node, lwhere)
     spec_.check_group(p, per_node, inst, where)
+    _check_nvlink_span(launcher, p, per_node, inst, where)
+
+
+def _check_nvlink_span(
+    launcher: ServeLauncher, p: Parallelism, per_node: int, inst: InstanceType, where: str
+) -> None:
+    """Where NVLink spans nodes (a GB200 UltraServer), each model replica's model-parallel
+    span must fit one domain: the placement keeps it inside one (slurmfm/plan/planner.py,
+    ``job_for_recipe``), and a replica over two UltraServers would run its tensor-parallel
+    all-reduces over EFA, ~36x slower than NVLink. Elsewhere (HGX) a span over nodes is
+    the user's choice of EFA (SGLang's multi-node guide runs ``--tp 16`` on 2 x 8 GPUs)."""
+    if not (inst.gpus and inst.nvlink.is_multi_node):
+        return
+    domain = inst.nvlink.max_gpus
+    for text, span in server_spec(launcher.kind).replica_spans(launcher, p).items():
+        if span > domain:
+            nodes = -(-span // max(1, per_node))
+            raise ValueError(
+                f"{where}.tp: a model replica's span ({text}) is {span} GPUs ({nodes} nodes) "
+                f"but one NVLink domain of {inst.name} holds {domain} GPUs (an UltraServer of "
+                f"{max(inst.nvlink.instances)} instances): a replica must not straddle two "
+                "UltraServers; make the replica smaller and serve more of them"
+            )
