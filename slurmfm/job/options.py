@@ -165,6 +165,9 @@ class _Prepare(NamedTuple):
     pd_prefill: int = 0
     pd_decode: int = 0
     pd_span: int = 1
+    pd_decode_span: int = 0
+    pd_tp: str = ""
+    pd_dp: str = ""
     port_base: int = 20000
     port_span: int = 6000
     stripe_layout: str = ""
@@ -187,7 +190,10 @@ class PrepareOptions(_Prepare, Options):
         "serve_dp": "SGLang: data-parallel ranks",
         "pd_prefill": "SGLang prefill/decode: the first N hosts serve prefill (.pd)",
         "pd_decode": "SGLang prefill/decode: the next N hosts serve decode",
-        "pd_span": "SGLang prefill/decode: nodes of one server",
+        "pd_span": "SGLang prefill/decode: nodes of one (prefill) server",
+        "pd_decode_span": "SGLang prefill/decode: nodes of one decode server (0: pd_span)",
+        "pd_tp": "SGLang prefill/decode: PREFILL,DECODE servers' --tp (empty: in the command)",
+        "pd_dp": "SGLang prefill/decode: PREFILL,DECODE servers' --dp-size",
         "tasks_per_node": "NeMo: tasks in host order",
         "spare_nodes": "the last K hosts stand by",
         "stripe_layout": "lfs setstripe arguments for the checkpoint directory",

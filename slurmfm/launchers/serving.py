@@ -37,6 +37,32 @@ class Disaggregation(_Strict):
     router_args: list[str] = Field(
         default_factory=list, description="more sglang_router.launch_router arguments"
     )
+    prefill_tp: int | None = Field(
+        default=None, ge=1, le=4096, description="a prefill server's --tp (parallelism.tp)"
+    )
+    decode_tp: int | None = Field(
+        default=None, ge=1, le=4096, description="a decode server's --tp (parallelism.tp)"
+    )
+    prefill_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="a prefill server's --dp-size with DP attention (launcher.replicas)",
+    )
+    decode_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="a decode server's --dp-size with DP attention (launcher.replicas)",
+    )
+
+    def roles(self, tp: int, replicas: int) -> dict[str, tuple[int, int]]:
+        """Each role's ``(--tp, --dp-size)``: its own where the recipe gives one, else the
+        job's ``parallelism.tp`` and ``launcher.replicas``."""
+        return {
+            "prefill": (self.prefill_tp or tp, self.prefill_replicas or replicas),
+            "decode": (self.decode_tp or tp, self.decode_replicas or replicas),
+        }
 
 
 class _ServeLauncher(_Strict):
