@@ -233,6 +233,9 @@ GROUP_SECONDS = {
     "sim72-host": 80,
     "sim-host": 60,
     "nudge-host": 50,
+    # SGLang prefill/decode behind the real router (issue 44): lab up 6 s and the job 26 s on
+    # a quiet machine, 33 s and 42 s on a loaded one (2026-12-07)
+    "pd-host": 45,
     # real vLLM: waits for its install if need be, ~60-110 s to healthy, completions, cancel;
     # then two servers across the lab's two nodes (tp 2, no Ray): about twice that (issue 44)
     "vllm-host": 330,

@@ -196,6 +196,7 @@ def plan_command(
         pp=pp if pp is not None else base.pp,
         cp=cp if cp is not None else base.cp,
         ep=ep if ep is not None else base.ep,
+        span=base.span,  # a server's replicas stay whole in one NVLink domain
     )
     if not slurm_version and topology_file == "live":
         # The cluster is one call away: plan for its Slurm, as submit does (or say why not).

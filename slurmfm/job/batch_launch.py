@@ -112,6 +112,7 @@ class LaunchSteps(BatchState):
             self.stop_server()
             return 1
         e = self.env
+        order = e.get("SLURMFM_SERVE_ORDER", "")
         serve.write_endpoint(
             self.endpoint_base(),
             {
@@ -123,8 +124,9 @@ class LaunchSteps(BatchState):
                 "model": json.loads(o.serve_model or "null"),
                 "job_id": e.get("SLURM_JOB_ID", ""),
                 "run_id": e.get("SLURMFM_RUN_ID", ""),
-                "nodes": e.get("SLURMFM_SERVE_ORDER", ""),
+                "nodes": order,
                 "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                **serve.replica_info(o.serve_kind, o.serve_replicas, order.split(), pd_info),
                 **({"disaggregation": pd.endpoint_info(*pd_info)} if pd_info else {}),
             },
         )

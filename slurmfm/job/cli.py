@@ -35,6 +35,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from .pd import Role
     from .state import StateFile
 
 # Each subcommand imports what it uses: the per-node entry (``node``) runs once per node and
@@ -361,6 +362,21 @@ def _rendezvous(
     return True
 
 
+def _pd_roles(a: PrepareOptions) -> tuple[Role, Role]:
+    """Prefill's and decode's :class:`.pd.Role` from ``--pd-span``, ``--pd-decode-span``,
+    ``--pd-tp P,D`` and ``--pd-dp P,D`` (a script of an older slurmfm has only the first:
+    both roles then take it, their --tp and --dp-size in the command)."""
+    from . import pd
+
+    def pair(text: str, default: int) -> tuple[int, int]:
+        parts = [int(x) for x in text.split(",") if x.strip().isdigit()]
+        return (parts[0], parts[1]) if len(parts) == 2 else (default, default)
+
+    tp, dp = pair(a.pd_tp, 0), pair(a.pd_dp, a.serve_dp)
+    spans = (max(1, a.pd_span), max(1, a.pd_decode_span or a.pd_span))
+    return pd.Role(spans[0], tp[0], dp[0]), pd.Role(spans[1], tp[1], dp[1])
+
+
 def _pd_ports(
     a: PrepareOptions,
     job_id: int,
@@ -377,8 +393,9 @@ def _pd_ports(
     from . import hosts as hs
     from . import pd
 
-    n_prefill = a.pd_prefill // max(1, a.pd_span)
-    n = n_prefill + a.pd_decode // max(1, a.pd_span)
+    roles = _pd_roles(a)
+    n_prefill = a.pd_prefill // roles[0].span
+    n = n_prefill + a.pd_decode // roles[1].span
 
     def clash(p: int) -> str | None:
         return pd.port_clash(a.serve_port, p, n, n_prefill, a.serve_dp, (rdzv_port,), eph)
@@ -406,7 +423,15 @@ def _pd_ports(
         return False
     try:
         servers = pd.layout(
-            order, addrs, a.pd_prefill, a.pd_decode, a.pd_span, a.serve_port, base, a.serve_dp
+            order,
+            addrs,
+            a.pd_prefill,
+            a.pd_decode,
+            a.pd_span,
+            a.serve_port,
+            base,
+            a.serve_dp,
+            roles,
         )
     except ValueError as exc:
         print(f"slurmfm: SGLang prefill/decode: {exc}", file=sys.stderr)

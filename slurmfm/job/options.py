@@ -165,6 +165,9 @@ class _Prepare(NamedTuple):
     pd_prefill: int = 0
     pd_decode: int = 0
     pd_span: int = 1
+    pd_decode_span: int = 0
+    pd_tp: str = ""
+    pd_dp: str = ""
     port_base: int = 20000
     port_span: int = 6000
     stripe_layout: str = ""
@@ -187,7 +190,10 @@ class PrepareOptions(_Prepare, Options):
         "serve_dp": "SGLang: data-parallel ranks",
         "pd_prefill": "SGLang prefill/decode: the first N hosts serve prefill (.pd)",
         "pd_decode": "SGLang prefill/decode: the next N hosts serve decode",
-        "pd_span": "SGLang prefill/decode: nodes of one server",
+        "pd_span": "SGLang prefill/decode: nodes of one (prefill) server",
+        "pd_decode_span": "SGLang prefill/decode: nodes of one decode server (0: pd_span)",
+        "pd_tp": "SGLang prefill/decode: PREFILL,DECODE servers' --tp (empty: in the command)",
+        "pd_dp": "SGLang prefill/decode: PREFILL,DECODE servers' --dp-size",
         "tasks_per_node": "NeMo: tasks in host order",
         "spare_nodes": "the last K hosts stand by",
         "stripe_layout": "lfs setstripe arguments for the checkpoint directory",
@@ -265,6 +271,7 @@ class _Batch(NamedTuple):
     serve_words: int = 0
     serve_kind: str = ""
     serve_model: str = ""
+    serve_replicas: int = 1
     health_path: str = "/health"
     ready_timeout_s: float = 1800.0
     ready_poll_s: float = 5.0
@@ -309,6 +316,7 @@ class BatchOptions(_Batch, Options):
         "fabric_tasks": "ranks per node (one per GPU)",
         "fabric_mpi": "srun --mpi for the test; empty: the cluster's MpiDefault",
         "serve_words": "the first N words of the command start the server",
+        "serve_replicas": "model replicas behind the endpoint (the endpoint file lists them)",
         "secret": "a variable whose value the log masks",
         "component": "a heterogeneous component beyond the first: 'G nodes=N health=0|1 "
         "gpus=N efa=N imex=0|1'",

@@ -19,8 +19,9 @@ hetjob exists to vary; one step over the whole allocation keeps the server paths
 job already has (one readiness wait, one endpoint, a relaunch of the one step, requeue) and
 its topology-compact host order, which keeps each server's nodes together. The cut is made
 here, where the order is known: the first ``prefill`` nodes of the job's host order serve
-prefill, the next ``decode`` nodes decode, in servers of ``span`` nodes each (``tp x pp``
-GPUs); the router runs on node 0 beside the first prefill server.
+prefill, the next ``decode`` nodes decode, in servers of their role's ``tp x pp`` GPUs
+(prefill and decode may differ in ``--tp`` and ``--dp-size``: :class:`Role`); the router
+runs on node 0 beside the first prefill server.
 
 Ports (all out of the kernel's ephemeral range, checked by ``prepare``): the router listens
 on the recipe's port ``R`` (the job's one endpoint); server ``i`` (prefill first, then
@@ -71,6 +72,8 @@ class Server(NamedTuple):
     port: int
     dist_port: int
     bootstrap_port: int = 0
+    tp: int = 0  # its --tp (its role's; 0: the command has it)
+    dp: int = 1  # its --dp-size with DP attention (its role's)
 
     @property
     def url(self) -> str:
@@ -131,6 +134,15 @@ def port_clash(
     )
 
 
+class Role(NamedTuple):
+    """One role's servers: nodes of one server, its ``--tp`` (0: in the command) and its
+    ``--dp-size``. Prefill and decode may differ (the recipe's checks cite SGLang)."""
+
+    span: int
+    tp: int = 0
+    dp: int = 1
+
+
 def layout(
     order: Sequence[str],
     addrs: Mapping[str, str],
@@ -140,22 +152,34 @@ def layout(
     router: int,
     base: int,
     dp: int = 1,
+    roles: tuple[Role, Role] | None = None,
 ) -> list[Server]:
     """The servers of ``order``: its first ``prefill`` nodes in prefill servers of ``span``
-    nodes, its next ``decode`` nodes in decode servers; ports as the module says. ValueError
-    when the nodes do not split so (the recipe's checks make that a slurmfm bug)."""
-    if span < 1 or prefill % span or decode % span or prefill + decode != len(order):
+    nodes, its next ``decode`` nodes in decode servers (``roles``: each role's own span,
+    ``--tp`` and ``--dp-size``); ports as the module says, each server's dist block sized
+    for ``dp`` DP-attention ranks. ValueError when the nodes do not split so (the recipe's
+    checks make that a slurmfm bug)."""
+    pre, dec = roles or (Role(span, 0, dp), Role(span, 0, dp))
+    if (
+        min(pre.span, dec.span) < 1
+        or prefill % pre.span
+        or decode % dec.span
+        or prefill + decode != len(order)
+    ):
         raise ValueError(
-            "%d hosts do not split into %d prefill and %d decode nodes in servers of %d"
-            % (len(order), prefill, decode, span)
+            "%d hosts do not split into %d prefill and %d decode nodes in servers of %d and %d"
+            % (len(order), prefill, decode, pre.span, dec.span)
         )
-    n_prefill = prefill // span
-    n = n_prefill + decode // span
+    n_prefill = prefill // pre.span
+    n = n_prefill + decode // dec.span
     step = SGLANG_DIST_EXTRA + max(1, dp)
     out = []
+    start = 0
     for i in range(n):
-        nodes = tuple(order[i * span : (i + 1) * span])
         role = "prefill" if i < n_prefill else "decode"
+        r = pre if role == "prefill" else dec
+        nodes = tuple(order[start : start + r.span])
+        start += r.span
         out.append(
             Server(
                 role=role,
@@ -164,6 +188,8 @@ def layout(
                 port=router + 1 + i,
                 dist_port=base + i * step,
                 bootstrap_port=base + n * step + i if role == "prefill" else 0,
+                tp=r.tp,
+                dp=r.dp,
             )
         )
     return out
@@ -186,6 +212,8 @@ def from_json(text: str) -> tuple[str, list[Server]]:
             port=int(s["port"]),
             dist_port=int(s["dist_port"]),
             bootstrap_port=int(s.get("bootstrap_port", 0)),
+            tp=int(s.get("tp", 0)),
+            dp=int(s.get("dp", 1)),
         )
         for s in data["servers"]
     ]
@@ -197,11 +225,21 @@ def endpoint_info(router_url: str, servers: Sequence[Server]) -> dict[str, Any]:
     return {
         "router": router_url,
         "prefill": [
-            {"url": s.url, "bootstrap_port": s.bootstrap_port, "nodes": list(s.nodes)}
+            {
+                "url": s.url,
+                "bootstrap_port": s.bootstrap_port,
+                "nodes": list(s.nodes),
+                "tp": s.tp,
+                "dp": s.dp,
+            }
             for s in servers
             if s.role == "prefill"
         ],
-        "decode": [{"url": s.url, "nodes": list(s.nodes)} for s in servers if s.role == "decode"],
+        "decode": [
+            {"url": s.url, "nodes": list(s.nodes), "tp": s.tp, "dp": s.dp}
+            for s in servers
+            if s.role == "decode"
+        ],
     }
 
 
@@ -214,10 +252,16 @@ def mine(servers: Sequence[Server], node: str) -> tuple[Server, int] | None:
 
 
 def server_words(argv: Sequence[str], server: Server, rank: int, backend: str) -> list[str]:
-    """``sglang.launch_server ...`` with this node's own flags: its server's port and role,
-    the transfer backend, a prefill server's bootstrap port, and across nodes the server's
-    node count, this node's rank in it and the server head's dist address."""
-    words = list(argv) + [
+    """``sglang.launch_server ...`` with this node's own flags: its server's port, its
+    role's ``--tp`` and ``--dp-size`` (with ``--enable-dp-attention``), its role, the
+    transfer backend, a prefill server's bootstrap port, and across nodes the server's node
+    count, this node's rank in it and the server head's dist address."""
+    words = list(argv)
+    if server.tp:
+        words += ["--tp", str(server.tp)]
+    if server.dp > 1:
+        words += ["--dp-size", str(server.dp), "--enable-dp-attention"]
+    words += [
         "--port",
         str(server.port),
         "--disaggregation-mode",
@@ -266,6 +310,8 @@ def describe(router_url: str, servers: Sequence[Server]) -> str:
     """One line for the job log."""
     parts = []
     for s in servers:
-        extra = "; bootstrap %d" % s.bootstrap_port if s.role == "prefill" else ""
+        extra = "; tp %d" % s.tp if s.tp else ""
+        extra += "; dp %d" % s.dp if s.dp > 1 else ""
+        extra += "; bootstrap %d" % s.bootstrap_port if s.role == "prefill" else ""
         parts.append("%s %s (%s%s)" % (s.role, s.url, " ".join(s.nodes), extra))
     return "prefill/decode servers: %s; router %s" % (", ".join(parts), router_url)

@@ -131,6 +131,59 @@ def pd_servers(env: Mapping[str, str]) -> tuple[str, list[Server]] | None:
         return None
 
 
+FRONTS = {
+    "server": "the server itself (one model replica)",
+    "dp-coordinator": "vLLM's API server on node 0, which spreads requests over its "
+    "data-parallel engines",
+    "dp-attention": "SGLang's server, whose data-parallel attention ranks share its --tp group",
+    "router": "SGLang's router on node 0, in front of the prefill and decode servers",
+}
+"""What a client's requests reach at the endpoint's ``url`` (the endpoint file's ``front``)."""
+
+
+def replica_info(
+    kind: str,
+    replicas: int,
+    order: Sequence[str],
+    pd_info: tuple[str, Sequence[Server]] | None = None,
+) -> dict[str, object]:
+    """What the endpoint file says of the replicas behind its one ``url``: how many, what
+    answers there (``front``, :data:`FRONTS`) and each replica's nodes.
+
+    Why: a client, or a load balancer in front of several jobs, must know whether the URL
+    is one model or a balancer over many, and a dependent job where each replica runs.
+    ``replicas`` model replicas over the ``order`` nodes split evenly (the recipe checks
+    made them so): vLLM's data-parallel engines (``replicas / nodes`` whole ones on each
+    node), SGLang's DP-attention ranks (each a slice of the ``--tp`` group, in node order).
+    With prefill/decode each server is a replica, with its role and URL.
+    """
+    if pd_info is not None:
+        servers = pd_info[1]
+        return {
+            "front": "router",
+            "replicas": len(servers),
+            "replica_nodes": [
+                {"replica": i, "role": s.role, "url": s.url, "nodes": list(s.nodes)}
+                for i, s in enumerate(servers)
+            ],
+        }
+    r, n = max(1, replicas), len(order)
+    front = "server" if r == 1 else "dp-attention" if kind == "sglang" else "dp-coordinator"
+    nodes_of: list[list[str]] = []
+    for i in range(r):
+        if not n:
+            nodes_of.append([])
+        elif r >= n:
+            nodes_of.append([order[i * n // r]])
+        else:
+            nodes_of.append(list(order[i * n // r : (i + 1) * n // r]))
+    return {
+        "front": front,
+        "replicas": r,
+        "replica_nodes": [{"replica": i, "nodes": nodes} for i, nodes in enumerate(nodes_of)],
+    }
+
+
 def _atomic(path: str, text: str) -> None:
     fsafe.replace(path, text)
 

@@ -37,6 +37,32 @@ class Disaggregation(_Strict):
     router_args: list[str] = Field(
         default_factory=list, description="more sglang_router.launch_router arguments"
     )
+    prefill_tp: int | None = Field(
+        default=None, ge=1, le=4096, description="a prefill server's --tp (parallelism.tp)"
+    )
+    decode_tp: int | None = Field(
+        default=None, ge=1, le=4096, description="a decode server's --tp (parallelism.tp)"
+    )
+    prefill_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="a prefill server's --dp-size with DP attention (launcher.replicas)",
+    )
+    decode_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="a decode server's --dp-size with DP attention (launcher.replicas)",
+    )
+
+    def roles(self, tp: int, replicas: int) -> dict[str, tuple[int, int]]:
+        """Each role's ``(--tp, --dp-size)``: its own where the recipe gives one, else the
+        job's ``parallelism.tp`` and ``launcher.replicas``."""
+        return {
+            "prefill": (self.prefill_tp or tp, self.prefill_replicas or replicas),
+            "decode": (self.decode_tp or tp, self.decode_replicas or replicas),
+        }
 
 
 class _ServeLauncher(_Strict):
@@ -153,6 +179,16 @@ class ServerSpec(LauncherSpec):
         GPUs that should share one NVLink domain (``--segment`` on a GB200 UltraServer).
         vLLM: ``tp x pp`` (one replica; its tensor- and pipeline-parallel ranks)."""
         return p.tp * p.pp
+
+    def replica_spans(self, launcher: _ServeLauncher, p: Parallelism) -> dict[str, int]:
+        """Each kind of model replica the group runs and its :meth:`nvlink_span` in GPUs
+        (the recipe text that sets it as the key): the GPUs the placement keeps in one NVLink
+        domain (a GB200 UltraServer) and the recipe checks fit one."""
+        return {self.span_text(p): self.nvlink_span(p)}
+
+    def span_text(self, p: Parallelism) -> str:
+        """How the recipe sets :meth:`nvlink_span`, for messages."""
+        return f"tp x pp = {p.tp} x {p.pp}"
 
     def gpus(self, launcher: _ServeLauncher, p: Parallelism) -> int:
         """GPUs the server's replicas use together (vLLM: ``replicas x tp x pp``)."""

@@ -82,22 +82,26 @@ class SglangSpec(ServerSpec):
         if not isinstance(launcher, SglangLauncher):
             raise TypeError(f"internal: the sglang spec asked about {type(launcher).__name__}")
         server = python_module(launcher.python, "sglang.launch_server")
+        d = launcher.disaggregation
+        # with prefill/decode each server's --tp and --dp-size are its role's, added by
+        # its node's entry (slurmfm/job/pd.py, server_words)
         lines = [
             " ".join(server),
-            f"--model-path {model} --tp {par.tp}"
+            f"--model-path {model}"
+            + (f" --tp {par.tp}" if d is None else "")
             + (f" --pp-size {par.pp}" if par.pp > 1 else "")
             + (f" --ep-size {par.ep}" if par.ep > 1 else "")
             + (
                 f" --dp-size {launcher.replicas} --enable-dp-attention"
-                if launcher.replicas > 1
+                if launcher.replicas > 1 and d is None
                 else ""
             ),
         ]
-        d = launcher.disaggregation
         if d is not None:
-            # Prefill/decode: each node's entry adds its server's port, role, transfer
-            # backend, bootstrap port and (across nodes) --nnodes/--node-rank/--dist-init-addr
-            # from the layout the runtime made (slurmfm/job/pd.py); node 0 runs the router.
+            # Prefill/decode: each node's entry adds its server's port, role, --tp and
+            # --dp-size, transfer backend, bootstrap port and (across nodes)
+            # --nnodes/--node-rank/--dist-init-addr from the layout the runtime made
+            # (slurmfm/job/pd.py); node 0 runs the router.
             from slurmfm.quote import sh_quote
 
             for a in d.router_args:
@@ -131,6 +135,9 @@ class SglangSpec(ServerSpec):
         span is ``tp``, never ``tp x ep``."""
         return p.tp
 
+    def span_text(self, p: Parallelism) -> str:
+        return f"--tp {p.tp}"
+
     def gpus(self, launcher: _ServeLauncher, p: Parallelism) -> int:
         """With DP attention the replicas share ``--tp``'s GPUs: ``tp x pp``."""
         return p.tp * p.pp
@@ -158,9 +165,20 @@ class SglangSpec(ServerSpec):
     def check_disaggregation(
         self, launcher: _ServeLauncher, p: Parallelism, nodes: int, per_node: int, where: str
     ) -> int:
-        """Prefill/decode: the two node counts make up the job, each server (``tp x pp``
-        GPUs, SGLang's ``--tp`` total over ``--nnodes``) takes whole nodes, and each group
-        holds whole servers; flags each node's entry sets are refused in ``extra_args``."""
+        """Prefill/decode: the two node counts make up the job, each server (its role's
+        ``--tp`` x ``pp`` GPUs, SGLang's ``--tp`` total over ``--nnodes``) takes whole
+        nodes, each group holds whole servers, and each role's ``--dp-size`` and
+        ``--ep-size`` divide its ``--tp``; flags each node's entry sets are refused in
+        ``extra_args``. Returns the nodes of a prefill server.
+
+        Prefill and decode may differ in ``--tp`` and ``--dp-size``: the KV cache moves
+        between any two tensor-parallel sizes, each prefill rank sending the heads a decode
+        rank holds (sgl-project/sglang:python/sglang/srt/disaggregation/mooncake/conn.py,
+        ``send_kvcache_slice``: "supporting generic M-to-N TP size configurations", taken
+        when the attention TP sizes differ and the model is not MLA; the same in
+        ``disaggregation/nixl/conn.py``); SGLang refuses it itself for sliding-window and
+        NSA hybrid models ("SWA and NSA hybrid models do not support different TP sizes
+        yet", ``maybe_send_extra`` there)."""
         d = launcher.disaggregation
         if d is None:
             raise TypeError("internal: no disaggregation to check")
@@ -171,20 +189,39 @@ class SglangSpec(ServerSpec):
                 f"{field}: prefill_nodes + decode_nodes = {d.prefill_nodes} + {d.decode_nodes} "
                 f"= {total} must equal the job's {nodes} nodes (resources.nodes)"
             )
-        span = p.tp * p.pp
-        if span % per_node:
-            raise ValueError(
-                f"parallelism.tp: a prefill or decode server of tp x pp = {p.tp} x {p.pp} = "
-                f"{span} GPUs does not fill whole nodes of {per_node} GPUs: each server takes "
-                "whole nodes"
-            )
-        k = span // per_node
-        for role, n in (("prefill", d.prefill_nodes), ("decode", d.decode_nodes)):
+        spans = {}
+        for role, (tp, dp) in d.roles(p.tp, launcher.replicas).items():
+            n = d.prefill_nodes if role == "prefill" else d.decode_nodes
+            own_tp = getattr(d, f"{role}_tp") is not None
+            tp_field = f"{field}.{role}_tp" if own_tp else "parallelism.tp"
+            span = tp * p.pp
+            if span % per_node:
+                raise ValueError(
+                    f"{tp_field}: a {role} server of tp x pp = {tp} x {p.pp} = {span} GPUs "
+                    f"does not fill whole nodes of {per_node} GPUs: each server takes whole nodes"
+                )
+            k = span // per_node
             if n % k:
                 raise ValueError(
                     f"{field}.{role}_nodes: {n} node(s) do not hold whole {role} servers of "
                     f"{k} nodes (tp x pp = {span} GPUs, {per_node} per node)"
                 )
+            if dp > 1 and tp % dp:
+                dp_field = (
+                    f"{field}.{role}_replicas"
+                    if getattr(d, f"{role}_replicas") is not None
+                    else f"{where}.replicas"
+                )
+                raise ValueError(
+                    f"{dp_field}: SGLang's DP attention runs the {dp} replicas of a {role} "
+                    f"server inside its --tp {tp} group: replicas must divide its tp"
+                )
+            if p.ep > 1 and tp % p.ep:
+                raise ValueError(
+                    f"parallelism.ep: SGLang's --ep-size {p.ep} must divide the {role} "
+                    f"servers' --tp {tp}"
+                )
+            spans[role] = k
         own = {
             "--disaggregation-mode": f"{field}, per node",
             "--disaggregation-transfer-backend": f"{field}.transfer_backend",
@@ -193,6 +230,12 @@ class SglangSpec(ServerSpec):
             "--nnodes": "the runtime, per server",
             "--node-rank": "the runtime, per server",
             "--dist-init-addr": "the runtime, per server",
+            "--tp": f"parallelism.tp or {field}.prefill_tp/decode_tp",
+            "--tp-size": f"parallelism.tp or {field}.prefill_tp/decode_tp",
+            "--tensor-parallel-size": f"parallelism.tp or {field}.prefill_tp/decode_tp",
+            "--dp-size": f"{where}.replicas or {field}.prefill_replicas/decode_replicas",
+            "--dp": f"{where}.replicas or {field}.prefill_replicas/decode_replicas",
+            "--data-parallel-size": f"{where}.replicas or {field}.prefill_replicas/decode_replicas",
         }
         refuse_own_flags(launcher.extra_args, own, where)
         if isinstance(launcher, SglangLauncher) and launcher.dist_port is not None:
@@ -202,7 +245,7 @@ class SglangSpec(ServerSpec):
             )
         from slurmfm.job.hosts import SGLANG_HTTP_BAND
 
-        servers = nodes // k
+        servers = d.prefill_nodes // spans["prefill"] + d.decode_nodes // spans["decode"]
         port = launcher.port or DEFAULT_PORT
         if port + servers + SGLANG_HTTP_BAND > 65535:
             raise ValueError(
@@ -210,7 +253,17 @@ class SglangSpec(ServerSpec):
                 f"servers' ports {port + 1}-{port + servers} and SGLang's ports up to "
                 f"{SGLANG_HTTP_BAND} above them"
             )
-        return k
+        return spans["prefill"]
+
+    def replica_spans(self, launcher: _ServeLauncher, p: Parallelism) -> dict[str, int]:
+        """With prefill/decode each role's servers: their ``--tp`` (:meth:`nvlink_span`)."""
+        d = launcher.disaggregation
+        if d is None:
+            return super().replica_spans(launcher, p)
+        return {
+            f"a {role} server's --tp {tp}": tp
+            for role, (tp, _) in d.roles(p.tp, launcher.replicas).items()
+        }
 
     def check_group(self, p: Parallelism, per_node: int, inst: InstanceType, where: str) -> None:
         """``--tp`` is the total and may span nodes (SGLang's multi-node guide runs --tp 16

@@ -299,6 +299,9 @@ class JobShape:
     pp: int = 1
     cp: int = 1
     ep: int = 1
+    # GPUs more that must share one NVLink domain: a model server's replica (its
+    # model-parallel span, slurmfm.launchers.serving.ServerSpec.nvlink_span), 1: none
+    span: int = 1
 
     @property
     def world(self) -> int:
@@ -311,7 +314,7 @@ class JobShape:
     def problems(self) -> list[str]:
         """Why this shape is not a valid Megatron layout (empty when it is)."""
         out: list[str] = []
-        for name in ("nodes", "gpus_per_node", "tp", "pp", "cp", "ep"):
+        for name in ("nodes", "gpus_per_node", "tp", "pp", "cp", "ep", "span"):
             if getattr(self, name) < 1:
                 out.append(f"{name} must be >= 1")
         if out:
@@ -324,6 +327,8 @@ class JobShape:
             )
         elif (self.dp * self.cp) % self.ep:
             out.append(f"ep={self.ep} must divide dp*cp = {self.dp}*{self.cp} (Megatron-LM's rule)")
+        if self.world % self.span:
+            out.append(f"a server replica of {self.span} GPUs does not divide {self.world} GPUs")
         return out
 
     def nvlink_unit(self) -> int:
@@ -332,9 +337,10 @@ class JobShape:
         TP*CP groups are blocks of ``tp*cp`` consecutive ranks and EP groups blocks of
         ``tp*ep`` (NVIDIA/Megatron-LM:megatron/core/parallel_state.py); both fit whole into aligned
         blocks of ``lcm`` ranks, and such a
-        block covers ``lcm(block, G)/G`` whole nodes.
+        block covers ``lcm(block, G)/G`` whole nodes. A server's replica (``span`` GPUs, whole
+        replicas laid out in rank order) is one more such block.
         """
-        block = math.lcm(self.tp * self.cp, self.tp * self.ep)
+        block = math.lcm(self.tp * self.cp, self.tp * self.ep, self.span)
         return math.lcm(block, self.gpus_per_node) // self.gpus_per_node
 
 

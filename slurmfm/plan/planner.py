@@ -506,18 +506,21 @@ def _admit(req: PlanRequest, st: _Static, why: list[str]) -> list[str]:
     max_dom = max(st.domain_size.values(), default=1)
     if u > 1:
         why.append(
-            f"NVLink rule: TP*CP/EP blocks span {u} consecutive nodes; each block stays inside "
+            f"NVLink rule: {'server replicas' if job.span > 1 else 'TP*CP/EP blocks'} span {u} "
+            "consecutive nodes; each block stays inside "
             "one NVLink domain (docs/placement-plans.md)"
         )
+    group = "a TP*CP/EP group or server replica" if job.span > 1 else "a TP*CP/EP group"
     if u > max_dom:
         raise PlanError(
-            f"a TP*CP/EP group spans {u} nodes ({u * job.gpus_per_node} GPUs) but the largest "
+            f"{group} spans {u} nodes ({u * job.gpus_per_node} GPUs) but the largest "
             f"NVLink domain of this fabric has {max_dom} node(s); reduce tp*cp or tp*ep"
+            + (" or the replica's span (parallelism.tp)" if job.span > 1 else "")
         )
     if n_need % u:
         raise PlanError(
             f"{n_need} nodes is not a whole number of {u}-node NVLink units (tp*cp and tp*ep "
-            "blocks); choose a multiple"
+            "blocks" + (", server replicas" if job.span > 1 else "") + "); choose a multiple"
         )
     if avoided:
         why.append(
@@ -1203,12 +1206,30 @@ def job_for_recipe(recipe: Recipe, nodes: int | None = None) -> JobShape:
     """The planner's view of a recipe: whole nodes, GPUs (processes) per node, parallelism.
 
     SGLang's ``--tp`` may span nodes over EFA by the user's choice (its multi-node guide does),
-    so for SGLang the planner keeps nodes close but applies no NVLink-unit rule.
+    so for SGLang the planner keeps nodes close but applies no Megatron NVLink-unit rule.
+
+    A model server's replicas are kept whole inside NVLink domains where NVLink spans nodes
+    (GB200: one UltraServer): ``span`` is the replica's model-parallel span
+    (:meth:`slurmfm.launchers.serving.ServerSpec.replica_spans`, the lcm of the prefill and
+    decode servers' with disaggregation), so the planner places whole replicas in one
+    domain and orders the nodes domain by domain; the job cuts replicas (and prefill/decode
+    servers) from that order in whole spans, none across two domains. On HGX a node is the
+    domain and a span over nodes is the user's choice of EFA: no rule there.
     """
     p = recipe.parallelism
-    from slurmfm.launchers import spec
+    from slurmfm.catalog.instances import get_instance
+    from slurmfm.launchers import SERVE_KINDS, server_spec, spec
 
     sglang = spec(recipe.launcher.kind).tp_spans_nodes
+    span = 1
+    if recipe.launcher.kind in SERVE_KINDS:
+        inst = get_instance(recipe.cluster.instance_type)
+        if inst.gpus and inst.nvlink.is_multi_node:
+            spans = server_spec(recipe.launcher.kind).replica_spans(
+                recipe.launcher,  # type: ignore[arg-type]  # a server: kind in SERVE_KINDS
+                p,
+            )
+            span = math.lcm(*spans.values())
     return JobShape(
         nodes=nodes or recipe.resources.nodes,
         gpus_per_node=recipe.procs_per_node,
@@ -1216,6 +1237,7 @@ def job_for_recipe(recipe: Recipe, nodes: int | None = None) -> JobShape:
         pp=p.pp,
         cp=p.cp,
         ep=1 if sglang else p.ep,
+        span=span,
     )
 
 

@@ -993,10 +993,10 @@ def _check_serving(
     if p.cp != 1:
         raise ValueError(f"{where}.cp: context parallelism is not a serving option here")
     if launcher.disaggregation is not None:
-        # prefill/decode: servers of tp x pp GPUs in each group, not one over the job
-        span = spec_.check_disaggregation(launcher, p, nodes, per_node, lwhere)
-        spec_.check_replicas(launcher, p, span, per_node, lwhere)
-        spec_.check_group(p, per_node, inst, where)
+        # prefill/decode: servers of their role's tp x pp GPUs in each group, not one over
+        # the job; the role checks cover replicas and ep per server
+        spec_.check_disaggregation(launcher, p, nodes, per_node, lwhere)
+        _check_nvlink_span(launcher, p, per_node, inst, where)
         return
     need = spec_.gpus(launcher, p)
     if need != gpus and p.tp * p.pp == need:
@@ -1013,3 +1013,41 @@ def _check_serving(
         )
     spec_.check_replicas(launcher, p, nodes, per_node, lwhere)
     spec_.check_group(p, per_node, inst, where)
+    _check_nvlink_span(launcher, p, per_node, inst, where)
+
+
+def _check_nvlink_span(
+    launcher: ServeLauncher, p: Parallelism, per_node: int, inst: InstanceType, where: str
+) -> None:
+    """Where NVLink spans nodes (a GB200 UltraServer), each model replica's model-parallel
+    span must fit one domain: the placement keeps it inside one (slurmfm/plan/planner.py,
+    ``job_for_recipe``), and a replica over two UltraServers would run its tensor-parallel
+    all-reduces over EFA, ~36x slower than NVLink. Elsewhere (HGX) a span over nodes is
+    the user's choice of EFA (SGLang's multi-node guide runs ``--tp 16`` on 2 x 8 GPUs)."""
+    if not (inst.gpus and inst.nvlink.is_multi_node):
+        return
+    domain = inst.nvlink.max_gpus
+    spans = server_spec(launcher.kind).replica_spans(launcher, p)
+    for text, span in spans.items():
+        if span > domain:
+            nodes = -(-span // max(1, per_node))
+            raise ValueError(
+                f"{where}.tp: a model replica's span ({text}) is {span} GPUs ({nodes} nodes) "
+                f"but one NVLink domain of {inst.name} holds {domain} GPUs (an UltraServer of "
+                f"{max(inst.nvlink.instances)} instances): a replica must not straddle two "
+                "UltraServers; make the replica smaller and serve more of them"
+            )
+    d = launcher.disaggregation
+    g = max(1, per_node)
+    unit = math.lcm(*(math.lcm(s, g) // g for s in spans.values()))
+    if d is not None and unit > 1 and (d.prefill_nodes % unit or d.decode_nodes % unit):
+        # The job's host order holds whole units domain by domain (the planner's NVLink
+        # rule); the prefill servers are cut from its start, so a prefill group that ends
+        # inside a unit would push a decode server across two domains.
+        raise ValueError(
+            f"{where.replace('parallelism', 'launcher')}.disaggregation.prefill_nodes: with "
+            f"{' and '.join(spans)} on {inst.name}, "
+            f"prefill_nodes and decode_nodes ({d.prefill_nodes}, {d.decode_nodes}) must be "
+            f"multiples of {unit} nodes (the smallest block that holds whole servers of both) "
+            "so that no server straddles two UltraServers"
+        )

@@ -299,14 +299,16 @@ def _nvlink_unit_nodes(job: ResolvedJob) -> int:
 
     A serving launcher's group is its model-parallel span as the server defines it
     (:meth:`slurmfm.launchers.serving.ServerSpec.nvlink_span`: SGLang ``tp``, whose
-    ``--ep-size`` divides it; vLLM ``tp x pp``), not Megatron's ``tp x ep`` blocks.
+    ``--ep-size`` divides it; vLLM ``tp x pp``; with prefill/decode the lcm of both servers'),
+    not Megatron's ``tp x ep`` blocks.
     """
     from slurmfm.launchers import ServerSpec
 
     g = max(1, job.inst.gpus)
     p = job.recipe.parallelism
     if isinstance(job.launcher, ServerSpec):
-        block = job.launcher.nvlink_span(p)
+        spans = job.launcher.replica_spans(job.recipe.launcher, p)  # type: ignore[arg-type]
+        block = math.lcm(*spans.values())
     else:
         block = math.lcm(p.tp * p.cp, p.tp * p.ep)
     return max(1, math.lcm(block, g) // g)

@@ -58,6 +58,10 @@ def _prepare_opts(
             o["serve_dp"] = serve.dp
         if serve.pd[0]:  # SGLang prefill/decode: the runtime's layout (slurmfm/job/pd.py)
             o.update(pd_prefill=serve.pd[0], pd_decode=serve.pd[1], pd_span=serve.pd[2])
+            (_, ptp, pdp), (dspan, dtp, ddp) = serve.pd_roles
+            # each role's --tp and --dp-size; SGLang's ports per server follow the larger
+            o.update(pd_decode_span=dspan, pd_tp=f"{ptp},{dtp}", pd_dp=f"{pdp},{ddp}")
+            o["serve_dp"] = max(pdp, ddp)
     s = recipe.storage
     if s.stripe == "auto":
         layout = _checkpoint_layout(recipe, launcher)
@@ -107,6 +111,7 @@ _BATCH_LINES: tuple[tuple[tuple[str, ...], bool], ...] = (
             "serve_words",
             "serve_kind",
             "serve_model",
+            "serve_replicas",
             "health_path",
             "ready_timeout_s",
             "ready_poll_s",
@@ -250,6 +255,7 @@ def _batch_opts(
         o.update(
             serve_kind=serve.kind,
             serve_model=serve.model_json,
+            serve_replicas=serve.dp,
             health_path=serve.health_path,
             ready_timeout_s=serve.ready_timeout_s,
             ready_poll_s=serve.ready_poll_s,

@@ -51,13 +51,17 @@ class ServeLaunch:
     node: NodeOptions = field(default_factory=NodeOptions)
     dp: int = 1  # SGLang: data-parallel ranks (each takes one more port after the dist port)
     # SGLang prefill/decode (slurmfm/job/pd.py): prefill nodes, decode nodes, nodes of one
-    # server; (0, 0, 1) when not disaggregated
+    # prefill server; (0, 0, 1) when not disaggregated
     pd: tuple[int, int, int] = (0, 0, 1)
+    # and each role's (nodes of one server, --tp, --dp-size): prefill's, decode's
+    pd_roles: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def span(self) -> int:
         """Nodes one server spans (NCCL crosses the network only inside one)."""
-        return self.pd[2] if self.pd[0] else self.nodes
+        if self.pd[0]:
+            return max([self.pd[2], *(r[0] for r in self.pd_roles)])
+        return self.nodes
 
     @property
     def description(self) -> str:
@@ -116,6 +120,7 @@ def serve_launch(
         ),
         dp=launcher.dp_size(),
         pd=_pd(launcher, par, per_node),
+        pd_roles=_pd_roles(launcher, par, per_node),
     )
 
 
@@ -125,5 +130,20 @@ def _pd(launcher: ServeLauncher, par: Parallelism, per_node: int) -> tuple[int, 
     d = launcher.disaggregation
     if d is None:
         return (0, 0, 1)
-    span = max(1, par.tp * par.pp // per_node) if per_node else 1
+    tp = d.roles(par.tp, launcher.replicas)["prefill"][0]
+    span = max(1, tp * par.pp // per_node) if per_node else 1
     return (d.prefill_nodes, d.decode_nodes, span)
+
+
+def _pd_roles(
+    launcher: ServeLauncher, par: Parallelism, per_node: int
+) -> tuple[tuple[int, int, int], ...]:
+    """Prefill's and decode's (nodes of one server, ``--tp``, ``--dp-size``); () when not
+    disaggregated."""
+    d = launcher.disaggregation
+    if d is None:
+        return ()
+    out = []
+    for tp, dp in d.roles(par.tp, launcher.replicas).values():
+        out.append((max(1, tp * par.pp // per_node) if per_node else 1, tp, dp))
+    return tuple(out)

@@ -95,7 +95,7 @@ slurmfm_run_module='import sys;sys.path[:1]==[""]and sys.path.pop(0);import runp
 
 # Host order (the allocation's own order), rendezvous address and port, serving hosts: the runtime
 # prints them as export lines.
-slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare --serve all --serve-nodes 4 --serve-port 30000 --dist-port 0 --pd-prefill 2 --pd-decode 2 --pd-span 2)
+slurmfm_env=$(python3 -I -S -c "$slurmfm_checked" prepare --serve all --serve-nodes 4 --serve-port 30000 --dist-port 0 --pd-prefill 2 --pd-decode 2 --pd-span 2 --pd-decode-span 2 --pd-tp 16,16 --pd-dp 1,1)
 eval "$slurmfm_env"
 
 # Serve: sglang prefill/decode on the whole allocation: prefill on the first 2 node(s), decode on the next 2, servers of 2 node(s), the router on node 0.
@@ -107,7 +107,7 @@ slurmfm_serve=(srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODE
   --container-name="slurmfm-${SLURM_JOB_ID}-${SLURM_RESTART_COUNT:-0}-launch" \
   python3 -I -S -c "$slurmfm_checked" node --prefix 0 --pd mooncake --pd-router-python python3 --pd-router-arg=--policy --pd-router-arg round_robin --pd-startup-s 3600 -- \
   python3 -c "$slurmfm_run_module" sglang.launch_server \
-  --model-path /fsx/models/deepseek-ai/DeepSeek-V3 --tp 16 --ep-size 16 \
+  --model-path /fsx/models/deepseek-ai/DeepSeek-V3 --ep-size 16 \
   --host 0.0.0.0 \
   --served-model-name deepseek-v3 --trust-remote-code '--mem-fraction-static=0.8')
 
@@ -120,6 +120,6 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 10 --restart-in-jo
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check none \
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-pd", "tasks_per_node": 1}' \
-  --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 --unhealthy-timeout-s 300 -- \
+  --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --serve-replicas 1 --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 --unhealthy-timeout-s 300 -- \
   "${slurmfm_serve[@]}"
 # slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

@@ -42,7 +42,13 @@ def test_the_layout_travels_as_json() -> None:
     assert (url, back) == ("http://10.0.0.0:30000", servers)
     info = pd.endpoint_info(url, servers)
     assert info["prefill"] == [
-        {"url": "http://10.0.0.0:30001", "bootstrap_port": 26021, "nodes": ["n0", "n1"]}
+        {
+            "url": "http://10.0.0.0:30001",
+            "bootstrap_port": 26021,
+            "nodes": ["n0", "n1"],
+            "tp": 0,
+            "dp": 1,
+        }
     ]
     assert [d["url"] for d in info["decode"]] == ["http://10.0.0.2:30002", "http://10.0.0.4:30003"]
 
@@ -73,6 +79,30 @@ def test_each_node_gets_its_servers_flags() -> None:
     single = pd.layout(ORDER[:2], ADDRS, prefill=1, decode=1, span=1, router=30000, base=26000)
     assert "--nnodes" not in pd.server_words(argv, single[1], 0, "nixl")
     assert pd.mine(single, "n5") is None
+
+
+def test_prefill_and_decode_servers_of_their_own_tp_and_dp() -> None:
+    """Roles of different sizes: prefill servers of 1 node (--tp 8, --dp-size 8), decode
+    servers of 2 (--tp 16); each node's entry adds its role's --tp and --dp-size."""
+    roles = (pd.Role(1, 8, 8), pd.Role(2, 16, 1))
+    servers = pd.layout(ORDER, ADDRS, 2, 4, 1, 30000, 26000, dp=8, roles=roles)
+    assert [(s.role, s.nodes, s.tp, s.dp) for s in servers] == [
+        ("prefill", ("n0",), 8, 8),
+        ("prefill", ("n1",), 8, 8),
+        ("decode", ("n2", "n3"), 16, 1),
+        ("decode", ("n4", "n5"), 16, 1),
+    ]
+    assert [s.dist_port for s in servers] == [26000, 26014, 26028, 26042]  # 6 + 8 each
+    assert pd.from_json(pd.to_json("u", servers))[1] == servers
+    argv = ["python3", "-m", "sglang.launch_server", "--model-path", "m"]
+    words = pd.server_words(argv, servers[0], 0, "mooncake")
+    assert words[5:11] == ["--tp", "8", "--dp-size", "8", "--enable-dp-attention", "--port"]
+    words = pd.server_words(argv, servers[3], 1, "mooncake")
+    assert words[5:8] == ["--tp", "16", "--port"]
+    assert words[-6:] == ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.4:26042"]
+    assert "tp 8; dp 8; bootstrap" in pd.describe("u", servers)
+    with pytest.raises(ValueError, match="servers of 1 and 2"):
+        pd.layout(ORDER, ADDRS, 3, 3, 1, 30000, 26000, roles=roles)
 
 
 def test_the_router_takes_every_prefill_with_its_bootstrap_port_and_every_decode() -> None:

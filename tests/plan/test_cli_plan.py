@@ -176,3 +176,24 @@ def test_submit_passes_risk_to_the_plan(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, [*base, "--risk", "model"])  # no plan to make
     assert res.exit_code == 2
     assert "--risk needs --topology" in res.stderr
+
+
+def test_a_serving_recipes_replicas_stay_in_one_ultraserver(tmp_path: Path) -> None:
+    """`slurmfm plan RECIPE`: an SGLang prefill/decode job on GB200 with servers of --tp 16
+    (4 nodes) and 6 free nodes in each UltraServer plans 4 + 4 nodes, not 6 + 2."""
+    recipe = tmp_path / "pd.yaml"
+    recipe.write_text(
+        "name: pd\ncluster: {instance_type: p6e-gb200.36xlarge, slurm_version: '24.11'}\n"
+        "resources: {nodes: 8}\nparallelism: {tp: 16}\n"
+        "launcher: {kind: sglang, model: m, disaggregation: {prefill_nodes: 4, decode_nodes: 4}}\n"
+    )
+    busy = tmp_path / "busy"
+    busy.write_text("\n".join([f"node{i:03d}" for i in (*range(7, 19), *range(25, 37))]))
+    code, out, err = run(
+        str(recipe), "--topology", topo(tmp_path, BLOCK_CONF), "--unavailable", f"@{busy}",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    nodes = json.loads(out)["nodes"]
+    blocks = [int(n[4:]) <= 18 for n in nodes]
+    assert len(set(blocks[:4])) == len(set(blocks[4:])) == 1, nodes

@@ -109,3 +109,105 @@ def test_sglang_tp_across_nodes_is_planned_not_refused() -> None:
     )
     p = plan_for_recipe(r, tree(leaves=2, per_leaf=4))
     assert len({tree(2, 4).leaf_of[n] for n in p.nodes}) == 1
+
+
+def gb200(free: tuple[int, ...], size: int = 18) -> tuple[Topology, list[str]]:
+    """UltraServers of ``size`` GB200 nodes (topology/block), ``free[i]`` nodes free in the
+    i-th; node names interleaved across them (launch order, not fabric order)."""
+    from slurmfm.topology.model import Node
+
+    names = [f"gb-{i:03d}" for i in range(len(free) * size)]
+    block = {n: f"block{i % len(free) + 1}" for i, n in enumerate(names)}
+    topo = Topology.from_parents([Node(n) for n in names], block, {}, kind="block")
+    busy: list[str] = []
+    for b, k in enumerate(free):
+        mine = [n for n in names if block[n] == f"block{b + 1}"]
+        busy += mine[k:]
+    return topo, busy
+
+
+def gb_serving(nodes: int, tp: int, pp: int = 1, **launcher: Any) -> Any:
+    return validate(
+        {
+            "name": "serve",
+            "cluster": {"instance_type": "p6e-gb200.36xlarge", "slurm_version": "24.11"},
+            "resources": {"nodes": nodes},
+            "parallelism": {"tp": tp, "pp": pp},
+            "launcher": {"model": "deepseek-ai/DeepSeek-V3", **launcher},
+        }
+    )
+
+
+def domains(topo: Topology, nodes: Any) -> set[str]:
+    return {topo.leaf_of[n] for n in nodes}
+
+
+def test_gb200_prefill_and_decode_servers_never_straddle_two_ultraservers() -> None:
+    # 8 nodes: a prefill and a decode server of --tp 16 (4 nodes of 4 GPUs) each; 6 nodes
+    # free in each UltraServer. Without the rule 6 + 2 nodes would do, and the decode server
+    # (the order's nodes 4-7) would straddle the two.
+    topo, busy = gb200((6, 6))
+    pd = {"prefill_nodes": 4, "decode_nodes": 4}
+    r = gb_serving(8, 16, kind="sglang", disaggregation=pd)
+    for mode in ("pin", "constrain"):
+        p = plan_for_recipe(r, topo, unavailable=busy, mode=mode)  # type: ignore[arg-type]
+        assert not set(p.nodes) & set(busy)
+        order = list(p.nodes) if mode == "pin" else sorted(p.nodes, key=p.rank_key.__getitem__)
+        for server in (order[:4], order[4:]):
+            assert len(domains(topo, server)) == 1, (mode, p.explanation)
+        assert any("server replicas span 4" in line for line in p.explanation)
+
+
+def test_gb200_vllm_replica_over_nodes_stays_in_one_ultraserver() -> None:
+    # one vLLM replica of tp 4 x pp 3 = 12 GPUs (3 nodes): 2 + 2 free nodes cannot hold it,
+    # 2 + 3 can (the 3)
+    r = gb_serving(3, 4, 3, kind="vllm")
+    topo, busy = gb200((2, 3))
+    p = plan_for_recipe(r, topo, unavailable=busy)
+    assert len(domains(topo, p.nodes)) == 1
+    topo, busy = gb200((2, 2))
+    with pytest.raises(PlanError, match="whole 3-node NVLink units"):
+        plan_for_recipe(r, topo, unavailable=busy)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    free=st.tuples(st.integers(0, 18), st.integers(0, 18), st.integers(0, 18)),
+    tp_nodes=st.sampled_from([1, 2, 3, 4, 6]),
+    servers=st.integers(1, 4),
+)
+def test_gb200_sglang_servers_are_whole_in_an_ultraserver_or_refused(
+    free: tuple[int, int, int], tp_nodes: int, servers: int
+) -> None:
+    topo, busy = gb200(free)
+    n = tp_nodes * servers * 2
+    pd = {"prefill_nodes": n // 2, "decode_nodes": n // 2}
+    r = gb_serving(n, 4 * tp_nodes, kind="sglang", disaggregation=pd)
+    try:
+        p = plan_for_recipe(r, topo, unavailable=busy)
+    except PlanError:
+        assert sum(f // tp_nodes for f in free) < 2 * servers
+        return
+    for i in range(0, n, tp_nodes):
+        assert len(domains(topo, p.nodes[i : i + tp_nodes])) == 1
+
+
+def test_a_replica_wider_than_an_ultraserver_is_refused_at_its_line(tmp_path: Any) -> None:
+    from slurmfm.errors import RecipeError
+    from slurmfm.recipe.loader import load_recipe
+
+    text = """\
+name: big
+cluster: {instance_type: p6e-gb200.36xlarge}
+resources: {nodes: 24}
+parallelism:
+  tp: 96
+launcher: {kind: sglang, model: m}
+"""
+    (tmp_path / "big.yaml").write_text(text)
+    with pytest.raises(RecipeError) as exc:
+        load_recipe(tmp_path / "big.yaml")
+    msg = str(exc.value)
+    assert "big.yaml:5: parallelism.tp: a model replica's span (--tp 96) is 96 GPUs (24 " in msg
+    assert "one NVLink domain of p6e-gb200.36xlarge holds 72 GPUs" in msg
+    assert "must not straddle two UltraServers" in msg

@@ -54,7 +54,7 @@ def test_a_good_layout_loads_and_renders(tmp_path: Path) -> None:
     )
     text = render_script(r, Target.for_recipe(r, "24.11")).text
     assert "prepare --serve all --serve-nodes 4 --serve-port 30000 --dist-port 0 " in text
-    assert "--pd-prefill 2 --pd-decode 2 --pd-span 2" in text
+    assert "--pd-prefill 2 --pd-decode 2 --pd-span 2 --pd-decode-span 2 --pd-tp 16,16 " in text
     assert "node --prefix 0 --pd mooncake --pd-router-python python3 --pd-startup-s 1800 --" in text
     # the runtime adds each server's port, role and rendezvous: none in the shared line
     for word in ("--nnodes", "--dist-init-addr", '--port "$SLURMFM_SERVE_PORT"'):
@@ -65,8 +65,84 @@ def test_a_good_layout_loads_and_renders(tmp_path: Path) -> None:
     path.write_text(one)
     r = load_recipe(path)
     text = render_script(r, Target.for_recipe(r, "24.11")).text
-    assert "--pd-decode 2)" in text
+    assert "--pd-decode 2 --pd-decode-span 1 --pd-tp 8,8 --pd-dp 1,1)" in text
     assert "--nccl-check" not in text
+
+
+def test_prefill_and_decode_with_their_own_tp_and_dp(tmp_path: Path) -> None:
+    """Prefill servers of --tp 8 (one node) with 8 DP-attention ranks, decode servers of
+    --tp 16 (two nodes): SGLang moves the KV cache between any two TP sizes (its
+    mooncake/nixl ``send_kvcache_slice``, cited in slurmfm/launchers/sglang.py)."""
+    path = tmp_path / "recipe.yaml"
+    path.write_text(
+        PD.replace(
+            "    decode_nodes: 2\n",
+            "    decode_nodes: 2\n    prefill_tp: 8\n    prefill_replicas: 8\n",
+        )
+    )
+    r = load_recipe(path)
+    text = render_script(r, Target.for_recipe(r, "24.11")).text
+    assert "--serve-dp 8 --pd-prefill 2 --pd-decode 2 --pd-decode-span 2 " in text
+    assert "--pd-tp 8,16 --pd-dp 8,1)" in text
+    # the shared line has no --tp or --dp-size: each node's entry adds its role's
+    assert "--tp 16" not in text
+    assert "--dp-size" not in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "where", "what"),
+    [
+        (
+            "    decode_tp: 12\n",
+            ":15: launcher.disaggregation.decode_tp:",
+            "a decode server of tp x pp = 12 x 1 = 12 GPUs does not fill whole nodes of 8",
+        ),
+        (
+            "    decode_replicas: 3\n",
+            ":15: launcher.disaggregation.decode_replicas:",
+            "the 3 replicas of a decode server inside its --tp 16 group",
+        ),
+        (
+            "    prefill_tp: 24\n",
+            ":13: launcher.disaggregation.prefill_nodes:",
+            "2 node(s) do not hold whole prefill servers of 3 nodes",
+        ),
+        (
+            "  extra_args: [--tp-size, '8']\n",
+            ":15: launcher.extra_args:",
+            "--tp-size is set by slurmfm",
+        ),
+    ],
+)
+def test_a_bad_role_layout_is_one_located_line(
+    tmp_path: Path, extra: str, where: str, what: str
+) -> None:
+    got = problems(tmp_path, PD.replace("    decode_nodes: 2\n", "    decode_nodes: 2\n" + extra))
+    assert len(got) == 1, got
+    assert where in got[0], got[0]
+    assert what in got[0], got[0]
+
+
+def test_gb200_roles_of_different_spans_must_not_push_a_server_across_ultraservers(
+    tmp_path: Path,
+) -> None:
+    """Prefill servers of 1 node and decode servers of 4 (GB200, 4 GPUs each): the host
+    order holds whole 4-node blocks per UltraServer, so 2 prefill nodes would push the
+    first decode server across two; 4 do not."""
+    gb = (
+        "name: pd\ncluster:\n  instance_type: p6e-gb200.36xlarge\n  partition: gpu\n"
+        "resources:\n  nodes: NODES\nparallelism:\n  tp: 16\nlauncher:\n  kind: sglang\n"
+        "  model: /fsx/m\n  disaggregation:\n    prefill_nodes: PREFILL\n"
+        "    decode_nodes: 4\n    prefill_tp: 4\n"
+    )
+    got = problems(tmp_path, gb.replace("NODES", "6").replace("PREFILL", "2"))
+    assert len(got) == 1, got
+    assert ":13: launcher.disaggregation.prefill_nodes:" in got[0]
+    assert "must be multiples of 4 nodes" in got[0]
+    assert "no server straddles two UltraServers" in got[0]
+    path = tmp_path / "ok.yaml"
+    path.write_text(gb.replace("NODES", "8").replace("PREFILL", "4"))
+    assert load_recipe(path).resources.nodes == 8
 
 
 @pytest.mark.parametrize(

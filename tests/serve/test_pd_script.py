@@ -213,6 +213,8 @@ def test_prefill_decode_split_and_router_on_the_stand_in_cluster(
         router = f"http://127.0.0.1:{port}"
         # the router is the one endpoint; the servers are listed beside it
         assert info["url"] == router
+        assert (info["front"], info["replicas"]) == ("router", 2)
+        assert [r["nodes"] for r in info["replica_nodes"]] == [HOSTS[:2], HOSTS[2:]]
         pd = info["disaggregation"]
         assert pd["router"] == router
         (prefill,) = pd["prefill"]

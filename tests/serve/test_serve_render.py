@@ -185,6 +185,7 @@ def test_vllm_data_parallel_replicas(tmp_path: Path) -> None:
     text = checked(text_of(raw), tmp_path)
     assert "--tensor-parallel-size 4 --pipeline-parallel-size 1 --enable-expert-parallel" in text
     assert "node --prefix 0 --vllm native --vllm-dp 4 --vllm-dp-local 2 --" in text
+    assert "--serve-replicas 4" in text  # the endpoint file lists the 4 replicas
     # one node: no node entry flags, the replicas on the launch line
     one = vllm(resources={"nodes": 1}, parallelism={"tp": 2})
     one["launcher"].update(replicas=4)

@@ -31,6 +31,8 @@ def main() -> int:
     p.add_argument("--tp", "--tp-size", type=int, default=1)
     p.add_argument("--pp-size", type=int, default=1)
     p.add_argument("--ep-size", type=int, default=1)
+    p.add_argument("--dp-size", "--dp", type=int, default=1)
+    p.add_argument("--enable-dp-attention", action="store_true")
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr")
@@ -50,6 +52,10 @@ def main() -> int:
     if a.tp % a.nnodes:
         print(f"sglang stand-in: --tp {a.tp} does not split over {a.nnodes} nodes", file=sys.stderr)
         return 1
+    if a.dp_size > 1 and (not a.enable_dp_attention or a.tp % a.dp_size):
+        # the rule slurmfm's recipe checks follow (server_args.py: dp_size with DP attention)
+        print(f"sglang stand-in: --dp-size {a.dp_size} needs DP attention in --tp", file=sys.stderr)
+        return 2
     mode = a.disaggregation_mode
     if mode == "null" and (a.disaggregation_transfer_backend or a.disaggregation_bootstrap_port):
         print(
@@ -100,6 +106,7 @@ def main() -> int:
         "tp": a.tp,
         "pp": a.pp_size,
         "ep": a.ep_size,
+        "dp": a.dp_size,
         "nnodes": a.nnodes,
         "ranks": sorted(ranks),
         "node": os.environ.get("SLURMD_NODENAME"),
