@@ -149,13 +149,19 @@ def test_gb200_prefill_and_decode_servers_never_straddle_two_ultraservers() -> N
     topo, busy = gb200((6, 6))
     pd = {"prefill_nodes": 4, "decode_nodes": 4}
     r = gb_serving(8, 16, kind="sglang", disaggregation=pd)
-    for mode in ("pin", "constrain"):
-        p = plan_for_recipe(r, topo, unavailable=busy, mode=mode)  # type: ignore[arg-type]
+    # A pin plan across two UltraServers is taken by Slurm's topology/block only with a
+    # --segment (26.05; tests/plan/test_real_slurm_plan.py): there the segment holds whole
+    # servers. Slurm 24.11 takes no --nodelist outside one block, so the pin plan is refused.
+    for mode, version in (("pin", "26.05"), ("constrain", None)):
+        p = plan_for_recipe(r, topo, unavailable=busy, mode=mode, slurm_version=version)  # type: ignore[arg-type]
         assert not set(p.nodes) & set(busy)
         order = list(p.nodes) if mode == "pin" else sorted(p.nodes, key=p.rank_key.__getitem__)
         for server in (order[:4], order[4:]):
             assert len(domains(topo, server)) == 1, (mode, p.explanation)
         assert any("server replicas span 4" in line for line in p.explanation)
+    assert plan_for_recipe(r, topo, unavailable=busy, slurm_version="26.05").segment == 4
+    with pytest.raises(PlanError, match="only inside one block"):
+        plan_for_recipe(r, topo, unavailable=busy, slurm_version="24.11")
 
 
 def test_gb200_vllm_replica_over_nodes_stays_in_one_ultraserver() -> None:
@@ -183,8 +189,8 @@ def test_gb200_sglang_servers_are_whole_in_an_ultraserver_or_refused(
     n = tp_nodes * servers * 2
     pd = {"prefill_nodes": n // 2, "decode_nodes": n // 2}
     r = gb_serving(n, 4 * tp_nodes, kind="sglang", disaggregation=pd)
-    try:
-        p = plan_for_recipe(r, topo, unavailable=busy)
+    try:  # 26.05: a pin plan may cross UltraServers with a --segment (see above)
+        p = plan_for_recipe(r, topo, unavailable=busy, slurm_version="26.05")
     except PlanError:
         assert sum(f // tp_nodes for f in free) < 2 * servers
         return
