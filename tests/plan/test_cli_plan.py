@@ -180,10 +180,11 @@ def test_submit_passes_risk_to_the_plan(tmp_path: Path) -> None:
 
 def test_a_serving_recipes_replicas_stay_in_one_ultraserver(tmp_path: Path) -> None:
     """`slurmfm plan RECIPE`: an SGLang prefill/decode job on GB200 with servers of --tp 16
-    (4 nodes) and 6 free nodes in each UltraServer plans 4 + 4 nodes, not 6 + 2."""
+    (4 nodes) and 6 free nodes in each UltraServer plans 4 + 4 nodes, not 6 + 2 (Slurm 26.05,
+    which takes a --nodelist across blocks with a --segment; 24.11 takes none)."""
     recipe = tmp_path / "pd.yaml"
     recipe.write_text(
-        "name: pd\ncluster: {instance_type: p6e-gb200.36xlarge, slurm_version: '24.11'}\n"
+        "name: pd\ncluster: {instance_type: p6e-gb200.36xlarge, slurm_version: '26.05'}\n"
         "resources: {nodes: 8}\nparallelism: {tp: 16}\n"
         "launcher: {kind: sglang, model: m, disaggregation: {prefill_nodes: 4, decode_nodes: 4}}\n"
     )
