@@ -34,7 +34,7 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    import argparse  # imported where a parser is built: a node entry reads its options without
+    import argparse  # imported where a parser is built (a node entry reads its options without)
 
     from .state import StateFile
 
