@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -35,6 +34,8 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    import argparse  # imported where a parser is built (a node entry reads its options without)
+
     from .pd import Role
     from .state import StateFile
 
@@ -563,6 +564,8 @@ def bytecode_copy(runtime: str, env: dict[str, str]) -> dict[str, str]:
 def _launch_argv(p: argparse.ArgumentParser) -> None:
     """The command to launch, everything after the options (a leading ``--`` is dropped by
     :func:`_rest`): ``batch`` and ``node``."""
+    import argparse
+
     p.add_argument("argv", nargs=argparse.REMAINDER)
 
 
@@ -593,6 +596,8 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     subcommand's name, to build that one's parser alone (every step parses one subcommand,
     and building all ten was a tenth of the per-node entry's start-up); any other value
     builds them all (help, and the message for an unknown one)."""
+    import argparse
+
     p = argparse.ArgumentParser(prog="slurmfm-runtime", description=__doc__)
     sub = p.add_subparsers(dest="cmd")
     sub.required = True
@@ -693,10 +698,34 @@ def _health(a: argparse.Namespace, env: dict[str, str]) -> int:
     return 0
 
 
+def _node(no: NodeOptions, argv: list[str], env: dict[str, str]) -> int:
+    """``node``: the per-node entry of a launch step (:func:`.node.main`)."""
+    from .node import main as node_main
+
+    env["SLURMFM_HOST_ORDER"] = env.get(no.order_var, "")
+    return node_main(
+        argv,
+        no.prefix,
+        no.forward,
+        no.ray_settings(),
+        env,
+        no.forward_tasks,
+        no.numa,
+        vllm=(no.vllm, no.vllm_dp, no.vllm_dp_local),
+        pd=no if no.pd else None,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    a = parser(words[0] if words else None).parse_args(words)
     env = dict(os.environ)
+    if words[:1] == ["node"]:
+        # every launch task on every node: its options without argparse where they are as
+        # the renderer writes them (NodeOptions.from_words), else parsed below
+        read = NodeOptions.from_words(words[1:])
+        if read is not None:
+            return _node(*read, env)
+    a = parser(words[0] if words else None).parse_args(words)
     if a.cmd == "prepare":
         out: list[str] = []
         rc = prepare(PrepareOptions.from_namespace(a), env, out)
@@ -706,21 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.cmd == "batch":
         return _batch(a, env)
     if a.cmd == "node":
-        from .node import main as node_main
-
-        no = NodeOptions.from_namespace(a)
-        env["SLURMFM_HOST_ORDER"] = env.get(no.order_var, "")
-        return node_main(
-            _rest(a.argv),
-            no.prefix,
-            no.forward,
-            no.ray_settings(),
-            env,
-            no.forward_tasks,
-            no.numa,
-            vllm=(no.vllm, no.vllm_dp, no.vllm_dp_local),
-            pd=no if no.pd else None,
-        )
+        return _node(NodeOptions.from_namespace(a), _rest(a.argv), env)
     if a.cmd == "forward":
         return _forward(a, env)
     if a.cmd == "container-remove":

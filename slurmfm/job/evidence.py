@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import sys
 import threading
@@ -26,13 +25,14 @@ import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
-from . import fsafe
-from .checkpoint import resume_from
-
 if TYPE_CHECKING:
     # imported where used: a node entry's start (the gate's verdict, the launch's watch)
     # needs none of the judging, only the batch step and a finished launch do
     from . import classify as cl
+
+# ``json``, :mod:`.fsafe` (``tempfile``, ``glob``) and :mod:`.checkpoint` are imported where
+# used too: a node entry imports this module before its launcher starts and needs them only
+# once the launcher has ended (its report) or not at all (the batch step's progress marks).
 
 TAIL_LINES = 200
 
@@ -49,6 +49,8 @@ def attempt_dir(log_dir: str, env: dict[str, str], restart: int, launch: int) ->
 def private_dir(path: str) -> bool:
     """Create ``path`` (and its parent) mode 0700 and check it is a directory of ours
     (:func:`.fsafe.private_dir`); False when it is not."""
+    from . import fsafe
+
     try:
         for p in (os.path.dirname(path), path):
             fsafe.private_dir(p)
@@ -60,6 +62,8 @@ def private_dir(path: str) -> bool:
 def write_private(path: str, text: str) -> None:
     """Replace ``path`` with an owner-only file (:func:`.fsafe.replace`: never through a
     link, never into someone else's file); errors are ignored."""
+    from . import fsafe
+
     with contextlib.suppress(OSError):
         fsafe.replace(path, text, mode=0o600)
 
@@ -135,6 +139,8 @@ class LaunchWatch:
             self.tail = Tail(stream)
 
     def finish(self, rc: int) -> None:
+        import json
+
         lines = self.tail.join() if self.tail is not None else []
         write_private(
             os.path.join(self.directory, "%s.json" % self.node),
@@ -170,6 +176,8 @@ def report(
 
 def read_reports(directory: str) -> tuple[cl.NodeReport, ...]:
     """Every node's report of one launch (unreadable or malformed ones are skipped)."""
+    import json
+
     from . import classify as cl
 
     out = []
@@ -260,6 +268,8 @@ class SrunLines:
 def progress_mark(checkpoint_dir: str, progress_file: str) -> dict[str, str]:
     """What shows progress, now: the newest complete checkpoint, Megatron's tracker, the
     progress file's content."""
+    from .checkpoint import resume_from
+
     mark = {"checkpoint": "", "tracker": "", "progress": ""}
     if checkpoint_dir:
         mark["checkpoint"] = os.path.basename(resume_from(checkpoint_dir) or "")
@@ -276,6 +286,8 @@ def progress_since(before: dict[str, str], after: dict[str, str]) -> tuple[bool 
 
     None when nothing could show progress (no checkpoint and no report before or after).
     """
+    import json
+
     notes = []
     if after.get("checkpoint") and after["checkpoint"] != before.get("checkpoint"):
         notes.append("new checkpoint %s" % after["checkpoint"])

@@ -17,16 +17,17 @@ node before every node is known to be healthy, as with the separate gate.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import IO, TYPE_CHECKING
 
 from . import evidence as ev
-from .health import check_node
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+# ``json`` and :func:`.health.check_node` are imported where used: every node entry imports
+# this module before its launcher starts, and only a launch with the gate on reads its value.
 
 ENV = "SLURMFM_GATE"
 GO = b"go\n"
@@ -37,6 +38,8 @@ NOT_STARTED = 3
 
 def spec(gpus: int, efa: int, dcgm: int, imex: bool, efa_tries: int, efa_delay_s: float) -> str:
     """The value of :data:`ENV`: what a node must have."""
+    import json
+
     return json.dumps(
         {
             "gpus": gpus,
@@ -55,11 +58,17 @@ def check_here(
     node: str,
     directory: str,
     sysfs: str = "/sys",
-    check: Callable[..., str | None] = check_node,
+    check: Callable[..., str | None] | None = None,
 ) -> str | None:
     """Check this node against the gate's ``value``; record and print the verdict. None when
     healthy, else the reason. A value this runtime cannot read fails the node with why.
     ``sysfs``: where the EFA devices are listed (``SLURMFM_SYSFS`` in tests)."""
+    import json
+
+    if check is None:
+        from .health import check_node
+
+        check = check_node
     try:
         want = json.loads(value)
         why = check(

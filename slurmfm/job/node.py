@@ -17,11 +17,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,7 +28,6 @@ from . import gate, masking
 from .evidence import LaunchWatch, write_private
 from .health import run_command
 from .hosts import expand_hostlist, insert_rank, node_rank, replayed_order, with_master
-from .serve import ray_alive
 
 if TYPE_CHECKING:
     from .health import Runner
@@ -451,7 +448,7 @@ def run_ray_node(
     poll_s: float = 2.0,
     launch: Callable[[Sequence[str], str, dict[str, str]], int] = run_launcher,
     stop: Callable[[str], object] = stop_own_ray,
-    make_temp: Callable[[str], str] = lambda prefix: tempfile.mkdtemp(prefix=prefix, dir="/tmp"),
+    make_temp: Callable[[str], str] | None = None,
     what: str = "the server",
     head_args: Sequence[str] = (),
     head_retry: bool = False,
@@ -477,6 +474,14 @@ def run_ray_node(
     join this job's cluster, never another one on the host. A Ray cluster for a driver
     (launcher ray) runs the same sequence with its own parameters (:func:`run_ray_driver`).
     """
+    import shutil  # here, with tempfile and .serve: only a Ray node needs them
+
+    from .serve import ray_alive
+
+    if make_temp is None:
+        import tempfile
+
+        make_temp = lambda prefix: tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # noqa: E731
     deadline = clock() + timeout_s
     job = env.get("SLURM_JOB_ID", "")
     # by Slurm node name: lab nodes share 127.0.0.1 (a stop by address stopped the head's Ray)

@@ -18,9 +18,11 @@ Standard library only, Python 3.8: this module travels in the job runtime.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeVar
+
+if TYPE_CHECKING:
+    import argparse  # imported where a parser is built: see Options.from_words
 
 __all__ = [
     "BatchOptions",
@@ -114,6 +116,8 @@ class Options:
 
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:
+        import argparse
+
         p = argparse.ArgumentParser(prog="slurmfm-runtime", allow_abbrev=False)
         cls.add_to(p)
         return p
@@ -122,6 +126,60 @@ class Options:
     def from_argv(cls: type[_T], argv: Sequence[str]) -> _T:
         """The value that ``argv`` (options only, no subcommand) gives; exits 2 when wrong."""
         return cls.from_namespace(cls.parser().parse_args(list(argv)))
+
+    @classmethod
+    def from_words(cls: type[_T], words: Sequence[str]) -> tuple[_T, list[str]] | None:
+        """The value of the options in ``words`` up to ``--``, and the words after it, read
+        without ``argparse``; None for anything but what :meth:`to_argv` writes (a word
+        before ``--`` that is no field's option, a value starting with ``-`` after a space, a
+        value a field refuses, no ``--``), which the caller then gives to ``argparse``, whose
+        reading and messages stay the reference.
+
+        Why: a launch task on every node reads its options before its launcher starts, and
+        ``argparse`` (with ``gettext``, and ``shutil`` for a parser with subcommands, which
+        imports ``bz2`` and ``lzma``) was about a tenth of the node entry's CPU.
+        """
+        defaults = cls.defaults()
+        by_flag = {flag(name): name for name in defaults}
+        values: dict[str, Any] = {}
+        lists: dict[str, list[str]] = {}
+        i = 0
+        try:
+            while i < len(words):
+                w = words[i]
+                if w == "--":
+                    break
+                head, eq, text = w.partition("=")
+                name = by_flag.get(head)
+                if name is None:
+                    return None
+                d = defaults[name]
+                if isinstance(d, bool) and name in cls.BARE:
+                    if eq:
+                        return None
+                    values[name] = True
+                    i += 1
+                    continue
+                if not eq:
+                    if i + 1 >= len(words) or words[i + 1].startswith("-"):
+                        return None
+                    text = words[i + 1]
+                    i += 1
+                i += 1
+                if name in cls.CHOICES and text not in cls.CHOICES[name]:
+                    return None
+                if isinstance(d, tuple):
+                    lists.setdefault(name, []).append(text)
+                elif isinstance(d, bool):
+                    values[name] = _switch(text)
+                else:
+                    values[name] = type(d)(text)
+        except ValueError:
+            return None
+        if i >= len(words) or any(name not in values for name in cls.REQUIRED):
+            return None
+        values.update((name, tuple(v)) for name, v in lists.items())
+        return cls(**dict(defaults, **values)), list(words[i + 1 :])
 
     def changed(self) -> list[str]:
         """The fields whose value is not the default, in declaration order."""

@@ -65,6 +65,9 @@ def test_the_words_of_any_value_read_back_as_that_value(cls: type[Options], data
     x = data.draw(values(cls))
     assert cls.from_argv(x.to_argv()) == x
     assert cls.from_argv(x.to_argv(always=cls.defaults())) == x  # all shown: the same value
+    # read without argparse (a node entry's start): the same value, the words after "--" kept
+    assert cls.from_words([*x.to_argv(), "--", "cmd", "--x"]) == (x, ["cmd", "--x"])
+    assert cls.from_words([*x.to_argv(always=cls.defaults()), "--"]) == (x, [])
 
 
 def test_a_value_with_nothing_changed_has_no_words() -> None:
@@ -143,6 +146,35 @@ def test_the_scripts_node_entries_parse_with_the_runtimes_parser(path: Path) -> 
         a = parser().parse_args(["node", *argv])
         o = NodeOptions.from_namespace(a)
         assert o.order_var in ("SLURMFM_HOST_ORDER", "SLURMFM_SERVE_ORDER")
+        # what every launch task reads them with, without argparse: the same value
+        assert NodeOptions.from_words([*argv, "--", "torchrun"]) == (o, ["torchrun"])
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["--prefix", "2", "torchrun"],  # no "--": argparse's REMAINDER decides
+        ["--prefix", "2"],
+        ["--prefix", "-1", "--", "x"],  # a value after a space that starts with "-"
+        ["--prefix", "two", "--", "x"],  # a value the field refuses
+        ["--forward", "KILL", "--", "x"],  # not one of the choices
+        ["--pref", "2", "--", "x"],  # an abbreviation: argparse's own rule
+        ["--no-such", "1", "--", "x"],
+        ["--ray-driver=1", "--", "x"],  # a bare switch given a value
+        ["--prefix"],
+    ],
+)
+def test_what_the_renderer_never_writes_goes_to_argparse(words: list[str]) -> None:
+    """Options.from_words reads only the renderer's own forms; anything else is None, and
+    the caller gives it to argparse, whose reading and messages stay the reference."""
+    assert NodeOptions.from_words(words) is None
+
+
+def test_a_node_entry_reads_its_options_as_argparse_does() -> None:
+    words = ["--prefix", "4", "--forward=TERM", "--ray-driver", "--pd-router-arg", "a"]
+    words += ["--pd-router-arg=-b", "--vllm-dp", "2", "--", "torchrun", "--", "x.py"]
+    a = parser("node").parse_args(["node", *words])
+    assert NodeOptions.from_words(words) == (NodeOptions.from_namespace(a), a.argv[1:])
 
 
 def _subcommands(p: argparse.ArgumentParser) -> list[str]:

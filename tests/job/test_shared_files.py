@@ -373,6 +373,12 @@ def test_a_node_entry_starts_without_site_openssl_or_sockets(sticky: Path) -> No
     # nor the agent: only a launch with metrics forks one
     refused = {"site", "hashlib", "_hashlib", "socket", "runpy", "slurmfm_job.classify"}
     assert not imported & (refused | {"slurmfm_job.agent"})
+    # nor what only other paths use: argparse (the options are read without it; with its
+    # subcommands it imported shutil, bz2 and lzma), json, tempfile, the checkpoint rules,
+    # fsafe (the evidence a finished launch writes), the server checks
+    later = {"argparse", "shutil", "bz2", "lzma", "json", "tempfile", "glob"}
+    later |= {"slurmfm_job.checkpoint", "slurmfm_job.fsafe", "slurmfm_job.serve"}
+    assert not imported & later, sorted(imported & later)
 
 
 def test_the_agents_entry_goes_straight_to_the_agent(sticky: Path, tmp_path: Path) -> None:
