@@ -253,6 +253,11 @@ def wait_end(
                     ["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=False
                 )
                 held = None
+        else:
+            # each requeue's hold is timed from its own start: a job that Slurm started before
+            # the release (backfill) must not carry the clock into its next requeue, which
+            # would then be released at once
+            held = None
         time.sleep(0.5)
     subprocess.run(["scancel", job], env=env, check=False)
     raise SystemExit(f"job {job} not done after {timeout:g} s: {rec}")
