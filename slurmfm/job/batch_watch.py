@@ -132,11 +132,13 @@ class WatchSteps(GateSteps):
         step here: the first report of a process is never throttled), and since the launch
         began neither the file nor the checkpoints moved and no step line was seen. A
         training that reports nothing, or a first launch with no report yet, is asked to
-        save as before."""
+        save as before. Never twice in a row: after a requeue for this reason the next
+        attempt is asked to save, so that a start-up longer than the time before the signal
+        still gains a step per two attempts instead of none."""
         p = self.progress
         if not self.launching or p is None or p.first_s is not None:
             return False
-        if not p.first_mark.get("progress"):
+        if not p.first_mark.get("progress") or self.state.last("requeue") == UNTRAINED:
             return False
         return ev.progress_since(p.first_mark, self.progress_now())[0] is False
 

@@ -422,6 +422,18 @@ def reported(tmp: Path, step: int) -> None:
     (d / "progress.json").write_text(json.dumps({"step": step, "time": float(step)}))
 
 
+@pytest.fixture
+def no_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime must not end itself here: its ``os._exit`` (after a requeue at the signal)
+    would end pytest with exit 0 and hide the failure."""
+    import slurmfm.job.batch as bm
+
+    def refuse(code: int) -> None:
+        raise AssertionError(f"the runtime exited {code}")
+
+    monkeypatch.setattr(bm.os, "_exit", refuse)
+
+
 def exits_of(b: Batch) -> list[int]:
     """Run ``b`` with the runtime's own exit (``os._exit`` after a requeue at the signal)
     caught: the codes it exited with."""
@@ -462,6 +474,27 @@ def test_signal_while_the_launch_is_still_starting_requeues_at_once(tmp_path: Pa
     ]
 
 
+@pytest.mark.usefixtures("no_exit")
+def test_signal_while_starting_twice_in_a_row_asks_for_the_save(tmp_path: Path) -> None:
+    """The attempt before was requeued at the signal for the same reason: this one is asked to
+    save, so that a start-up longer than the time before the signal still makes progress."""
+    reported(tmp_path, 61)
+    (tmp_path / "rt_77.state").write_text(
+        "2026-12-07T13:00:00Z restart=0 event=requeue time limit near before the launch "
+        "trained (no progress since it started): nothing newer to save\n"
+    )
+    box: list[Batch] = []
+    step = Step(0, during=saves(box, tmp_path))
+    slurm = Slurm()
+    box.append(
+        make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0", restart=1)
+    )
+    assert go(box[0]) == 0
+    assert step.signals == [signal.SIGUSR2]
+    assert state(tmp_path)[-1].startswith("event=requeue saved before the time limit")
+
+
+@pytest.mark.usefixtures("no_exit")
 def test_signal_after_the_launch_trained_asks_for_the_save(tmp_path: Path) -> None:
     """The same, but the launch reported a step before the signal: the save is asked for."""
     reported(tmp_path, 61)
@@ -482,6 +515,7 @@ def test_signal_after_the_launch_trained_asks_for_the_save(tmp_path: Path) -> No
     )
 
 
+@pytest.mark.usefixtures("no_exit")
 def test_signal_in_a_first_launch_without_any_report_asks_for_the_save(tmp_path: Path) -> None:
     """No report before this launch: whether it trained cannot be told, so it is asked to
     save as before (test_save_signal_forwarded_then_requeue_recorded_after_it_happened)."""
@@ -492,6 +526,7 @@ def test_signal_in_a_first_launch_without_any_report_asks_for_the_save(tmp_path:
     assert step.signals == [signal.SIGUSR2]
 
 
+@pytest.mark.usefixtures("no_exit")
 def test_signal_while_starting_with_requeue_off_keeps_the_launch(tmp_path: Path) -> None:
     """Where it may not requeue, the give-up is recorded and the launch runs on."""
     reported(tmp_path, 61)
