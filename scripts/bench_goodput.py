@@ -680,7 +680,8 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def phase_table(results: list[dict[str, Any]]) -> str:
     """Markdown: each arm's requeues split into phases (:func:`phases`), medians over every
-    requeue of the runs that recovered; empty where no run was requeued."""
+    requeue, those of a run that did not recover in the end too (each requeue resumed);
+    empty where no run was requeued."""
     names = [
         "signal -> last report",
         "last report -> job end",
@@ -694,7 +695,7 @@ def phase_table(results: list[dict[str, Any]]) -> str:
             fs = [
                 f["phases"]
                 for r in results
-                if r["arm"] == arm and r["fault"] == fault and recovered(r)
+                if r["arm"] == arm and r["fault"] == fault
                 for f in r.get("failures") or []
                 if f.get("phases")
             ]
