@@ -63,6 +63,7 @@ goodput ledger of ``slurmfm report --json`` is kept beside the benchmark's own E
 from __future__ import annotations
 
 import argparse
+import calendar
 import contextlib
 import json
 import os
@@ -253,6 +254,11 @@ def wait_end(
                     ["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=False
                 )
                 held = None
+        else:
+            # each requeue's hold is timed from its own start: a job that Slurm started before
+            # the release (backfill) must not carry the clock into its next requeue, which
+            # would then be released at once
+            held = None
         time.sleep(0.5)
     subprocess.run(["scancel", job], env=env, check=False)
     raise SystemExit(f"job {job} not done after {timeout:g} s: {rec}")
@@ -450,6 +456,79 @@ def measure(
     return out
 
 
+def _ctld_times(lab: Path, job: str) -> tuple[list[float], list[float]]:
+    """When slurmctld (the lab's log, local time) allocated ``job`` (each start) and
+    requeued it."""
+    starts, requeues = [], []
+    try:
+        lines = (lab / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return [], []
+    for line in lines:
+        m = re.match(r"\[(\S+?)(?:\.(\d+))?\] (.*)$", line)
+        if not m:
+            continue
+        t = epoch(m.group(1))
+        if t is None:
+            continue
+        t += float("0." + m.group(2)) if m.group(2) else 0.0
+        rest = m.group(3)
+        if re.search(rf"(Allocate|Started) JobId={job}\b", rest):
+            starts.append(t)
+        elif rest == f"Requeuing JobId={job}":
+            requeues.append(t)
+    return starts, requeues
+
+
+def _signal_times(tmp: Path) -> list[float]:
+    """When the time limit's USR2 reached the arm's own code: slurmfm's state file
+    (``event=signal``, whole seconds, UTC) or submitit's rank-0 log ("Caught signal")."""
+    out = []
+    for f in (tmp / "logs").glob("*.state"):
+        for line in f.read_text(errors="replace").splitlines():
+            if " event=signal " in line:
+                with contextlib.suppress(ValueError):
+                    stamp = time.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%SZ")
+                    out.append(float(calendar.timegm(stamp)))
+    for f in (tmp / "submitit").glob("*/*_0_log.err"):
+        for line in f.read_text(errors="replace").splitlines():
+            m = re.search(r"\((\S+ \S+),(\d+)\) - Caught signal", line)
+            if m:
+                t = epoch(m.group(1).replace(" ", "T"))
+                if t is not None:
+                    out.append(t + int(m.group(2)) / 1000)
+    return sorted(out)
+
+
+def phases(failures: list[dict[str, Any]], lab: Path, job: str, tmp: Path) -> None:
+    """Where each requeue's time went, from the signal to training again: the pre-timeout
+    signal, the launch's last report (the save, where the arm saves on the signal), the
+    job's end (slurmctld's "Requeuing"), its next start ("Allocate"/"Started"), the new
+    worker process and its first step. Added to each failure that a requeue ended."""
+    starts, requeues = _ctld_times(lab, job)
+    signals = _signal_times(tmp)
+    for f in failures:
+        end = min((q for q in requeues if q >= f["last_step_at"] - 1.0), default=None)
+        if end is None or end > f["next_at"]:
+            continue
+        start = min((a for a in starts if a > end), default=None)
+        sig = max((x for x in signals if f["launch_from"] <= x <= end), default=None)
+        f["signal_at"], f["job_end_at"], f["job_start_at"] = sig, end, start
+        f["phases"] = {
+            "signal -> last report": f["last_step_at"] - sig if sig is not None else None,
+            "last report -> job end": end - f["last_step_at"],
+            "job end -> job start": start - end if start is not None else None,
+            "job start -> new process": (
+                f["new_process_at"] - start
+                if start is not None and f["new_process_at"] is not None
+                else None
+            ),
+            "new process -> first step": (
+                f["next_at"] - f["new_process_at"] if f["new_process_at"] is not None else None
+            ),
+        }
+
+
 def attribute(failures: list[dict[str, Any]], injected: list[float]) -> None:
     """Count detection and restart from the injection (this script's clock) instead of the
     last step before it, for the failure whose span (its launch's first step to the next
@@ -516,6 +595,7 @@ def result(
         injected=[{"kind": k, "at": t, "what": w} for k, t, w in inj.done],
     )
     attribute(res["failures"], [t for _, t, _ in inj.done])
+    phases(res["failures"], inj.lab, job, tmp)
     if arm == "slurmfm":
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "slurmfm"), "report", job, "--json"],
@@ -596,6 +676,39 @@ def table(results: list[dict[str, Any]]) -> str:
                 + " |"
             )
     return "\n".join(rows)
+
+
+def phase_table(results: list[dict[str, Any]]) -> str:
+    """Markdown: each arm's requeues split into phases (:func:`phases`), medians over every
+    requeue, those of a run that did not recover in the end too (each requeue resumed);
+    empty where no run was requeued."""
+    names = [
+        "signal -> last report",
+        "last report -> job end",
+        "job end -> job start",
+        "job start -> new process",
+        "new process -> first step",
+    ]
+    rows = []
+    for fault in FAULT_KINDS:
+        for arm in ARMS:
+            fs = [
+                f["phases"]
+                for r in results
+                if r["arm"] == arm and r["fault"] == fault
+                for f in r.get("failures") or []
+                if f.get("phases")
+            ]
+            if not fs:
+                continue
+            meds = [_med([x[n] for x in fs if x.get(n) is not None]) for n in names]
+            rows.append(
+                f"| {fault} | {arm} | {len(fs)} | " + " | ".join(_s(m) for m in meds) + " |"
+            )
+    if not rows:
+        return ""
+    head = "| failure | arm | requeues | " + " | ".join(names) + " |"
+    return "\n".join([head, "|---|---|---|" + "---|" * len(names), *rows])
 
 
 def parts(r: dict[str, Any]) -> dict[str, float]:
@@ -692,7 +805,10 @@ def main() -> int:
                 again = measure(Path(r["dir"]), 0.0, 0.0, 0, r.get("cancelled_at"))
                 r["failures"] = again["failures"]
                 attribute(r["failures"], [x["at"] for x in r.get("injected", [])])
+                # the run's directory is <lab>/bench-goodput-*/<run>: the lab's slurmctld log
+                phases(r["failures"], Path(r["dir"]).parent.parent, r["job"], Path(r["dir"]))
         print(table(merged))
+        print(phase_table(merged))
         if a.png:
             print(chart(merged, a.png))
         return 0
@@ -733,6 +849,7 @@ def main() -> int:
     print()
     print(" ".join(["scripts/bench_goodput.py", *sys.argv[1:]]))
     print(table(results))
+    print(phase_table(results))
     if a.png:
         print(chart(results, a.png))
     return 0

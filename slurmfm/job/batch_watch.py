@@ -21,6 +21,12 @@ from .batch_gate import GateSteps
 from .batch_state import log
 from .hang import HangWatch
 
+# The state file's reason for a requeue at the save signal of a launch still starting.
+UNTRAINED = (
+    "time limit near before the launch trained (no progress since it started): nothing "
+    "newer to save"
+)
+
 
 class WatchSteps(GateSteps):
     """The batch step's watch phase (mixed into :class:`.batch.Batch`)."""
@@ -82,27 +88,59 @@ class WatchSteps(GateSteps):
         if not self.o.save_protocol:
             # No save protocol (a server, save_on_signal false): requeue now; the run resumes
             # from its last periodic checkpoint. When it may not requeue, it runs to the limit.
-            d = dec.apply_cap(
-                dec.Decision("requeue", "time limit near (launcher saves periodically)", 0),
-                self.restarts_used(),
-                self.o.max_restarts,
-                self.o.requeue,
-            )
-            if d.action != "requeue":
-                log("USR2 received: not requeueing: %s" % d.reason, err=True)
-                self.state.record("give-up", d.reason)
-                self.gave_up = True
-                return
-            log("USR2 received: requeueing now; the run resumes from its last checkpoint")
-            if self.act(d) == 0:
-                self.cleanup()
-                flush_and_exit(0)
-            self.gave_up = True  # the failed requeue is recorded; keep running
+            self.requeue_at_signal("time limit near (launcher saves periodically)")
+            return
+        if self.untrained():
+            # Still starting: a save now could hold nothing newer than the checkpoint the
+            # launch resumed from, and waiting for one keeps the allocation to the limit
+            # (seen on the lab at load 99: start-up outlasted a 3-minute limit's first two
+            # minutes, and the launch then idled 60 s until the limit ended it).
+            self.requeue_at_signal(UNTRAINED)
             return
         log("USR2 received: asking the training processes to save and exit")
         # A step that has just started may still hold processes that have not installed their
         # handlers yet: the first USR2 goes no earlier than signal_grace_s after its start.
         self.next_signal = max(self.clock(), self.step_started + self.o.signal_grace_s)
+
+    def requeue_at_signal(self, reason: str) -> None:
+        """Requeue at the save signal without asking for a save (the run resumes from its
+        last checkpoint) and end this attempt; where it may not requeue, record the give-up
+        and run on to the limit."""
+        d = dec.apply_cap(
+            dec.Decision("requeue", reason, 0),
+            self.restarts_used(),
+            self.o.max_restarts,
+            self.o.requeue,
+        )
+        if d.action != "requeue":
+            log("USR2 received: not requeueing: %s" % d.reason, err=True)
+            self.state.record("give-up", d.reason)
+            self.gave_up = True
+            return
+        log("USR2 received: requeueing now; the run resumes from its last checkpoint")
+        if self.act(d) == 0:
+            self.cleanup()
+            flush_and_exit(0)
+        self.gave_up = True  # the failed requeue is recorded; keep running
+
+    def untrained(self) -> bool:
+        """At the save signal: True when the running launch has not trained yet, so that a
+        save could hold nothing newer than the checkpoint it resumed from.
+
+        Only where that can be told: the training reports progress (``report_progress``
+        wrote the progress file before this launch began, so it writes again at its first
+        step here: the first report of a process is never throttled), and since the launch
+        began neither the file nor the checkpoints moved and no step line was seen. A
+        training that reports nothing, or a first launch with no report yet, is asked to
+        save as before. Never twice in a row: after a requeue for this reason the next
+        attempt is asked to save, so that a start-up longer than the time before the signal
+        still gains a step per two attempts instead of none."""
+        p = self.progress
+        if not self.launching or p is None or p.first_s is not None:
+            return False
+        if not p.first_mark.get("progress") or self.state.last("requeue") == UNTRAINED:
+            return False
+        return ev.progress_since(p.first_mark, self.progress_now())[0] is False
 
     def nccl_watch(self) -> None:
         step = self.step

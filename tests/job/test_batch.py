@@ -415,6 +415,130 @@ def test_no_save_protocol_requeues_at_the_signal(tmp_path: Path) -> None:
     assert state(tmp_path)[-1] == "event=requeue time limit near (launcher saves periodically)"
 
 
+def reported(tmp: Path, step: int) -> None:
+    """The training's progress report (``report_progress``) in the job's progress file."""
+    d = tmp / "rt_77.evidence"
+    d.mkdir(mode=0o700, exist_ok=True)
+    (d / "progress.json").write_text(json.dumps({"step": step, "time": float(step)}))
+
+
+@pytest.fixture
+def no_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime must not end itself here: its ``os._exit`` (after a requeue at the signal)
+    would end pytest with exit 0 and hide the failure."""
+    import slurmfm.job.batch as bm
+
+    def refuse(code: int) -> None:
+        raise AssertionError(f"the runtime exited {code}")
+
+    monkeypatch.setattr(bm.os, "_exit", refuse)
+
+
+def exits_of(b: Batch) -> list[int]:
+    """Run ``b`` with the runtime's own exit (``os._exit`` after a requeue at the signal)
+    caught: the codes it exited with."""
+    import slurmfm.job.batch as bm
+
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    orig = bm.os._exit
+    bm.os._exit = fake_exit  # type: ignore[assignment]
+    try:
+        with pytest.raises(SystemExit):
+            go(b)
+    finally:
+        bm.os._exit = orig
+    return exits
+
+
+def test_signal_while_the_launch_is_still_starting_requeues_at_once(tmp_path: Path) -> None:
+    """The training reported progress in an earlier launch and none since this one began: a
+    save could hold nothing newer, so the job is requeued at the signal instead of waiting
+    for a save until the limit."""
+    reported(tmp_path, 61)
+    box: list[Batch] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0"))
+    assert exits_of(box[0]) == [0]
+    assert step.signals == []  # no save asked for
+    assert ["scontrol", "requeue", "77"] in slurm.calls
+    assert state(tmp_path) == [
+        "event=signal USR2 before the time limit",
+        "event=requeue time limit near before the launch trained (no progress since it "
+        "started): nothing newer to save",
+    ]
+
+
+@pytest.mark.usefixtures("no_exit")
+def test_signal_while_starting_twice_in_a_row_asks_for_the_save(tmp_path: Path) -> None:
+    """The attempt before was requeued at the signal for the same reason: this one is asked to
+    save, so that a start-up longer than the time before the signal still makes progress."""
+    reported(tmp_path, 61)
+    (tmp_path / "rt_77.state").write_text(
+        "2026-12-07T13:00:00Z restart=0 event=requeue time limit near before the launch "
+        "trained (no progress since it started): nothing newer to save\n"
+    )
+    box: list[Batch] = []
+    step = Step(0, during=saves(box, tmp_path))
+    slurm = Slurm()
+    box.append(
+        make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0", restart=1)
+    )
+    assert go(box[0]) == 0
+    assert step.signals == [signal.SIGUSR2]
+    assert state(tmp_path)[-1].startswith("event=requeue saved before the time limit")
+
+
+@pytest.mark.usefixtures("no_exit")
+def test_signal_after_the_launch_trained_asks_for_the_save(tmp_path: Path) -> None:
+    """The same, but the launch reported a step before the signal: the save is asked for."""
+    reported(tmp_path, 61)
+    box: list[Batch] = []
+    save = saves(box, tmp_path)
+
+    def trained_then_signal() -> None:
+        reported(tmp_path, 62)
+        save()
+
+    step = Step(0, during=trained_then_signal)
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--done-check", "marker", "--signal-grace-s", "0"))
+    assert go(box[0]) == 0
+    assert step.signals == [signal.SIGUSR2]
+    assert state(tmp_path)[-1] == (
+        "event=requeue saved before the time limit (training exit 0): new checkpoint step_000000095"
+    )
+
+
+@pytest.mark.usefixtures("no_exit")
+def test_signal_in_a_first_launch_without_any_report_asks_for_the_save(tmp_path: Path) -> None:
+    """No report before this launch: whether it trained cannot be told, so it is asked to
+    save as before (test_save_signal_forwarded_then_requeue_recorded_after_it_happened)."""
+    box: list[Batch] = []
+    step = Step(0, during=saves(box, tmp_path))
+    box.append(make(tmp_path, step, Slurm(), "--done-check", "marker", "--signal-grace-s", "0"))
+    assert go(box[0]) == 0
+    assert step.signals == [signal.SIGUSR2]
+
+
+@pytest.mark.usefixtures("no_exit")
+def test_signal_while_starting_with_requeue_off_keeps_the_launch(tmp_path: Path) -> None:
+    """Where it may not requeue, the give-up is recorded and the launch runs on."""
+    reported(tmp_path, 61)
+    box: list[Batch] = []
+    step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
+    slurm = Slurm()
+    box.append(make(tmp_path, step, slurm, "--requeue", "0", "--signal-grace-s", "0"))
+    go(box[0])
+    assert not any(c[:2] == ["scontrol", "requeue"] for c in slurm.calls)
+    assert state(tmp_path)[1].startswith("event=give-up requeue disabled: time limit near before")
+
+
 def test_no_save_protocol_without_requeue_keeps_serving_to_the_limit(tmp_path: Path) -> None:
     """A server whose requeue is off records the give-up at the signal and keeps running."""
     box: list[Batch] = []

@@ -5,8 +5,11 @@ checkpoint step; every worker's start: time, pid, rank)."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench_goodput as bg
@@ -100,3 +103,112 @@ def test_steps_after_this_script_cancelled_a_hung_run_do_not_count(tmp_path: Pat
     m = bg.measure(tmp_path, T0, T0 + 245, 30, cut=T0 + 241)
     assert abs(m["productive_s"] - 11) < 1e-6
     assert bg.measure(tmp_path, T0, T0 + 245, 30)["productive_s"] > 190
+
+
+def _stamp(t: float, fmt: str = "%Y-%m-%dT%H:%M:%S") -> str:
+    """``t`` as the lab's logs write it (local time, as ``bench_goodput.epoch`` reads it)."""
+    return time.strftime(fmt, time.localtime(t))
+
+
+def test_a_requeue_splits_into_signal_save_end_hold_start_and_first_step(
+    tmp_path: Path,
+) -> None:
+    # launch 1: steps 1-40 at T0+50..89, the save on the signal (step 41) reported at
+    # T0+90.5; slurmctld requeued the job at T0+93.25 and started it again at T0+114.5; the
+    # new worker began at T0+127, its first step (42, from the save) at T0+150
+    lab = tmp_path / "lab"
+    run = lab / "bench-goodput-x" / "slurmfm-limit-0"
+    (run / "logs").mkdir(parents=True)
+    (lab / "log").mkdir()
+    write(run, [(11, T0 + 50, range(1, 41)), (22, T0 + 150, range(42, 61))], [T0 + 20, T0 + 127])
+    with (run / "timeline").open() as fh:
+        lines = fh.read().splitlines()
+    lines.insert(
+        next(i for i, x in enumerate(lines) if x.split()[2] == "42"), f"{T0 + 90.5:.3f} 11 41 41"
+    )
+    (run / "timeline").write_text("\n".join(lines) + "\n")
+    (lab / "log" / "slurmctld.log").write_text(
+        f"[{_stamp(T0)}.100] sched: Allocate JobId=7 NodeList=node[001-004] #CPUs=4\n"
+        f"[{_stamp(T0 + 93)}.250] Requeuing JobId=7\n"
+        f"[{_stamp(T0 + 93)}.300] Requeuing JobId=77\n"
+        f"[{_stamp(T0 + 114)}.500] sched/backfill: _start_job: Started JobId=7 in batch\n"
+    )
+    utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 + 88))
+    (run / "logs" / "q_7.state").write_text(f"{utc} restart=0 event=signal USR2 before\n")
+    m = bg.measure(run, T0, T0 + 170, 60)
+    bg.phases(m["failures"], lab, "7", run)
+    (f,) = m["failures"]
+    p = f["phases"]
+    assert abs(p["signal -> last report"] - 2.5) < 1e-6
+    assert abs(p["last report -> job end"] - 2.75) < 1e-6
+    assert abs(p["job end -> job start"] - 21.25) < 1e-6
+    assert abs(p["job start -> new process"] - 12.5) < 1e-6
+    assert abs(p["new process -> first step"] - 23) < 1e-6
+    rows = [dict(m, arm="slurmfm", fault="limit", state="COMPLETED")]
+    assert "| limit | slurmfm | 1 | 2.5 s | 2.8 s | 21.2 s | 12.5 s | 23.0 s |" in bg.phase_table(
+        rows
+    )
+
+
+def test_submitits_signal_comes_from_its_rank_0_log(tmp_path: Path) -> None:
+    log = tmp_path / "submitit" / "7"
+    log.mkdir(parents=True)
+    (log / "7_0_log.err").write_text(
+        f"submitit WARNING ({_stamp(T0, '%Y-%m-%d %H:%M:%S')},250) - Caught signal SIGUSR2 on "
+        "node001: this job is timed-out.\n"
+    )
+    (log / "7_1_log.err").write_text(
+        f"submitit WARNING ({_stamp(T0 + 5, '%Y-%m-%d %H:%M:%S')},0) - Caught signal SIGUSR2\n"
+    )
+    assert bg._signal_times(tmp_path) == [T0 + 0.25]
+
+
+def test_each_requeues_hold_is_released_after_its_own_20_s(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A job that backfill started within 20 s of its first requeue is held again later: that
+    hold, too, is released only 20 s after it began (the clock is not carried over)."""
+    now = [0.0]
+    states = (
+        [("RUNNING", "None")] * 20
+        + [("PENDING", "BeginTime")] * 20  # 10 s held, then started by Slurm itself
+        + [("RUNNING", "None")] * 200
+        + [("PENDING", "BeginTime")] * 60  # held again: released after 20 s
+        + [("RUNNING", "None")] * 10
+        + [("COMPLETED", "None")]
+    )
+    seen = iter(states)
+    released: list[float] = []
+
+    def record(env: dict[str, str], job: str) -> dict[str, str]:
+        state, reason = next(seen)
+        return {"JobState": state, "Reason": reason}
+
+    def run(argv: list[str], **kw: Any) -> Any:
+        if "StartTime=now" in argv:
+            released.append(now[0])
+
+    class Clock:
+        strptime, mktime = staticmethod(time.strptime), staticmethod(time.mktime)
+
+        @staticmethod
+        def monotonic() -> float:
+            return now[0]
+
+        @staticmethod
+        def time() -> float:
+            return T0 + now[0]
+
+        @staticmethod
+        def sleep(s: float) -> None:
+            now[0] += s
+
+    monkeypatch.setattr(bg, "record", record)
+    monkeypatch.setattr(bg.subprocess, "run", run)
+    monkeypatch.setattr(bg, "time", Clock)
+    inj = bg.Injector({}, str(tmp_path), "limit", tmp_path)
+    rec, cancelled = bg.wait_end({}, "7", 1000, inj, tmp_path, 300)
+    assert rec["JobState"] == "COMPLETED"
+    assert cancelled is None
+    # the second hold began at 120 s (240 polls of 0.5 s): released once, 20.5 s later
+    assert released == [140.5]
