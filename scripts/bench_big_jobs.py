@@ -13,7 +13,12 @@ Slurm's tree rules, its Slurm versions 22.05 and 24.11 and its three rank orders
   ``tp*ep`` consecutive ranks inside a DP group). The planner keeps such a group inside one
   NVLink domain and refuses it where none is large enough, so these run on GB200 NVL72
   fabrics (18 nodes x 4 GPUs per UltraServer, TP=4; EP 8 = 32 GPUs with PP 4, EP 16 = 64
-  GPUs with PP 8) under ``topology/tree`` with UltraServers as leaves.
+  GPUs with PP 8) under ``topology/tree`` with UltraServers as leaves. Their other jobs are
+  placed as a GB200 cluster places them, by ``topology/block`` on the UltraServers with the
+  ``--segment`` :func:`slurmfm.plan.slurm_sim.segment_for` asks (a job of up to 16 nodes in
+  one UltraServer): the tree rules spread them over UltraServers, which a block cluster
+  does not do. (Until this fill changed, after both seeds had been run, the GB200 fabrics
+  were filled by the tree rules too.)
 
 Each (size, levels, fabric kind) gets one busy fabric; both job shapes of that kind are judged
 on it (the fill of a 16,384-node fabric is most of the run time). A fabric of ``F`` nodes holds
@@ -65,7 +70,7 @@ import bench_referee as br  # noqa: E402
 
 from bench.referee import FabricParams, StepTraffic, fill, judge  # noqa: E402
 from slurmfm.plan.cost import JobShape  # noqa: E402
-from slurmfm.plan.slurm_sim import rank_order, select_tree  # noqa: E402
+from slurmfm.plan.slurm_sim import block_geometry, rank_order, select_tree  # noqa: E402
 from slurmfm.topology.model import Node, Topology  # noqa: E402
 
 # Fixed before the first run of this mode; never tuned.
@@ -184,7 +189,10 @@ def run_group(g: Group, plan: Callable[..., Any], log: Callable[[str], None]) ->
     fab = make_group_fabric(g)
     topo = fab.topology
     version, rules = br.VERSIONS[g.version]
-    background = fill(topo, g.busy, seed=g.seed, rules=rules, switch_order=fab.switch_order)
+    blocks = block_geometry(topo) if g.kind == "EP" else None
+    background = fill(
+        topo, g.busy, seed=g.seed, rules=rules, switch_order=fab.switch_order, blocks=blocks
+    )
     busy = {n for b in background for n in b.order}
     free = set(topo.nodes) - busy
     fill_s = time.perf_counter() - t0

@@ -37,8 +37,15 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmfm.plan.slurm_sim import Rules, rank_order, select_tree
-from slurmfm.topology.model import Topology
+from slurmfm.plan.slurm_sim import (
+    BlockRules,
+    Rules,
+    rank_order,
+    segment_for,
+    select_block,
+    select_tree,
+)
+from slurmfm.topology.model import Topology, natural_key
 
 __all__ = ["PHILLY_NODE_MIX", "BackgroundJob", "fill"]
 
@@ -79,6 +86,69 @@ def _draw(rng: random.Random, mix: Sequence[tuple[int, float]]) -> int:
     return rng.choices(sizes, weights)[0]
 
 
+class _BlockPacker:
+    """``select_block`` for the fill's jobs, fast where each ``--segment`` fits one base block.
+
+    Why: :func:`~slurmfm.plan.slurm_sim.select_block` recounts every base block and re-sorts
+    the node table per call, minutes per 16,384-node fill. A segment no larger than the base
+    block is placed at block level 0, where ``eval_nodes_block`` reduces to: the base block
+    with the fewest free nodes that still holds the segment, the later one on ties, its free
+    nodes in node-table order; a job of several segments starts only if the fitting base
+    blocks hold them all (``segments`` counted for the first). That is what this does with
+    free counts kept between calls; any other job goes to ``select_block`` itself. Checked
+    against ``select_block`` in ``tests/plan/test_bench_big_jobs.py``.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        blocks: Sequence[Sequence[str]],
+        block_sizes: Sequence[int],
+        rules: BlockRules,
+    ) -> None:
+        table = {n: k for k, n in enumerate(sorted(topology.nodes, key=natural_key))}
+        self.blocks = [sorted(b, key=table.__getitem__) for b in blocks]
+        self.block_sizes = list(block_sizes)
+        self.rules: BlockRules = rules
+        self.base = block_sizes[0]
+        self.counts: list[int] | None = None
+
+    def place(self, free: set[str], size: int) -> list[str] | None:
+        seg = segment_for(size, self.base)
+        if (size == 1 and self.rules != "24.11") or seg > self.base:
+            self.counts = None
+            return select_block(
+                self.blocks,
+                free,
+                size,
+                block_sizes=self.block_sizes,
+                rules=self.rules,
+                segment=seg,
+            )
+        if self.counts is None:  # free counts, recounted after a call not made here
+            self.counts = [sum(n in free for n in b) for b in self.blocks]
+        counts = self.counts
+        if size // seg > 1 and sum(c // seg for c in counts) < size // seg:
+            return None
+        taken: list[str] = []
+        for _ in range(size // seg):
+            pick = -1
+            for b, c in enumerate(counts):
+                if c >= seg and (pick == -1 or c <= counts[pick]):
+                    pick = b
+            if pick == -1:
+                for n in taken:
+                    free.add(n)
+                self.counts = None
+                return None
+            got = [n for n in self.blocks[pick] if n in free][:seg]
+            free.difference_update(got)
+            counts[pick] -= seg
+            taken.extend(got)
+        free.update(taken)  # the caller takes them
+        return sorted(taken, key=natural_key)
+
+
 def fill(
     topology: Topology,
     busy_fraction: float,
@@ -89,14 +159,26 @@ def fill(
     switch_order: Sequence[str] | None = None,
     churn: float = 0.3,
     duty: float = 0.3,
+    blocks: tuple[Sequence[Sequence[str]], Sequence[int]] | None = None,
+    block_rules: BlockRules = "24.11",
 ) -> list[BackgroundJob]:
     """Jobs that keep about ``busy_fraction`` of the fabric busy, placed by Slurm's tree rules.
 
     The fabric is first filled to ``busy_fraction + churn`` (capped at 0.95), then random jobs
     end until ``busy_fraction`` is reached.
+
+    ``blocks``: (base blocks, ``BlockSizes``) as :func:`slurmfm.plan.slurm_sim.block_geometry`
+    gives them; with it the jobs are placed by ``topology/block`` instead
+    (:func:`~slurmfm.plan.slurm_sim.select_block` under ``block_rules``), each with the
+    ``--segment`` :func:`~slurmfm.plan.slurm_sim.segment_for` asks, as a block cluster's users
+    submit (https://slurm.schedmd.com/topology.html, "--segment"). Why: a GB200 cluster runs
+    ``topology/block``, which packs a job of up to one base block into one UltraServer (the
+    tightest that fits); the tree rules spread such jobs over several and leave every
+    UltraServer partly busy, so no large expert group would find one free.
     """
     if not 0 <= busy_fraction < 1:
         raise ValueError("busy_fraction must be in [0, 1)")
+    packer = _BlockPacker(topology, *blocks, block_rules) if blocks is not None else None
     rng = random.Random(seed)  # noqa: S311 - a reproducible draw, not a secret
     total = len(topology.nodes)
     free = set(topology.nodes)
@@ -105,7 +187,10 @@ def fill(
     misses = 0
     while total - len(free) < target and misses < 50:
         size = _draw(rng, mix)
-        got = select_tree(topology, free, size, rules=rules, switch_order=switch_order)
+        if packer is None:
+            got = select_tree(topology, free, size, rules=rules, switch_order=switch_order)
+        else:
+            got = packer.place(free, size)
         if got is None:
             misses += 1
             continue

@@ -91,3 +91,60 @@ def test_fabric_size_rule() -> None:
     assert bb.fabric_for(1024, 0.5) == 4096
     assert bb.fabric_for(4096, 0.67) == 16384
     assert bb.fabric_for(2048, 0.8) == 16384
+
+
+def test_block_fill_places_jobs_as_slurm_topology_block_does() -> None:
+    """The GB200 fill's fast path picks what ``select_block`` picks (with the ``--segment``
+    a user of the block cluster asks), on random busy patterns of a small GB200 fabric."""
+    import random
+
+    from bench.referee.background import _BlockPacker
+    from slurmfm.plan.slurm_sim import block_geometry, segment_for, select_block
+
+    fab = bb.make_group_fabric(bb.Group(7, 64, "3-level", "EP", 0.6, 512, "24.11"))
+    geometry = block_geometry(fab.topology)
+    assert geometry is not None
+    blocks, sizes = geometry
+    rng = random.Random(3)
+    for _ in range(10):
+        busy_p = rng.uniform(0.2, 0.8)
+        free = {n for n in fab.topology.nodes if rng.random() > busy_p}
+        packer = _BlockPacker(fab.topology, blocks, sizes, "24.11")
+        for _ in range(30):
+            size = rng.choice([1, 2, 4, 8, 16, 32])
+            seg = segment_for(size, sizes[0])
+            want = select_block(blocks, free, size, block_sizes=sizes, rules="24.11", segment=seg)
+            before = set(free)
+            got = packer.place(free, size)
+            assert free == before
+            assert got == want, (size, sorted(free))
+            if got:
+                free.difference_update(got)
+
+
+def test_block_fill_packs_other_jobs_by_ultraserver() -> None:
+    """The GB200 fill places other jobs by ``topology/block``: each job of up to 16 nodes in
+    one UltraServer, a 32-node job in two 16-node segments, the busy share as asked, and
+    UltraServers with 16 free nodes (a 64-GPU expert group) left at 60 % busy."""
+    from bench.referee import fill
+    from bench.referee.background import BackgroundJob
+    from slurmfm.plan.slurm_sim import block_geometry
+
+    fab = bb.make_group_fabric(bb.Group(7, 64, "3-level", "EP", 0.6, 2048, "24.11"))
+    topo = fab.topology
+    geometry = block_geometry(topo)
+    assert geometry is not None
+
+    def room16(jobs: list[BackgroundJob]) -> int:
+        busy = {n for j in jobs for n in j.order}
+        return sum(sum(n not in busy for n in b) >= 16 for b in geometry[0])
+
+    by_block = fill(topo, 0.6, seed=7, blocks=geometry)
+    by_tree = fill(topo, 0.6, seed=7, rules="24.11", switch_order=fab.switch_order)
+    for jobs in (by_block, by_tree):
+        assert abs(sum(len(j.order) for j in jobs) / len(topo.nodes) - 0.6) < 0.02
+    assert room16(by_block) >= 10
+    # 2..16-node jobs stay in one UltraServer; 32-node jobs in two 16-node segments
+    for j in by_block:
+        doms = {topo.leaf_of[n] for n in j.order}
+        assert len(doms) == (1 if len(j.order) <= 16 else 2)
