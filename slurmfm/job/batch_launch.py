@@ -126,7 +126,7 @@ class LaunchSteps(BatchState):
                 "run_id": e.get("SLURMFM_RUN_ID", ""),
                 "nodes": order,
                 "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                **serve.replica_info(o.serve_kind, o.serve_replicas, order.split(), pd_info),
+                **serve.replica_info(o.serve_front, o.serve_replicas, order.split(), pd_info),
                 **({"disaggregation": pd.endpoint_info(*pd_info)} if pd_info else {}),
             },
         )

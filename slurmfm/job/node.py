@@ -427,6 +427,17 @@ def stop_own_ray(
     return pids
 
 
+# Each node's Ray keeps its sockets, logs and session files in a private directory of its own
+# (``--temp-dir``, per node since Ray 2.x: ray/scripts/scripts.py ``start``; inside a
+# ``mkdtemp`` directory, 0700, removed at the end), not in ``/tmp/ray``, which every Ray on the
+# host shares, and whose ``ray_current_cluster`` names the last head started there. The server
+# and the readiness count connect by address (``RAY_ADDRESS``, which ``ray.init`` takes before
+# any file: ray/_private/services.py ``get_ray_address_from_environment``), so they join this
+# job's cluster, never another one on the host. A Ray cluster for a driver (launcher ray) runs
+# the same sequence with its own parameters (:func:`run_ray_driver`).
+RAY_PRIVATE_TEMP = "slurmfm-ray-"
+
+
 def run_ray_node(
     argv: Sequence[str],
     rank: int,
@@ -465,14 +476,7 @@ def run_ray_node(
     node stops only its own Ray at the end (:func:`stop_own_ray`), marked in the environment
     of its ``ray start`` with this job, step and node.
 
-    Each node's Ray keeps its sockets, logs and session files in a private directory of its
-    own (``--temp-dir``, per node since Ray 2.x: ray/scripts/scripts.py ``start``; inside a
-    ``mkdtemp`` directory, 0700, removed at the end), not in ``/tmp/ray``, which every Ray on
-    the host shares, and whose ``ray_current_cluster`` names the last head started there. The server
-    and the readiness count connect by address (``RAY_ADDRESS``, which ``ray.init`` takes
-    before any file: ray/_private/services.py ``get_ray_address_from_environment``), so they
-    join this job's cluster, never another one on the host. A Ray cluster for a driver
-    (launcher ray) runs the same sequence with its own parameters (:func:`run_ray_driver`).
+    Each node's Ray keeps its files in a private directory (:data:`RAY_PRIVATE_TEMP`).
     """
     import shutil  # here, with tempfile and .serve: only a Ray node needs them
 
@@ -488,7 +492,7 @@ def run_ray_node(
     owner = "%s.%s.%s" % (job, env.get("SLURM_STEP_ID", ""), env.get("SLURMD_NODENAME") or own_addr)
     addr = "%s:%d" % (head, port)
     env = dict(env, VLLM_HOST_IP=own_addr, RAY_ADDRESS=addr, **{RAY_OWNER: owner})
-    private = make_temp("slurmfm-ray-%s-" % job)
+    private = make_temp(RAY_PRIVATE_TEMP + "%s-" % job)
     # Ray makes its temp dir writable by everyone (ray/_private/utils.py
     # try_to_create_directory chmods it 0777); inside a 0700 directory nobody else reaches it.
     temp = os.path.join(private, "r")

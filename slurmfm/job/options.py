@@ -330,6 +330,7 @@ class _Batch(NamedTuple):
     serve_kind: str = ""
     serve_model: str = ""
     serve_replicas: int = 1
+    serve_front: str = "server"
     health_path: str = "/health"
     ready_timeout_s: float = 1800.0
     ready_poll_s: float = 5.0
@@ -375,6 +376,8 @@ class BatchOptions(_Batch, Options):
         "fabric_mpi": "srun --mpi for the test; empty: the cluster's MpiDefault",
         "serve_words": "the first N words of the command start the server",
         "serve_replicas": "model replicas behind the endpoint (the endpoint file lists them)",
+        "serve_front": "what answers at the endpoint's URL with several replicas "
+        "(server | dp-coordinator | dp-attention)",
         "secret": "a variable whose value the log masks",
         "component": "a heterogeneous component beyond the first: 'G nodes=N health=0|1 "
         "gpus=N efa=N imex=0|1'",

@@ -142,13 +142,14 @@ FRONTS = {
 
 
 def replica_info(
-    kind: str,
+    front: str,
     replicas: int,
     order: Sequence[str],
     pd_info: tuple[str, Sequence[Server]] | None = None,
 ) -> dict[str, object]:
     """What the endpoint file says of the replicas behind its one ``url``: how many, what
-    answers there (``front``, :data:`FRONTS`) and each replica's nodes.
+    answers there (``front``, :data:`FRONTS`: the launcher's spec names it, the runtime
+    knows no launcher kinds) and each replica's nodes.
 
     Why: a client, or a load balancer in front of several jobs, must know whether the URL
     is one model or a balancer over many, and a dependent job where each replica runs.
@@ -168,7 +169,7 @@ def replica_info(
             ],
         }
     r, n = max(1, replicas), len(order)
-    front = "server" if r == 1 else "dp-attention" if kind == "sglang" else "dp-coordinator"
+    front = "server" if r == 1 else front
     nodes_of: list[list[str]] = []
     for i in range(r):
         if not n:

@@ -158,6 +158,10 @@ class ServerSpec(LauncherSpec):
     save_how = "none"
     nccl_log = False
     default_port: ClassVar[int]
+    # What answers at the endpoint's URL when the server runs several replicas (the endpoint
+    # file's ``front``, slurmfm/job/serve.py FRONTS): vLLM's API server on node 0 coordinates
+    # its data-parallel engines.
+    replica_front: ClassVar[str] = "dp-coordinator"
 
     def done_check(self, recipe: Recipe) -> str:
         return "none"

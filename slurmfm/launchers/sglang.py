@@ -67,6 +67,8 @@ class SglangLauncher(_ServeLauncher):
 class SglangSpec(ServerSpec):
     kind = "sglang"
     default_port = DEFAULT_PORT
+    # one server whose attention runs data parallel inside its --tp group
+    replica_front = "dp-attention"
     tp_spans_nodes = True
     why_tasks = "one launch_server per node; SGLang starts the per-GPU schedulers"
 

@@ -50,6 +50,7 @@ class ServeLaunch:
     # group's host order is, and for vLLM across nodes the Ray settings
     node: NodeOptions = field(default_factory=NodeOptions)
     dp: int = 1  # SGLang: data-parallel ranks (each takes one more port after the dist port)
+    front: str = "server"  # what answers at the URL (ServerSpec.replica_front when dp > 1)
     # SGLang prefill/decode (slurmfm/job/pd.py): prefill nodes, decode nodes, nodes of one
     # prefill server; (0, 0, 1) when not disaggregated
     pd: tuple[int, int, int] = (0, 0, 1)
@@ -119,6 +120,7 @@ def serve_launch(
             order_var="SLURMFM_HOST_ORDER" if group == "all" else "SLURMFM_SERVE_ORDER",
         ),
         dp=launcher.dp_size(),
+        front=server_spec(launcher.kind).replica_front if launcher.dp_size() > 1 else "server",
         pd=_pd(launcher, par, per_node),
         pd_roles=_pd_roles(launcher, par, per_node),
     )

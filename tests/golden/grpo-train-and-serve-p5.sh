@@ -129,7 +129,7 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 3 --restart-in-job
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 1 --resignal-s 10 --probe-timeout-s 60 --done-check marker \
   --observe 1 --observe-job-json '{"instance_type": "p5.48xlarge", "launcher": "torchrun", "procs_per_node": 8, "recipe": "grpo-qwen2.5-7b", "tasks_per_node": 1}' \
-  --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"Qwen/Qwen2.5-7B-Instruct"' --serve-replicas 1 --health-path /health --ready-timeout-s 1200 --ready-poll-s 5 --unhealthy-timeout-s 300 \
+  --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"Qwen/Qwen2.5-7B-Instruct"' --serve-replicas 1 --serve-front server --health-path /health --ready-timeout-s 1200 --ready-poll-s 5 --unhealthy-timeout-s 300 \
   --secret HF_TOKEN --secret WANDB_API_KEY -- \
   "${slurmfm_serve[@]}" \
   srun --nodes="$SLURMFM_NNODES" --ntasks="$SLURMFM_NNODES" --ntasks-per-node=1 \

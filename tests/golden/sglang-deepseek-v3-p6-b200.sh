@@ -121,6 +121,6 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 10 --restart-in-jo
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check none \
   --observe 1 --observe-job-json '{"instance_type": "p6-b200.48xlarge", "launcher": "sglang", "procs_per_node": 8, "recipe": "deepseek-v3-serve", "tasks_per_node": 1}' \
-  --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --serve-replicas 1 --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 --unhealthy-timeout-s 300 -- \
+  --serve-words "${#slurmfm_serve[@]}" --serve-kind sglang --serve-model '"/fsx/models/deepseek-ai/DeepSeek-V3"' --serve-replicas 1 --serve-front server --health-path /health --ready-timeout-s 3600 --ready-poll-s 5 --unhealthy-timeout-s 300 -- \
   "${slurmfm_serve[@]}"
 # slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

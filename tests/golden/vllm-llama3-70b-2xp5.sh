@@ -124,7 +124,7 @@ exec python3 -I -S -c "$slurmfm_checked" batch --max-restarts 20 --restart-in-jo
   --nccl-check fail --nccl-timeout-s 900 \
   --save-protocol 0 --resignal-s 10 --probe-timeout-s 60 --done-check none \
   --observe 1 --observe-job-json '{"instance_type": "p5.48xlarge", "launcher": "vllm", "procs_per_node": 8, "recipe": "llama3-70b-serve", "tasks_per_node": 1}' \
-  --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --serve-replicas 1 --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 --unhealthy-timeout-s 300 \
+  --serve-words "${#slurmfm_serve[@]}" --serve-kind vllm --serve-model '"meta-llama/Llama-3.1-70B-Instruct"' --serve-replicas 1 --serve-front server --health-path /health --ready-timeout-s 2400 --ready-poll-s 5 --unhealthy-timeout-s 300 \
   --secret HF_TOKEN -- \
   "${slurmfm_serve[@]}"
 # slurmfm-runtime sha256=<runtime sha256> <base64 zipapp of slurmfm/job>

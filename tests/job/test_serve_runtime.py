@@ -80,18 +80,18 @@ def test_replica_info_one_server_vllm_dp_and_sglang_dp_attention() -> None:
     """The endpoint file says what answers at its URL and where each replica runs."""
     from slurmfm.job.serve import replica_info
 
-    assert replica_info("vllm", 1, ["a", "b"]) == {
+    assert replica_info("dp-coordinator", 1, ["a", "b"]) == {
         "front": "server",
         "replicas": 1,
         "replica_nodes": [{"replica": 0, "nodes": ["a", "b"]}],
     }
     # vLLM data parallel: 4 engines, 2 whole ones on each of 2 nodes, behind node 0's API
-    dp = replica_info("vllm", 4, ["a", "b"])
+    dp = replica_info("dp-coordinator", 4, ["a", "b"])
     assert dp["front"] == "dp-coordinator"
     assert dp["replicas"] == 4
     assert [r["nodes"] for r in dp["replica_nodes"]] == [["a"], ["a"], ["b"], ["b"]]
     # SGLang DP attention: 2 ranks of a --tp 16 group over 4 nodes, 2 nodes each
-    sg = replica_info("sglang", 2, ["a", "b", "c", "d"])
+    sg = replica_info("dp-attention", 2, ["a", "b", "c", "d"])
     assert sg["front"] == "dp-attention"
     assert [r["nodes"] for r in sg["replica_nodes"]] == [["a", "b"], ["c", "d"]]
 
@@ -104,7 +104,7 @@ def test_replica_info_prefill_decode_lists_each_server_behind_the_router() -> No
         Server("prefill", ("a",), "10.0.0.1", 30001, 27000, 27014),
         Server("decode", ("b", "c"), "10.0.0.2", 30002, 27007),
     ]
-    info = replica_info("sglang", 1, ["a", "b", "c"], ("http://10.0.0.1:30000", servers))
+    info = replica_info("server", 1, ["a", "b", "c"], ("http://10.0.0.1:30000", servers))
     assert info == {
         "front": "router",
         "replicas": 2,
