@@ -237,10 +237,11 @@ GROUP_SECONDS = {
     # a quiet machine, 33 s and 42 s on a loaded one (2026-12-07)
     "pd-host": 45,
     # real vLLM: waits for its install if need be, ~60-110 s to healthy, completions, cancel;
-    # then two servers across the lab's two nodes (tp 2, no Ray): about twice that; then two
-    # data-parallel replicas, one per node: 222-247 s alone at load 6-11 (issue 44,
-    # 2026-12-07; 248 s for the group before it in a CI simulation)
-    "vllm-host": 450,
+    # then two servers across the lab's two nodes (tp 2, no Ray): about twice that (issue 44)
+    "vllm-host": 330,
+    # real vLLM data-parallel replicas, one per node, on a lab of their own: 222-247 s alone
+    # at load 6-11 (issue 44, 2026-12-07)
+    "vllm-dp-host": 240,
     # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle), the env, NeMo
     "pyxis-host": 45,
     "pyxis-trixie": 35,

@@ -30,6 +30,10 @@ VLLM_LAB = REPO_ROOT / "scripts" / "vllm-lab"
 # group of its own lets the other labs' tests run beside it. One node serves alone; both serve
 # one model across nodes without Ray (issue 44).
 VLLM = OwnLab("vllm-host", ctld_port=19147, slurmd_port=18901, nodes=2)
+# The data-parallel replicas on a second two-node lab: a group of its own runs on another
+# worker beside vllm-host's (each takes a few minutes once vLLM's install is there), instead of
+# after it on one worker.
+VLLM_DP = OwnLab("vllm-dp-host", ctld_port=17107, slurmd_port=18991, nodes=2)
 NAME = "serve-real-vllm"
 
 
@@ -40,10 +44,8 @@ class Built:
         self.model = model
 
 
-@pytest.fixture(scope="module")
-@own_lab_fixture(VLLM)
-def real_vllm() -> Built:
-    """The lab, and vLLM with its model from ``scripts/vllm-lab build``."""
+def _built(own: OwnLab) -> Built:
+    """``own`` up, and vLLM with its model from ``scripts/vllm-lab build``."""
     from lab import await_background
 
     await_background("vllm")
@@ -54,7 +56,21 @@ def real_vllm() -> Built:
             pytest.fail(msg)
         pytest.skip(msg)
     env = dict(word.split("=", 1) for word in proc.stdout.split())
-    return Built(VLLM.up(), env["SLURMFM_VLLM"], env["SLURMFM_VLLM_MODEL"])
+    return Built(own.up(), env["SLURMFM_VLLM"], env["SLURMFM_VLLM_MODEL"])
+
+
+@pytest.fixture(scope="module")
+@own_lab_fixture(VLLM)
+def real_vllm() -> Built:
+    """The vllm-host lab, and vLLM with its model."""
+    return _built(VLLM)
+
+
+@pytest.fixture(scope="module")
+@own_lab_fixture(VLLM_DP)
+def real_vllm_dp() -> Built:
+    """The vllm-dp-host lab, and vLLM with its model."""
+    return _built(VLLM_DP)
 
 
 def recipe(tmp: Path, built: Built, port: int, nodes: int = 1, replicas: int = 1) -> dict[str, Any]:
@@ -301,7 +317,7 @@ def job_env(pid: int, job_id: str) -> dict[str, str]:
     return {}
 
 
-def test_real_vllm_two_replicas_across_nodes(real_vllm: Built, tmp_path: Path) -> None:
+def test_real_vllm_two_replicas_across_nodes(real_vllm_dp: Built, tmp_path: Path) -> None:
     """Real vLLM data parallel, two replicas behind one endpoint, one on each lab node, as
     slurmfm renders it (issue 44): node 0 serves the API (vLLM's DP coordinator), node 1 runs
     ``--headless`` with ``--data-parallel-start-rank 1``, both with ``--data-parallel-size 2
@@ -312,10 +328,10 @@ def test_real_vllm_two_replicas_across_nodes(real_vllm: Built, tmp_path: Path) -
     them all. (Both replicas on one node, ``--data-parallel-size 2``, passed the same checks
     once, 352 s under load: docs/testing.md; not kept, for the suite's time.)"""
     nodes = 2
-    lab = real_vllm.lab
+    lab = real_vllm_dp.lab
     port = free_port()
     path = tmp_path / "recipe.yaml"
-    path.write_text(json.dumps(recipe(tmp_path, real_vllm, port, nodes=nodes, replicas=2)))
+    path.write_text(json.dumps(recipe(tmp_path, real_vllm_dp, port, nodes=nodes, replicas=2)))
     logs = tmp_path / "logs"
     job_id, ep_file, log = submit_until_ready(lab, path, logs)
     try:
@@ -336,7 +352,7 @@ def test_real_vllm_two_replicas_across_nodes(real_vllm: Built, tmp_path: Path) -
         servers = [
             [w.decode() for w in argv]
             for pid, argv in commands().items()
-            if real_vllm.vllm.encode() in argv[:2] and mine in environ_of(pid)
+            if real_vllm_dp.vllm.encode() in argv[:2] and mine in environ_of(pid)
         ]
         assert len(servers) == nodes, servers
         for words in servers:
@@ -383,6 +399,6 @@ def test_real_vllm_two_replicas_across_nodes(real_vllm: Built, tmp_path: Path) -
     assert end.get("JobState") == "CANCELLED", end
     assert not ep_file.exists()
     deadline = time.monotonic() + 60
-    while servers_of(real_vllm.model) and time.monotonic() < deadline:
+    while servers_of(real_vllm_dp.model) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not servers_of(real_vllm.model)
+    assert not servers_of(real_vllm_dp.model)
