@@ -59,6 +59,28 @@ APP_PORTS = range(5000, 10000)
 RENDEZVOUS_PORTS_START = 20000
 
 
+def router_ports() -> int:
+    """A free port on 127.0.0.1 whose next two are free too (an SGLang prefill/decode job's
+    router takes it and its servers the next two), from 12000-23999: below the ephemeral
+    range and SGLang's dist ports (26000-31999, with SGLang's band above them)."""
+    import random
+    import socket
+
+    def free(port: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+        return True
+
+    for _ in range(200):
+        port = random.randrange(12000, 24000)
+        if all(free(port + i) for i in (0, 1, 2)):
+            return port
+    raise AssertionError("no three free ports in a row")
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now, from APP_PORTS, in random order.
 

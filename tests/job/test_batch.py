@@ -393,24 +393,10 @@ def test_health_gate_drains_and_requeues(tmp_path: Path) -> None:
 def test_no_save_protocol_requeues_at_the_signal(tmp_path: Path) -> None:
     """12.3: a launcher that does not save on the signal is requeued at once."""
     box: list[Batch] = []
-    exits: list[int] = []
     step = Step(0, during=lambda: box[0].on_usr2(signal.SIGUSR2, None))
     slurm = Slurm()
     box.append(make(tmp_path, step, slurm, "--save-protocol", "0"))
-    import slurmfm.job.batch as bm
-
-    def fake_exit(code: int) -> None:
-        exits.append(code)
-        raise SystemExit(code)
-
-    orig = bm.os._exit
-    bm.os._exit = fake_exit  # type: ignore[assignment]
-    try:
-        with pytest.raises(SystemExit):
-            go(box[0])
-    finally:
-        bm.os._exit = orig
-    assert exits == [0]
+    assert exits_of(box[0]) == [0]
     assert step.signals == []
     assert state(tmp_path)[-1] == "event=requeue time limit near (launcher saves periodically)"
 
@@ -575,23 +561,10 @@ def test_first_forward_waits_for_the_grace_after_the_step_started(tmp_path: Path
 
 def test_term_after_the_signal_requeues_from_the_last_checkpoint(tmp_path: Path) -> None:
     """15.3: a save that outlasts the window still requeues when Slurm ends the job."""
-    import slurmfm.job.batch as bm
-
     slurm = Slurm()
     b = make(tmp_path, Step(0), slurm, "--requeue-tries", "1")
     b.signalled = True
-    exits: list[int] = []
-
-    def fake_exit(code: int) -> None:
-        exits.append(code)
-
-    orig = bm.os._exit
-    bm.os._exit = fake_exit  # type: ignore[assignment]
-    try:
-        b.on_term(signal.SIGTERM, None)
-    finally:
-        bm.os._exit = orig
-    assert exits == [0]
+    assert term(b) == [0]
     assert ["scontrol", "requeue", "77"] in slurm.calls
     assert state(tmp_path)[-1] == "event=requeue the step outlasted the save window"
 

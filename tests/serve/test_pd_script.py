@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab import router_ports
 from stub_bin import stub_bin
 
 from slurmfm.recipe.loader import validate
@@ -77,27 +77,6 @@ def sandbox(tmp_path: Path) -> Path:
     return stub_bin(
         tmp_path / "bin", {"srun": SRUN, "scontrol": SCONTROL}, (*tools, "rm", "cat", "date")
     )
-
-
-def free_port() -> int:
-    """A free port below the ephemeral range and SGLang's dist ports (26000-31999), the next
-    two free too (the servers take the router's + 1 and + 2)."""
-    import random
-
-    for _ in range(200):
-        port = random.randrange(12000, 24000)
-        if all(_free(port + i) for i in (0, 1, 2)):
-            return port
-    raise AssertionError("no three free ports in a row")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def get(url: str) -> Any:
@@ -164,12 +143,12 @@ def test_prefill_decode_split_and_router_on_the_stand_in_cluster(
     assert router_kind == "standin" or real is not None, (
         "sglang-router is not installed (pip install '.[test]')"
     )
-    port = free_port()
+    port = router_ports()
     # the stand-in router's directory first on the path shadows an installed real one
     path = [str(STANDINS / "pylib"), str(STANDINS / "router") if router_kind == "standin" else real]
-    metrics = free_port()  # the router's Prometheus port (29000 by default)
+    metrics = router_ports()  # the router's Prometheus port (29000 by default)
     while port - 2 <= metrics <= port + 2:
-        metrics = free_port()
+        metrics = router_ports()
     recipe = validate(
         {
             "name": "pd",

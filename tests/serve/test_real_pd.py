@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab import OwnLab, SlurmLab, own_lab_fixture, wait_until
+from lab import OwnLab, SlurmLab, own_lab_fixture, router_ports, wait_until
 
 from slurmfm.backends.slurm_cli import parse_scontrol_record
 
@@ -39,27 +39,6 @@ NAME = "serve-pd"
 @own_lab_fixture(PD_LAB)
 def pd_lab() -> SlurmLab:
     return PD_LAB.up()
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def router_port() -> int:
-    """A port with the next two free (the servers take the router's + 1 and + 2), below
-    the ephemeral range and SGLang's dist ports (26000-31999) with SGLang's band above."""
-    import random
-
-    for _ in range(200):
-        port = random.randrange(12000, 24000)
-        if all(_free(port + i) for i in (0, 1, 2)):
-            return port
-    raise AssertionError("no three free ports in a row")
 
 
 def answers(port: int) -> bool:
@@ -87,8 +66,8 @@ def test_prefill_decode_job_behind_the_real_router(pd_lab: SlurmLab, tmp_path: P
     import sglang_router  # noqa: F401 - a test dependency: the job's node 0 runs it
 
     started = time.monotonic()
-    port = router_port()
-    metrics = router_port()  # the router's Prometheus port (29000 by default)
+    port = router_ports()
+    metrics = router_ports()  # the router's Prometheus port (29000 by default)
     recipe = {
         "name": NAME,
         "cluster": {"instance_type": "lab-cpu", "partition": "batch"},

@@ -220,10 +220,7 @@ def test_real_vllm_serves_a_completion_and_cleans_up(real_vllm: Built, tmp_path:
     gone = lab.slurmfm("endpoint", str(path))
     assert gone.returncode == 1
     # the server and its engine processes end with the job (Slurm's step cgroup)
-    deadline = time.monotonic() + 60
-    while servers_of(real_vllm.model) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not servers_of(real_vllm.model)
+    assert_servers_end(real_vllm.model)
 
 
 def submit_until_ready(lab: SlurmLab, path: Path, logs: Path) -> tuple[str, Path, str]:
@@ -295,10 +292,16 @@ def test_real_vllm_two_nodes_without_ray(real_vllm: Built, tmp_path: Path) -> No
         end = lab.wait_job(job_id, timeout=120)
     assert end.get("JobState") == "CANCELLED", end
     assert not ep_file.exists()
+    assert_servers_end(real_vllm.model)
+
+
+def assert_servers_end(model: str) -> None:
+    """No server of ``model`` is left within a minute of its job's end (Slurm's step cgroup
+    ends the server and its engine processes)."""
     deadline = time.monotonic() + 60
-    while servers_of(real_vllm.model) and time.monotonic() < deadline:
+    while servers_of(model) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not servers_of(real_vllm.model)
+    assert not servers_of(model)
 
 
 def job_env(pid: int, job_id: str) -> dict[str, str]:
@@ -398,7 +401,4 @@ def test_real_vllm_two_replicas_across_nodes(real_vllm_dp: Built, tmp_path: Path
         end = lab.wait_job(job_id, timeout=120)
     assert end.get("JobState") == "CANCELLED", end
     assert not ep_file.exists()
-    deadline = time.monotonic() + 60
-    while servers_of(real_vllm_dp.model) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not servers_of(real_vllm_dp.model)
+    assert_servers_end(real_vllm_dp.model)
