@@ -1241,50 +1241,6 @@ def job_for_recipe(recipe: Recipe, nodes: int | None = None) -> JobShape:
     )
 
 
-def _with_serving_group(
-    topology: Topology, trainer: Plan, k: int, unavailable: Iterable[str]
-) -> Plan:
-    """Append ``k`` serving nodes to a pinned trainer plan: the free nodes nearest the trainer.
-
-    Nearest means sharing the deepest switch with the trainer's last node, then closest in the
-    fabric order. They go at the end of the order, which is where the job script takes its
-    serving group from (the last ``serve.nodes`` hosts), so the trainer keeps the planned
-    compact prefix and its ranks.
-    """
-    st = _static(topology)
-    taken = set(trainer.nodes) | set(unavailable)
-    free = [n for n in st.order if topology.nodes[n].free and n not in taken]
-    if len(free) < k:
-        raise PlanError(
-            f"serving group: {k} node(s) needed beside the trainer's {len(trainer.nodes)}, "
-            f"only {len(free)} free"
-        )
-    anchor = trainer.nodes[-1]
-    home = st.ancestors[st.leaf_of[anchor]]
-
-    def shared(n: str) -> int:
-        path = st.ancestors[st.leaf_of[n]]
-        c = 0
-        while c < min(len(path), len(home)) and path[c] == home[c]:
-            c += 1
-        return c
-
-    pick = sorted(free, key=lambda n: (-shared(n), abs(st.pos[n] - st.pos[anchor])))[:k]
-    pick.sort(key=lambda n: st.pos[n])
-    lca = st._lca([st.leaf_of[n] for n in (*pick, anchor)])
-    why = (
-        *trainer.explanation,
-        f"serving group: {', '.join(pick)}, the free nodes nearest the trainer (under "
-        f"{_fmt_switch(st, lca)}); last in the order, where the job takes its server from",
-    )
-    return dataclasses.replace(
-        trainer,
-        nodes=(*trainer.nodes, *pick),
-        leaves=tuple(dict.fromkeys((*trainer.leaves, *(st.leaf_of[n] for n in pick)))),
-        explanation=why,
-    )
-
-
 def plan_for_recipe(
     recipe: Recipe,
     topology: Topology,
@@ -1317,11 +1273,11 @@ def plan_for_recipe(
     else:
         version = slurm_version
 
-    def run(job: JobShape) -> Plan:
+    def run(job: JobShape, more: Iterable[str] = ()) -> Plan:
         return plan(
             topology,
             job,
-            unavailable=unavailable,
+            unavailable=[*unavailable, *more],
             mode=mode,
             slurm_version=version,
             params=params,
@@ -1333,8 +1289,26 @@ def plan_for_recipe(
         )
 
     serve = recipe.serve
-    if serve is not None and serve.placement == "split" and mode == "pin":
+    if serve is None or serve.placement != "split":
+        return run(job_for_recipe(recipe))
+    from slurmfm.plan.split import plan_split, serving_unit
+
+    unit = serving_unit(recipe)
+    if mode == "pin":
         # Plan the trainer alone (its rings decide the cost), then add the server beside it.
-        trainer = run(job_for_recipe(recipe, recipe.train_nodes))
-        return _with_serving_group(topology, trainer, serve.nodes, [*unavailable, *(avoid or {})])
-    return run(job_for_recipe(recipe))
+        trainer_job = job_for_recipe(recipe, recipe.train_nodes)
+        return plan_split(
+            topology,
+            lambda more: run(trainer_job, more),
+            serve.nodes,
+            unit=unit,
+            trainer_unit=trainer_job.nvlink_unit(),
+            unavailable=[*unavailable, *(avoid or {})],
+            slurm_version=version,
+        )
+    # constrain: Slurm picks the nodes and the job sorts them domain by domain, so whole
+    # units of both the trainer and the server's replicas keep the server's tail whole too
+    job = job_for_recipe(recipe)
+    if unit > 1:
+        job = dataclasses.replace(job, span=math.lcm(job.span, unit * job.gpus_per_node))
+    return run(job)

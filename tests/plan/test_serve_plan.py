@@ -217,3 +217,99 @@ launcher: {kind: sglang, model: m}
     assert "big.yaml:5: parallelism.tp: a model replica's span (--tp 96) is 96 GPUs (24 " in msg
     assert "one NVLink domain of p6e-gb200.36xlarge holds 72 GPUs" in msg
     assert "must not straddle two UltraServers" in msg
+
+
+def gb_split(nodes: int, serve: int, version: str = "26.05") -> Any:
+    """A trainer with a vLLM server of one replica over ``serve`` GB200 nodes (4 GPUs each)
+    split from its allocation: the replica's span is ``serve`` nodes."""
+    return validate(
+        {
+            "name": "grpo",
+            "cluster": {"instance_type": "p6e-gb200.36xlarge", "slurm_version": version},
+            "resources": {"nodes": nodes},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+            "serve": {
+                "nodes": serve,
+                "launcher": {"kind": "vllm", "model": "m"},
+                "parallelism": {"tp": 4 * serve},
+            },
+        }
+    )
+
+
+def test_gb200_split_server_stays_in_one_ultraserver_and_slurm_takes_the_list() -> None:
+    # The trainer's 4 nodes fit the UltraServer with 5 free nodes; its one free node left
+    # cannot hold the 2-node replica, which the nearest-node rule alone would put across two
+    # UltraServers.
+    from slurmfm.plan.slurm_block import nodelist_accepted
+    from slurmfm.plan.slurm_sim import block_geometry
+
+    topo, busy = gb200((5, 6))
+    geometry = block_geometry(topo)
+    assert geometry is not None
+    blocks, sizes = geometry
+    for version, rules in (("26.05", "26.05"), ("24.11", "24.11")):
+        p = plan_for_recipe(gb_split(6, 2, version), topo, unavailable=busy)
+        trainer, server = p.nodes[:4], p.nodes[4:]
+        assert not set(p.nodes) & set(busy)
+        assert len(set(p.nodes)) == 6
+        assert len(domains(topo, server)) == 1, (version, p.explanation)
+        assert len(domains(topo, trainer)) == 1
+        # Slurm's topology/block takes the joint list (with its --segment) as submitted
+        assert nodelist_accepted(blocks, p.nodes, block_sizes=sizes, rules=rules, segment=p.segment)
+        assert p.sbatch_options[0].startswith("--nodelist=")
+        assert set(p.placement().nodes) == set(p.nodes)
+        if version == "26.05":  # the trainer stays where it was planned; --segment=2 joins them
+            assert p.segment == 2
+            assert "--segment=2" in p.sbatch_options
+            assert domains(topo, trainer) != domains(topo, server)
+        else:  # 24.11 takes no list across blocks: both planned again inside one
+            assert p.segment is None
+            assert domains(topo, trainer) == domains(topo, server)
+            assert any("planned again inside one block" in line for line in p.explanation)
+    topo, busy = gb200((5, 1))
+    with pytest.raises(PlanError, match=r"serving group: .* whole 2-node NVLink units"):
+        plan_for_recipe(gb_split(6, 2), topo, unavailable=busy)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    free=st.tuples(st.integers(0, 18), st.integers(0, 18), st.integers(0, 18)),
+    unit=st.sampled_from([1, 2, 3, 4]),
+    trainer=st.integers(1, 12),
+    version=st.sampled_from(["24.11", "26.05"]),
+)
+def test_gb200_split_servers_are_whole_and_accepted_or_refused(
+    free: tuple[int, int, int], unit: int, trainer: int, version: str
+) -> None:
+    from slurmfm.plan.slurm_block import nodelist_accepted
+    from slurmfm.plan.slurm_sim import block_geometry
+
+    topo, busy = gb200(free)
+    geometry = block_geometry(topo)
+    assert geometry is not None
+    blocks, sizes = geometry
+    try:
+        p = plan_for_recipe(gb_split(trainer + unit, unit, version), topo, unavailable=busy)
+    except PlanError:
+        # refused only where no one block of the job's level holds trainer and server (or,
+        # on 26.05, no segments would): here, at least, no UltraServer holds both
+        assert all(f < trainer + unit for f in free)
+        return
+    assert not set(p.nodes) & set(busy)
+    assert len(set(p.nodes)) == trainer + unit
+    assert len(domains(topo, p.nodes[trainer:])) == 1
+    rules = "26.05" if version == "26.05" else "24.11"
+    assert nodelist_accepted(blocks, p.nodes, block_sizes=sizes, rules=rules, segment=p.segment)
+
+
+def test_gb200_split_in_constrain_mode_keeps_whole_server_units() -> None:
+    # Slurm picks the nodes and the job sorts them domain by domain: units of the server's
+    # replica over the whole job keep the tail (the server) whole.
+    topo, busy = gb200((8, 8))
+    p = plan_for_recipe(gb_split(6, 2), topo, unavailable=busy, mode="constrain")
+    assert any("server replicas span 2" in line for line in p.explanation)
+    assert p.segment is not None
+    assert p.segment % 2 == 0
+    with pytest.raises(PlanError, match=r"2-node|8 GPUs does not divide"):
+        plan_for_recipe(gb_split(5, 2), topo, unavailable=busy, mode="constrain")
