@@ -1289,19 +1289,22 @@ def plan_for_recipe(
         )
 
     serve = recipe.serve
-    if serve is None or serve.placement != "split":
+    split = serve is not None and serve.placement == "split"
+    spares = recipe.resources.spare_nodes
+    if not split and not (spares and mode == "pin"):
         return run(job_for_recipe(recipe))
-    from slurmfm.plan.split import plan_split, serving_unit
+    from slurmfm.plan.split import Tail, plan_split, serving_unit
 
     unit = serving_unit(recipe)
     if mode == "pin":
-        # Plan the trainer alone (its rings decide the cost), then add the server beside it.
+        # Plan the trainer alone (its rings decide the cost), then add the server (or the
+        # spares) after it, in the --nodelist Slurm allocates.
         trainer_job = job_for_recipe(recipe, recipe.train_nodes)
         return plan_split(
             topology,
             lambda more: run(trainer_job, more),
-            serve.nodes,
-            unit=unit,
+            serve.nodes if serve is not None else spares,
+            tail=Tail.serving(unit) if serve is not None else Tail.spares(),
             trainer_unit=trainer_job.nvlink_unit(),
             unavailable=[*unavailable, *(avoid or {})],
             slurm_version=version,

@@ -1,19 +1,23 @@
-"""A train-and-serve job split from one allocation (``serve.placement: split``): the trainer's
-pin plan, then its serving group after it.
+"""A pinned job whose host order ends in nodes that do not train: a split train-and-serve
+job's serving group (``serve.placement: split``) or the spare nodes (``resources.spare_nodes``)
+after the trainer's pin plan.
 
 Why a step of its own: the trainer's rings decide the job's cost, so the trainer is planned
 alone (:func:`slurmfm.plan.planner.plan_for_recipe`) and keeps the planned compact prefix and
-its ranks; the job script takes its server from the last ``serve.nodes`` hosts of the order
-(``slurmfm/job/cli.py``). Two rules hold for that tail as they do for a serving job:
+its ranks; the job script takes the server, or the spares, from the last hosts of the order
+(``slurmfm/job/cli.py``), so they are listed in the pin plan's ``--nodelist`` (which Slurm
+then allocates as listed) rather than left to Slurm beside a shorter list. Two rules hold for
+that tail:
 
 * where NVLink spans nodes (a GB200 UltraServer), each of the server's model replicas stays
   inside one NVLink domain: the group is cut from the order in whole replica units, none
   across two domains (a replica over two UltraServers would run its tensor-parallel
-  all-reduces over EFA);
-* under Slurm's ``topology/block`` the whole ``--nodelist`` (trainer and server) must be one
-  Slurm takes (:func:`slurmfm.plan.slurm_block.nodelist_accepted`, measured on 24.11.5 and
-  26.05.5), so the group is chosen again inside the trainer's block, or the job refused, when
-  the nearest nodes would make Slurm refuse it.
+  all-reduces over EFA); spares are single nodes, nearest the trainer first (the same
+  UltraServer as the nodes they may replace where it has room);
+* under Slurm's ``topology/block`` the whole ``--nodelist`` must be one Slurm takes
+  (:func:`slurmfm.plan.slurm_block.nodelist_accepted`, measured on 24.11.5 and 26.05.5), so
+  the tail is chosen again inside the trainer's block, or trainer and tail are planned again
+  inside one block, or the job is refused, when the nearest nodes would make Slurm refuse it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slurmfm.plan.planner import Plan, PlanError, _fmt_switch, _names, _Static, _static
@@ -30,6 +35,24 @@ if TYPE_CHECKING:
     from slurmfm.catalog.slurm_features import SlurmVersion
     from slurmfm.recipe.schema import Recipe
     from slurmfm.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What follows the trainer in the order: its name in messages, its unit in nodes (a
+    server's replica span; 1 for spares) and the way out when it cannot be placed."""
+
+    name: str
+    unit: int
+    way_out: str
+
+    @classmethod
+    def serving(cls, unit: int) -> Tail:
+        return cls("serving group", unit, "use constrain mode, serve.placement: hetjob, or wait")
+
+    @classmethod
+    def spares(cls) -> Tail:
+        return cls("spare nodes", 1, "use fewer resources.spare_nodes, constrain mode, or wait")
 
 
 def serving_unit(recipe: Recipe) -> int:
@@ -57,14 +80,14 @@ def plan_split(
     plan_trainer: Callable[[frozenset[str]], Plan],
     k: int,
     *,
-    unit: int,
+    tail: Tail,
     trainer_unit: int,
     unavailable: Iterable[str],
     slurm_version: SlurmVersion | None,
     topology_plugin: str | None = None,
 ) -> Plan:
-    """The trainer's plan (``plan_trainer(more_unavailable)``) with ``k`` serving nodes after
-    it (:func:`with_serving_group`). Under ``topology/block``, where Slurm would refuse the
+    """The trainer's plan (``plan_trainer(more_unavailable)``) with ``k`` nodes of ``tail``
+    after it (:func:`with_tail`). Under ``topology/block``, where Slurm would refuse the
     joint ``--nodelist``, both are planned again inside each block of the job's level and the
     cheapest trainer kept; :class:`PlanError` (the first plan's reason) when none holds both.
     """
@@ -73,11 +96,11 @@ def plan_split(
     from slurmfm.plan.slurm_sim import block_geometry
 
     def joined(trainer: Plan, more: Iterable[str] = ()) -> Plan:
-        return with_serving_group(
+        return with_tail(
             topology,
             trainer,
             k,
-            unit=unit,
+            tail=tail,
             trainer_unit=trainer_unit,
             unavailable=[*unavailable, *more],
             slurm_version=slurm_version,
@@ -106,42 +129,43 @@ def plan_split(
     if best is None:
         raise refused
     line = (
-        f"topology/block: {refused}; trainer and server planned again inside one block of "
+        f"topology/block: {refused}; trainer and {tail.name} planned again inside one block of "
         f"the job's level: {_names(sorted(best.leaves, key=natural_key))}"
     )
     return dataclasses.replace(best, explanation=(*best.explanation, line))
 
 
-def with_serving_group(
+def with_tail(
     topology: Topology,
     trainer: Plan,
     k: int,
     *,
-    unit: int,
+    tail: Tail,
     trainer_unit: int,
     unavailable: Iterable[str],
     slurm_version: SlurmVersion | None,
     topology_plugin: str | None = None,
 ) -> Plan:
-    """Append ``k`` serving nodes to a pinned trainer plan: the free nodes nearest the
-    trainer, in whole ``unit``-node NVLink units, taken by Slurm's ``topology/block`` with
-    the trainer (module docstring); :class:`PlanError` says why none can be.
+    """Append ``k`` nodes of ``tail`` to a pinned trainer plan: the free nodes nearest the
+    trainer, in whole ``tail.unit``-node NVLink units, taken by Slurm's ``topology/block``
+    with the trainer (module docstring); :class:`PlanError` says why none can be.
 
     Nearest means sharing the deepest switch with the trainer's last node, then closest in the
     fabric order. They go at the end of the order, which is where the job script takes its
-    serving group from.
+    serving group (or spares) from.
     """
     from slurmfm.plan.slurm_sim import block_geometry
 
     st = _static(topology)
     taken = set(trainer.nodes) | set(unavailable)
     free = [n for n in st.order if topology.nodes[n].free and n not in taken]
+    unit = tail.unit
     if k % unit:
         raise PlanError(
-            f"serving group: {k} node(s) is not a whole number of the server's {unit}-node "
+            f"{tail.name}: {k} node(s) is not a whole number of the server's {unit}-node "
             "NVLink units (its model replicas)"
         )
-    pick = _nearest(st, free, k, unit, trainer.nodes[-1])
+    pick = _nearest(st, free, k, tail, trainer.nodes[-1])
     why: list[str] = []
     segment: int | None = None
     plugin = topology_plugin or topology.kind
@@ -156,17 +180,18 @@ def with_serving_group(
             free,
             pick,
             k,
-            unit=unit,
+            tail=tail,
             trainer_unit=trainer_unit,
             version=slurm_version,
             why=why,
         )
-    return _joined(st, trainer, pick, unit, segment, why)
+    return _joined(st, trainer, pick, tail, segment, why)
 
 
-def _nearest(st: _Static, free: Sequence[str], k: int, unit: int, anchor: str) -> list[str]:
-    """``k`` of ``free`` nearest ``anchor``, in whole ``unit``-node units of one NVLink
-    domain each (any nodes where ``unit`` is 1), in fabric order."""
+def _nearest(st: _Static, free: Sequence[str], k: int, tail: Tail, anchor: str) -> list[str]:
+    """``k`` of ``free`` nearest ``anchor``, in whole ``tail.unit``-node units of one NVLink
+    domain each (any nodes where the unit is 1), in fabric order."""
+    unit = tail.unit
     home = st.ancestors[st.leaf_of[anchor]]
 
     def shared(n: str) -> int:
@@ -183,7 +208,7 @@ def _nearest(st: _Static, free: Sequence[str], k: int, unit: int, anchor: str) -
         pick = sorted(free, key=near)[:k]
         if len(pick) < k:
             raise PlanError(
-                f"serving group: {k} node(s) needed beside the trainer, only {len(free)} free"
+                f"{tail.name}: {k} node(s) needed beside the trainer, only {len(free)} free"
             )
         return sorted(pick, key=st.pos.__getitem__)
     by_domain: dict[str, list[str]] = {}
@@ -197,7 +222,7 @@ def _nearest(st: _Static, free: Sequence[str], k: int, unit: int, anchor: str) -
             return sorted(pick, key=st.pos.__getitem__)
     usable = sum(len(m) // unit * unit for m in by_domain.values())
     raise PlanError(
-        f"serving group: {k} node(s) needed beside the trainer in whole {unit}-node NVLink "
+        f"{tail.name}: {k} node(s) needed beside the trainer in whole {unit}-node NVLink "
         f"units (a model replica must not straddle two NVLink domains), only {usable} usable "
         f"({len(free)} free)"
     )
@@ -212,13 +237,13 @@ def _block_taken(
     pick: list[str],
     k: int,
     *,
-    unit: int,
+    tail: Tail,
     trainer_unit: int,
     version: SlurmVersion | None,
     why: list[str],
 ) -> tuple[list[str], int | None]:
-    """The serving group and ``--segment`` with which Slurm's ``topology/block`` takes the
-    trainer's and the server's nodes as one ``--nodelist``: the nearest group as it is, or
+    """The tail and ``--segment`` with which Slurm's ``topology/block`` takes the
+    trainer's and the tail's nodes as one ``--nodelist``: the nearest group as it is, or
     cut into segments of whole units (Slurm >= 26.05), or a group chosen inside a block of
     the job's level that holds the trainer; else :class:`PlanError`."""
     from slurmfm.catalog.slurm_features import supports
@@ -229,12 +254,12 @@ def _block_taken(
         return pick, None
     segments = version is not None and supports("nodelist_with_segment", version)
     if segments:
-        u = math.lcm(unit, trainer_unit)
+        u = math.lcm(tail.unit, trainer_unit)
         for seg in sorted((s for s in range(u, n, u) if n % s == 0), reverse=True):
             both = [*trainer.nodes, *pick]
             if nodelist_accepted(blocks, both, block_sizes=sizes, rules="26.05", segment=seg):
                 why.append(
-                    f"topology/block: the trainer and the serving group span blocks that no "
+                    f"topology/block: the trainer and the {tail.name} span blocks that no "
                     f"block of the job's level holds; with --segment={seg} Slurm {version} "
                     "lays the segments out inside the list (measured on 26.05.5)"
                 )
@@ -246,24 +271,23 @@ def _block_taken(
         if not mine <= inside:
             continue
         try:
-            again = _nearest(st, [m for m in free if m in inside], k, unit, trainer.nodes[-1])
+            again = _nearest(st, [m for m in free if m in inside], k, tail, trainer.nodes[-1])
         except PlanError:
             continue
         if nodelist_accepted(blocks, [*trainer.nodes, *again], block_sizes=sizes, rules="24.11"):
             why.append(
-                "topology/block: the nearest serving nodes would put the job's --nodelist "
+                f"topology/block: the nearest {tail.name} would put the job's --nodelist "
                 f"across blocks, which Slurm refuses; chosen inside the trainer's block of "
                 f"{len(members)} nodes instead"
             )
             return again, None
     size = max(len(b) for b in level)
     raise PlanError(
-        f"serving group: Slurm's topology/block takes the job's --nodelist ({len(mine)} "
-        f"training and {k} serving nodes) only inside one block of {size} nodes (aligned "
-        f"blocks of BlockSizes {sizes})"
+        f"{tail.name}: Slurm's topology/block takes the job's --nodelist ({len(mine)} "
+        f"training nodes and {k} of the {tail.name}) only inside one block of {size} nodes "
+        f"(aligned blocks of BlockSizes {sizes})"
         + ("" if segments else " or, from Slurm 26.05, one cut into --segment pieces")
-        + ", and the block holding the trainer has no room for the server: use constrain "
-        "mode, serve.placement: hetjob, or wait"
+        + f", and the block holding the trainer has no room for them: {tail.way_out}"
     )
 
 
@@ -271,21 +295,22 @@ def _joined(
     st: _Static,
     trainer: Plan,
     pick: list[str],
-    unit: int,
+    tail: Tail,
     segment: int | None,
     why: list[str],
 ) -> Plan:
-    """The trainer's plan with the serving group after it, and what to ask Slurm for both."""
+    """The trainer's plan with the tail after it, and what to ask Slurm for both."""
     from slurmfm.topology.hostlist import nodelist
 
     anchor = trainer.nodes[-1]
     order = (*trainer.nodes, *pick)
     lca = st._lca([st.leaf_of[n] for n in (*pick, anchor)])
+    unit = tail.unit
     units = f" in whole {unit}-node units, each inside one NVLink domain" if unit > 1 else ""
     lines = [
-        f"serving group: {_names(sorted(pick, key=natural_key))}, the free nodes nearest the "
+        f"{tail.name}: {_names(sorted(pick, key=natural_key))}, the free nodes nearest the "
         f"trainer (under {_fmt_switch(st, lca)}){units}; last in the order, where the job "
-        "takes its server from",
+        "takes them from",
         *why,
     ]
     options = [f"--nodelist={nodelist(order)}"]

@@ -313,3 +313,46 @@ def test_gb200_split_in_constrain_mode_keeps_whole_server_units() -> None:
     assert p.segment % 2 == 0
     with pytest.raises(PlanError, match=r"2-node|8 GPUs does not divide"):
         plan_for_recipe(gb_split(5, 2), topo, unavailable=busy, mode="constrain")
+
+
+def with_spares(nodes: int, spares: int, instance: str, version: str = "24.11") -> Any:
+    return validate(
+        {
+            "name": "spares",
+            "cluster": {"instance_type": instance, "slurm_version": version},
+            "resources": {"nodes": nodes, "spare_nodes": spares},
+            "launcher": {"kind": "torchrun", "script": "t.py"},
+        }
+    )
+
+
+def test_spares_are_planned_into_the_nodelist_nearest_the_trainer() -> None:
+    # Before, the plan listed the trainer's nodes only and Slurm added the spares anywhere;
+    # under topology/block real Slurm takes a --nodelist only inside one block (its rule for
+    # the listed nodes, slurmfm.plan.slurm_block.nodelist_accepted), so spares are listed too
+    topo = tree(leaves=4, per_leaf=4)
+    p = plan_for_recipe(with_spares(3, 1, "p5.48xlarge"), topo)
+    assert len(p.nodes) == 4
+    assert len({topo.leaf_of[n] for n in p.nodes}) == 1  # the spare on the trainer's leaf
+    assert any(line.startswith("spare nodes: ") for line in p.explanation)
+    r = with_spares(3, 1, "p5.48xlarge")
+    text = render_script(r, Target.for_recipe(r), p.placement()).text
+    assert "#SBATCH --nodes=4" in text
+    assert f"--planned '{' '.join(p.nodes)}'" in text  # the runtime takes the last as spare
+
+
+def test_gb200_spares_are_listed_where_slurm_takes_them_or_refused() -> None:
+    from slurmfm.plan.slurm_block import nodelist_accepted
+    from slurmfm.plan.slurm_sim import block_geometry
+
+    topo, busy = gb200((4, 8))  # the trainer's 4 nodes fit the first UltraServer exactly
+    geometry = block_geometry(topo)
+    assert geometry is not None
+    blocks, sizes = geometry
+    p = plan_for_recipe(with_spares(4, 2, "p6e-gb200.36xlarge"), topo, unavailable=busy)
+    assert len(p.nodes) == 6
+    assert nodelist_accepted(blocks, p.nodes, block_sizes=sizes, rules="24.11")
+    assert len(domains(topo, p.nodes)) == 1  # planned again inside the second one
+    topo, busy = gb200((4, 4))
+    with pytest.raises(PlanError, match=r"spare nodes: .*use fewer resources\.spare_nodes"):
+        plan_for_recipe(with_spares(4, 2, "p6e-gb200.36xlarge"), topo, unavailable=busy)
