@@ -33,6 +33,17 @@ issue's setting). Exit status 1 when a plan breaks it.
 Seeds: :data:`BIG_SEEDS` (4201) was fixed when this mode was written, before its first run;
 ``bench_referee.py`` never uses it (``bench_busy_fabrics.py`` does, for a different draw).
 ``--seeds 4251`` is a second sample, chosen after the first run and before it was run.
+Both fill their GB200 fabrics with Philly's job-size mix (``--gb200-fill block``).
+
+GB200 fill ``whole`` and seed 4301 (:data:`WHOLE_FILL_SEEDS`): on both seeds above no 64-GPU
+expert group (EP 16 x TP 4 = 16 nodes of an 18-node UltraServer) got a plan, since Philly's mix
+(a third of the busy nodes one-node jobs) with churn leaves few UltraServers with 16 free nodes.
+A GB200 NVL72 cluster is not run with that mix: NVIDIA's guidance sizes its work in segment
+classes, large jobs in 16-node segments, small ones packed into one NVLink domain
+(:data:`bench.referee.background.GB200_SEGMENT_MIX`, whose docstring gives the sources and the
+weights). That mix, as ``--gb200-fill whole``, and the held-out seed 4301 that uses it by
+default were committed together before 4301 was first run; neither was tuned on its results.
+``--gb200-fill`` forces one fill for every seed; the p5 fabrics' fill does not change.
 ``--quick`` runs the 1,024-node cases only and prints no verdict.
 
 Cost: one seed is 12 fabrics and 24 jobs, 200-280 s of CPU (two thirds of it the background
@@ -43,6 +54,7 @@ alone took about five times longer.
 Usage::
 
     python scripts/bench_big_jobs.py            # the held-out cases (under 5 CPU minutes)
+    python scripts/bench_big_jobs.py --seeds 4301   # GB200 fill "whole" (segment classes)
     python scripts/bench_big_jobs.py --quick
     python scripts/bench_big_jobs.py --json out.json
 """
@@ -68,13 +80,27 @@ sys.path.insert(0, str(REPO / "scripts"))
 import bench_placement as bp  # noqa: E402
 import bench_referee as br  # noqa: E402
 
-from bench.referee import FabricParams, StepTraffic, fill, judge  # noqa: E402
+from bench.referee import (  # noqa: E402
+    GB200_SEGMENT_MIX,
+    PHILLY_NODE_MIX,
+    FabricParams,
+    StepTraffic,
+    fill,
+    judge,
+)
 from slurmfm.plan.cost import JobShape  # noqa: E402
 from slurmfm.plan.slurm_sim import block_geometry, rank_order, select_tree  # noqa: E402
 from slurmfm.topology.model import Node, Topology  # noqa: E402
 
 # Fixed before the first run of this mode; never tuned.
 BIG_SEEDS = (4201,)
+# The held-out seed of the GB200 fill "whole", committed with that fill before its first run.
+WHOLE_FILL_SEEDS = (4301,)
+# GB200 fill -> the other jobs' size mix on the GB200 fabrics (both placed by topology/block)
+GB200_FILLS: dict[str, tuple[tuple[int, float], ...]] = {
+    "block": PHILLY_NODE_MIX,
+    "whole": GB200_SEGMENT_MIX,
+}
 SIZES = (1024, 2048, 4096)
 LEVELS = ("3-level", "4-level")
 OVERSUB = 2.0
@@ -126,6 +152,7 @@ class Group:
     fabric_nodes: int
     version: str
     cases: list[br.Case] = field(default_factory=list)
+    gb200_fill: str = "block"  # the GB200 fabrics' job-size mix (GB200_FILLS)
 
 
 def fabric_for(nodes: int, busy: float) -> int:
@@ -137,11 +164,22 @@ def fabric_for(nodes: int, busy: float) -> int:
     return f
 
 
-def build_groups(seeds: Sequence[int], sizes: Sequence[int] = SIZES) -> list[Group]:
+def fill_for(seed: int, gb200_fill: str | None = None) -> str:
+    """The GB200 fill of a seed: ``gb200_fill`` if given, else "whole" for
+    :data:`WHOLE_FILL_SEEDS` and "block" (the seeds 4201 and 4251 as published)."""
+    if gb200_fill is not None:
+        return gb200_fill
+    return "whole" if seed in WHOLE_FILL_SEEDS else "block"
+
+
+def build_groups(
+    seeds: Sequence[int], sizes: Sequence[int] = SIZES, gb200_fill: str | None = None
+) -> list[Group]:
     """Per seed, size, levels and kind: one busy fabric with its two job shapes."""
     out: list[Group] = []
     for seed in seeds:
         rng = random.Random(seed)
+        mix = fill_for(seed, gb200_fill)
         for i, size in enumerate(sizes):
             for j, levels in enumerate(LEVELS):
                 for k, kind in enumerate(SHAPES):
@@ -156,6 +194,7 @@ def build_groups(seeds: Sequence[int], sizes: Sequence[int] = SIZES) -> list[Gro
                         busy,
                         fabric_for(size, busy),
                         version,
+                        gb200_fill=mix,
                     )
                     for label, gpn, tp, pp, ep in SHAPES[kind]:
                         g.cases.append(
@@ -191,12 +230,22 @@ def run_group(g: Group, plan: Callable[..., Any], log: Callable[[str], None]) ->
     version, rules = br.VERSIONS[g.version]
     blocks = block_geometry(topo) if g.kind == "EP" else None
     background = fill(
-        topo, g.busy, seed=g.seed, rules=rules, switch_order=fab.switch_order, blocks=blocks
+        topo,
+        g.busy,
+        seed=g.seed,
+        mix=GB200_FILLS[g.gb200_fill] if g.kind == "EP" else PHILLY_NODE_MIX,
+        rules=rules,
+        switch_order=fab.switch_order,
+        blocks=blocks,
     )
     busy = {n for b in background for n in b.order}
     free = set(topo.nodes) - busy
     fill_s = time.perf_counter() - t0
-    log(f"fabric {g.fabric_nodes} nodes {g.levels} {g.kind}: filled in {fill_s:.1f} s")
+    log(
+        f"fabric {g.fabric_nodes} nodes {g.levels} {g.kind}"
+        + (f" (GB200 fill {g.gb200_fill})" if g.kind == "EP" else "")
+        + f": filled in {fill_s:.1f} s"
+    )
     params = FabricParams.uniform(OVERSUB, gpus_per_node=g.cases[0].job.gpus_per_node)
     traffic = StepTraffic()
     for c in g.cases:
@@ -286,7 +335,8 @@ def report(groups: Sequence[Group], seconds: float, fill_s: float, quick: bool) 
     print(
         f"big-job referee bench: {len(done)} cases on {len(groups)} fabrics in {seconds:.0f} s "
         f"(background fills {fill_s:.0f} s); referee o={OVERSUB:g}; seeds "
-        f"{tuple(sorted({g.seed // 100 for g in groups}))}"
+        f"{tuple(sorted({g.seed // 100 for g in groups}))}; GB200 fill "
+        f"{', '.join(sorted({g.gb200_fill for g in groups if g.kind == 'EP'})) or '-'}"
     )
     skipped = [c for c in cases if not c.rows]
     for c in skipped:
@@ -343,13 +393,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1,024-node cases only, no verdict")
     ap.add_argument("--seeds", type=int, nargs="+", help="seeds instead of the held-out ones")
     ap.add_argument("--json", type=Path, help="write the cases and the table as JSON here")
+    ap.add_argument(
+        "--gb200-fill",
+        choices=sorted(GB200_FILLS),
+        help="the GB200 fabrics' other jobs: Philly's mix (block) or NVIDIA's segment classes "
+        f"(whole); default: whole for seeds {WHOLE_FILL_SEEDS}, block for the others",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     log = (lambda s: print(s, flush=True)) if args.verbose else (lambda s: None)
     from slurmfm.plan.planner import plan
 
     groups = build_groups(
-        tuple(args.seeds) if args.seeds else BIG_SEEDS, SIZES[:1] if args.quick else SIZES
+        tuple(args.seeds) if args.seeds else BIG_SEEDS,
+        SIZES[:1] if args.quick else SIZES,
+        args.gb200_fill,
     )
     t0 = time.perf_counter()
     fill_s = sum(run_group(g, plan, log) for g in groups)
@@ -364,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "name": c.name,
                             "fabric": c.fabric_nodes,
                             "busy": c.busy,
+                            "gb200_fill": g.gb200_fill if g.kind == "EP" else None,
                             "version": c.version,
                             "job": vars(c.job) if hasattr(c.job, "__dict__") else str(c.job),
                             "rows": c.rows.get(OVERSUB),

@@ -12,12 +12,13 @@ Slurm's own selection rules (``slurm_sim``, the baseline both sides share becaus
 checked against real Slurm) and the topology model.
 """
 
-from bench.referee.background import PHILLY_NODE_MIX, BackgroundJob, fill
+from bench.referee.background import GB200_SEGMENT_MIX, PHILLY_NODE_MIX, BackgroundJob, fill
 from bench.referee.fabric import FabricParams, PhysicalFabric
 from bench.referee.judge import Verdict, judge
 from bench.referee.traffic import StepTraffic
 
 __all__ = [
+    "GB200_SEGMENT_MIX",
     "PHILLY_NODE_MIX",
     "BackgroundJob",
     "FabricParams",

@@ -28,6 +28,27 @@ buckets are one-node jobs (no fabric traffic); the >8 bucket is split into 2-32 
 The weights (share of the busy *nodes* per size) are **unverified**: read from the published
 figures' shape (most jobs are small, most GPU time is in multi-GPU jobs), not computed from the
 trace here; :data:`PHILLY_NODE_MIX` is a parameter so a user can put their own cluster's mix in.
+
+GB200 NVL72 mix (:data:`GB200_SEGMENT_MIX`, chosen for ``bench_big_jobs.py --gb200-fill whole``
+before its held-out seed was first run): Philly's mix is of 8-GPU nodes in 2017 and a third of
+its busy nodes are one-node jobs; a GB200 NVL72 cluster is run in NVLink domains of 18 4-GPU
+nodes by Slurm's ``topology/block`` with ``--segment`` (https://slurm.schedmd.com/topology.html,
+"--segment"; one block per UltraServer of up to 18 p6e-gb200 instances as SageMaker HyperPod
+and AWS ParallelCluster configure it: https://docs.aws.amazon.com/sagemaker/latest/dg/
+sagemaker-hyperpod-topology.html, aws/aws-parallelcluster-cookbook:cookbooks/
+aws-parallelcluster-slurm/files/default/head_node_slurm/slurm/pcluster_topology_generator.py).
+NVIDIA's guidance for such clusters sizes the work in segment classes: jobs of 128 GPUs or more
+in segments of 16 nodes (16 of an UltraServer's 18, two left spare for failed or drained
+trays), 32-64-GPU jobs in 4- to 16-node slices of one domain, and single nodes for small jobs
+("Unlock Exascale Performance on NVIDIA GB200 NVL72 with Slurm Topology-Aware Job Scheduling",
+https://developer.nvidia.com/blog/unlock-exascale-performance-on-nvidia-gb200-nvl72-with-slurm-topology-aware-job-scheduling/;
+"Achieving Peak System and Workload Efficiency on NVIDIA GB200 NVL72 with Slurm Block
+Scheduling", https://developer.nvidia.com/blog/?p=116606, on ``--segment=16``). So here 70 %
+of the busy nodes are jobs of 16, 32 and 64 nodes (64-256 GPUs: one, two and four 16-node
+segments), 20 % jobs of 4 and 8 nodes packed into one UltraServer, and 10 % one- and two-node
+jobs (a third in Philly's mix). The weights are an assumption, like Philly's: no public
+trace of a GB200 cluster's job sizes was found; they are a parameter. The rest of the fill is
+unchanged (``topology/block`` placement, churn 0.3, ``duty``).
 """
 
 from __future__ import annotations
@@ -47,7 +68,7 @@ from slurmfm.plan.slurm_sim import (
 )
 from slurmfm.topology.model import Topology, natural_key
 
-__all__ = ["PHILLY_NODE_MIX", "BackgroundJob", "fill"]
+__all__ = ["GB200_SEGMENT_MIX", "PHILLY_NODE_MIX", "BackgroundJob", "fill"]
 
 # (nodes per job, share of busy nodes). Unverified weights (module docstring).
 PHILLY_NODE_MIX: tuple[tuple[int, float], ...] = (
@@ -57,6 +78,18 @@ PHILLY_NODE_MIX: tuple[tuple[int, float], ...] = (
     (8, 0.15),
     (16, 0.12),
     (32, 0.08),
+)
+
+# (nodes per job, share of busy nodes) on a GB200 NVL72 cluster in NVIDIA's segment classes.
+# Assumed weights (module docstring), fixed before the first run of the seed that uses them.
+GB200_SEGMENT_MIX: tuple[tuple[int, float], ...] = (
+    (1, 0.05),
+    (2, 0.05),
+    (4, 0.10),
+    (8, 0.10),
+    (16, 0.20),
+    (32, 0.25),
+    (64, 0.25),
 )
 
 

@@ -111,7 +111,7 @@ def test_block_fill_places_jobs_as_slurm_topology_block_does() -> None:
         free = {n for n in fab.topology.nodes if rng.random() > busy_p}
         packer = _BlockPacker(fab.topology, blocks, sizes, "24.11")
         for _ in range(30):
-            size = rng.choice([1, 2, 4, 8, 16, 32])
+            size = rng.choice([1, 2, 4, 8, 16, 32, 64])
             seg = segment_for(size, sizes[0])
             want = select_block(blocks, free, size, block_sizes=sizes, rules="24.11", segment=seg)
             before = set(free)
@@ -148,3 +148,46 @@ def test_block_fill_packs_other_jobs_by_ultraserver() -> None:
     for j in by_block:
         doms = {topo.leaf_of[n] for n in j.order}
         assert len(doms) == (1 if len(j.order) <= 16 else 2)
+
+
+def test_whole_fill_sizes_other_jobs_in_nvidia_segment_classes() -> None:
+    """The GB200 fill "whole" (seed 4301 by default): jobs of 16, 32 and 64 nodes in 16-node
+    segments, one per UltraServer, smaller jobs packed into one UltraServer, few one-node jobs;
+    it leaves more UltraServers with 16 free nodes than Philly's mix on the same fabric."""
+    from collections import Counter
+
+    from bench.referee import GB200_SEGMENT_MIX, PHILLY_NODE_MIX, fill
+    from bench.referee.background import BackgroundJob
+    from slurmfm.plan.slurm_sim import block_geometry
+
+    assert bb.fill_for(4301) == "whole"
+    assert bb.fill_for(4201) == bb.fill_for(4251) == "block"
+    assert bb.fill_for(4201, "whole") == "whole"
+    assert {g.gb200_fill for g in bb.build_groups((4301,), sizes=(1024,))} == {"whole"}
+    assert abs(sum(w for _, w in GB200_SEGMENT_MIX) - 1) < 1e-9
+    assert sum(w for s, w in GB200_SEGMENT_MIX if s >= 16) >= 0.5
+    assert dict(GB200_SEGMENT_MIX)[1] < dict(PHILLY_NODE_MIX)[1]
+
+    fab = bb.make_group_fabric(bb.Group(7, 64, "3-level", "EP", 0.6, 2048, "24.11"))
+    topo = fab.topology
+    geometry = block_geometry(topo)
+    assert geometry is not None
+
+    def room16(jobs: list[BackgroundJob]) -> int:
+        busy = {n for j in jobs for n in j.order}
+        return sum(sum(n not in busy for n in b) >= 16 for b in geometry[0])
+
+    whole = fill(topo, 0.6, seed=7, mix=GB200_SEGMENT_MIX, blocks=geometry)
+    philly = fill(topo, 0.6, seed=7, blocks=geometry)
+    share = sum(len(j.order) for j in whole) / len(topo.nodes)
+    assert 0.6 <= share < 0.6 + 64 / len(topo.nodes)  # stops at the last job that keeps 60 %
+    sizes = Counter(len(j.order) for j in whole)
+    assert set(sizes) <= {s for s, _ in GB200_SEGMENT_MIX}
+    assert sizes[64] > 0
+    for j in whole:
+        per_us = Counter(topo.leaf_of[n] for n in j.order)
+        if len(j.order) <= 16:
+            assert len(per_us) == 1
+        else:  # one 16-node segment per UltraServer
+            assert set(per_us.values()) == {16}
+    assert room16(whole) > room16(philly)
