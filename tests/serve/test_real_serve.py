@@ -259,47 +259,54 @@ def test_vllm_two_nodes_over_real_ray(host_b_lab: SlurmLab, tmp_path: Path) -> N
     start = [ray_cli, "start", "--head", f"--port={ray_port()}", "--node-ip-address=127.0.0.1"]
     start += ["--include-dashboard=false", "--disable-usage-stats"]
     subprocess.run(start, env=other, check=True, capture_output=True, timeout=120)
-    job_id = submit(host_b_lab, tmp_path, recipe)
+    # directories an earlier run's job of the same id left (a run killed past its cleanup;
+    # the lab numbers its jobs from the same first id every time) are not this job's
+    before = set(Path("/tmp").glob("slurmfm-ray-*"))
     try:
-        ep = wait_endpoint(host_b_lab, tmp_path, "real-ray", job_id)
-        info = get_json(ep["url"] + "/standin/info")
-        order = job_nodes(host_b_lab, job_id)
-        assert info["ray_nodes"] == 2, info
-        assert info["node"] == ep["nodes"].split()[0]
-        # real Ray's own record of its nodes: both alive, each at its Slurm NodeAddr as Ray
-        # resolves it: a loopback address (the lab's 127.0.0.1) becomes this host's own
-        # (ray-project/ray python/ray/_private/services.py, resolve_ip_for_localhost)
-        host_ip = ray.util.get_node_ip_address()
+        job_id = submit(host_b_lab, tmp_path, recipe)
 
-        def as_ray(addr: str) -> str:
-            return host_ip if addr in ("127.0.0.1", "localhost", "::1") else addr
+        def mine() -> list[Path]:
+            return sorted(set(Path("/tmp").glob(f"slurmfm-ray-{job_id}-*")) - before)
 
-        alive = [n for n in info["ray_node_list"] if n["Alive"]]
-        assert len(alive) == 2, info["ray_node_list"]
-        assert sorted(n["NodeManagerAddress"] for n in alive) == sorted(
-            as_ray(node_addr(host_b_lab, h)) for h in order
-        )
-        log = job_log(tmp_path, "real-ray", job_id)
-        assert "slurmfm: Ray cluster has 2 nodes; starting the server" in log
-        assert ray_owned(job_id), "the job's Ray daemons carry its mark"
-        # each node's Ray in a private directory of its own, not the host's shared /tmp/ray
-        own = sorted(Path("/tmp").glob(f"slurmfm-ray-{job_id}-*"))
-        assert len(own) == 2, own
-        for d in own:
-            # private; Ray's own temp dir inside it is 0777 (Ray's choice), reachable by no one
-            assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
-            assert list((d / "r").glob("session_*")), sorted(d.rglob("*"))[:20]
-    finally:
-        cancel_and_wait(host_b_lab, job_id)
-    try:
+        try:
+            ep = wait_endpoint(host_b_lab, tmp_path, "real-ray", job_id)
+            info = get_json(ep["url"] + "/standin/info")
+            order = job_nodes(host_b_lab, job_id)
+            assert info["ray_nodes"] == 2, info
+            assert info["node"] == ep["nodes"].split()[0]
+            # real Ray's own record of its nodes: both alive, each at its Slurm NodeAddr as Ray
+            # resolves it: a loopback address (the lab's 127.0.0.1) becomes this host's own
+            # (ray-project/ray python/ray/_private/services.py, resolve_ip_for_localhost)
+            host_ip = ray.util.get_node_ip_address()
+
+            def as_ray(addr: str) -> str:
+                return host_ip if addr in ("127.0.0.1", "localhost", "::1") else addr
+
+            alive = [n for n in info["ray_node_list"] if n["Alive"]]
+            assert len(alive) == 2, info["ray_node_list"]
+            assert sorted(n["NodeManagerAddress"] for n in alive) == sorted(
+                as_ray(node_addr(host_b_lab, h)) for h in order
+            )
+            log = job_log(tmp_path, "real-ray", job_id)
+            assert "slurmfm: Ray cluster has 2 nodes; starting the server" in log
+            assert ray_owned(job_id), "the job's Ray daemons carry its mark"
+            # each node's Ray in a private directory of its own, not the host's shared /tmp/ray
+            own = mine()
+            assert len(own) == 2, own
+            for d in own:
+                # private; Ray's own temp dir inside it is 0777 (Ray's choice), reachable by no one
+                assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+                assert list((d / "r").glob("session_*")), sorted(d.rglob("*"))[:20]
+        finally:
+            cancel_and_wait(host_b_lab, job_id)
         wait_until("the job's own Ray stopped", lambda: not ray_owned(job_id), 60)
         wait_until(
             "its private directories removed",
-            lambda: not list(Path("/tmp").glob(f"slurmfm-ray-{job_id}-*")),
+            lambda: not mine(),
             30,
         )
         assert ray_owned("someone"), "the other Ray lives on"
-    finally:
+    finally:  # the other Ray goes whatever happened above
         stop_own_ray("someone.else")
 
 

@@ -307,10 +307,13 @@ def assert_servers_end(model: str) -> None:
 def job_env(pid: int, job_id: str) -> dict[str, str]:
     """The environment of ``pid``'s nearest ancestor (itself included) in job ``job_id``
     (empty when none is). Why the ancestors: ``setproctitle``, which names vLLM's engine
-    processes, writes the title over the memory ``/proc/<pid>/environ`` reads."""
+    processes, writes the title over the memory ``/proc/<pid>/environ`` reads, and may leave
+    a part of it: an environment without ``SLURMD_NODENAME`` (which every step's task has)
+    is such a remnant, not the process's (seen once: ``SLURM_JOB_ID`` left, the node name
+    gone, depending on the variables' order and lengths)."""
     while pid > 1:
         env = dict(w.decode(errors="replace").partition("=")[::2] for w in environ_of(pid) if w)
-        if env.get("SLURM_JOB_ID") == job_id:
+        if env.get("SLURM_JOB_ID") == job_id and env.get("SLURMD_NODENAME"):
             return env
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
