@@ -393,35 +393,20 @@ def read_text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def poll_pause(waited: float) -> float:
-    """Seconds to sleep before the next look, ``waited`` seconds into a wait: a quarter
-    second for the first 5 s, half a second to 20 s, then one second.
-
-    Why it grows: a check is often a Slurm client (``squeue``, ``scontrol``; about 5 ms of
-    CPU with the daemons' share, more through a chroot), and five workers each polling at
-    4 Hz through waits of minutes (time limits, requeues, servers starting) spent a few
-    percent of the real tier's two busy cores on looking. What ends within seconds is seen
-    as soon as before; what takes minutes is seen at most a second late.
-    """
-    return 0.25 if waited < 5 else 0.5 if waited < 20 else 1.0
-
-
 def wait_until(
     what: str, check: Callable[[], bool], timeout: float, shown: Callable[[], str] = lambda: ""
 ) -> None:
-    """Poll ``check`` (:func:`poll_pause` apart) until it holds; fail naming ``what`` after
-    ``timeout``.
+    """Poll ``check`` every quarter second until it holds; fail naming ``what`` after ``timeout``.
 
     Why one helper: real tests wait on what a job writes (a log line, a state-file event, a
     Slurm field), never a fixed sleep; ``shown`` adds what was seen last (a log tail) to the
     failure so a timeout explains itself.
     """
-    start = time.monotonic()
-    deadline = start + timeout
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
             return
-        time.sleep(poll_pause(time.monotonic() - start))
+        time.sleep(0.25)
     raise AssertionError(f"not seen within {timeout} s: {what}\n{shown()[-3000:]}")
 
 
@@ -586,8 +571,7 @@ class SlurmLab:
 
     def wait_job(self, job_id: str, timeout: float = 60.0) -> dict[str, str]:
         """Poll ``scontrol show job`` until the job has finished; return its fields."""
-        start = time.monotonic()
-        deadline = start + timeout
+        deadline = time.monotonic() + timeout
         fields: dict[str, str] = {}
         while time.monotonic() < deadline:
             proc = self.run(["scontrol", "show", "job", "-o", job_id])
@@ -598,7 +582,7 @@ class SlurmLab:
                 running = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", ""}
                 if state not in running:
                     return fields
-            time.sleep(poll_pause(time.monotonic() - start))
+            time.sleep(0.2)
         raise TimeoutError(f"job {job_id} not finished after {timeout}s: {fields}")
 
 
