@@ -29,9 +29,10 @@ order (docs/resilience.md, "Failure classification" has the same table):
 ===  ==========================================================  ==========================
 
 The *first* failure is the one judged: of the nodes' reports, the launchers srun did not stop
-(a stopped one was killed for another's failure), the one whose launcher ended first (torch's
-own exception timestamp is whole seconds: only a tie-breaker); without node reports, the
-first ``srun: error: HOST: task N: ...`` line that is not a signal.
+(a stopped one was killed for another's failure), and of those the ones whose exception is not
+a peer's echo (:data:`PEER_ECHOES`: a collective that lost its peer), the one whose launcher
+ended first (torch's own exception timestamp is whole seconds: only a tie-breaker); without
+node reports, the first ``srun: error: HOST: task N: ...`` line that is not a signal.
 """
 
 from __future__ import annotations
@@ -102,12 +103,31 @@ class Verdict(NamedTuple):
     node: str = ""
 
 
+# What a rank's collective raises when another rank's process died: the echo of a failure,
+# never its cause, whichever launcher happened to end first. Seen on the lab: a rank raised
+# RuntimeError at step 12; its peer's gloo all-reduce raised "Connection closed by peer ...
+# This is typically caused by a remote worker crashing" (gloo's tcp pair, through torch's
+# ProcessGroupGloo), and on a loaded machine the peer's torchrun ended first, so the job's
+# evidence named the echo instead of the fault.
+PEER_ECHOES = (
+    "Connection closed by peer",
+    "typically caused by a remote worker crashing",
+    "Connection reset by peer",
+)
+
+
+def is_peer_echo(report: NodeReport) -> bool:
+    """Whether the node's exception only says that another rank went away."""
+    return bool(report.exc_type) and any(e in report.message for e in PEER_ECHOES)
+
+
 def first_failure(nodes: Iterable[NodeReport]) -> NodeReport | None:
     """The report of the node that failed first (see the module docstring)."""
     failed = [n for n in nodes if n.exit != 0]
     own = [n for n in failed if not n.stopped] or failed
     if not own:
         return None
+    own = [n for n in own if not is_peer_echo(n)] or own
     return min(own, key=lambda n: (n.ended or n.when or float("inf"), n.when, n.node))
 
 

@@ -131,6 +131,28 @@ def test_exit_code_alone_keeps_the_exit_code_rule() -> None:
     assert "on n2" in v.reason
 
 
+def test_a_peers_echo_is_not_the_first_failure_even_when_its_launcher_ended_first() -> None:
+    # seen on the lab under load: the faulting rank's torchrun ended after its peer's
+    fault = NodeReport(
+        "n1", 1, ended=105.0, exc_type="RuntimeError", message="injected fault at step 12"
+    )
+    echo = NodeReport(
+        "n2",
+        1,
+        ended=104.0,
+        exc_type="RuntimeError",
+        message="[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:17829."
+        " This is typically caused by a remote worker crashing. Check the logs",
+    )
+    assert first_failure([echo, fault]) == fault
+    assert first_failure([fault, echo]) == fault
+    # only echoes (the faulting node sent no report): the earliest echo, as before
+    other = echo._replace(node="n3", ended=106.0)
+    assert first_failure([other, echo]) == echo
+    # a stopped node's report stays out, echo or not
+    assert first_failure([fault._replace(stopped=True), echo]) == echo
+
+
 def test_first_failure_is_the_unstopped_earliest() -> None:
     late = NodeReport("n3", 1, False, 30.0, "RuntimeError", "x", when=2.0)
     early = NodeReport("n4", 1, False, 20.0, "RuntimeError", "y", when=3.0)
