@@ -306,8 +306,9 @@ def test_gb200_nodelist_across_ultraservers(
       the planned nodes, in the planned rank order; on 24.11 it says no --nodelist can start
       the job now (no base block has 8 free nodes), as Slurm's own --segment=8 could not.
     """
-    from slurmfm.plan.planner import PlanError
+    from slurmfm.plan.planner import PlanError, plan_for_recipe
     from slurmfm.plan.slurm_sim import nodelist_accepted
+    from slurmfm.recipe.loader import validate
 
     lab: SlurmLab = own_block_lab(suite)
     version = SlurmVersion.parse(lab.version)
@@ -364,6 +365,26 @@ def test_gb200_nodelist_across_ultraservers(
         assert newer.segment is not None
         rc, err, got = _submit_test(lab, spans, f"--segment={newer.segment}")
         assert (rc == 0) == (suite == "sid"), err
+        # Spares (resources.spare_nodes) are listed by the pin plan after the trainer: the
+        # whole list, with its --segment where the plan gives one, is one Slurm takes now
+        spared = plan_for_recipe(
+            validate(
+                {
+                    "name": "spares",
+                    "cluster": {"instance_type": "p6e-gb200.36xlarge"},
+                    "resources": {"nodes": 4, "spare_nodes": 2},
+                    "launcher": {"kind": "torchrun", "script": "t.py"},
+                }
+            ),
+            topo,
+            unavailable=busy,
+            slurm_version=version,
+        )
+        assert len(spared.nodes) == 6
+        seg = (f"--segment={spared.segment}",) if spared.segment else ()
+        s_rc, s_err, s_got = _submit_test(lab, list(spared.nodes), *seg)
+        assert s_rc == 0, (spared.nodes, seg, s_err, spared.explanation)
+        assert sorted(s_got) == sorted(spared.nodes)
         if suite == "trixie":
             with pytest.raises(PlanError, match="topology/block"):
                 plan(topo, job, unavailable=busy, slurm_version=version)
