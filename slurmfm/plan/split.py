@@ -95,6 +95,9 @@ def plan_split(
     from slurmfm.plan.slurm_block import level_blocks
     from slurmfm.plan.slurm_sim import block_geometry
 
+    plugin = topology_plugin or topology.kind
+    geometry = block_geometry(topology) if plugin == "block" else None
+
     def joined(trainer: Plan, more: Iterable[str] = ()) -> Plan:
         return with_tail(
             topology,
@@ -104,7 +107,7 @@ def plan_split(
             trainer_unit=trainer_unit,
             unavailable=[*unavailable, *more],
             slurm_version=slurm_version,
-            topology_plugin=topology_plugin,
+            geometry=geometry,
         )
 
     first = plan_trainer(frozenset())
@@ -112,8 +115,6 @@ def plan_split(
         return joined(first)
     except PlanError as exc:
         refused = exc
-    plugin = topology_plugin or topology.kind
-    geometry = block_geometry(topology) if plugin == "block" else None
     if geometry is None:
         raise refused
     blocks, sizes = geometry
@@ -144,18 +145,17 @@ def with_tail(
     trainer_unit: int,
     unavailable: Iterable[str],
     slurm_version: SlurmVersion | None,
-    topology_plugin: str | None = None,
+    geometry: tuple[list[list[str]], list[int]] | None,
 ) -> Plan:
     """Append ``k`` nodes of ``tail`` to a pinned trainer plan: the free nodes nearest the
     trainer, in whole ``tail.unit``-node NVLink units, taken by Slurm's ``topology/block``
-    with the trainer (module docstring); :class:`PlanError` says why none can be.
+    (its base blocks and ``BlockSizes``, ``geometry``; None: no block rules) with the
+    trainer (module docstring); :class:`PlanError` says why none can be.
 
     Nearest means sharing the deepest switch with the trainer's last node, then closest in the
     fabric order. They go at the end of the order, which is where the job script takes its
     serving group (or spares) from.
     """
-    from slurmfm.plan.slurm_sim import block_geometry
-
     st = _static(topology)
     taken = set(trainer.nodes) | set(unavailable)
     free = [n for n in st.order if topology.nodes[n].free and n not in taken]
@@ -168,8 +168,6 @@ def with_tail(
     pick = _nearest(st, free, k, tail, trainer.nodes[-1])
     why: list[str] = []
     segment: int | None = None
-    plugin = topology_plugin or topology.kind
-    geometry = block_geometry(topology) if plugin == "block" else None
     if geometry is not None:
         blocks, sizes = geometry
         pick, segment = _block_taken(
