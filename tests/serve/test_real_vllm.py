@@ -161,20 +161,9 @@ def test_real_vllm_serves_a_completion_and_cleans_up(real_vllm: Built, tmp_path:
     port = free_port()
     path = tmp_path / "recipe.yaml"
     path.write_text(json.dumps(recipe(tmp_path, real_vllm, port)))  # JSON is YAML
-    sub = lab.run([*lab.slurmfm_argv(), "submit", str(path)], cwd=REPO_ROOT, timeout=120)
-    assert sub.returncode == 0, sub.stdout + sub.stderr
-    job_id = sub.stdout.split()[0]
     logs = tmp_path / "logs"
-    ep_file = logs / "endpoints" / f"{NAME}.json"
+    job_id, ep_file, log = submit_until_ready(lab, path, logs, timeout=600)
     try:
-        deadline = time.monotonic() + 600
-        while not ep_file.exists() and time.monotonic() < deadline:
-            rec = parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
-            if rec.get("JobState") not in {"PENDING", "RUNNING", "CONFIGURING"}:
-                break
-            time.sleep(1)
-        out = logs / f"{NAME}_{job_id}.out"
-        log = out.read_text() if out.exists() else ""
         assert ep_file.exists(), f"no endpoint file for job {job_id}:\n{log[-6000:]}"
         ep = json.loads(ep_file.read_text())
         url = f"http://127.0.0.1:{port}"
@@ -223,14 +212,16 @@ def test_real_vllm_serves_a_completion_and_cleans_up(real_vllm: Built, tmp_path:
     assert_servers_end(real_vllm.model)
 
 
-def submit_until_ready(lab: SlurmLab, path: Path, logs: Path) -> tuple[str, Path, str]:
+def submit_until_ready(
+    lab: SlurmLab, path: Path, logs: Path, timeout: float = 1300
+) -> tuple[str, Path, str]:
     """Submit ``path``; its job id, endpoint file and job log once the endpoint is written
-    (or the job ended)."""
+    (or the job ended, or ``timeout`` seconds passed)."""
     sub = lab.run([*lab.slurmfm_argv(), "submit", str(path)], cwd=REPO_ROOT, timeout=120)
     assert sub.returncode == 0, sub.stdout + sub.stderr
     job_id = sub.stdout.split()[0]
     ep_file = logs / "endpoints" / f"{NAME}.json"
-    deadline = time.monotonic() + 1300
+    deadline = time.monotonic() + timeout
     while not ep_file.exists() and time.monotonic() < deadline:
         rec = parse_scontrol_record(lab.run(["scontrol", "show", "job", "-o", job_id]).stdout)
         if rec.get("JobState") not in {"PENDING", "RUNNING", "CONFIGURING"}:
