@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import bench_big_jobs as bb
 
 from slurmfm.plan.cost import nvlink_domain
 from slurmfm.plan.planner import plan
+
+if TYPE_CHECKING:
+    from bench.referee.background import BackgroundJob
 
 
 def test_four_level_fabrics_keep_every_node_and_the_nvlink_domains() -> None:
@@ -122,28 +126,38 @@ def test_block_fill_places_jobs_as_slurm_topology_block_does() -> None:
                 free.difference_update(got)
 
 
+def _ep_fabric() -> tuple[bb.bp.Fabric, tuple[list[list[str]], list[int]]]:
+    """The 2,048-node 3-level GB200 fabric of the fill tests (seed 7, 60 % busy) and its base
+    blocks and BlockSizes."""
+    from slurmfm.plan.slurm_sim import block_geometry
+
+    fab = bb.make_group_fabric(bb.Group(7, 64, "3-level", "EP", 0.6, 2048, "24.11"))
+    geometry = block_geometry(fab.topology)
+    assert geometry is not None
+    return fab, geometry
+
+
+def _room16(geometry: tuple[list[list[str]], list[int]], jobs: list[BackgroundJob]) -> int:
+    """UltraServers (base blocks) with 16 free nodes left by ``jobs``: room for a 64-GPU
+    expert group."""
+    busy = {n for j in jobs for n in j.order}
+    return sum(sum(n not in busy for n in b) >= 16 for b in geometry[0])
+
+
 def test_block_fill_packs_other_jobs_by_ultraserver() -> None:
     """The GB200 fill places other jobs by ``topology/block``: each job of up to 16 nodes in
     one UltraServer, a 32-node job in two 16-node segments, the busy share as asked, and
     UltraServers with 16 free nodes (a 64-GPU expert group) left at 60 % busy."""
     from bench.referee import fill
-    from bench.referee.background import BackgroundJob
-    from slurmfm.plan.slurm_sim import block_geometry
 
-    fab = bb.make_group_fabric(bb.Group(7, 64, "3-level", "EP", 0.6, 2048, "24.11"))
+    fab, geometry = _ep_fabric()
     topo = fab.topology
-    geometry = block_geometry(topo)
-    assert geometry is not None
-
-    def room16(jobs: list[BackgroundJob]) -> int:
-        busy = {n for j in jobs for n in j.order}
-        return sum(sum(n not in busy for n in b) >= 16 for b in geometry[0])
 
     by_block = fill(topo, 0.6, seed=7, blocks=geometry)
     by_tree = fill(topo, 0.6, seed=7, rules="24.11", switch_order=fab.switch_order)
     for jobs in (by_block, by_tree):
         assert abs(sum(len(j.order) for j in jobs) / len(topo.nodes) - 0.6) < 0.02
-    assert room16(by_block) >= 10
+    assert _room16(geometry, by_block) >= 10
     # 2..16-node jobs stay in one UltraServer; 32-node jobs in two 16-node segments
     for j in by_block:
         doms = {topo.leaf_of[n] for n in j.order}
@@ -157,8 +171,6 @@ def test_whole_fill_sizes_other_jobs_in_nvidia_segment_classes() -> None:
     from collections import Counter
 
     from bench.referee import GB200_SEGMENT_MIX, PHILLY_NODE_MIX, fill
-    from bench.referee.background import BackgroundJob
-    from slurmfm.plan.slurm_sim import block_geometry
 
     assert bb.fill_for(4301) == "whole"
     assert bb.fill_for(4201) == bb.fill_for(4251) == "block"
@@ -168,14 +180,8 @@ def test_whole_fill_sizes_other_jobs_in_nvidia_segment_classes() -> None:
     assert sum(w for s, w in GB200_SEGMENT_MIX if s >= 16) >= 0.5
     assert dict(GB200_SEGMENT_MIX)[1] < dict(PHILLY_NODE_MIX)[1]
 
-    fab = bb.make_group_fabric(bb.Group(7, 64, "3-level", "EP", 0.6, 2048, "24.11"))
+    fab, geometry = _ep_fabric()
     topo = fab.topology
-    geometry = block_geometry(topo)
-    assert geometry is not None
-
-    def room16(jobs: list[BackgroundJob]) -> int:
-        busy = {n for j in jobs for n in j.order}
-        return sum(sum(n not in busy for n in b) >= 16 for b in geometry[0])
 
     whole = fill(topo, 0.6, seed=7, mix=GB200_SEGMENT_MIX, blocks=geometry)
     philly = fill(topo, 0.6, seed=7, blocks=geometry)
@@ -190,4 +196,4 @@ def test_whole_fill_sizes_other_jobs_in_nvidia_segment_classes() -> None:
             assert len(per_us) == 1
         else:  # one 16-node segment per UltraServer
             assert set(per_us.values()) == {16}
-    assert room16(whole) > room16(philly)
+    assert _room16(geometry, whole) > _room16(geometry, philly)
