@@ -20,15 +20,22 @@ vendor_digest() {
 }
 
 # apt_get install PKG...: apt-get with the dpkg lock waited for (other installs may hold it),
-# the package lists fetched once per run, and no prompts.
+# the package lists fetched once per run, and no prompts. An install keeps a systemd host from
+# starting the packages' services (Slurm's, Prometheus', sshd: the labs start their own) with
+# a policy-rc.d that refuses them, as slurm-lab and obs-stack do, unless one is there.
 APT_UPDATED=${APT_UPDATED:-0}
 apt_get() {
-  local opts=(-o DPkg::Lock::Timeout=600 -y -qq)
+  local opts=(-o DPkg::Lock::Timeout=600 -y -qq) policy=/usr/sbin/policy-rc.d made=0 rc=0
   if [[ $1 == install && $APT_UPDATED == 0 ]]; then
     apt-get "${opts[@]}" update >/dev/null
     APT_UPDATED=1
   fi
-  DEBIAN_FRONTEND=noninteractive apt-get "${opts[@]}" "$@" >/dev/null
+  if [[ $1 == install && ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get "${opts[@]}" "$@" >/dev/null || rc=$?
+  if ((made)); then rm -f "$policy"; fi
+  return "$rc"
 }
 
 # ensure_debs PKG...: install the Debian packages that are not installed yet.
@@ -98,8 +105,14 @@ ensure_venv() {
     PYTHONWARNINGS=ignore pip_install "$venv/bin/python" -e "$spec"
     printf '%s\n' "$want" >"$venv/.slurmfm-setup${extras:+-$extras}"
   fi
-  export VIRTUAL_ENV=$venv
-  export PATH="$venv/bin:$PATH"
+  venv_on_path "$venv"
+}
+
+# venv_on_path VENV: VENV's python and scripts first on PATH (after ensure_venv ran in a
+# subshell, as scripts/run-tests does beside its apt-get).
+venv_on_path() {
+  export VIRTUAL_ENV=$1
+  export PATH="$1/bin:$PATH"
   hash -r
 }
 
