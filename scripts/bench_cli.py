@@ -13,8 +13,9 @@ time swings with other load while CPU time stays close to what the command itsel
 Targets: ``slurmfm --help`` < 0.100 s, ``slurmfm render <recipe>`` < 0.150 s (median).
 ``render`` is measured three ways: ``--no-cache`` (a new or edited recipe: pydantic, ruamel and
 jinja2 are imported, the schema built and the recipe validated; the templates' compiled
-bytecode is on disk, as after any earlier render), with ``SLURMFM_NO_CACHE=1`` (the very first
-render: templates are compiled too) and with unchanged inputs, which ``slurmfm.cli.cache``
+bytecode and the built job runtime are on disk, as after any earlier render), with
+``SLURMFM_NO_CACHE=1`` (the very first render: templates are compiled and the runtime built
+too) and with unchanged inputs, which ``slurmfm.cli.cache``
 serves without importing pydantic or jinja2. The ``click+pydantic-model`` baseline is the floor
 of any click CLI that validates with pydantic (one one-field model); on these machines it alone
 is above the render target, so only the cached path can meet it.

@@ -102,7 +102,8 @@ def write_atomic(path: str, text: str, mode: int | None = None) -> None:
 
 
 def install_template_cache() -> None:
-    """Let the renderer keep compiled templates in the CLI's cache (slurmfm.cli.cache)."""
+    """Let the renderer keep compiled templates and built runtimes in the CLI's cache
+    (slurmfm.cli.cache)."""
     from slurmfm.cli.cache import install_template_cache as _install
 
     _install()

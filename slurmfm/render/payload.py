@@ -14,15 +14,15 @@ argv, and never a file on the shared file system.
 
 from __future__ import annotations
 
-import ast
 import base64
 import hashlib
 import io
-import tokenize
+import sys
 import zipfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 
 MARK = "# slurmfm-runtime"
 PACKAGE = "slurmfm_job"  # the package's name inside the zip (relative imports only)
@@ -66,6 +66,9 @@ def strip_source(source: str) -> str:
     a docstring stays a body), its other lines blank; a comment is cut from its line. A
     module that reads its own ``__doc__`` keeps its module docstring.
     """
+    import ast  # here: only a build of the runtime needs them
+    import tokenize
+
     lines = source.splitlines(keepends=True)
     cuts: dict[int, int] = {}  # 0-based line -> column where a comment starts
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -106,10 +109,19 @@ def strip_source(source: str) -> str:
     return "".join(out)
 
 
+def _job_sources() -> list[Path]:
+    return sorted((Path(__file__).resolve().parent.parent / "job").glob("*.py"))
+
+
+def _zip_names() -> list[str]:
+    return sorted(
+        ["__main__.py"] + [f"{PACKAGE}/{p.name}" for p in _job_sources() if p.name != "__main__.py"]
+    )
+
+
 def _zip_bytes() -> bytes:
-    src = Path(__file__).resolve().parent.parent / "job"
     entries = {"__main__.py": _MAIN.encode()}
-    for path in sorted(src.glob("*.py")):
+    for path in _job_sources():
         if path.name == "__main__.py":
             continue
         entries[f"{PACKAGE}/{path.name}"] = strip_source(path.read_text("utf-8")).encode()
@@ -123,9 +135,68 @@ def _zip_bytes() -> bytes:
     return buf.getvalue()
 
 
+class RuntimeStore(Protocol):
+    """Where built runtimes are kept between processes, by :func:`sources_key`."""
+
+    def load(self, key: str) -> bytes | None: ...
+
+    def save(self, key: str, data: bytes) -> None: ...
+
+
+_store: RuntimeStore | None = None
+
+
+def use_runtime_store(store: RuntimeStore | None) -> None:
+    """Keep built runtimes in ``store`` (the CLI's cache, slurmfm/cli/cache.py), or nowhere.
+
+    Why: stripping the runtime's ~40 modules (tokenize and ast over ~400 KB) and compressing
+    them is ~0.35 s of CPU, more than half of a cold ``slurmfm render`` or ``submit``; the
+    render cache helps only when the recipe and overrides are unchanged, while the runtime
+    changes only with slurmfm. The renderer itself writes no files: the CLI gives it a store,
+    as it gives jinja2 its bytecode cache; a library caller builds once per process.
+    """
+    global _store  # noqa: PLW0603 - one store per process, set by the CLI (as the jinja cache)
+    _store = store
+    runtime_file.cache_clear()
+
+
+def sources_key() -> str:
+    """What the zip is a function of: this module (the stripping and ``__main__``), the
+    runtime's sources, and the Python that strips them (its tokenizer changes between
+    versions). Reading and hashing them is ~1 ms."""
+    h = hashlib.sha256(b"%d.%d\0" % sys.version_info[:2])
+    for path in [Path(__file__).resolve(), *_job_sources()]:
+        data = path.read_bytes()
+        h.update(b"%s/%s\0%d\0" % (path.parent.name.encode(), path.name.encode(), len(data)))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _well_formed(data: bytes) -> bool:
+    """A stored zip holds exactly the runtime's entries, each with its CRC intact (a cut or
+    damaged file is built again, not shipped)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            return zf.namelist() == _zip_names() and zf.testzip() is None
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return False
+
+
+def _built() -> bytes:
+    store = _store
+    if store is None:
+        return _zip_bytes()
+    key = sources_key()
+    data = store.load(key)
+    if data is None or not _well_formed(data):
+        data = _zip_bytes()
+        store.save(key, data)
+    return data
+
+
 @lru_cache(maxsize=1)
 def runtime_file() -> RuntimeFile:
-    data = _zip_bytes()
+    data = _built()
     sha = hashlib.sha256(data).hexdigest()
     return RuntimeFile(f"{sha}.pyz", data, sha)
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +146,72 @@ def test_corrupt_compiled_templates_are_recompiled(tmp_path: Path) -> None:
     again = cli(tmp_path, "--no-cache", str(RECIPE))
     assert again.returncode == 0, again.stderr
     assert again.stdout == good.stdout
+
+
+def test_built_runtimes_are_kept_and_change_nothing(tmp_path: Path) -> None:
+    """The job runtime a cold render builds lands in <cache>/runtime (0700, 0600 files); the
+    next cold render takes it from there instead of stripping the sources again, and prints the
+    same script as a render with every cache off."""
+    fresh = cli(tmp_path, "--no-cache", str(RECIPE))
+    assert fresh.returncode == 0, fresh.stderr
+    store = tmp_path / "cache" / "runtime"
+    kept = list(store.glob("*.pyz"))
+    assert len(kept) == 1
+    assert store.stat().st_mode & 0o777 == 0o700
+    assert kept[0].stat().st_mode & 0o777 == 0o600
+    before = kept[0].stat()
+    again = cli(tmp_path, "--no-cache", str(RECIPE))
+    assert again.stdout == fresh.stdout
+    # loaded, not built again: a build would have replaced the file
+    after = kept[0].stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    off = tmp_path / "off"
+    without = cli(off, str(RECIPE), SLURMFM_NO_CACHE="1")
+    assert without.stdout == fresh.stdout
+    assert not (off / "cache").exists()
+
+
+def test_a_damaged_or_foreign_runtime_is_built_again(tmp_path: Path) -> None:
+    """A stored runtime that is cut, carries other entries, or is a link is not shipped: the
+    render builds the runtime afresh and stores that."""
+    import io
+    import zipfile
+
+    fresh = cli(tmp_path, "--no-cache", str(RECIPE))
+    (kept,) = (tmp_path / "cache" / "runtime").glob("*.pyz")
+    good = kept.read_bytes()
+    other = io.BytesIO()
+    with zipfile.ZipFile(other, "w") as zf:
+        zf.writestr("__main__.py", "print('not the runtime')\n")
+    decoy = tmp_path / "decoy.pyz"
+    decoy.write_bytes(other.getvalue())
+    for plant in ("cut", "foreign", "link"):
+        kept.unlink()
+        if plant == "cut":
+            kept.write_bytes(good[: len(good) // 2])
+        elif plant == "foreign":
+            kept.write_bytes(other.getvalue())
+        else:
+            kept.symlink_to(decoy)
+        if plant != "link":
+            kept.chmod(0o600)
+        again = cli(tmp_path, "--no-cache", str(RECIPE))
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == fresh.stdout, plant
+        assert not kept.is_symlink(), plant
+        assert kept.read_bytes() == good, plant
+
+
+def test_the_runtime_store_keeps_the_newest_few(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("SLURMFM_CACHE_DIR", str(tmp_path / "cache"))
+    store = render_cache.RuntimeStore()
+    for i in range(render_cache.RUNTIMES_KEPT + 3):
+        store.save(f"k{i}", b"PK%d" % i)
+        os.utime(tmp_path / "cache" / "runtime" / f"k{i}.pyz", ns=(i * 10**9, i * 10**9))
+    store.save("last", b"PK")
+    names = sorted(p.name for p in (tmp_path / "cache" / "runtime").glob("*.pyz"))
+    assert len(names) == render_cache.RUNTIMES_KEPT
+    assert "last.pyz" in names
+    assert "k0.pyz" not in names
+    assert store.load("last") == b"PK"
+    assert store.load("k0") is None
