@@ -232,6 +232,29 @@ def test_version_matches_lab(slurm_lab: SlurmLab) -> None:
 
 
 @pytest.mark.slurm
+def test_the_runs_labs_schedule_as_often_as_it_asks(slurm_lab: SlurmLab) -> None:
+    """run-tests asks for a scheduling pass every second (SLURMFM_LAB_SCHED_INTERVAL): the
+    lab's running slurmctld says so; without the variable Slurm's default stays."""
+    params = slurm_lab.run(["scontrol", "show", "config"]).stdout
+    line = next(x for x in params.splitlines() if x.startswith("SchedulerParameters"))
+    want = os.environ.get("SLURMFM_LAB_SCHED_INTERVAL", "")
+    assert ("sched_interval=" + want in line) if want else ("sched_interval" not in line), line
+
+
+@pytest.mark.parametrize("value", ["0", "x", "1.5", "-3"])
+def test_a_bad_scheduling_interval_is_refused(value: str) -> None:
+    proc = subprocess.run(
+        [str(LAB_SCRIPT), "list-debs"],
+        env={**os.environ, "SLURMFM_LAB_SCHED_INTERVAL": value},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "SLURMFM_LAB_SCHED_INTERVAL must be a whole number of seconds" in proc.stderr
+
+
+@pytest.mark.slurm
 def test_all_nodes_idle(slurm_lab: SlurmLab) -> None:
     check_all_nodes_idle(slurm_lab)
 
