@@ -235,51 +235,52 @@ NOT_REQUESTED = (
 # is left to start last on a worker that is already busy (longest processing time first).
 # A group not listed counts as short.
 GROUP_SECONDS = {
-    # From a CI simulation (2026-12-07 evening, fresh machine, 5 workers, --durations=0), in
-    # test-seconds; the comments say what takes them.
-    "shared-trixie": 365,
-    "resil": 305,  # a time-limit save cycle ~120 s, a node death ~130 s (real torch)
-    "shared-host": 300,
+    # Test-seconds per group (--durations=0), the mean of four CI simulations on one fresh
+    # machine (2026-12-07, night: 5 and 6 workers); the comments say what takes them.
+    "shared-trixie": 305,
+    # torch faults: an ImportError, retries in the job (2), a hang ~80 s, a spare swap ~45 s
+    "evidence": 285,
     # torch faults: a failed pre-timeout save ~60 s, Megatron's early exit, a killed runtime;
     # the time limit without the pre-timeout signal ~130 s (stand-in training, a real limit)
-    "evidence2": 295,
+    "evidence2": 275,
+    "host-b": 275,  # host-only: the README example, owner requeue, reasons, shared FSx
+    # real vLLM data-parallel replicas, one per node, on a lab of their own (issue 44)
+    "vllm-dp-host": 270,
+    "resil": 265,  # a time-limit save cycle ~110 s, a node death ~100 s (real torch)
+    "shared-host": 235,
+    "shared-sid": 210,
     # restart cap ~30 s, slurmctld away ~50 s, late save ~120 s, the gate in the launch ~25 s
-    "resil2": 240,
-    "shared-sid": 240,
-    "host-b": 215,  # host-only: the README example, owner requeue, reasons, shared FSx
-    # launcher ray's cluster (~45 s) and its killed worker node (~150 s)
-    "ray-host": 190,
+    "resil2": 200,
+    # launcher ray's cluster (~45 s) and its killed worker node (~110-150 s)
+    "ray-host": 180,
     # real vLLM, tensor parallel 2 across the lab's two nodes (no Ray): waits for its install
-    # if need be, ~100-160 s to healthy and through its checks under load (issue 44)
-    "vllm-host": 160,
-    # torch faults: an ImportError, retries in the job (2), a hang ~80 s, a spare swap ~45 s
-    "evidence": 135,
-    # real vLLM data-parallel replicas, one per node, on a lab of their own: ~130 s in the
-    # suite, 222-247 s alone at load 6-11 (issue 44, 2026-12-07)
-    "vllm-dp-host": 135,
+    # if need be, ~100-200 s to healthy and through its checks under load (issue 44)
+    "vllm-host": 175,
     # real Pyxis: 2 modes x (a 3-node rank check, a Megatron save cycle), the env, NeMo
-    "pyxis-host": 130,
-    "host-c": 125,  # the 22.05 dependency, pipeline and array tests (pytest.mark.host_c)
-    "simblock-trixie": 65,  # select_block vs 24.11: 4 fabrics, ~80 picks, lab up and down
-    "sim-host": 65,
-    "down-trixie": 65,
-    "pyxis-sid": 65,
-    "pyxis-trixie": 55,
+    "pyxis-host": 120,
+    "host-c": 115,  # the 22.05 dependency, pipeline and array tests (pytest.mark.host_c)
+    "sim-host": 110,
+    "pyxis-trixie": 90,
+    "simblock-trixie": 80,  # select_block vs 24.11: 4 fabrics, ~80 picks, lab up and down
+    "simblock-sid": 79,  # select_block vs 26.05
+    "pyxis-sid": 68,
+    "sim72-host": 64,
     # 36 nodes up; the 26.05 rank order under tree and block, with and without TopologyParam
-    "newer-sid": 40,
+    "newer-sid": 54,
     # + test_gb200_nodelist_across_ultraservers: ~30 s on sid (an 8-node job runs), ~18 s on
     # trixie (submissions only), measured alone on 2026-12-07
-    "plan-sid": 40,
-    "plan-trixie": 40,
-    "topo-host": 35,
-    "simblock-sid": 35,  # select_block vs 26.05
-    "topo-sid": 35,
-    "sim72-host": 30,
-    "nudge-host": 20,
-    "topo-trixie": 20,
+    "plan-sid": 47,
+    "nudge-host": 45,
+    "plan-trixie": 44,
+    "topo-host": 36,
+    "down-trixie": 35,
+    "topo-sid": 31,
+    "metrics-sid": 21,
+    "topo-trixie": 18,
+    "yaml-sid": 17,
     # SGLang prefill/decode behind the real router (issue 44): lab up 6 s and the job 26 s on
     # a quiet machine, 33 s and 42 s on a loaded one (2026-12-07)
-    "pd-host": 15,
+    "pd-host": 13,
 }
 
 
