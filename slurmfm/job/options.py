@@ -60,6 +60,14 @@ def _switch(text: str) -> bool:
     return int(text) != 0
 
 
+def _dashes(value: Any) -> Any:
+    """An option's text that is exactly ``--``: argparse (Python 3.11, checked) takes
+    ``--name=--`` and hands back ``[]`` instead, as it drops every ``--`` from an option's
+    arguments; :meth:`Options.words` writes such a value that way and
+    :meth:`Options.from_words` reads it, so the two readers agree."""
+    return "--" if isinstance(value, list) and not value else value
+
+
 def flag(name: str) -> str:
     """The option of field ``name``: ``max_restarts`` -> ``--max-restarts``."""
     return "--" + name.replace("_", "-")
@@ -111,7 +119,10 @@ class Options:
         values: dict[str, Any] = {}
         for name, d in cls.defaults().items():
             v = getattr(ns, name)
-            values[name] = tuple(v or ()) if isinstance(d, tuple) else v
+            if isinstance(d, tuple):
+                values[name] = tuple(_dashes(x) for x in v or ())
+            else:
+                values[name] = _dashes(v) if isinstance(d, str) else v
         return cls(**values)
 
     @classmethod

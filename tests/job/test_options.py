@@ -70,6 +70,16 @@ def test_the_words_of_any_value_read_back_as_that_value(cls: type[Options], data
     assert cls.from_words([*x.to_argv(always=cls.defaults()), "--"]) == (x, [])
 
 
+def test_a_value_that_is_exactly_two_dashes_reads_back() -> None:
+    """``--``, which argparse drops from an option's arguments (Python 3.11: ``--x=--`` gave
+    ``[]``), in a list and in a text field, through both readers (found by the property test
+    above)."""
+    x = BatchOptions(component_unset=("--", "0:A"), fabric_args="--")
+    assert {"--fabric-args=--", "--component-unset=--"} <= set(x.to_argv())
+    assert BatchOptions.from_argv(x.to_argv()) == x
+    assert BatchOptions.from_words([*x.to_argv(), "--", "srun"]) == (x, ["srun"])
+
+
 def test_a_value_with_nothing_changed_has_no_words() -> None:
     for cls in CLASSES:
         assert cls().to_argv() == [w for name in sorted(cls.REQUIRED) for w in (f"--{name}", "")]
