@@ -637,3 +637,21 @@ def test_interpreter_files_follow_each_symlink_to_the_binary(tmp_path: Path) -> 
         real / "usr/bin/python3.11",
     ]
     assert interpreter_files(usr_bin / "python3.11") == [real / "usr/bin/python3.11"]
+
+
+def test_the_observability_packages_are_listed_only_when_missing(tmp_path: Path) -> None:
+    """run-tests installs what `obs-stack list-debs` prints in its one apt-get: the two Debian
+    packages when either program is missing, nothing when both are there."""
+    script = LAB_SCRIPT.parent / "obs-stack"
+
+    def listed(prometheus: str, exporter: str) -> str:
+        env = {**os.environ, "SLURMFM_PROMETHEUS": prometheus, "SLURMFM_NODE_EXPORTER": exporter}
+        proc = subprocess.run(
+            [str(script), "list-debs"], env=env, capture_output=True, text=True, check=True
+        )
+        return proc.stdout.strip()
+
+    gone = str(tmp_path / "gone")
+    assert listed(gone, "/bin/true") == "prometheus prometheus-node-exporter"
+    assert listed("/bin/true", gone) == "prometheus prometheus-node-exporter"
+    assert listed("/bin/true", "/bin/true") == ""
