@@ -149,12 +149,13 @@ def put(k: str, text: str, warnings: tuple[str, ...]) -> None:
         return
 
 
-def _prune(d: Path) -> None:
-    files = [e for e in os.scandir(d) if e.name.endswith(".json")]
-    if len(files) <= MAX_ENTRIES:
+def _prune(d: Path, suffix: str = ".json", keep: int = MAX_ENTRIES) -> None:
+    """Remove all but the newest ``keep`` files of ``d`` named ``*suffix``."""
+    files = [e for e in os.scandir(d) if e.name.endswith(suffix)]
+    if len(files) <= keep:
         return
     files.sort(key=lambda e: e.stat().st_mtime_ns)
-    for e in files[: len(files) - MAX_ENTRIES]:
+    for e in files[: len(files) - keep]:
         with contextlib.suppress(OSError):
             os.unlink(e.path)
 
@@ -227,13 +228,7 @@ class RuntimeStore:
         try:
             d = self._dir()
             fsafe.replace(str(d / f"{key}.pyz"), data, mode=0o600)
-            kept = sorted(
-                (e for e in os.scandir(d) if e.name.endswith(".pyz")),
-                key=lambda e: e.stat().st_mtime_ns,
-            )
-            for e in kept[:-RUNTIMES_KEPT]:
-                with contextlib.suppress(OSError):
-                    os.unlink(e.path)
+            _prune(d, ".pyz", RUNTIMES_KEPT)
         except OSError:
             return
 

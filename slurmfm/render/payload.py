@@ -110,20 +110,18 @@ def strip_source(source: str) -> str:
 
 
 def _job_sources() -> list[Path]:
-    return sorted((Path(__file__).resolve().parent.parent / "job").glob("*.py"))
+    """The runtime's modules that go into the zip (its ``__main__`` is :data:`_MAIN`)."""
+    job = Path(__file__).resolve().parent.parent / "job"
+    return sorted(p for p in job.glob("*.py") if p.name != "__main__.py")
 
 
 def _zip_names() -> list[str]:
-    return sorted(
-        ["__main__.py"] + [f"{PACKAGE}/{p.name}" for p in _job_sources() if p.name != "__main__.py"]
-    )
+    return sorted(["__main__.py"] + [f"{PACKAGE}/{p.name}" for p in _job_sources()])
 
 
 def _zip_bytes() -> bytes:
     entries = {"__main__.py": _MAIN.encode()}
     for path in _job_sources():
-        if path.name == "__main__.py":
-            continue
         entries[f"{PACKAGE}/{path.name}"] = strip_source(path.read_text("utf-8")).encode()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
