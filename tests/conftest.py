@@ -236,18 +236,40 @@ def _put_in_group(item: pytest.Item, group: str) -> None:
         item._id = type(node_id).parse(f"{item.nodeid}@{group}")
 
 
+def _write_real_files(files: set[str]) -> None:
+    """Write the files that hold real-tier tests to $SLURMFM_REAL_FILES_OUT, one per line.
+
+    Why: scripts/run-tests has the unit tier (which collects every test anyway) name them, and
+    its real tier then collects only those: each of the real tier's xdist workers collected
+    the whole suite, ~11 CPU-s, where these files take ~4 (2026-12-07), at the real tier's
+    start, when six workers and the labs want the two cores at once. Written whole or not at
+    all (both unit workers write the same list).
+    """
+    out = os.environ.get("SLURMFM_REAL_FILES_OUT")
+    if not out:
+        return
+    tmp = f"{out}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(f"{name}\n" for name in sorted(files))
+    os.replace(tmp, out)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads xdist_group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     loadgroup = bool(getattr(config.option, "loadgroup", False))  # set on xdist workers only
     groups: dict[int, str | None] = {}
+    real_files: set[str] = set()
     for item in items:
         tier, group = tier_and_group(item)
         groups[id(item)] = group
+        if tier == "real":
+            real_files.add(str(item.path))
         item.add_marker(getattr(pytest.mark, tier))
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
             if loadgroup:
                 _put_in_group(item, group)
+    _write_real_files(real_files)
     if loadgroup:  # stable: tests keep their order within a group, but last_in_group's last
         items.sort(
             key=lambda it: (

@@ -6,16 +6,18 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from lab import GROUP_SECONDS, REPO_ROOT
 
 
-def pytest_run(*args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("SLURMFM_LAB_ROOT", "SLURMFM_LAB")}
+def pytest_run(*args: str, **more_env: str) -> str:
+    drop = ("SLURMFM_LAB_ROOT", "SLURMFM_LAB", "SLURMFM_REAL_FILES_OUT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
         cwd=REPO_ROOT,
-        env={**env, "SLURMFM_REQUIRE_SLURM": "0"},
+        env={**env, "SLURMFM_REQUIRE_SLURM": "0", **more_env},
         capture_output=True,
         text=True,
         check=False,
@@ -45,6 +47,18 @@ def test_tiers_come_from_the_fixtures() -> None:
     assert not real & script
     assert not real & unit
     assert not script & unit
+
+
+def test_the_unit_tier_names_the_files_the_real_tier_collects(tmp_path: Path) -> None:
+    """scripts/run-tests' real tier collects only the files the unit tier named: every file
+    with a real test, none without, whatever -m deselects."""
+    paths = ("tests/test_slurm_lab.py", "tests/render/test_script_props.py", "tests/test_tiers.py")
+    out = tmp_path / "real-files"
+    pytest_run("--collect-only", "-q", "-m", "not real", *paths, SLURMFM_REAL_FILES_OUT=str(out))
+    named = out.read_text(encoding="utf-8").splitlines()
+    assert named == [str(REPO_ROOT / "tests" / "test_slurm_lab.py")]
+    assert not list(tmp_path.glob("*.tmp"))
+    assert collected("real", *named) == collected("real", *paths)
 
 
 def test_one_lab_never_runs_on_two_workers() -> None:
