@@ -86,7 +86,7 @@ ensure_venv() {
   # them; the base install is also satisfied by the test install (a superset).
   local want stamp ok="" stamps=("$venv/.slurmfm-setup${extras:+-$extras}")
   [[ -n $extras ]] || stamps+=("$venv/.slurmfm-setup-test")
-  want="extras=$extras torch=${SLURMFM_TORCH_VERSION:-2.13.0} $(sha256sum pyproject.toml | cut -d' ' -f1) $("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo none)"
+  want="extras=$extras editable=compat torch=${SLURMFM_TORCH_VERSION:-2.13.0} $(sha256sum pyproject.toml | cut -d' ' -f1) $("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo none)"
   for stamp in "${stamps[@]}"; do
     local have=""
     [[ -f $stamp && ! -L $stamp ]] && have=$(<"$stamp")
@@ -101,8 +101,13 @@ ensure_venv() {
     # PyPI's CUDA build (several GB) when no torch is installed yet.
     ensure_cpu_torch "$venv/bin/python"
     # setuptools warns that an editable install lets same-named folders shadow the package
-    # (BuildBackendWarning, ~10 lines): noise before every quickstart's output, nothing to act on
-    PYTHONWARNINGS=ignore pip_install "$venv/bin/python" -e "$spec"
+    # (BuildBackendWarning, ~10 lines): noise before every quickstart's output, nothing to act on.
+    # Compat mode: the checkout's directory in a plain .pth line. setuptools' default editable
+    # mode installs an import finder that `site` imports at every start of the venv's Python
+    # (pathlib, re, urllib, ...): 113 ms for `python -c pass` against 23 ms, paid by every
+    # stand-in, CLI call and test process of a run (thousands), and by the lab jobs' Python
+    # (https://setuptools.pypa.io/en/latest/userguide/development_mode.html, "Legacy behavior").
+    PYTHONWARNINGS=ignore pip_install "$venv/bin/python" -e "$spec" --config-settings editable_mode=compat
     printf '%s\n' "$want" >"$venv/.slurmfm-setup${extras:+-$extras}"
   fi
   venv_on_path "$venv"
