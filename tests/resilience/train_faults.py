@@ -43,6 +43,7 @@ if KIND == "import" and os.environ.get("SLURMFM_NODE_RANK") == REST:
     print(json.dumps({"event": "fault", "node": os.environ.get("SLURMD_NODENAME")}), flush=True)
     import slurmfm_test_no_such_module  # type: ignore[import-not-found]  # noqa: F401
 
+import torch  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from slurmfm import checkpoint as ck  # noqa: E402
@@ -109,23 +110,37 @@ if KIND == "hang":
     dist.all_reduce = stuck  # type: ignore[assignment]
 
 if KIND == "save":
+    import torch.distributed as dist
+
     save = ck.save
     requests: list[ck.SaveRequest] = []
     request = ck.SaveRequest
+    agreed = [False]  # the ranks' all-reduce of the stop flag came back set
+    reduce = dist.all_reduce
 
     def tracked(*a: object, **kw: object) -> ck.SaveRequest:
         r = request(*a, **kw)  # type: ignore[arg-type]
         requests.append(r)
         return r
 
+    def flag_seen(tensor: torch.Tensor, *a: object, **kw: object) -> object:
+        out = reduce(tensor, *a, **kw)  # type: ignore[arg-type]
+        if tensor.numel() == 1 and float(tensor.item()) > 0:
+            agreed[0] = True
+        return out
+
     def failing(*a: object, **kw: object) -> object:
-        if any(r.requested for r in requests):
+        # Only rank 0 saves, and the USR2 may have reached another rank first: the stop then
+        # comes to rank 0 through train_tiny's all-reduce of the flag, not its own SaveRequest
+        # (a CI simulation's save went through so, 2026-12-07).
+        if agreed[0] or any(r.requested for r in requests):
             print(json.dumps({"event": "fault", "save": "read-only"}), flush=True)
             raise OSError(30, "Read-only file system")
         return save(*a, **kw)  # type: ignore[arg-type]
 
     ck.SaveRequest = tracked  # type: ignore[assignment,misc]
     ck.save = failing  # type: ignore[assignment]
+    dist.all_reduce = flag_seen  # type: ignore[assignment]
 
 
 @record
