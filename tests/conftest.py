@@ -240,8 +240,7 @@ def _write_real_files(files: set[str]) -> None:
     """Write the files that hold real-tier tests to $SLURMFM_REAL_FILES_OUT, one per line.
 
     Why: scripts/run-tests has the unit tier (which collects every test anyway) name them, and
-    its real tier then collects only those: each of the real tier's xdist workers collected
-    the whole suite, ~11 CPU-s, where these files take ~4 (2026-12-07), at the real tier's
+    its real tier then collects only those (:func:`pytest_ignore_collect`), at the real tier's
     start, when six workers and the labs want the two cores at once. Written whole or not at
     all (both unit workers write the same list).
     """
@@ -252,6 +251,21 @@ def _write_real_files(files: set[str]) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         f.writelines(f"{name}\n" for name in sorted(files))
     os.replace(tmp, out)
+
+
+_REAL_FILES: list[frozenset[str]] = []
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With $SLURMFM_REAL_FILES (the unit tier's list, :func:`_write_real_files`), a test
+    file that holds no real-tier test is not imported: scripts/run-tests' real tier selects
+    ``-m real``, so such a file would only be collected to be deselected."""
+    listed = os.environ.get("SLURMFM_REAL_FILES")
+    if not listed or collection_path.suffix != ".py" or not collection_path.is_file():
+        return None
+    if not _REAL_FILES:
+        _REAL_FILES.append(frozenset(Path(listed).read_text(encoding="utf-8").splitlines()))
+    return None if str(collection_path) in _REAL_FILES[0] else True
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads xdist_group

@@ -12,7 +12,7 @@ from lab import GROUP_SECONDS, REPO_ROOT
 
 
 def pytest_run(*args: str, **more_env: str) -> str:
-    drop = ("SLURMFM_LAB_ROOT", "SLURMFM_LAB", "SLURMFM_REAL_FILES_OUT")
+    drop = ("SLURMFM_LAB_ROOT", "SLURMFM_LAB", "SLURMFM_REAL_FILES_OUT", "SLURMFM_REAL_FILES")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
@@ -58,7 +58,15 @@ def test_the_unit_tier_names_the_files_the_real_tier_collects(tmp_path: Path) ->
     named = out.read_text(encoding="utf-8").splitlines()
     assert named == [str(REPO_ROOT / "tests" / "test_slurm_lab.py")]
     assert not list(tmp_path.glob("*.tmp"))
-    assert collected("real", *named) == collected("real", *paths)
+    # the real tier, given the list (and, as scripts/run-tests, no file named): no other file
+    # is even imported, and nothing of the real tier is lost
+    listed = pytest_run("--collect-only", "-q", "tests", SLURMFM_REAL_FILES=str(out))
+    files = {line.split("::")[0] for line in listed.splitlines() if "::" in line}
+    assert files == {"tests/test_slurm_lab.py"}, listed[-2000:]
+    real = pytest_run("--collect-only", "-q", "-m", "real", "tests", SLURMFM_REAL_FILES=str(out))
+    assert {line.split("[")[0] for line in real.splitlines() if "::" in line} == collected(
+        "real", *paths
+    )
 
 
 def test_one_lab_never_runs_on_two_workers() -> None:
