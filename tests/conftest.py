@@ -16,6 +16,7 @@ right tier by what it does (``scripts/run-tests`` runs them in this order):
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -253,7 +254,9 @@ def _write_real_files(files: set[str]) -> None:
     os.replace(tmp, out)
 
 
-_REAL_FILES: list[frozenset[str]] = []
+@functools.cache
+def _real_files(listed: str) -> frozenset[str]:
+    return frozenset(Path(listed).read_text(encoding="utf-8").splitlines())
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -263,9 +266,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     listed = os.environ.get("SLURMFM_REAL_FILES")
     if not listed or collection_path.suffix != ".py" or not collection_path.is_file():
         return None
-    if not _REAL_FILES:
-        _REAL_FILES.append(frozenset(Path(listed).read_text(encoding="utf-8").splitlines()))
-    return None if str(collection_path) in _REAL_FILES[0] else True
+    return None if str(collection_path) in _real_files(listed) else True
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads xdist_group
