@@ -104,8 +104,10 @@ ensure_venv() {
     # (BuildBackendWarning, ~10 lines): noise before every quickstart's output, nothing to act on.
     # Compat mode: the checkout's directory in a plain .pth line. setuptools' default editable
     # mode installs an import finder that `site` imports at every start of the venv's Python
-    # (pathlib, re, urllib, ...): 113 ms for `python -c pass` against 23 ms, paid by every
-    # stand-in, CLI call and test process of a run (thousands), and by the lab jobs' Python
+    # (pathlib, re, urllib, ...): 113 ms for `python -c pass` against 23 ms here, paid by every
+    # process that starts the venv's Python without -S (CLI calls, stand-ins, pytest workers;
+    # the job runtime runs with -S). A whole test run did not show it above the machine's
+    # drift (docs/testing.md, 2026-12-07, late)
     # (https://setuptools.pypa.io/en/latest/userguide/development_mode.html, "Legacy behavior").
     PYTHONWARNINGS=ignore pip_install "$venv/bin/python" -e "$spec" --config-settings editable_mode=compat
     printf '%s\n' "$want" >"$venv/.slurmfm-setup${extras:+-$extras}"

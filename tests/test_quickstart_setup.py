@@ -67,8 +67,9 @@ def test_a_second_setup_installs_nothing(tmp_path: Path) -> None:
 def test_the_checkout_is_installed_without_an_import_finder(tmp_path: Path) -> None:
     """setuptools' default editable install puts an import finder in a .pth file, which
     ``site`` imports at every start of the venv's Python (pathlib, re, urllib and more): 113 ms
-    of CPU for ``python -c pass`` against 23 ms here, in every stand-in, CLI call and job
-    process of a test run. Compat mode is a plain path line."""
+    of CPU for ``python -c pass`` against 23 ms here, in every process that starts the venv's
+    Python without -S (CLI calls, stand-ins, pytest workers). Compat mode is a plain path
+    line."""
     venv, log = fake_venv(tmp_path)
     ensure_venv(venv, "")
     installs = [c for c in pip_calls(log) if " -e ." in c]
