@@ -65,13 +65,6 @@ def _signals_as_they_were() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-# Every submission is recorded in the user's history (slurmfm.history); a test run records
-# into a directory of its own, not the home directory of whoever runs the suite.
-os.environ.setdefault(
-    "SLURMFM_HISTORY",
-    os.path.join(tempfile.gettempdir(), f"slurmfm-test-history-{os.getuid()}", "history.jsonl"),
-)
-
 # Fixtures that hand a test one of the run's shared labs; the group is the suite.
 SHARED_LAB_FIXTURES = frozenset({"slurm_lab", "slurm_lab_suite", "each_lab", "every_lab"})
 # Fixtures that build a stand-in cluster (fake srun/scontrol/torchrun on PATH) for the job.
@@ -131,6 +124,7 @@ def tier_and_group(item: pytest.Item) -> tuple[str, str | None]:
 
 
 _CACHE_KEY = pytest.StashKey[str]()
+_HISTORY_KEY = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -165,6 +159,14 @@ def pytest_configure(config: pytest.Config) -> None:
     cache = tempfile.mkdtemp(prefix="slurmfm-test-cache-")
     config.stash[_CACHE_KEY] = cache
     os.environ["SLURMFM_CACHE_DIR"] = cache
+    # Every submission is recorded in the user's history (slurmfm.history). Each run (and
+    # each xdist worker) records into a history of its own, not the home directory of whoever
+    # runs the suite, and not one kept from run to run: the labs number their jobs the same
+    # way in every run and the tests' directories have the same names, so an earlier run's
+    # submissions looked like this run's (a ledger read one job's state file twice).
+    history = tempfile.mkdtemp(prefix="slurmfm-test-history-")
+    config.stash[_HISTORY_KEY] = history
+    os.environ["SLURMFM_HISTORY"] = os.path.join(history, "history.jsonl")
 
 
 _TRACKED_KEY = pytest.StashKey[dict[str, int]]()
@@ -219,9 +221,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    cache = config.stash.get(_CACHE_KEY, None)
-    if cache is not None:
-        shutil.rmtree(cache, ignore_errors=True)
+    for key in (_CACHE_KEY, _HISTORY_KEY):
+        made = config.stash.get(key, None)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 def _put_in_group(item: pytest.Item, group: str) -> None:

@@ -61,8 +61,12 @@ RENDEZVOUS_PORTS_START = 20000
 
 def router_ports() -> int:
     """A free port on 127.0.0.1 whose next two are free too (an SGLang prefill/decode job's
-    router takes it and its servers the next two), from 12000-23999: below the ephemeral
-    range and SGLang's dist ports (26000-31999, with SGLang's band above them)."""
+    router takes it and its servers the next two), from :data:`APP_PORTS`.
+
+    Why there: below every lab port, the jobs' rendezvous ports and SGLang's dist ports
+    (26000-31999). It once drew from 12000-23999, where the labs of a run at offset -3000
+    listen: a prefill/decode job held 14713 when the 32-node ``sim-host`` lab came up on
+    14701-14732, and every test of that lab failed (CI, stop 50)."""
     import random
     import socket
 
@@ -75,7 +79,7 @@ def router_ports() -> int:
         return True
 
     for _ in range(200):
-        port = random.randrange(12000, 24000)
+        port = random.randrange(APP_PORTS.start, APP_PORTS.stop - 2)
         if all(free(port + i) for i in (0, 1, 2)):
             return port
     raise AssertionError("no three free ports in a row")

@@ -37,6 +37,7 @@ from lab import (
     OwnLab,
     SlurmLab,
     SuiteLabFactory,
+    free_port,
     interpreter_files,
     lab_requested,
     listening_ports,
@@ -45,6 +46,7 @@ from lab import (
     pick_offset,
     port_offset,
     register_own_labs,
+    router_ports,
     run_ports,
     select_binds,
     slurm_required,
@@ -483,6 +485,17 @@ def quickstart_lab_ports(offset: int) -> set[int]:
         for ctld, slurmd in SHARED_LAB_PORTS.values()
         for p in [ctld, *range(slurmd, slurmd + MAX_NODES)]
     }
+
+
+def test_the_ports_tests_give_servers_are_below_every_lab() -> None:
+    """The serving tests' ports (free_port, and router_ports for a prefill/decode job's router
+    and its two servers) come from APP_PORTS, which every lab port lies above at every offset
+    (the test above). router_ports once drew from 12000-23999: a job held a port of the
+    32-node sim-host lab when that lab came up, and all its tests failed."""
+    for _ in range(50):
+        port = router_ports()
+        assert {port, port + 1, port + 2} <= set(APP_PORTS), port
+    assert free_port() in APP_PORTS
 
 
 def test_a_run_and_a_quickstart_lab_never_share_a_port() -> None:

@@ -68,21 +68,28 @@ def run_jobs(job_id: str, history: list[Any], log_dir: str | None = None) -> lis
     A job id names a job only within one cluster's current numbering: a cluster rebuilt (or
     another cluster, or a lab brought up afresh) numbers from the start again, so the history
     can hold older submissions with the same id. The job's own is the newest one with that id
-    (in ``log_dir`` where given): an older one made a ledger span another run's half hour."""
+    (in ``log_dir`` where given): an older one made a ledger span another run's half hour.
+    Within the lineage, too, each id is taken once (its newest submission): a job's state file
+    is named by its id in the log directory, so an older submission of the same id, in the same
+    directories (the run started again there on a cluster that numbers afresh), would read the
+    same file again and count its attempts and failures twice."""
     same_id = [s for s in history if s.job_id == job_id]
     if log_dir is not None and any(s.log_dir == log_dir for s in same_id):
         same_id = [s for s in same_id if s.log_dir == log_dir]
     mine = max(same_id, key=lambda s: s.submitted_at, default=None)
     if mine is None or not mine.run_id:
         return [mine] if mine is not None else []
-    same = [
-        s
-        for s in history
-        if (s.run_id, s.log_dir, s.checkpoint_dir)
-        == (mine.run_id, mine.log_dir, mine.checkpoint_dir)
-        and s.submitted_at <= mine.submitted_at
-    ]
-    return sorted(same, key=lambda s: (s.submitted_at, s.job_id))
+    lineage = (mine.run_id, mine.log_dir, mine.checkpoint_dir)
+    newest: dict[str, Any] = {}  # job id -> its newest submission (a later one replaces it)
+    for s in sorted(history, key=lambda s: s.submitted_at):
+        if (
+            s.run_id,
+            s.log_dir,
+            s.checkpoint_dir,
+        ) == lineage and s.submitted_at <= mine.submitted_at:
+            newest[s.job_id] = s
+    newest[job_id] = mine
+    return sorted(newest.values(), key=lambda s: (s.submitted_at, s.job_id))
 
 
 def build(

@@ -463,6 +463,26 @@ def test_a_job_id_numbered_again_is_the_newest_submission_with_it() -> None:
     assert og.run_jobs("7", history)[-1] is other_dir  # no log dir: the newest of them all
 
 
+def test_a_job_id_submitted_again_in_the_same_directories_is_taken_once() -> None:
+    """The same run started again in the same log and checkpoint directories on a cluster that
+    numbers afresh: its job ids repeat in one lineage. Each job's state file is named by its id,
+    so taking both submissions of one id read one file twice (seen in CI: a run with one
+    failure reported two, because a test's earlier run had used the same directories and ids)."""
+    from slurmfm.history import Submission
+
+    def sub(job: str, at: str) -> Submission:
+        return Submission(job, "n", "r", submitted_at=at, log_dir="/l", checkpoint_dir="/c")
+
+    first_6, first_7 = sub("6", "2026-01-01T00:00:00Z"), sub("7", "2026-01-01T00:01:00Z")
+    again_6, again_7 = sub("6", "2026-01-02T00:00:00Z"), sub("7", "2026-01-02T00:01:00Z")
+    history = [first_6, first_7, again_6, again_7]
+    assert og.run_jobs("7", history, "/l") == [again_6, again_7]
+    # the first 7 came before the second 6: still of its lineage, but only once per id
+    assert og.run_jobs("6", history, "/l") == [first_7, again_6]
+    # the run up to the first 7: the later 6 is not part of it
+    assert og.run_jobs("7", [first_6, first_7, again_6], "/l") == [first_6, first_7]
+
+
 # ------------------------------------------------------------- slurmfm validate
 
 MEGATRON = Path(__file__).resolve().parents[2] / "recipes" / "llama3-70b-p5en-megatron.yaml"
