@@ -11,6 +11,7 @@ import itertools
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 import time
@@ -254,6 +255,60 @@ def test_a_bad_scheduling_interval_is_refused(value: str) -> None:
     )
     assert proc.returncode != 0
     assert "SLURMFM_LAB_SCHED_INTERVAL must be a whole number of seconds" in proc.stderr
+
+
+def _lab_root_cmd(root: Path, command: str = "root") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", 'umask 0; exec "$0" "$1"', str(LAB_SCRIPT), command],
+        env={**os.environ, "SLURMFM_LAB_ROOT": str(root)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_the_lab_root_is_made_private_under_any_umask(tmp_path: Path) -> None:
+    """The lab root (by default in /var/tmp) is made 0755 even under umask 0: the labs run as
+    root and users source its env.sh, so no one else may add to it."""
+    root = tmp_path / "labs"
+    proc = _lab_root_cmd(root)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE(root.stat().st_mode) == 0o755
+    assert _lab_root_cmd(root).returncode == 0  # an existing root of root's is used
+    assert _lab_root_cmd(tmp_path / "absent", "status").returncode == 1  # not up: no lab
+    assert not (tmp_path / "absent").exists()  # status made nothing
+
+
+@pytest.mark.parametrize("plant", ["link", "foreign", "writable", "open-parent"])
+def test_a_lab_root_another_user_could_change_is_refused(tmp_path: Path, plant: str) -> None:
+    """A root another user made first (or a link by its name, or one anyone may write, or one
+    in a directory anyone may change) is refused with one line, by every command that would
+    use it, before anything is written."""
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    root, target = parent / "labs", tmp_path / "elsewhere"
+    target.mkdir()
+    if plant == "link":
+        root.symlink_to(target)
+    elif plant == "foreign":
+        root.mkdir()
+        os.chown(root, 65534, 65534)
+    elif plant == "writable":
+        root.mkdir()
+        root.chmod(0o777)
+    else:
+        parent.chmod(0o777)  # no sticky bit: anyone may rename the root away and put another
+    for command in ("root", "up", "status"):
+        proc = _lab_root_cmd(root, command)
+        assert proc.returncode == 1, (command, proc.stdout, proc.stderr)
+        (line,) = proc.stderr.splitlines()
+        assert line.startswith(f"slurm-lab: error: {root if plant != 'open-parent' else parent}")
+    assert list(target.iterdir()) == []  # nothing written through the link
+    if plant != "link" and root.exists():
+        assert list(root.iterdir()) == []
+    parent.chmod(0o1777)  # sticky, like /var/tmp: the root in it is ours
+    if plant == "open-parent":
+        assert _lab_root_cmd(root).returncode == 0
 
 
 @pytest.mark.slurm
