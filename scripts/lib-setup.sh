@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared set-up for scripts/quickstart and scripts/run-tests: a virtual environment with
-# slurmfm installed from this checkout; and, for the lab scripts (pyxis-lab, pyslurm-lab), the
-# check of the sources in ../shared/vendor/. Sourced, not run.
+# slurmfm installed from this checkout; for the lab scripts (slurm-lab, obs-stack, pyxis-lab,
+# pyslurm-lab), the Debian packages, the lab root's check and the check of the sources in
+# ../shared/vendor/. Sourced, not run.
 
 # vendor_digest VENDOR FILE...: check each FILE in the folder VENDOR against that folder's
 # SHA256SUMS (each must be listed there) and print a short digest of their lines in it, in the
@@ -17,6 +18,31 @@ vendor_digest() {
     { echo "vendor: not all of $* are listed in $vendor/SHA256SUMS" >&2; return 1; }
   (cd "$vendor" && sha256sum -c --quiet >&2 <<<"$lines") || return 1
   sha256sum <<<"$lines" | cut -c1-16
+}
+
+# dir_unsafe DIR: one line saying why a lab root DIR is not safe to use, or nothing when it is.
+# Safe: a real directory (not a link) of root's (the labs run as root) that no one else may
+# write, in a parent that no one else may change (root's, and not writable by others unless
+# sticky, like /var/tmp). Why: the default roots have predictable names in /var/tmp, where any
+# user may make a directory first and put links or files in it that the labs, run as root,
+# would write through or start, or an env.sh that users source. The job runtime checks its
+# own directory by the same rule (slurmfm/job/install.py).
+dir_unsafe() {
+  local d=$1 parent uid mode fix="remove it, or set SLURMFM_LAB_ROOT to a directory of your own"
+  parent=$(dirname -- "$d")
+  if ! read -r uid mode < <(stat -L -c '%u %a' -- "$parent" 2>/dev/null); then
+    echo "$parent cannot be read"
+    return 0
+  fi
+  if [[ $uid != 0 ]] || (((8#$mode & 8#022) && !(8#$mode & 8#1000))); then
+    echo "$parent (uid $uid, mode $mode) may be changed by another user, who could replace $d: use a lab root elsewhere (SLURMFM_LAB_ROOT)"
+  elif [[ -L $d || ! -d $d ]]; then
+    echo "$d is not a directory but a link or a file: another user may have put it there; $fix"
+  elif read -r uid mode < <(stat -c '%u %a' -- "$d") && [[ $uid != 0 ]]; then
+    echo "$d belongs to uid $uid, not to root: another user may have made it; $fix"
+  elif ((8#$mode & 8#022)); then
+    echo "$d is writable by others (mode $mode): chmod go-w it, or set SLURMFM_LAB_ROOT to a directory of your own"
+  fi
 }
 
 # apt_get install PKG...: apt-get with the dpkg lock waited for (other installs may hold it),

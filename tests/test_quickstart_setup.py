@@ -147,3 +147,29 @@ def test_the_quickstart_lab_is_per_user_by_default() -> None:
     assert quickstart_env(USER="root", SUDO_USER="alice") == alice
     given = quickstart_env(USER="alice", SLURMFM_LAB_ROOT="/var/tmp/x", SLURMFM_LAB_PORT_OFFSET="0")
     assert given == {"SLURMFM_LAB_ROOT": "/var/tmp/x", "SLURMFM_LAB_PORT_OFFSET": "0"}
+
+
+def test_the_env_lines_are_refused_for_a_root_another_user_could_change(tmp_path: Path) -> None:
+    """`eval "$(scripts/quickstart --env)"` sources the lab root's env.sh: for a root that
+    another user made (or could change), nothing is printed to be evaluated, one line says
+    why, and the exit status is 2. A root that does not exist yet still gets its lines."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURMFM_LAB", "SUDO_"))}
+    planted = tmp_path / "labs"
+    planted.mkdir()
+    (planted / "host").mkdir()
+    (planted / "host" / "env.sh").write_text("touch owned\n")
+    os.chown(planted, 65534, 65534)
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "quickstart"), "--env"],
+        env={**base, "SLURMFM_LAB_ROOT": str(planted)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith(f"quickstart: {planted} belongs to uid 65534, not to root"), line
+    assert quickstart_env(SLURMFM_LAB_ROOT=str(tmp_path / "none"))["SLURMFM_LAB_ROOT"] == str(
+        tmp_path / "none"
+    )
