@@ -12,6 +12,7 @@ Torch is not the subject: the launcher is the torchrun stand-in (tests/standins/
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
@@ -387,6 +388,10 @@ def test_a_plain_job_is_refused_the_directory_a_live_sweep_task_trains_in(
         host_b_lab.wait_job(ok.stdout.strip().splitlines()[-1], timeout=120)
     finally:
         host_b_lab.run(["scancel", array])
+        # until its tasks have ended: the team fixture then removes the directory they write
+        # into (a cancelled task still writing left team dirs behind in /var/tmp)
+        with contextlib.suppress(TimeoutError):
+            host_b_lab.wait_job(array, timeout=120)
 
 
 # Issue 38: the working directory and the run directory's chain, in real jobs of alice's.
