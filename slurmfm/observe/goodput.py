@@ -79,14 +79,13 @@ def run_jobs(job_id: str, history: list[Any], log_dir: str | None = None) -> lis
     mine = max(same_id, key=lambda s: s.submitted_at, default=None)
     if mine is None or not mine.run_id:
         return [mine] if mine is not None else []
-    lineage = (mine.run_id, mine.log_dir, mine.checkpoint_dir)
+
+    def lineage(s: Any) -> tuple[str, str, str]:
+        return (s.run_id, s.log_dir, s.checkpoint_dir)
+
     newest: dict[str, Any] = {}  # job id -> its newest submission (a later one replaces it)
     for s in sorted(history, key=lambda s: s.submitted_at):
-        if (
-            s.run_id,
-            s.log_dir,
-            s.checkpoint_dir,
-        ) == lineage and s.submitted_at <= mine.submitted_at:
+        if lineage(s) == lineage(mine) and s.submitted_at <= mine.submitted_at:
             newest[s.job_id] = s
     newest[job_id] = mine
     return sorted(newest.values(), key=lambda s: (s.submitted_at, s.job_id))
