@@ -300,7 +300,7 @@ def test_a_lab_root_another_user_could_change_is_refused(tmp_path: Path, plant: 
         parent.chmod(0o777)  # no sticky bit: anyone may rename the root away and put another
     for command in ("root", "up", "status"):
         proc = _lab_root_cmd(root, command)
-        assert proc.returncode == 1, (command, proc.stdout, proc.stderr)
+        assert proc.returncode == 2, (command, proc.stdout, proc.stderr)
         (line,) = proc.stderr.splitlines()
         assert line.startswith(f"slurm-lab: error: {root if plant != 'open-parent' else parent}")
     assert list(target.iterdir()) == []  # nothing written through the link
